@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every Debian and PyPI dependency that Kestrel's build and test suite need.
+# Idempotent: re-running only re-checks. Needs root (or sudo) for apt-get.
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+
+DEB_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git clang clang-format
+  libboost-dev libboost-system-dev
+  nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
+  libpcre2-dev libxxhash-dev libopenblas-dev
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-pip
+)
+
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  $SUDO apt-get update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# Test tooling only (fixtures are committed; torch/transformers are needed only to regenerate them,
+# see tools/make_fixtures.py and bench/README.md).
+PY=${PYTHON:-python3}
+$PY -m pip install --quiet --disable-pip-version-check numpy pytest gguf

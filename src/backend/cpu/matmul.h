@@ -1,0 +1,23 @@
+// backend/cpu/matmul.h — y = x · Wᵀ for weights of any supported dtype (the Linear kernel).
+// Quantized weights are used in place: each block is decoded inside the dot product.
+#pragma once
+
+#include <cstdint>
+
+#include "base/thread_pool.h"
+#include "tensor/tensor.h"
+
+namespace kestrel::cpu {
+
+// W: [N, K] (PyTorch [out, in]) of dtype F32/F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K.
+// x: [M, K] f32 row-major; y: [M, N] f32 row-major (overwritten). K must be a multiple of the
+// weight's block size. Work is split over `pool`.
+void linear(const Tensor& w, const float* x, int64_t m, float* y, ThreadPool& pool);
+
+// Which SIMD implementation linear() uses on this CPU ("avx512", "avx2", "scalar").
+const char* linear_isa();
+
+// Forces an ISA for tests (falls back if the CPU lacks it); "auto" restores detection.
+void set_linear_isa(const char* isa);
+
+}  // namespace kestrel::cpu

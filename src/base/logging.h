@@ -1,0 +1,16 @@
+// base/logging.h — the process logger (spdlog), with vLLM-like "LEVEL date [file] msg" lines.
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+namespace kestrel {
+
+// Sets the global level from a name (debug, info, warning, error); unknown names keep info.
+void set_log_level(const std::string& level);
+
+}  // namespace kestrel
+
+#define KLOG_DEBUG(...) SPDLOG_DEBUG(__VA_ARGS__)
+#define KLOG_INFO(...) SPDLOG_INFO(__VA_ARGS__)
+#define KLOG_WARN(...) SPDLOG_WARN(__VA_ARGS__)
+#define KLOG_ERROR(...) SPDLOG_ERROR(__VA_ARGS__)

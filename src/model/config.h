@@ -1,0 +1,82 @@
+// model/config.h — ModelConfig (architecture hyper-parameters) and generation defaults,
+// read from config.json / generation_config.json or from GGUF metadata.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace kestrel {
+
+enum class RopeScalingType { kNone, kLinear, kDynamic, kLlama3, kYarn };
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  double factor = 1.0;
+  // llama3
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  // llama3 and yarn: original_max_position_embeddings (0 = use max_position_embeddings)
+  int64_t original_max_position_embeddings = 0;
+  // yarn
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  std::optional<double> attention_factor;
+  double mscale = 0.0;          // 0 = unset
+  double mscale_all_dim = 0.0;  // 0 = unset
+  bool truncate = true;
+};
+
+struct ModelConfig {
+  std::string architecture;  // e.g. "LlamaForCausalLM"
+  std::string model_type;    // e.g. "llama", "qwen2", "qwen3"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;  // defaults to hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  int64_t rope_dim = 0;  // rotated width per head; defaults to head_dim
+  RopeScaling rope_scaling;
+  bool attention_bias = false;  // q/k/v biases (Qwen2: always)
+  bool qk_norm = false;         // per-head q/k RMSNorm (Qwen3)
+  bool tie_word_embeddings = false;
+  std::string hidden_act = "silu";
+  // Pairing of rotated dims: false = neox (rotate_half), true = interleaved (GGUF llama layout).
+  bool rope_interleaved = false;
+  std::string torch_dtype;  // as declared in config.json ("bfloat16", "float32", ...)
+  std::vector<int64_t> eos_token_ids;
+  std::optional<int64_t> bos_token_id;
+
+  // Checks required fields and divisibility; fills defaults (head_dim, rope_dim, kv heads).
+  Status finalize();
+};
+
+// Sampling defaults from generation_config.json (absent fields stay unset).
+struct GenerationDefaults {
+  std::vector<int64_t> eos_token_ids;
+  std::optional<double> temperature;
+  std::optional<double> top_p;
+  std::optional<int64_t> top_k;
+  std::optional<double> min_p;
+  std::optional<double> repetition_penalty;
+  std::optional<int64_t> max_new_tokens;
+};
+
+// Parses config.json text; an unknown architecture is not an error here (the model factory decides).
+Expected<ModelConfig> parse_config_json(const std::string& text);
+Expected<ModelConfig> load_config_json(const std::string& path);
+Expected<GenerationDefaults> parse_generation_config_json(const std::string& text);
+
+class GgufFile;
+// Builds a ModelConfig from GGUF metadata (general.architecture = llama | qwen2 | qwen3).
+Expected<ModelConfig> config_from_gguf(const GgufFile& gguf);
+
+}  // namespace kestrel
