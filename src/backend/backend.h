@@ -1,0 +1,43 @@
+// backend/backend.h — the ops table the model's forward pass is written against.
+// A backend owns its compute resources (threads now; devices and streams for CUDA later). All
+// pointers are in the backend's memory space; on the CPU that is host memory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/cpu/paged_attention.h"
+#include "backend/cpu/rope.h"
+#include "tensor/tensor.h"
+
+namespace kestrel {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // y[m, N] = x[m, K] · W[N, K]ᵀ for weights of any supported dtype.
+  virtual void linear(const Tensor& w, const float* x, int64_t m, float* y) = 0;
+  virtual void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t dim,
+                        float* y, DType act) = 0;
+  virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
+  virtual void add_inplace(float* y, const float* x, int64_t n) = 0;
+  virtual void add_bias(float* y, const float* bias, int64_t rows, int64_t n) = 0;
+  // Rounds activations to `dt` in place (emulates bf16/f16 activation storage).
+  virtual void round_to(DType dt, float* x, int64_t n) = 0;
+  virtual void embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) = 0;
+  virtual void rope(float* x, int64_t n_tokens, int n_heads, int head_dim, const int32_t* positions,
+                    const cpu::RopeParams& p) = 0;
+  virtual void write_kv(const cpu::KVLayer& cache, const float* k, const float* v,
+                        const cpu::AttentionBatch& batch) = 0;
+  virtual void paged_attention(const float* q, const cpu::KVLayer& cache,
+                               const cpu::AttentionBatch& batch, int num_heads, float scale,
+                               float* out, DType act) = 0;
+};
+
+// The CPU backend with `threads` compute threads (0 = all cores).
+std::unique_ptr<Backend> make_cpu_backend(int threads);
+
+}  // namespace kestrel

@@ -1,0 +1,59 @@
+#include "backend/backend.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "base/thread_pool.h"
+
+namespace kestrel {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) : pool_(threads) {}
+  std::string name() const override {
+    return fmt::format("cpu ({} threads, {})", pool_.size(), cpu::linear_isa());
+  }
+  void linear(const Tensor& w, const float* x, int64_t m, float* y) override {
+    cpu::linear(w, x, m, y, pool_);
+  }
+  void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t dim, float* y,
+                DType act) override {
+    pool_.parallel_for(rows, 4, [&](int64_t b, int64_t e) {
+      cpu::rms_norm(x + b * dim, w, eps, e - b, dim, y + b * dim, act);
+    });
+  }
+  void silu_mul(const float* gate, const float* up, float* out, int64_t n) override {
+    pool_.parallel_for(
+        n, 1 << 14, [&](int64_t b, int64_t e) { cpu::silu_mul(gate + b, up + b, out + b, e - b); });
+  }
+  void add_inplace(float* y, const float* x, int64_t n) override { cpu::add_inplace(y, x, n); }
+  void add_bias(float* y, const float* bias, int64_t rows, int64_t n) override {
+    cpu::add_bias(y, bias, rows, n);
+  }
+  void round_to(DType dt, float* x, int64_t n) override { cpu::round_to(dt, x, n); }
+  void embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) override {
+    cpu::embedding(table, ids, n, out);
+  }
+  void rope(float* x, int64_t n_tokens, int n_heads, int head_dim, const int32_t* positions,
+            const cpu::RopeParams& p) override {
+    cpu::apply_rope(x, n_tokens, n_heads, head_dim, positions, p);
+  }
+  void write_kv(const cpu::KVLayer& cache, const float* k, const float* v,
+                const cpu::AttentionBatch& batch) override {
+    cpu::write_kv(cache, k, v, batch);
+  }
+  void paged_attention(const float* q, const cpu::KVLayer& cache, const cpu::AttentionBatch& batch,
+                       int num_heads, float scale, float* out, DType act) override {
+    cpu::paged_attention(q, cache, batch, num_heads, scale, out, pool_, act);
+  }
+
+ private:
+  ThreadPool pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  return std::make_unique<CpuBackend>(threads);
+}
+
+}  // namespace kestrel

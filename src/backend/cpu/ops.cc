@@ -1,0 +1,66 @@
+#include "backend/cpu/ops.h"
+
+#include <cmath>
+
+#include "backend/cpu/quant.h"
+#include "base/fp16.h"
+
+namespace kestrel::cpu {
+
+void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t dim, float* y,
+              DType act) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    // Accumulate in double: the f32 reference sums in f32, but a wider sum is never further
+    // from the exact value and keeps long rows stable.
+    double ss = 0.0;
+    for (int64_t i = 0; i < dim; ++i) ss += double(xr[i]) * xr[i];
+    const float scale = float(1.0 / std::sqrt(ss / double(dim) + double(eps)));
+    if (act == DType::F32) {
+      for (int64_t i = 0; i < dim; ++i) yr[i] = w[i] * (xr[i] * scale);
+    } else {
+      for (int64_t i = 0; i < dim; ++i) yr[i] = round_to(act, w[i] * round_to(act, xr[i] * scale));
+    }
+  }
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void add_bias(float* y, const float* bias, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) add_inplace(y + r * n, bias, n);
+}
+
+float round_to(DType dt, float x) {
+  if (dt == DType::BF16) return bf16_to_f32(f32_to_bf16(x));
+  if (dt == DType::F16) return f16_to_f32(f32_to_f16(x));
+  return x;
+}
+
+void round_to(DType dt, float* x, int64_t n) {
+  if (dt == DType::BF16) {
+    for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  } else if (dt == DType::F16) {
+    for (int64_t i = 0; i < n; ++i) x[i] = f16_to_f32(f32_to_f16(x[i]));
+  }
+}
+
+void embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) {
+  const int64_t dim = table.cols();
+  for (int64_t t = 0; t < n; ++t) {
+    KCHECK(ids[t] >= 0 && ids[t] < table.rows(), "token id {} out of range [0, {})", ids[t],
+           table.rows());
+    dequantize_row(table.dtype, table.row(ids[t]), out + t * dim, dim);
+  }
+}
+
+}  // namespace kestrel::cpu

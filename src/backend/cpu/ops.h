@@ -1,0 +1,36 @@
+// backend/cpu/ops.h — elementwise and row-wise kernels of the decoder: RMSNorm, SwiGLU, residual
+// add, bias, embedding lookup. All activations are f32 rows.
+#pragma once
+
+#include <cstdint>
+
+#include "base/thread_pool.h"
+#include "tensor/tensor.h"
+
+namespace kestrel::cpu {
+
+// y[r] = w ⊙ (x[r] · rsqrt(mean(x[r]²) + eps)) for `rows` rows of `dim`; y may alias x.
+// With act = BF16/F16 the normalized value is rounded before the weight multiply and the product
+// after it, as a model with activations of that dtype computes it.
+void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t dim, float* y,
+              DType act = DType::F32);
+
+// out[i] = silu(gate[i]) * up[i]; out may alias gate or up.
+void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+
+// y[i] += x[i]
+void add_inplace(float* y, const float* x, int64_t n);
+
+// y[r, :] += bias for each of `rows` rows of `n`.
+void add_bias(float* y, const float* bias, int64_t rows, int64_t n);
+
+// Rounds each value to the nearest `dt` (BF16 or F16) and back: emulates a model whose
+// activations are stored in that dtype. F32 is a no-op.
+void round_to(DType dt, float* x, int64_t n);
+float round_to(DType dt, float x);
+
+// out[t, :] = table[ids[t], :] as f32, for a table of any dtype dequantize_row supports.
+// Ids outside [0, rows) are a caller bug (checked).
+void embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out);
+
+}  // namespace kestrel::cpu

@@ -1,0 +1,45 @@
+// backend/cpu/paged_attention.h — causal attention over a paged KV cache.
+// The cache of one layer is [num_blocks, block_size, num_kv_heads, head_dim] for K and for V;
+// a sequence's token at position p lives in block block_table[p / block_size], row p % block_size.
+#pragma once
+
+#include <cstdint>
+
+#include "base/thread_pool.h"
+#include "tensor/dtype.h"
+
+namespace kestrel::cpu {
+
+struct KVLayer {
+  float* k = nullptr;
+  float* v = nullptr;
+  int64_t num_blocks = 0;
+  int block_size = 16;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// The attention view of a flat batch of tokens from several sequences.
+struct AttentionBatch {
+  int64_t num_tokens = 0;
+  int num_seqs = 0;
+  const int32_t* positions = nullptr;        // [num_tokens]
+  const int64_t* slot_mapping = nullptr;     // [num_tokens] block * block_size + row
+  const int32_t* query_start_loc = nullptr;  // [num_seqs + 1] tokens of seq s: [qsl[s], qsl[s+1])
+  const int32_t* block_tables = nullptr;     // [num_seqs, max_blocks_per_seq]
+  int max_blocks_per_seq = 0;
+};
+
+// Stores the new tokens' K and V ([num_tokens, num_kv_heads, head_dim]) at their slots.
+void write_kv(const KVLayer& cache, const float* k, const float* v, const AttentionBatch& batch);
+
+// out[t, h, :] = softmax(q[t,h]·K[0..pos_t]ᵀ·scale)·V for each token t (keys of its own sequence
+// up to and including its position); q and out are [num_tokens, num_heads, head_dim].
+// Query head h reads KV head h / (num_heads / num_kv_heads).
+// With act = BF16/F16 the scores, the scaled scores and the probabilities are rounded to that
+// dtype as an eager reference with such activations does (two passes instead of online softmax).
+void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch& batch,
+                     int num_heads, float scale, float* out, ThreadPool& pool,
+                     DType act = DType::F32);
+
+}  // namespace kestrel::cpu

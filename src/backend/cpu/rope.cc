@@ -1,0 +1,46 @@
+#include "backend/cpu/rope.h"
+
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+
+namespace kestrel::cpu {
+
+void apply_rope(float* x, int64_t n_tokens, int n_heads, int head_dim, const int32_t* positions,
+                const RopeParams& p) {
+  const int half = p.rot_dim / 2;
+  std::vector<float> cos_t(half), sin_t(half);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    // Angles in f32 as the reference computes them (position × inv_freq, then cos/sin).
+    const float pos = float(positions[t]);
+    for (int i = 0; i < half; ++i) {
+      const float theta = pos * p.inv_freq[i];
+      cos_t[i] = round_to(p.act, std::cos(theta) * p.attention_factor);
+      sin_t[i] = round_to(p.act, std::sin(theta) * p.attention_factor);
+    }
+    // r(a·c − b·s): each product and the difference rounded in the activation dtype.
+    auto rot = [&](float a, float c, float b, float s) {
+      if (p.act == DType::F32) return a * c + b * s;
+      return round_to(p.act, round_to(p.act, a * c) + round_to(p.act, b * s));
+    };
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + (t * n_heads + h) * head_dim;
+      if (p.interleaved) {
+        for (int i = 0; i < half; ++i) {
+          const float a = v[2 * i], b = v[2 * i + 1];
+          v[2 * i] = rot(a, cos_t[i], -b, sin_t[i]);
+          v[2 * i + 1] = rot(b, cos_t[i], a, sin_t[i]);
+        }
+      } else {
+        for (int i = 0; i < half; ++i) {
+          const float a = v[i], b = v[i + half];
+          v[i] = rot(a, cos_t[i], -b, sin_t[i]);
+          v[i + half] = rot(b, cos_t[i], a, sin_t[i]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace kestrel::cpu

@@ -1,0 +1,100 @@
+#include "model/loader.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "base/logging.h"
+#include "base/mmap_file.h"
+#include "model/llama.h"
+#include "model/safetensors.h"
+
+namespace kestrel {
+namespace fs = std::filesystem;
+
+const std::vector<std::string>& supported_architectures() {
+  static const std::vector<std::string> kArchs = {"LlamaForCausalLM", "MistralForCausalLM",
+                                                  "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+  return kArchs;
+}
+
+namespace {
+
+bool is_gguf_path(const std::string& p) {
+  return p.size() > 5 && p.compare(p.size() - 5, 5, ".gguf") == 0;
+}
+
+// --dtype as vLLM reads it: "auto" takes the checkpoint's torch_dtype (f32 when it declares
+// none, as GGUF files do).
+Expected<DType> model_dtype(const LoadOptions& o, const ModelConfig& cfg) {
+  const std::string d = o.dtype == "auto" ? cfg.torch_dtype : o.dtype;
+  if (d.empty() || d == "auto") return DType::F32;
+  if (d == "bfloat16" || d == "bf16") return DType::BF16;
+  if (d == "float32" || d == "float" || d == "fp32") return DType::F32;
+  if (d == "float16" || d == "half" || d == "fp16") return DType::F16;
+  return make_error("unsupported --dtype '{}' (use auto, float32, bfloat16 or float16)", d);
+}
+
+Status load_generation_defaults(const std::string& dir, LoadedModel& lm) {
+  const fs::path p = fs::path(dir) / "generation_config.json";
+  if (!fs::exists(p)) return Status::Ok();
+  KASSIGN(std::string text, read_text_file(p.string()));
+  KASSIGN(lm.generation, parse_generation_config_json(text));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
+  auto lm = std::make_unique<LoadedModel>();
+  lm->path = o.model;
+  if (!fs::exists(o.model)) return make_error("model path '{}' does not exist", o.model);
+  const bool gguf = is_gguf_path(o.model) || (o.load_format == "gguf");
+  const bool dummy = o.load_format == "dummy";
+  if (o.load_format != "auto" && o.load_format != "safetensors" && o.load_format != "gguf" &&
+      !dummy) {
+    return make_error("unsupported --load-format '{}' (use auto, safetensors, gguf or dummy)",
+                      o.load_format);
+  }
+
+  if (gguf) {
+    if (fs::is_directory(o.model)) return make_error("--load-format gguf needs a .gguf file");
+    KASSIGN(lm->gguf, GgufFile::open(o.model));
+    KASSIGN(lm->config, config_from_gguf(*lm->gguf));
+  } else {
+    if (!fs::is_directory(o.model))
+      return make_error("'{}' is neither a model directory nor a .gguf file", o.model);
+    KASSIGN(lm->config, load_config_json((fs::path(o.model) / "config.json").string()));
+    KTRY(load_generation_defaults(o.model, *lm));
+  }
+  KTRY(lm->config.finalize());
+  if (lm->generation.eos_token_ids.empty()) lm->generation.eos_token_ids = lm->config.eos_token_ids;
+
+  const auto& archs = supported_architectures();
+  if (std::find(archs.begin(), archs.end(), lm->config.architecture) == archs.end()) {
+    std::string list;
+    for (const auto& a : archs) list += (list.empty() ? "" : ", ") + a;
+    return make_error("architecture '{}' is not supported (supported: {})", lm->config.architecture,
+                      list);
+  }
+
+  KASSIGN(const DType act_dtype, model_dtype(o, lm->config));
+  if (dummy) {
+    // Dummy weights default to bf16, the dtype big checkpoints ship in.
+    const DType wt =
+        (o.dtype == "auto" && lm->config.torch_dtype.empty()) ? DType::BF16 : act_dtype;
+    lm->weights = make_dummy_source(wt, o.seed);
+  } else if (gguf) {
+    lm->weights = make_gguf_source(*lm->gguf, o.model);
+  } else {
+    KASSIGN(auto ckpt, SafetensorsCheckpoint::open_dir(o.model));
+    lm->weights = make_safetensors_source(std::move(ckpt), o.model);
+  }
+  lm->backend = make_cpu_backend(o.threads);
+  KASSIGN(lm->model, build_llama(lm->config, act_dtype, *lm->weights, *lm->backend));
+  KLOG_INFO("loaded {} ({}) from {} on {}, {} activations", lm->config.architecture,
+            lm->config.model_type, lm->weights->describe(), lm->backend->name(),
+            dtype_name(act_dtype));
+  return lm;
+}
+
+}  // namespace kestrel

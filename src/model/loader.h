@@ -1,0 +1,42 @@
+// model/loader.h — turns a user's --model argument (a checkpoint directory, a .gguf file, or
+// either with --load-format dummy) into a ready CausalLM on a backend.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "base/status.h"
+#include "model/causal_lm.h"
+#include "model/config.h"
+#include "model/gguf.h"
+#include "model/weight_source.h"
+
+namespace kestrel {
+
+struct LoadOptions {
+  std::string model;                 // directory with config.json, or a .gguf file
+  std::string load_format = "auto";  // auto | safetensors | gguf | dummy
+  // Activation precision (and dummy weights' dtype): auto = the config's torch_dtype
+  // (f32 if none) | float32 | bfloat16 | float16.
+  std::string dtype = "auto";
+  uint64_t seed = 0;  // dummy weights
+  int threads = 0;    // compute threads, 0 = all cores
+};
+
+struct LoadedModel {
+  std::string path;
+  ModelConfig config;
+  GenerationDefaults generation;
+  std::unique_ptr<GgufFile> gguf;  // set for GGUF models (tensors and the vocab live in it)
+  std::unique_ptr<WeightSource> weights;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<CausalLM> model;  // declared last: destroyed first
+};
+
+Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& opts);
+
+// Architectures build_model knows, for error messages.
+const std::vector<std::string>& supported_architectures();
+
+}  // namespace kestrel

@@ -1,0 +1,115 @@
+// Row-wise kernels against float64 references on random inputs.
+#include "backend/cpu/ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/quant.h"
+#include "backend/cpu/rope.h"
+#include "base/fp16.h"
+
+namespace kestrel::cpu {
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float stddev = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, stddev);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+TEST(RmsNorm, MatchesFloat64ForOddShapes) {
+  for (int64_t dim : {1, 7, 64, 333}) {
+    const int64_t rows = 5;
+    auto x = randn(rows * dim, 1);
+    auto w = randn(dim, 2);
+    std::vector<float> y(rows * dim);
+    rms_norm(x.data(), w.data(), 1e-5f, rows, dim, y.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < dim; ++i) ss += double(x[r * dim + i]) * x[r * dim + i];
+      const double s = 1.0 / std::sqrt(ss / dim + 1e-5);
+      for (int64_t i = 0; i < dim; ++i) {
+        const double ref = double(w[i]) * x[r * dim + i] * s;
+        EXPECT_NEAR(y[r * dim + i], ref, 1e-5 * (std::fabs(ref) + 1e-3)) << dim << " " << i;
+      }
+    }
+  }
+}
+
+TEST(RmsNorm, InPlace) {
+  auto x = randn(3 * 17, 3);
+  auto w = randn(17, 4);
+  std::vector<float> y(x.size());
+  rms_norm(x.data(), w.data(), 1e-6f, 3, 17, y.data());
+  rms_norm(x.data(), w.data(), 1e-6f, 3, 17, x.data());
+  EXPECT_EQ(x, y);
+}
+
+TEST(SiluMul, MatchesFloat64) {
+  auto g = randn(1001, 5, 3.0f);
+  auto u = randn(1001, 6);
+  std::vector<float> out(g.size());
+  silu_mul(g.data(), u.data(), out.data(), int64_t(g.size()));
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double ref = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
+    EXPECT_NEAR(out[i], ref, 1e-6 * (std::fabs(ref) + 1e-3));
+  }
+}
+
+TEST(Embedding, GathersAndDequantizesRows) {
+  const int64_t V = 9, H = 64;
+  auto table = randn(V * H, 7);
+  std::vector<uint16_t> bf(V * H);
+  for (size_t i = 0; i < bf.size(); ++i) bf[i] = f32_to_bf16(table[i]);
+  Tensor t{bf.data(), DType::BF16, Shape{V, H}};
+  const int32_t ids[3] = {8, 0, 3};
+  std::vector<float> out(3 * H);
+  embedding(t, ids, 3, out.data());
+  for (int r = 0; r < 3; ++r)
+    for (int64_t i = 0; i < H; ++i) EXPECT_EQ(out[r * H + i], bf16_to_f32(bf[ids[r] * H + i]));
+}
+
+void rope_reference(std::vector<double>& v, int pos, const std::vector<float>& inv, int rot,
+                    double af, bool interleaved) {
+  const int half = rot / 2;
+  for (int i = 0; i < half; ++i) {
+    const double th = double(float(pos) * inv[i]);
+    const double c = std::cos(th) * af, s = std::sin(th) * af;
+    const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+    const double x0 = v[a], x1 = v[b];
+    v[a] = x0 * c - x1 * s;
+    v[b] = x1 * c + x0 * s;
+  }
+}
+
+TEST(Rope, NeoxAndInterleavedMatchFloat64WithPartialRotation) {
+  const int heads = 3, hd = 32;
+  for (bool inter : {false, true}) {
+    for (int rot : {32, 16}) {
+      std::vector<float> inv(rot / 2);
+      for (int i = 0; i < rot / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / rot);
+      const int32_t pos[4] = {0, 1, 17, 255};
+      auto x = randn(4 * heads * hd, 11);
+      auto y = x;
+      RopeParams p{inv.data(), rot, 1.25f, inter};
+      apply_rope(y.data(), 4, heads, hd, pos, p);
+      for (int t = 0; t < 4; ++t)
+        for (int h = 0; h < heads; ++h) {
+          std::vector<double> ref(x.begin() + (t * heads + h) * hd,
+                                  x.begin() + (t * heads + h + 1) * hd);
+          rope_reference(ref, pos[t], inv, rot, 1.25, inter);
+          for (int d = 0; d < hd; ++d)
+            EXPECT_NEAR(y[(t * heads + h) * hd + d], ref[d], 2e-5 * (1 + std::fabs(ref[d])))
+                << "inter=" << inter << " rot=" << rot << " t=" << t << " d=" << d;
+        }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kestrel::cpu

@@ -1,0 +1,200 @@
+// Tiny random checkpoints (tools/make_fixtures.py, transformers) against their golden logits
+// and greedy continuations; plus batch, chunk and block-layout invariance of the forward pass.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+
+#include "base/mmap_file.h"
+#include "model/batch_builder.h"
+#include "model/loader.h"
+#include "model/safetensors.h"
+#include "test_paths.h"
+
+namespace kestrel {
+namespace {
+
+constexpr int kBlock = 16;
+
+struct Golden {
+  std::string dtype;
+  std::vector<std::vector<int32_t>> prompts, greedy;
+  std::vector<std::vector<float>> logits;  // [prompt] -> [len * vocab]
+};
+
+Golden read_golden(const std::string& dir) {
+  Golden g;
+  auto text = read_text_file(dir + "/golden.json");
+  EXPECT_TRUE(text.ok());
+  auto j = nlohmann::json::parse(*text);
+  g.dtype = j.at("dtype").get<std::string>();
+  g.prompts = j.at("prompts").get<std::vector<std::vector<int32_t>>>();
+  g.greedy = j.at("greedy").get<std::vector<std::vector<int32_t>>>();
+  auto st = SafetensorsFile::open(dir + "/golden.safetensors");
+  EXPECT_TRUE(st.ok()) << st.error().message;
+  for (size_t i = 0; i < g.prompts.size(); ++i) {
+    auto t = (*st)->tensor("logits." + std::to_string(i));
+    EXPECT_TRUE(t.ok());
+    g.logits.emplace_back(t->as<float>(), t->as<float>() + t->numel());
+  }
+  return g;
+}
+
+std::unique_ptr<LoadedModel> load(const std::string& dir, int threads = 2) {
+  LoadOptions o;
+  o.model = dir;
+  o.threads = threads;
+  auto m = load_model(o);
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+std::vector<int32_t> blocks(int first, int n) {
+  std::vector<int32_t> b(n);
+  std::iota(b.begin(), b.end(), first);
+  return b;
+}
+
+// Logits of every position of `prompt` in one forward.
+std::vector<float> full_logits(LoadedModel& lm, KVCacheStorage& kv,
+                               const std::vector<int32_t>& prompt,
+                               const std::vector<int32_t>& table) {
+  BatchBuilder bb(kBlock);
+  bb.add(prompt, 0, table, BatchBuilder::Logits::kAll);
+  std::vector<float> out(prompt.size() * lm.config.vocab_size);
+  lm.model->forward(bb.batch(), kv, out.data());
+  return out;
+}
+
+int32_t argmax(const float* row, int64_t n) {
+  return int32_t(std::max_element(row, row + n) - row);
+}
+
+// Per row: max |a − b| / max |b|.
+double max_rel_err(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
+  double worst = 0;
+  for (size_t r = 0; r < b.size() / vocab; ++r) {
+    double diff = 0, mag = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      diff = std::max(diff, std::fabs(double(a[r * vocab + i]) - b[r * vocab + i]));
+      mag = std::max(mag, std::fabs(double(b[r * vocab + i])));
+    }
+    worst = std::max(worst, diff / mag);
+  }
+  return worst;
+}
+
+class ModelGolden : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string dir() const { return test::fixtures_dir() + "/models/" + GetParam(); }
+};
+
+TEST_P(ModelGolden, LogitsMatchReference) {
+  auto lm = load(dir());
+  ASSERT_TRUE(lm);
+  Golden g = read_golden(dir());
+  const double tol = g.dtype == "float32" ? 1e-4 : 2e-2;
+  const int64_t V = lm->config.vocab_size;
+  KVCacheStorage kv = lm->model->make_kv_cache(16, kBlock);
+  for (size_t p = 0; p < g.prompts.size(); ++p) {
+    const auto& prompt = g.prompts[p];
+    auto logits = full_logits(*lm, kv, prompt, blocks(0, int(prompt.size() + kBlock - 1) / kBlock));
+    ASSERT_EQ(logits.size(), g.logits[p].size());
+    const double err = max_rel_err(logits, g.logits[p], V);
+    EXPECT_LE(err, tol) << GetParam() << " prompt " << p;
+    RecordProperty("max_rel_err_prompt" + std::to_string(p), std::to_string(err));
+  }
+}
+
+TEST_P(ModelGolden, GreedyDecodeWithCacheMatchesReference) {
+  auto lm = load(dir());
+  ASSERT_TRUE(lm);
+  Golden g = read_golden(dir());
+  const int64_t V = lm->config.vocab_size;
+  KVCacheStorage kv = lm->model->make_kv_cache(8, kBlock);
+  // Blocks in reverse order: the sequence's KV is not contiguous in the pool.
+  std::vector<int32_t> table = {7, 5, 3, 1, 6, 4};
+  std::vector<float> logits(V);
+  for (size_t p = 0; p < g.prompts.size(); ++p) {
+    std::vector<int32_t> seq = g.prompts[p];
+    BatchBuilder bb(kBlock);
+    bb.add(seq, 0, table, BatchBuilder::Logits::kLast);
+    lm->model->forward(bb.batch(), kv, logits.data());
+    std::vector<int32_t> out;
+    for (size_t i = 0; i < g.greedy[p].size(); ++i) {
+      out.push_back(argmax(logits.data(), V));
+      seq.push_back(out.back());
+      bb.clear();
+      bb.add(std::span<const int32_t>(&seq.back(), 1), int32_t(seq.size() - 1), table,
+             BatchBuilder::Logits::kLast);
+      lm->model->forward(bb.batch(), kv, logits.data());
+    }
+    EXPECT_EQ(out, g.greedy[p]) << GetParam() << " prompt " << p;
+  }
+}
+
+TEST_P(ModelGolden, BatchedChunkedAndSingleRunsAgree) {
+  auto lm = load(dir(), 3);
+  ASSERT_TRUE(lm);
+  Golden g = read_golden(dir());
+  const int64_t V = lm->config.vocab_size;
+  KVCacheStorage kv = lm->model->make_kv_cache(32, kBlock);
+  std::vector<std::vector<int32_t>> tables = {{9, 2}, {0, 30, 4}, {11, 12, 5, 31}};
+  std::vector<std::vector<float>> single;
+  for (size_t p = 0; p < 3; ++p) single.push_back(full_logits(*lm, kv, g.prompts[p], tables[p]));
+
+  // All three prompts in one flat batch.
+  BatchBuilder bb(kBlock);
+  for (size_t p = 0; p < 3; ++p) bb.add(g.prompts[p], 0, tables[p], BatchBuilder::Logits::kAll);
+  std::vector<float> batched(bb.num_logits() * V);
+  lm->model->forward(bb.batch(), kv, batched.data());
+  size_t row = 0;
+  for (size_t p = 0; p < 3; ++p) {
+    std::vector<float> part(batched.begin() + row * V,
+                            batched.begin() + (row + g.prompts[p].size()) * V);
+    row += g.prompts[p].size();
+    EXPECT_LE(max_rel_err(part, single[p], V), 1e-5) << "prompt " << p;
+    for (size_t r = 0; r < g.prompts[p].size(); ++r)
+      EXPECT_EQ(argmax(&part[r * V], V), argmax(&single[p][r * V], V));
+  }
+
+  // The longest prompt in chunks of 7 tokens, each chunk attending to the cached ones.
+  const auto& prompt = g.prompts[2];
+  std::vector<float> chunked;
+  for (size_t start = 0; start < prompt.size(); start += 7) {
+    const size_t n = std::min<size_t>(7, prompt.size() - start);
+    bb.clear();
+    bb.add(std::span<const int32_t>(prompt.data() + start, n), int32_t(start), tables[2],
+           BatchBuilder::Logits::kAll);
+    std::vector<float> part(n * V);
+    lm->model->forward(bb.batch(), kv, part.data());
+    chunked.insert(chunked.end(), part.begin(), part.end());
+  }
+  EXPECT_LE(max_rel_err(chunked, single[2], V), 1e-5);
+}
+
+std::vector<std::string> fixture_names() {
+  std::vector<std::string> names;
+  const std::string root = test::fixtures_dir() + "/models";
+  if (!std::filesystem::exists(root)) return names;
+  for (const auto& e : std::filesystem::directory_iterator(root))
+    if (std::filesystem::exists(e.path() / "golden.json")) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelGolden, ::testing::ValuesIn(fixture_names()),
+                         [](const auto& info) { return info.param; });
+
+TEST(ModelFixtures, AllExpectedArchitecturesPresent) {
+  auto names = fixture_names();
+  for (const char* want :
+       {"llama3_f32", "llama3_bf16", "qwen2_f32", "qwen2_bf16", "qwen3_f32", "qwen3_bf16"})
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+}
+
+}  // namespace
+}  // namespace kestrel
