@@ -73,7 +73,14 @@ void ThreadPool::run(const std::function<void(int)>& fn) {
   }
   if (sleepers_.load() > 0) cv_.notify_all();
   fn(0);
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  // Spin briefly, then yield: when cores are oversubscribed the straggler needs our core.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   job_ = nullptr;
 }
 

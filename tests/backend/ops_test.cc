@@ -41,6 +41,23 @@ TEST(RmsNorm, MatchesFloat64ForOddShapes) {
   }
 }
 
+TEST(RmsNorm, Bf16ActivationsRoundBeforeAndAfterTheWeight) {
+  const int64_t dim = 48;
+  auto x = randn(2 * dim, 21);
+  auto w = randn(dim, 22);
+  std::vector<float> y(x.size());
+  rms_norm(x.data(), w.data(), 1e-6f, 2, dim, y.data(), DType::BF16);
+  for (int64_t r = 0; r < 2; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < dim; ++i) ss += double(x[r * dim + i]) * x[r * dim + i];
+    const float s = float(1.0 / std::sqrt(ss / dim + 1e-6));
+    for (int64_t i = 0; i < dim; ++i) {
+      const float normed = bf16_to_f32(f32_to_bf16(x[r * dim + i] * s));
+      EXPECT_EQ(y[r * dim + i], bf16_to_f32(f32_to_bf16(w[i] * normed)));
+    }
+  }
+}
+
 TEST(RmsNorm, InPlace) {
   auto x = randn(3 * 17, 3);
   auto w = randn(17, 4);
@@ -109,6 +126,25 @@ TEST(Rope, NeoxAndInterleavedMatchFloat64WithPartialRotation) {
         }
     }
   }
+}
+
+TEST(Rope, Bf16ActivationsGiveRepresentableValuesNearF32) {
+  const int heads = 2, hd = 16;
+  std::vector<float> inv(hd / 2);
+  for (int i = 0; i < hd / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / hd);
+  auto x = randn(3 * heads * hd, 31);
+  round_to(DType::BF16, x.data(), int64_t(x.size()));
+  auto a = x, b = x;
+  const int32_t pos[3] = {3, 50, 200};
+  apply_rope(a.data(), 3, heads, hd, pos, RopeParams{inv.data(), hd, 1.0f, false, DType::F32});
+  apply_rope(b.data(), 3, heads, hd, pos, RopeParams{inv.data(), hd, 1.0f, false, DType::BF16});
+  bool any_differs = false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(b[i], bf16_to_f32(f32_to_bf16(b[i])));
+    EXPECT_NEAR(b[i], a[i], 2e-2 * (1 + std::fabs(a[i])));
+    any_differs |= a[i] != b[i];
+  }
+  EXPECT_TRUE(any_differs);
 }
 
 }  // namespace

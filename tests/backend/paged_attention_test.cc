@@ -10,6 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "base/fp16.h"
+
 namespace kestrel::cpu {
 namespace {
 
