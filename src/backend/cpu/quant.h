@@ -41,7 +41,7 @@ void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n);
 void quantize_row_q8_k(const float* x, BlockQ8_K* y, int64_t n);
 
 // Weight quantizers, used by tests and the converter (reference quality, not speed):
-// supported targets Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, F16, BF16, F32.
+// supported targets Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, F16, BF16, F32.
 void quantize_row(DType t, const float* x, void* dst, int64_t n);
 
 }  // namespace kestrel::cpu

@@ -1,0 +1,199 @@
+#include "backend/cpu/matmul.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/quant.h"
+#include "base/status.h"
+
+namespace kestrel::cpu {
+namespace {
+
+enum class Isa { kScalar, kAvx2, kAvx512 };
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    default:
+      return "scalar";
+  }
+}
+
+bool cpu_supports(Isa isa) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  switch (isa) {
+    case Isa::kScalar:
+      return true;
+    case Isa::kAvx2:
+      return avx2 && avx2_dot_kernels() != nullptr;
+    case Isa::kAvx512:
+      // The AVX-512 table falls back to nothing, but its file is built with these flags, so
+      // every one of them must be present.
+      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vnni") && avx512_dot_kernels() != nullptr;
+  }
+  return false;
+#else
+  return isa == Isa::kScalar;
+#endif
+}
+
+// The best ISA at or below `want` that this CPU and build support.
+Isa best_isa(Isa want) {
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2}) {
+    if (int(isa) <= int(want) && cpu_supports(isa)) return isa;
+  }
+  return Isa::kScalar;
+}
+
+std::atomic<Isa>& selected_isa() {
+  static std::atomic<Isa> isa{best_isa(Isa::kAvx512)};
+  return isa;
+}
+
+const DotKernels& kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return *avx512_dot_kernels();
+    case Isa::kAvx2:
+      return *avx2_dot_kernels();
+    default:
+      return scalar_dot_kernels();
+  }
+}
+
+// How the activations enter the kernel for a weight dtype.
+struct Plan {
+  DotFn fn;
+  DType act;  // F32 (used as is), Q8_0, Q8_1 or Q8_K
+};
+
+Plan plan_for(DType w, const DotKernels& k) {
+  switch (w) {
+    case DType::F32:
+      return {k.f32, DType::F32};
+    case DType::F16:
+      return {k.f16, DType::F32};
+    case DType::BF16:
+      return {k.bf16, DType::F32};
+    case DType::Q4_0:
+      return {k.q4_0, DType::Q8_0};
+    case DType::Q4_1:
+      return {k.q4_1, DType::Q8_1};
+    case DType::Q5_0:
+      return {k.q5_0, DType::Q8_0};
+    case DType::Q5_1:
+      return {k.q5_1, DType::Q8_1};
+    case DType::Q8_0:
+      return {k.q8_0, DType::Q8_0};
+    case DType::Q4_K:
+      return {k.q4_k, DType::Q8_K};
+    case DType::Q5_K:
+      return {k.q5_k, DType::Q8_K};
+    case DType::Q6_K:
+      return {k.q6_k, DType::Q8_K};
+    default:
+      return {nullptr, DType::F32};
+  }
+}
+
+void quantize_activation_row(DType act, const float* x, void* dst, int64_t k) {
+  switch (act) {
+    case DType::Q8_0:
+      return quantize_row_q8_0(x, static_cast<BlockQ8_0*>(dst), k);
+    case DType::Q8_1:
+      return quantize_row_q8_1(x, static_cast<BlockQ8_1*>(dst), k);
+    default:
+      return quantize_row_q8_k(x, static_cast<BlockQ8_K*>(dst), k);
+  }
+}
+
+// A thread's share must be at least this many multiply-adds, so small matrices stay on one
+// thread instead of paying for a wake-up.
+constexpr int64_t kMinMacsPerThread = int64_t(1) << 16;
+// Weight rows are walked in groups of about this many bytes when several activation tiles
+// revisit them, so a group stays in L2 between tiles.
+constexpr int64_t kWeightGroupBytes = int64_t(256) << 10;
+// Activation rows are quantized in parallel once a thread gets at least this many elements.
+constexpr int64_t kMinQuantElemsPerThread = int64_t(1) << 14;
+
+}  // namespace
+
+const char* linear_isa() {
+  return isa_name(selected_isa().load());
+}
+
+void set_linear_isa(const char* isa) {
+  Isa want;
+  if (std::strcmp(isa, "auto") == 0 || std::strcmp(isa, "avx512") == 0) {
+    want = Isa::kAvx512;
+  } else if (std::strcmp(isa, "avx2") == 0) {
+    want = Isa::kAvx2;
+  } else if (std::strcmp(isa, "scalar") == 0) {
+    want = Isa::kScalar;
+  } else {
+    KCHECK(false, "set_linear_isa: unknown ISA '{}' (auto, avx512, avx2, scalar)", isa);
+  }
+  selected_isa().store(best_isa(want));
+}
+
+void linear(const Tensor& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
+  const int64_t n = w.rows(), k = w.cols();
+  const DTypeInfo& info = dtype_info(w.dtype);
+  const Plan plan = plan_for(w.dtype, kernels_for(selected_isa().load()));
+  KCHECK(plan.fn != nullptr, "linear: unsupported weight dtype {}", info.name);
+  KCHECK(k % info.block_elems == 0, "linear: K = {} is not a multiple of the {} block ({})", k,
+         info.name, info.block_elems);
+  if (m <= 0 || n <= 0) return;
+
+  // Activations: f32 as given, or each row quantized once for all weight rows. The buffer is
+  // kept per calling thread, so steady-state calls do not allocate.
+  const void* xa = x;
+  size_t x_stride = size_t(k) * sizeof(float);
+  if (plan.act != DType::F32) {
+    thread_local std::vector<uint8_t> scratch;
+    x_stride = dtype_bytes(plan.act, k);
+    if (scratch.size() < size_t(m) * x_stride) scratch.resize(size_t(m) * x_stride);
+    uint8_t* q = scratch.data();
+    pool.parallel_for(m, kMinQuantElemsPerThread / std::max<int64_t>(k, 1) + 1,
+                      [&](int64_t r0, int64_t r1) {
+                        for (int64_t r = r0; r < r1; ++r) {
+                          quantize_activation_row(plan.act, x + r * k, q + r * x_stride, k);
+                        }
+                      });
+    xa = q;
+  }
+
+  // Output rows are split over threads; each output is computed whole by one kernel call, so
+  // neither the split nor the activation tile it lands in changes its summation order.
+  const int64_t grain = kMinMacsPerThread / std::max<int64_t>(1, m * k) + 1;
+  // With several activation tiles, weight rows go in groups that stay in L2 while every tile
+  // passes over them; with one tile each weight row is streamed exactly once.
+  const int64_t group =
+      m <= kMaxTileRows
+          ? n
+          : std::max<int64_t>(1, kWeightGroupBytes / std::max<int64_t>(1, int64_t(w.row_bytes())));
+  const auto* xbytes = static_cast<const uint8_t*>(xa);
+  pool.parallel_for(n, grain, [&](int64_t n0, int64_t n1) {
+    for (int64_t g0 = n0; g0 < n1; g0 += group) {
+      const int64_t g1 = std::min(n1, g0 + group);
+      for (int64_t m0 = 0; m0 < m; m0 += kMaxTileRows) {
+        const int nx = int(std::min<int64_t>(kMaxTileRows, m - m0));
+        const uint8_t* xt = xbytes + size_t(m0) * x_stride;
+        for (int64_t j = g0; j < g1; ++j) plan.fn(w.row(j), xt, x_stride, nx, k, y + m0 * n + j, n);
+      }
+    }
+  });
+}
+
+}  // namespace kestrel::cpu

@@ -1,0 +1,54 @@
+// backend/cpu/matmul_kernels.h — the per-ISA dot-product kernels behind linear().
+//
+// A kernel computes the dot products of one weight row with up to kMaxTileRows activation rows,
+// decoding each weight block once for all of them. Each output's arithmetic is the same whatever
+// the number of rows in the tile, so results do not depend on batch size or thread split.
+// Kernels unroll their per-row loops with #pragma GCC unroll: at -O2 GCC keeps the per-row
+// accumulator arrays in memory otherwise.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kestrel::cpu {
+
+constexpr int kMaxTileRows = 4;
+
+// out[r * out_stride] = dot(w, row r of x) for r < nx (1 <= nx <= kMaxTileRows).
+// w: k elements of the kernel's weight dtype. x: activation rows x_stride bytes apart, f32 for
+// float weights, else the matching int8 format (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1,
+// Q8_K for the K-quants).
+using DotFn = void (*)(const void* w, const void* x, size_t x_stride, int nx, int64_t k, float* out,
+                       int64_t out_stride);
+
+struct DotKernels {
+  DotFn f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k;
+};
+
+// Portable C++; always available.
+const DotKernels& scalar_dot_kernels();
+// nullptr when this build has no such code; callers check CPU support themselves.
+const DotKernels* avx2_dot_kernels();
+const DotKernels* avx512_dot_kernels();
+
+// Turns a kernel with a compile-time tile height, K::run<NX>(w, x, x_stride, k, out,
+// out_stride), into a DotFn. K lives in an unnamed namespace of each ISA's file, so every
+// instantiation stays local to the file (and its compile flags).
+template <typename K>
+void dispatch_tile(const void* w, const void* x, size_t x_stride, int nx, int64_t k, float* out,
+                   int64_t out_stride) {
+  switch (nx) {
+    case 1:
+      return K::template run<1>(w, x, x_stride, k, out, out_stride);
+    case 2:
+      return K::template run<2>(w, x, x_stride, k, out, out_stride);
+    case 3:
+      return K::template run<3>(w, x, x_stride, k, out, out_stride);
+    default:
+      return K::template run<4>(w, x, x_stride, k, out, out_stride);
+  }
+}
+
+static_assert(kMaxTileRows == 4, "dispatch_tile handles up to four rows");
+
+}  // namespace kestrel::cpu
