@@ -1,0 +1,297 @@
+#include "model/config.h"
+
+#include <cmath>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "base/mmap_file.h"
+
+namespace kestrel {
+namespace {
+
+using nlohmann::json;
+
+// False when `v` is not an integer that fits in int64.
+bool as_int64(const json& v, int64_t& out) {
+  if (!v.is_number_integer()) return false;
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+    return false;
+  out = v.get<int64_t>();
+  return true;
+}
+
+// Typed, non-throwing access to the fields of one JSON object. Errors read
+// "<file>: '<path.key>' must be ..."; a null value counts as absent (transformers writes nulls).
+class FieldReader {
+ public:
+  FieldReader(const json& obj, std::string file, std::string path = "")
+      : obj_(obj), file_(std::move(file)), path_(std::move(path)) {}
+
+  const json* find(const char* key) const {
+    auto it = obj_.find(key);
+    return it == obj_.end() || it->is_null() ? nullptr : &*it;
+  }
+  bool has(const char* key) const { return find(key) != nullptr; }
+
+  Error type_error(const char* key, const char* what) const {
+    return make_error("{}: '{}{}' must be {}", file_, path_, key, what);
+  }
+
+  Status get(const char* key, int64_t& out) const {
+    const json* v = find(key);
+    if (!v) return Status::Ok();
+    if (!as_int64(*v, out)) return type_error(key, "an integer");
+    return Status::Ok();
+  }
+  Status get(const char* key, double& out) const {
+    const json* v = find(key);
+    if (!v) return Status::Ok();
+    if (!v->is_number()) return type_error(key, "a number");
+    out = v->get<double>();
+    return Status::Ok();
+  }
+  Status get(const char* key, bool& out) const {
+    const json* v = find(key);
+    if (!v) return Status::Ok();
+    if (!v->is_boolean()) return type_error(key, "a boolean");
+    out = v->get<bool>();
+    return Status::Ok();
+  }
+  Status get(const char* key, std::string& out) const {
+    const json* v = find(key);
+    if (!v) return Status::Ok();
+    if (!v->is_string()) return type_error(key, "a string");
+    out = v->get<std::string>();
+    return Status::Ok();
+  }
+  template <typename T>
+  Status get(const char* key, std::optional<T>& out) const {
+    if (!has(key)) return Status::Ok();
+    T value{};
+    KTRY(get(key, value));
+    out = value;
+    return Status::Ok();
+  }
+  // An id or a list of ids (eos_token_id may be either).
+  Status get_ids(const char* key, std::vector<int64_t>& out) const {
+    const json* v = find(key);
+    if (!v) return Status::Ok();
+    out.clear();
+    if (!v->is_array()) {
+      if (!as_int64(*v, out.emplace_back()))
+        return type_error(key, "an integer or a list of integers");
+      return Status::Ok();
+    }
+    for (const auto& id : *v)
+      if (!as_int64(id, out.emplace_back()))
+        return type_error(key, "an integer or a list of integers");
+    return Status::Ok();
+  }
+
+  const std::string& file() const { return file_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  const json& obj_;
+  std::string file_;
+  std::string path_;
+};
+
+Expected<json> parse_object(const std::string& text, const std::string& file) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for huge numbers
+    return make_error("{}: invalid JSON: {}", file, e.what());
+  }
+  if (!j.is_object()) return make_error("{}: top level is not a JSON object", file);
+  return j;
+}
+
+Expected<RopeScalingType> rope_type_from_string(const std::string& s, const std::string& where) {
+  if (s == "default" || s == "none") return RopeScalingType::kNone;
+  if (s == "linear") return RopeScalingType::kLinear;
+  if (s == "dynamic") return RopeScalingType::kDynamic;
+  if (s == "llama3") return RopeScalingType::kLlama3;
+  if (s == "yarn") return RopeScalingType::kYarn;
+  return make_error(
+      "{}: unsupported rope type '{}' (supported: default, none, linear, dynamic, llama3, yarn)",
+      where, s);
+}
+
+// Reads rope_scaling (4.x) or rope_parameters (5.x); both carry the same keys.
+Status parse_rope(const FieldReader& r, ModelConfig& c) {
+  std::string type_name = "default";
+  KTRY(r.get("type", type_name));  // legacy key; rope_type wins when both are present
+  KTRY(r.get("rope_type", type_name));
+  RopeScaling& s = c.rope_scaling;
+  KASSIGN(s.type, rope_type_from_string(type_name, r.file()));
+  KTRY(r.get("rope_theta", c.rope_theta));
+  if (s.type == RopeScalingType::kNone) return Status::Ok();
+
+  const bool has_factor = r.has("factor");
+  KTRY(r.get("factor", s.factor));
+  KTRY(r.get("original_max_position_embeddings", s.original_max_position_embeddings));
+  if (s.type == RopeScalingType::kLlama3) {
+    KTRY(r.get("low_freq_factor", s.low_freq_factor));
+    KTRY(r.get("high_freq_factor", s.high_freq_factor));
+  }
+  if (s.type == RopeScalingType::kYarn) {
+    KTRY(r.get("beta_fast", s.beta_fast));
+    KTRY(r.get("beta_slow", s.beta_slow));
+    KTRY(r.get("attention_factor", s.attention_factor));
+    KTRY(r.get("mscale", s.mscale));
+    KTRY(r.get("mscale_all_dim", s.mscale_all_dim));
+    KTRY(r.get("truncate", s.truncate));
+    // transformers derives a missing yarn factor from the context extension.
+    if (!has_factor && s.original_max_position_embeddings > 0) {
+      s.factor = double(c.max_position_embeddings) / double(s.original_max_position_embeddings);
+      return Status::Ok();
+    }
+  }
+  if (!has_factor)
+    return make_error("{}: '{}factor' is required for rope type '{}'", r.file(), r.path(),
+                      type_name);
+  return Status::Ok();
+}
+
+Expected<ModelConfig> parse_config(const std::string& text, const std::string& file) {
+  KASSIGN(json j, parse_object(text, file));
+  FieldReader r(j, file);
+  ModelConfig c;
+
+  if (const json* arch = r.find("architectures")) {
+    if (!arch->is_array()) return r.type_error("architectures", "a list of strings");
+    if (!arch->empty()) {
+      if (!(*arch)[0].is_string()) return r.type_error("architectures", "a list of strings");
+      c.architecture = (*arch)[0].get<std::string>();
+    }
+  }
+  KTRY(r.get("model_type", c.model_type));
+  KTRY(r.get("vocab_size", c.vocab_size));
+  KTRY(r.get("hidden_size", c.hidden_size));
+  KTRY(r.get("intermediate_size", c.intermediate_size));
+  KTRY(r.get("num_hidden_layers", c.num_hidden_layers));
+  KTRY(r.get("num_attention_heads", c.num_attention_heads));
+  KTRY(r.get("num_key_value_heads", c.num_key_value_heads));
+  KTRY(r.get("head_dim", c.head_dim));
+  KTRY(r.get("max_position_embeddings", c.max_position_embeddings));
+  KTRY(r.get("rms_norm_eps", c.rms_norm_eps));
+  KTRY(r.get("rope_theta", c.rope_theta));
+  KTRY(r.get("attention_bias", c.attention_bias));
+  KTRY(r.get("tie_word_embeddings", c.tie_word_embeddings));
+  KTRY(r.get("hidden_act", c.hidden_act));
+  KTRY(r.get("torch_dtype", c.torch_dtype));
+  KTRY(r.get("dtype", c.torch_dtype));  // transformers 5.x name
+  KTRY(r.get_ids("eos_token_id", c.eos_token_ids));
+  KTRY(r.get("bos_token_id", c.bos_token_id));
+
+  std::optional<double> partial_rotary_factor;
+  KTRY(r.get("partial_rotary_factor", partial_rotary_factor));
+  // 5.x: rope_parameters replaces rope_theta + rope_scaling.
+  const char* rope_key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  if (const json* rope = r.find(rope_key)) {
+    if (!rope->is_object()) return r.type_error(rope_key, "an object");
+    FieldReader rr(*rope, file, std::string(rope_key) + ".");
+    KTRY(parse_rope(rr, c));
+    KTRY(rr.get("partial_rotary_factor", partial_rotary_factor));
+  }
+
+  if (c.model_type == "qwen2") c.attention_bias = true;  // hard-coded q/k/v biases
+  if (c.model_type == "qwen3") c.qk_norm = true;
+
+  if (partial_rotary_factor) {
+    const double f = *partial_rotary_factor;
+    if (!(f > 0.0 && f <= 1.0))
+      return make_error("{}: 'partial_rotary_factor' must be in (0, 1], got {}", file, f);
+    int64_t hd = c.head_dim;
+    if (hd == 0 && c.num_attention_heads > 0) hd = c.hidden_size / c.num_attention_heads;
+    c.rope_dim = int64_t(double(hd) * f);
+  }
+  Status st = c.finalize();
+  if (!st.ok()) return make_error("{}: {}", file, st.message());
+  return c;
+}
+
+Expected<GenerationDefaults> parse_generation(const std::string& text, const std::string& file) {
+  KASSIGN(json j, parse_object(text, file));
+  FieldReader r(j, file);
+  GenerationDefaults g;
+  KTRY(r.get_ids("eos_token_id", g.eos_token_ids));
+  KTRY(r.get("temperature", g.temperature));
+  KTRY(r.get("top_p", g.top_p));
+  KTRY(r.get("top_k", g.top_k));
+  KTRY(r.get("min_p", g.min_p));
+  KTRY(r.get("repetition_penalty", g.repetition_penalty));
+  KTRY(r.get("max_new_tokens", g.max_new_tokens));
+  return g;
+}
+
+}  // namespace
+
+Status ModelConfig::finalize() {
+  const std::pair<const char*, int64_t> required[] = {
+      {"vocab_size", vocab_size},
+      {"hidden_size", hidden_size},
+      {"intermediate_size", intermediate_size},
+      {"num_hidden_layers", num_hidden_layers},
+      {"num_attention_heads", num_attention_heads},
+      {"max_position_embeddings", max_position_embeddings},
+  };
+  for (const auto& [name, value] : required)
+    if (value <= 0) return make_error("'{}' must be a positive integer (got {})", name, value);
+
+  if (num_key_value_heads < 0)
+    return make_error("'num_key_value_heads' must be positive (got {})", num_key_value_heads);
+  if (num_key_value_heads == 0) num_key_value_heads = num_attention_heads;
+  if (num_attention_heads % num_key_value_heads != 0)
+    return make_error("num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                      num_attention_heads, num_key_value_heads);
+
+  if (head_dim < 0) return make_error("'head_dim' must be positive (got {})", head_dim);
+  if (head_dim == 0) {
+    if (hidden_size % num_attention_heads != 0)
+      return make_error("hidden_size {} is not divisible by num_attention_heads {} (set head_dim)",
+                        hidden_size, num_attention_heads);
+    head_dim = hidden_size / num_attention_heads;
+  }
+  if (rope_dim == 0) rope_dim = head_dim;
+  if (rope_dim < 0 || rope_dim > head_dim || rope_dim % 2 != 0)
+    return make_error("rotary width {} must be even and within head_dim {}", rope_dim, head_dim);
+
+  if (!(rms_norm_eps > 0.0 && std::isfinite(rms_norm_eps)))
+    return make_error("'rms_norm_eps' must be positive (got {})", rms_norm_eps);
+  if (!(rope_theta > 0.0 && std::isfinite(rope_theta)))
+    return make_error("'rope_theta' must be positive (got {})", rope_theta);
+  if (hidden_act != "silu")
+    return make_error("unsupported hidden_act '{}' (only silu is supported)", hidden_act);
+
+  const RopeScaling& s = rope_scaling;
+  if (s.type != RopeScalingType::kNone) {
+    if (!(s.factor > 0.0 && std::isfinite(s.factor)))
+      return make_error("rope scaling factor must be positive (got {})", s.factor);
+    if (s.original_max_position_embeddings < 0)
+      return make_error("rope scaling original_max_position_embeddings must not be negative");
+  }
+  // The llama3 ramp divides by (high_freq_factor - low_freq_factor).
+  if (s.type == RopeScalingType::kLlama3 && !(s.high_freq_factor > s.low_freq_factor))
+    return make_error("llama3 rope scaling needs high_freq_factor {} > low_freq_factor {}",
+                      s.high_freq_factor, s.low_freq_factor);
+  return Status::Ok();
+}
+
+Expected<ModelConfig> parse_config_json(const std::string& text) {
+  return parse_config(text, "config.json");
+}
+
+Expected<ModelConfig> load_config_json(const std::string& path) {
+  KASSIGN(std::string text, read_text_file(path));
+  return parse_config(text, path);
+}
+
+Expected<GenerationDefaults> parse_generation_config_json(const std::string& text) {
+  return parse_generation(text, "generation_config.json");
+}
+
+}  // namespace kestrel
