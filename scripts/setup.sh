@@ -7,7 +7,7 @@ SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 
 DEB_PACKAGES=(
-  build-essential cmake ninja-build pkg-config git clang clang-format
+  build-essential cmake ninja-build pkg-config git clang clang-format libclang-rt-14-dev
   libboost-dev libboost-system-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libxxhash-dev libopenblas-dev
