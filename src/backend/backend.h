@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/cpu/matmul.h"
 #include "backend/cpu/paged_attention.h"
 #include "backend/cpu/rope.h"
 #include "tensor/tensor.h"
@@ -37,7 +38,9 @@ class Backend {
                                float* out, DType act) = 0;
 };
 
-// The CPU backend with `threads` compute threads (0 = all cores).
-std::unique_ptr<Backend> make_cpu_backend(int threads);
+// The CPU backend with `threads` compute threads (0 = all cores); `quant_compute` says how
+// quantized weights are multiplied (see cpu::QuantCompute).
+std::unique_ptr<Backend> make_cpu_backend(
+    int threads, cpu::QuantCompute quant_compute = cpu::QuantCompute::kInt8);
 
 }  // namespace kestrel

@@ -30,6 +30,8 @@ struct Args {
   std::string model;
   std::string load_format = "auto";
   std::string dtype = "auto";
+  std::string kv_cache_dtype = "auto";
+  std::string quant_compute = "int8";
   std::optional<std::string> prompt;
   std::optional<std::string> prompt_ids;
   int max_tokens = 64;
@@ -107,6 +109,8 @@ int generate(const Args& a) {
   lo.model = a.model;
   lo.load_format = a.load_format;
   lo.dtype = a.dtype;
+  lo.kv_cache_dtype = a.kv_cache_dtype;
+  lo.quant_compute = a.quant_compute;
   lo.threads = a.threads;
   lo.seed = a.seed;
   auto loaded = load_model(lo);
@@ -248,7 +252,12 @@ int run_generate(int argc, char** argv) {
   app.add_option("--threads,-t", a.threads, "compute threads (0 = all cores)")
       ->check(CLI::Range(0, 1024));
   app.add_option("--load-format", a.load_format, "auto | safetensors | gguf | dummy");
-  app.add_option("--dtype", a.dtype, "dummy weights dtype: auto | float32 | bfloat16 | float16");
+  app.add_option("--dtype", a.dtype,
+                 "activation (and dummy weight) dtype: auto | float32 | bfloat16 | float16");
+  app.add_option("--kv-cache-dtype", a.kv_cache_dtype, "auto | fp32 | bf16 | fp16");
+  app.add_option("--quant-compute", a.quant_compute,
+                 "quantized weights: int8 (activations quantized per block, as llama.cpp) | f32 "
+                 "(blocks dequantized against f32 activations)");
   app.add_option("--log-level", a.log_level, "debug | info | warning | error");
   try {
     app.parse(argc, argv);

@@ -23,11 +23,12 @@ struct ForwardBatch {
   std::span<const int32_t> logits_indices;  // rows of T whose logits are wanted
 };
 
-// KV storage for every layer: one allocation, [layers][K|V][blocks, block_size, kv_heads, hd].
+// KV storage for every layer: one allocation, [layers][K|V][blocks, block_size, kv_heads, hd]
+// of `dtype` (F32, F16 or BF16).
 class KVCacheStorage {
  public:
-  KVCacheStorage(int num_layers, int64_t num_blocks, int block_size, int num_kv_heads,
-                 int head_dim);
+  KVCacheStorage(int num_layers, int64_t num_blocks, int block_size, int num_kv_heads, int head_dim,
+                 DType dtype);
   cpu::KVLayer layer(int i) const;
   int64_t num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
@@ -35,6 +36,7 @@ class KVCacheStorage {
 
  private:
   HostBuffer buffer_;
+  DType dtype_;
   int num_layers_;
   int64_t num_blocks_;
   int block_size_;
@@ -50,11 +52,13 @@ class CausalLM {
   virtual void forward(const ForwardBatch& batch, KVCacheStorage& kv, float* logits) = 0;
   // Bytes of weights read by one decode step (for bandwidth figures).
   virtual size_t weight_bytes() const = 0;
+  // The dtype KV caches of this model are stored in (--kv-cache-dtype).
+  virtual DType kv_cache_dtype() const = 0;
   // Builds KV storage sized for this model.
   KVCacheStorage make_kv_cache(int64_t num_blocks, int block_size) const {
     const auto& c = config();
     return KVCacheStorage(int(c.num_hidden_layers), num_blocks, block_size,
-                          int(c.num_key_value_heads), int(c.head_dim));
+                          int(c.num_key_value_heads), int(c.head_dim), kv_cache_dtype());
   }
 };
 

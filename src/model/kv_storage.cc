@@ -3,9 +3,10 @@
 namespace kestrel {
 
 KVCacheStorage::KVCacheStorage(int num_layers, int64_t num_blocks, int block_size, int num_kv_heads,
-                               int head_dim)
-    : buffer_(DType::F32, Shape{int64_t(num_layers) * 2 * num_blocks * block_size *
-                                int64_t(num_kv_heads) * head_dim}),
+                               int head_dim, DType dtype)
+    : buffer_(dtype, Shape{int64_t(num_layers) * 2 * num_blocks * block_size *
+                           int64_t(num_kv_heads) * head_dim}),
+      dtype_(dtype),
       num_layers_(num_layers),
       num_blocks_(num_blocks),
       block_size_(block_size),
@@ -15,10 +16,12 @@ KVCacheStorage::KVCacheStorage(int num_layers, int64_t num_blocks, int block_siz
 cpu::KVLayer KVCacheStorage::layer(int i) const {
   KCHECK(i >= 0 && i < num_layers_, "layer {} out of range", i);
   const int64_t per = num_blocks_ * block_size_ * int64_t(num_kv_heads_) * head_dim_;
-  float* base = static_cast<float*>(const_cast<void*>(buffer_.view().data));
+  const size_t per_bytes = dtype_bytes(dtype_, per);
+  auto* base = static_cast<uint8_t*>(const_cast<void*>(buffer_.view().data));
   cpu::KVLayer l;
-  l.k = base + (2 * int64_t(i)) * per;
-  l.v = l.k + per;
+  l.k = base + 2 * size_t(i) * per_bytes;
+  l.v = base + (2 * size_t(i) + 1) * per_bytes;
+  l.dtype = dtype_;
   l.num_blocks = num_blocks_;
   l.block_size = block_size_;
   l.num_kv_heads = num_kv_heads_;

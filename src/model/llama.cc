@@ -24,8 +24,8 @@ Expected<std::vector<float>> load_vector(WeightSource& src, const std::string& n
 
 class LlamaModel final : public CausalLM {
  public:
-  LlamaModel(const ModelConfig& cfg, DType act_dtype, Backend& backend)
-      : cfg_(cfg), act_(act_dtype), be_(backend) {}
+  LlamaModel(const ModelConfig& cfg, DType act_dtype, DType kv_dtype, Backend& backend)
+      : cfg_(cfg), act_(act_dtype), kv_dtype_(kv_dtype), be_(backend) {}
 
   Status load(WeightSource& src) {
     const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size;
@@ -66,6 +66,7 @@ class LlamaModel final : public CausalLM {
   }
 
   const ModelConfig& config() const override { return cfg_; }
+  DType kv_cache_dtype() const override { return kv_dtype_; }
 
   size_t weight_bytes() const override {
     size_t b = lm_head_.nbytes();
@@ -188,6 +189,7 @@ class LlamaModel final : public CausalLM {
 
   ModelConfig cfg_;
   DType act_;
+  DType kv_dtype_;
   Backend& be_;
   Tensor embed_, lm_head_;
   std::vector<float> final_norm_;
@@ -199,8 +201,9 @@ class LlamaModel final : public CausalLM {
 }  // namespace
 
 Expected<std::unique_ptr<CausalLM>> build_llama(const ModelConfig& cfg, DType act_dtype,
-                                                WeightSource& src, Backend& backend) {
-  auto m = std::make_unique<LlamaModel>(cfg, act_dtype, backend);
+                                                DType kv_dtype, WeightSource& src,
+                                                Backend& backend) {
+  auto m = std::make_unique<LlamaModel>(cfg, act_dtype, kv_dtype, backend);
   KTRY(m->load(src));
   return std::unique_ptr<CausalLM>(std::move(m));
 }

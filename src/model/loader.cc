@@ -34,6 +34,17 @@ Expected<DType> model_dtype(const LoadOptions& o, const ModelConfig& cfg) {
   return make_error("unsupported --dtype '{}' (use auto, float32, bfloat16 or float16)", d);
 }
 
+Expected<DType> kv_dtype(const LoadOptions& o, DType act, bool gguf) {
+  const std::string& d = o.kv_cache_dtype;
+  if (d == "auto") return gguf && act == DType::F32 ? DType::F16 : act;
+  if (d == "float32" || d == "fp32") return DType::F32;
+  if (d == "bfloat16" || d == "bf16") return DType::BF16;
+  if (d == "float16" || d == "fp16") return DType::F16;
+  if (d == "fp8" || d == "fp8_e4m3" || d == "fp8_e5m2")
+    return make_error("--kv-cache-dtype {} is not supported on the CPU backend yet", d);
+  return make_error("unsupported --kv-cache-dtype '{}' (use auto, fp32, bf16 or fp16)", d);
+}
+
 Status load_generation_defaults(const std::string& dir, LoadedModel& lm) {
   const fs::path p = fs::path(dir) / "generation_config.json";
   if (!fs::exists(p)) return Status::Ok();
@@ -78,6 +89,7 @@ Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
   }
 
   KASSIGN(const DType act_dtype, model_dtype(o, lm->config));
+  KASSIGN(const DType cache_dtype, kv_dtype(o, act_dtype, gguf));
   if (dummy) {
     // Dummy weights default to bf16, the dtype big checkpoints ship in.
     const DType wt =
@@ -89,11 +101,17 @@ Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
     KASSIGN(auto ckpt, SafetensorsCheckpoint::open_dir(o.model));
     lm->weights = make_safetensors_source(std::move(ckpt), o.model);
   }
-  lm->backend = make_cpu_backend(o.threads);
-  KASSIGN(lm->model, build_llama(lm->config, act_dtype, *lm->weights, *lm->backend));
-  KLOG_INFO("loaded {} ({}) from {} on {}, {} activations", lm->config.architecture,
+  cpu::QuantCompute qc = cpu::QuantCompute::kInt8;
+  if (o.quant_compute == "f32") {
+    qc = cpu::QuantCompute::kF32;
+  } else if (o.quant_compute != "int8") {
+    return make_error("unsupported --quant-compute '{}' (use int8 or f32)", o.quant_compute);
+  }
+  lm->backend = make_cpu_backend(o.threads, qc);
+  KASSIGN(lm->model, build_llama(lm->config, act_dtype, cache_dtype, *lm->weights, *lm->backend));
+  KLOG_INFO("loaded {} ({}) from {} on {}, {} activations, {} KV cache", lm->config.architecture,
             lm->config.model_type, lm->weights->describe(), lm->backend->name(),
-            dtype_name(act_dtype));
+            dtype_name(act_dtype), dtype_name(cache_dtype));
   return lm;
 }
 

@@ -266,6 +266,28 @@ TEST_P(LinearTest, RowsDoNotDependOnBatch) {
   }
 }
 
+// QuantCompute::kF32: the dequantized weights times the f32 activations, with no activation
+// quantization, so only f32 summation separates it from the float64 product.
+TEST_P(LinearTest, F32QuantComputeMatchesDequantizedProduct) {
+  const DType t = GetParam();
+  ThreadPool pool(2);
+  const int64_t k = round_k(512), n = 33, m = 5;
+  const Weights w = make_weights(t, n, k, 7);
+  const auto x = randn(m * k, 8);
+  std::vector<float> y(m * n, -1.0f);
+  linear(w.tensor(), x.data(), m, y.data(), pool, QuantCompute::kF32);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0, mag = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        ref += w.deq[j * k + i] * x[r * k + i];
+        mag += std::fabs(w.deq[j * k + i] * x[r * k + i]);
+      }
+      EXPECT_NEAR(y[r * n + j], ref, 1e-5 * mag) << "row " << r << " col " << j;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, LinearTest, ::testing::ValuesIn(kWeightTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

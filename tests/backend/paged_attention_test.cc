@@ -47,7 +47,7 @@ void run_case(const Case& c, int threads) {
   std::vector<float> kc(nblocks * c.block_size * row), vc(kc.size());
   for (auto& x : kc) x = nd(rng);
   for (auto& x : vc) x = nd(rng);
-  KVLayer layer{kc.data(), vc.data(), nblocks, c.block_size, kvh, hd};
+  KVLayer layer{kc.data(), vc.data(), DType::F32, nblocks, c.block_size, kvh, hd};
 
   // Dense per-sequence K/V (f64) for the reference; the old tokens are placed in the cache
   // directly, the new ones through write_kv.
@@ -128,6 +128,88 @@ TEST(PagedAttention, OddHeadDimSmallBlocksManyThreads) {
 
 TEST(PagedAttention, MultiQueryAttention) {
   run_case({8, 1, 32, 16, {70, 3}, {2, 3}}, 2);
+}
+
+}  // namespace
+}  // namespace kestrel::cpu
+
+namespace kestrel::cpu {
+namespace {
+
+// The bf16-activation path: scores, scaled scores, probabilities and output rounded to bf16.
+// Compared with the f32 path on the same cache: close, representable in bf16, not identical.
+TEST(PagedAttention, Bf16ActivationPathStaysCloseToF32) {
+  const int nh = 4, kvh = 2, hd = 16, bs = 16, len = 37;
+  std::mt19937 rng(99);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> kc(4 * bs * kvh * hd), vc(kc.size()), q(len * nh * hd);
+  for (auto& x : kc) x = bf16_to_f32(f32_to_bf16(nd(rng)));
+  for (auto& x : vc) x = bf16_to_f32(f32_to_bf16(nd(rng)));
+  for (auto& x : q) x = nd(rng);
+  KVLayer layer{kc.data(), vc.data(), DType::F32, 4, bs, kvh, hd};
+  std::vector<int32_t> positions(len), table = {2, 0, 3}, qsl = {0, len};
+  std::vector<int64_t> slots(len);
+  for (int i = 0; i < len; ++i) {
+    positions[i] = i;
+    slots[i] = int64_t(table[i / bs]) * bs + i % bs;
+  }
+  AttentionBatch batch{len, 1, positions.data(), slots.data(), qsl.data(), table.data(), 3};
+  ThreadPool pool(2);
+  std::vector<float> a(q.size()), b(q.size());
+  paged_attention(q.data(), layer, batch, nh, 0.25f, a.data(), pool, DType::F32);
+  paged_attention(q.data(), layer, batch, nh, 0.25f, b.data(), pool, DType::BF16);
+  bool any_differs = false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(b[i], bf16_to_f32(f32_to_bf16(b[i])));
+    EXPECT_NEAR(b[i], a[i], 3e-2 * (1 + std::fabs(a[i])));
+    any_differs |= a[i] != b[i];
+  }
+  EXPECT_TRUE(any_differs);
+}
+
+// An f16 cache stores K/V as f16 bits and computes with f16 operands: the result equals an f64
+// reference over the f16-rounded q, K, V and probabilities (f32 accumulation aside).
+TEST(PagedAttention, F16CacheMatchesReferenceOverRoundedOperands) {
+  const int nh = 2, kvh = 1, hd = 8, bs = 4, len = 11;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<uint16_t> kc(4 * bs * kvh * hd), vc(kc.size());
+  std::vector<float> k(len * kvh * hd), v(k.size()), q(len * nh * hd), out(q.size());
+  for (auto& x : k) x = nd(rng);
+  for (auto& x : v) x = nd(rng);
+  for (auto& x : q) x = nd(rng);
+  KVLayer layer{kc.data(), vc.data(), DType::F16, 4, bs, kvh, hd};
+  std::vector<int32_t> positions(len), table = {3, 1, 0}, qsl = {0, len};
+  std::vector<int64_t> slots(len);
+  for (int i = 0; i < len; ++i) {
+    positions[i] = i;
+    slots[i] = int64_t(table[i / bs]) * bs + i % bs;
+  }
+  AttentionBatch batch{len, 1, positions.data(), slots.data(), qsl.data(), table.data(), 3};
+  write_kv(layer, k.data(), v.data(), batch);
+  for (int i = 0; i < len; ++i)
+    for (int d = 0; d < hd; ++d) EXPECT_EQ(kc[slots[i] * hd + d], f32_to_f16(k[i * hd + d]));
+  ThreadPool pool(1);
+  paged_attention(q.data(), layer, batch, nh, 0.35f, out.data(), pool);
+  auto h = [](double x) { return double(f16_to_f32(f32_to_f16(float(x)))); };
+  for (int t = 0; t < len; ++t) {
+    for (int hh = 0; hh < nh; ++hh) {
+      std::vector<double> sc(t + 1);
+      double mx = -1e300, sum = 0;
+      for (int j = 0; j <= t; ++j) {
+        double dot = 0;
+        for (int d = 0; d < hd; ++d) dot += h(q[(t * nh + hh) * hd + d]) * h(k[j * hd + d]);
+        sc[j] = dot * 0.35;
+        mx = std::max(mx, sc[j]);
+      }
+      for (auto& x : sc) sum += (x = std::exp(x - mx));
+      for (int d = 0; d < hd; ++d) {
+        double ref = 0;
+        for (int j = 0; j <= t; ++j) ref += h(sc[j] / sum) * h(v[j * hd + d]);
+        EXPECT_NEAR(out[(t * nh + hh) * hd + d], ref, 1e-5 * (1 + std::fabs(ref)));
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -92,6 +92,28 @@ TEST(Loader, MissingPathAndBadFormat) {
   EXPECT_NE(lm.error().message.find("--load-format"), std::string::npos);
 }
 
+TEST(Loader, KvCacheDtypeAndQuantComputeOptions) {
+  LoadOptions o;
+  o.model = write_config_dir("kvdtype", tiny_config());
+  o.load_format = "dummy";
+  for (auto [flag, want] : {std::pair{"auto", DType::BF16}, std::pair{"fp16", DType::F16},
+                            std::pair{"fp32", DType::F32}}) {
+    o.kv_cache_dtype = flag;
+    auto lm = load_model(o);
+    ASSERT_TRUE(lm.ok()) << lm.error().message;
+    EXPECT_EQ((*lm)->model->kv_cache_dtype(), want) << flag;
+  }
+  o.kv_cache_dtype = "fp8";
+  auto lm = load_model(o);
+  ASSERT_FALSE(lm.ok());
+  EXPECT_NE(lm.error().message.find("not supported on the CPU backend"), std::string::npos);
+  o.kv_cache_dtype = "auto";
+  o.quant_compute = "int4";
+  lm = load_model(o);
+  ASSERT_FALSE(lm.ok());
+  EXPECT_NE(lm.error().message.find("--quant-compute"), std::string::npos);
+}
+
 TEST(Loader, ShapeMismatchNamesTheTensor) {
   const fs::path src = fs::path(test::fixtures_dir()) / "models" / "llama3_f32";
   if (!fs::exists(src)) GTEST_SKIP() << "fixture missing";

@@ -8,12 +8,14 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads) : pool_(threads) {}
+  CpuBackend(int threads, cpu::QuantCompute qc) : pool_(threads), quant_compute_(qc) {}
   std::string name() const override {
-    return fmt::format("cpu ({} threads, {})", pool_.size(), cpu::linear_isa());
+    return fmt::format("cpu ({} threads, {}, {} quantized matmuls)", pool_.size(),
+                       cpu::linear_isa(),
+                       quant_compute_ == cpu::QuantCompute::kInt8 ? "int8" : "f32");
   }
   void linear(const Tensor& w, const float* x, int64_t m, float* y) override {
-    cpu::linear(w, x, m, y, pool_);
+    cpu::linear(w, x, m, y, pool_, quant_compute_);
   }
   void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t dim, float* y,
                 DType act) override {
@@ -48,12 +50,13 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadPool pool_;
+  cpu::QuantCompute quant_compute_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) {
-  return std::make_unique<CpuBackend>(threads);
+std::unique_ptr<Backend> make_cpu_backend(int threads, cpu::QuantCompute quant_compute) {
+  return std::make_unique<CpuBackend>(threads, quant_compute);
 }
 
 }  // namespace kestrel

@@ -107,6 +107,52 @@ Plan plan_for(DType w, const DotKernels& k) {
   }
 }
 
+// QuantCompute::kF32: one weight block at a time is decoded to f32 (exactly, by the shared
+// dequantizer) and dotted with every activation row of the tile.
+template <DType T>
+void dequant_dot(const void* w, const void* x, size_t x_stride, int nx, int64_t k, float* out,
+                 int64_t out_stride) {
+  const DTypeInfo& info = dtype_info(T);
+  float block[QK_K];
+  float acc[kMaxTileRows] = {};
+  const auto* wb = static_cast<const uint8_t*>(w);
+  for (int64_t b = 0; b < k / info.block_elems; ++b) {
+    dequantize_row(T, wb + b * info.block_bytes, block, info.block_elems);
+    for (int r = 0; r < nx; ++r) {
+      const float* xr =
+          reinterpret_cast<const float*>(static_cast<const uint8_t*>(x) + size_t(r) * x_stride) +
+          b * info.block_elems;
+      float s = 0.0f;
+      for (int i = 0; i < info.block_elems; ++i) s += block[i] * xr[i];
+      acc[r] += s;
+    }
+  }
+  for (int r = 0; r < nx; ++r) out[r * out_stride] = acc[r];
+}
+
+DotFn dequant_dot_for(DType w) {
+  switch (w) {
+    case DType::Q4_0:
+      return dequant_dot<DType::Q4_0>;
+    case DType::Q4_1:
+      return dequant_dot<DType::Q4_1>;
+    case DType::Q5_0:
+      return dequant_dot<DType::Q5_0>;
+    case DType::Q5_1:
+      return dequant_dot<DType::Q5_1>;
+    case DType::Q8_0:
+      return dequant_dot<DType::Q8_0>;
+    case DType::Q4_K:
+      return dequant_dot<DType::Q4_K>;
+    case DType::Q5_K:
+      return dequant_dot<DType::Q5_K>;
+    case DType::Q6_K:
+      return dequant_dot<DType::Q6_K>;
+    default:
+      return nullptr;
+  }
+}
+
 void quantize_activation_row(DType act, const float* x, void* dst, int64_t k) {
   switch (act) {
     case DType::Q8_0:
@@ -147,10 +193,12 @@ void set_linear_isa(const char* isa) {
   selected_isa().store(best_isa(want));
 }
 
-void linear(const Tensor& w, const float* x, int64_t m, float* y, ThreadPool& pool) {
+void linear(const Tensor& w, const float* x, int64_t m, float* y, ThreadPool& pool,
+            QuantCompute mode) {
   const int64_t n = w.rows(), k = w.cols();
   const DTypeInfo& info = dtype_info(w.dtype);
-  const Plan plan = plan_for(w.dtype, kernels_for(selected_isa().load()));
+  Plan plan = plan_for(w.dtype, kernels_for(selected_isa().load()));
+  if (mode == QuantCompute::kF32 && info.quantized) plan = {dequant_dot_for(w.dtype), DType::F32};
   KCHECK(plan.fn != nullptr, "linear: unsupported weight dtype {}", info.name);
   KCHECK(k % info.block_elems == 0, "linear: K = {} is not a multiple of the {} block ({})", k,
          info.name, info.block_elems);

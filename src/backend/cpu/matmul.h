@@ -9,10 +9,17 @@
 
 namespace kestrel::cpu {
 
+// How quantized weights meet the activations.
+enum class QuantCompute {
+  kInt8,  // activations quantized per block to Q8_0/Q8_1/Q8_K, integer dot products (llama.cpp)
+  kF32,   // each weight block dequantized to f32 and multiplied with the f32 activations
+};
+
 // W: [N, K] (PyTorch [out, in]) of dtype F32/F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K.
 // x: [M, K] f32 row-major; y: [M, N] f32 row-major (overwritten). K must be a multiple of the
 // weight's block size. Work is split over `pool`.
-void linear(const Tensor& w, const float* x, int64_t m, float* y, ThreadPool& pool);
+void linear(const Tensor& w, const float* x, int64_t m, float* y, ThreadPool& pool,
+            QuantCompute mode = QuantCompute::kInt8);
 
 // Which SIMD implementation linear() uses on this CPU ("avx512", "avx2", "scalar").
 const char* linear_isa();

@@ -7,116 +7,153 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/quant.h"
+#include "base/fp16.h"
 #include "base/status.h"
 
 namespace kestrel::cpu {
+namespace {
 
-void write_kv(const KVLayer& cache, const float* k, const float* v, const AttentionBatch& batch) {
-  const int64_t row = int64_t(cache.num_kv_heads) * cache.head_dim;
-  for (int64_t t = 0; t < batch.num_tokens; ++t) {
-    const int64_t slot = batch.slot_mapping[t];
-    KCHECK(slot >= 0 && slot < cache.num_blocks * cache.block_size, "slot {} out of range", slot);
-    std::memcpy(cache.k + slot * row, k + t * row, row * sizeof(float));
-    std::memcpy(cache.v + slot * row, v + t * row, row * sizeof(float));
+size_t elem_size(DType t) {
+  return t == DType::F32 ? 4 : 2;
+}
+
+void store_row(DType t, const float* src, void* dst, int64_t n) {
+  if (t == DType::F32) {
+    std::memcpy(dst, src, size_t(n) * 4);
+  } else if (t == DType::F16) {
+    auto* d = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+  } else {
+    auto* d = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
   }
 }
 
-namespace {
+// Where one cached row (one token, one KV head) of K or V starts.
+struct CacheRows {
+  const KVLayer& c;
+  const int32_t* block_table;
+  int kv_head;
+  const uint8_t* at(const void* base, int32_t pos) const {
+    const int64_t slot =
+        int64_t(block_table[pos / c.block_size]) * c.block_size + pos % c.block_size;
+    const int64_t elem = (slot * c.num_kv_heads + kv_head) * int64_t(c.head_dim);
+    return static_cast<const uint8_t*>(base) + elem * int64_t(elem_size(c.dtype));
+  }
+};
 
-// One (token, kv head) unit: the whole query group of that KV head attends together so every
-// K/V row read from the cache serves all of the group's heads. Online softmax keeps one pass.
-void attend_group(const float* q, const KVLayer& c, const int32_t* block_table, int32_t pos,
-                  int group, int head_dim, float scale, int kv_head, float* out, float* m,
-                  float* l) {
-  const int64_t row = int64_t(c.num_kv_heads) * head_dim;
+// One (token, kv head) unit of an all-f32 cache: the whole query group of that KV head attends
+// together so every K/V row read serves all of the group's heads; online softmax, one pass.
+void attend_group_f32(const float* q, const CacheRows& rows, int32_t pos, int group, int hd,
+                      float scale, float* out, float* m, float* l) {
   for (int g = 0; g < group; ++g) {
     m[g] = -std::numeric_limits<float>::infinity();
     l[g] = 0.0f;
-    std::fill(out + g * head_dim, out + (g + 1) * head_dim, 0.0f);
+    std::fill(out + g * hd, out + (g + 1) * hd, 0.0f);
   }
   for (int32_t j = 0; j <= pos; ++j) {
-    const int64_t slot = int64_t(block_table[j / c.block_size]) * c.block_size + j % c.block_size;
-    const float* kr = c.k + slot * row + int64_t(kv_head) * head_dim;
-    const float* vr = c.v + slot * row + int64_t(kv_head) * head_dim;
+    const float* kr = reinterpret_cast<const float*>(rows.at(rows.c.k, j));
+    const float* vr = reinterpret_cast<const float*>(rows.at(rows.c.v, j));
     for (int g = 0; g < group; ++g) {
-      const float* qg = q + g * head_dim;
+      const float* qg = q + g * hd;
       float s = 0.0f;
-      for (int d = 0; d < head_dim; ++d) s += qg[d] * kr[d];
+      for (int d = 0; d < hd; ++d) s += qg[d] * kr[d];
       s *= scale;
-      float* og = out + g * head_dim;
+      float* og = out + g * hd;
       if (s > m[g]) {
         const float corr = std::exp(m[g] - s);
         l[g] *= corr;
-        for (int d = 0; d < head_dim; ++d) og[d] *= corr;
+        for (int d = 0; d < hd; ++d) og[d] *= corr;
         m[g] = s;
       }
       const float p = std::exp(s - m[g]);
       l[g] += p;
-      for (int d = 0; d < head_dim; ++d) og[d] += p * vr[d];
+      for (int d = 0; d < hd; ++d) og[d] += p * vr[d];
     }
   }
   for (int g = 0; g < group; ++g) {
     const float inv = 1.0f / l[g];
-    for (int d = 0; d < head_dim; ++d) out[g * head_dim + d] *= inv;
+    for (int d = 0; d < hd; ++d) out[g * hd + d] *= inv;
   }
 }
 
-// The reduced-precision emulation: scores kept for the whole row, softmax in f32 over the
-// rounded scaled scores, probabilities rounded before the weighted sum of V.
-void attend_head_rounded(const float* q, const KVLayer& c, const int32_t* block_table, int32_t pos,
-                         int head_dim, float scale, int kv_head, DType act, float* out,
-                         std::vector<float>& scores) {
-  const int64_t row = int64_t(c.num_kv_heads) * head_dim;
-  auto slot_of = [&](int32_t j) {
-    return int64_t(block_table[j / c.block_size]) * c.block_size + j % c.block_size;
-  };
-  scores.resize(size_t(pos) + 1);
+// Scratch for the reduced-precision path, reused across the units of one thread.
+struct Scratch {
+  std::vector<float> q, row, scores;
+};
+
+// One head with a half-precision cache and/or reduced-precision activations (see the header).
+void attend_head_rounded(const float* q_in, const CacheRows& rows, int32_t pos, int hd, float scale,
+                         DType act, float* out, Scratch& s) {
+  const DType op = rows.c.dtype;
+  s.q.assign(q_in, q_in + hd);
+  round_to(op, s.q.data(), hd);
+  s.row.resize(hd);
+  s.scores.resize(size_t(pos) + 1);
   float mx = -std::numeric_limits<float>::infinity();
   for (int32_t j = 0; j <= pos; ++j) {
-    const float* kr = c.k + slot_of(j) * row + int64_t(kv_head) * head_dim;
-    float s = 0.0f;
-    for (int d = 0; d < head_dim; ++d) s += q[d] * kr[d];
-    scores[j] = round_to(act, round_to(act, s) * scale);
-    mx = std::max(mx, scores[j]);
+    dequantize_row(op, rows.at(rows.c.k, j), s.row.data(), hd);
+    float dot = 0.0f;
+    for (int d = 0; d < hd; ++d) dot += s.q[d] * s.row[d];
+    s.scores[j] = round_to(act, round_to(act, dot) * scale);
+    mx = std::max(mx, s.scores[j]);
   }
   float sum = 0.0f;
-  for (auto& s : scores) sum += (s = std::exp(s - mx));
-  std::fill(out, out + head_dim, 0.0f);
+  for (auto& v : s.scores) sum += (v = std::exp(v - mx));
+  const DType p_dtype = act != DType::F32 ? act : op;
+  std::fill(out, out + hd, 0.0f);
   for (int32_t j = 0; j <= pos; ++j) {
-    const float p = round_to(act, scores[j] / sum);
-    const float* vr = c.v + slot_of(j) * row + int64_t(kv_head) * head_dim;
-    for (int d = 0; d < head_dim; ++d) out[d] += p * vr[d];
+    const float p = round_to(p_dtype, s.scores[j] / sum);
+    dequantize_row(op, rows.at(rows.c.v, j), s.row.data(), hd);
+    for (int d = 0; d < hd; ++d) out[d] += p * s.row[d];
   }
-  round_to(act, out, head_dim);
+  round_to(act, out, hd);
 }
 
 }  // namespace
+
+void write_kv(const KVLayer& cache, const float* k, const float* v, const AttentionBatch& batch) {
+  const int64_t row = int64_t(cache.num_kv_heads) * cache.head_dim;
+  const int64_t row_bytes = row * int64_t(elem_size(cache.dtype));
+  for (int64_t t = 0; t < batch.num_tokens; ++t) {
+    const int64_t slot = batch.slot_mapping[t];
+    KCHECK(slot >= 0 && slot < cache.num_blocks * cache.block_size, "slot {} out of range", slot);
+    store_row(cache.dtype, k + t * row, static_cast<uint8_t*>(cache.k) + slot * row_bytes, row);
+    store_row(cache.dtype, v + t * row, static_cast<uint8_t*>(cache.v) + slot * row_bytes, row);
+  }
+}
 
 void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch& batch,
                      int num_heads, float scale, float* out, ThreadPool& pool, DType act) {
   const int kvh = cache.num_kv_heads;
   const int hd = cache.head_dim;
   KCHECK(num_heads % kvh == 0, "heads {} not a multiple of kv heads {}", num_heads, kvh);
+  KCHECK(cache.dtype == DType::F32 || cache.dtype == DType::F16 || cache.dtype == DType::BF16,
+         "unsupported KV cache dtype {}", dtype_name(cache.dtype));
   const int group = num_heads / kvh;
+  const bool exact_f32 = cache.dtype == DType::F32 && act == DType::F32;
   // Map each token to its sequence once.
   std::vector<int32_t> seq_of(batch.num_tokens);
   for (int s = 0; s < batch.num_seqs; ++s)
     for (int32_t t = batch.query_start_loc[s]; t < batch.query_start_loc[s + 1]; ++t) seq_of[t] = s;
   const int64_t units = batch.num_tokens * kvh;
   pool.parallel_for(units, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> m(group), l(group), scores;
+    std::vector<float> m(group), l(group);
+    Scratch scratch;
     for (int64_t u = begin; u < end; ++u) {
       const int64_t t = u / kvh;
       const int h = int(u % kvh);
-      const int32_t* bt = batch.block_tables + int64_t(seq_of[t]) * batch.max_blocks_per_seq;
+      const CacheRows rows{cache,
+                           batch.block_tables + int64_t(seq_of[t]) * batch.max_blocks_per_seq, h};
       const int64_t off = (t * num_heads + int64_t(h) * group) * hd;
-      if (act == DType::F32) {
-        attend_group(q + off, cache, bt, batch.positions[t], group, hd, scale, h, out + off,
-                     m.data(), l.data());
+      if (exact_f32) {
+        attend_group_f32(q + off, rows, batch.positions[t], group, hd, scale, out + off, m.data(),
+                         l.data());
       } else {
         for (int g = 0; g < group; ++g)
-          attend_head_rounded(q + off + g * hd, cache, bt, batch.positions[t], hd, scale, h, act,
-                              out + off + g * hd, scores);
+          attend_head_rounded(q + off + g * hd, rows, batch.positions[t], hd, scale, act,
+                              out + off + g * hd, scratch);
       }
     }
   });

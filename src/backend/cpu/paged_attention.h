@@ -1,6 +1,7 @@
 // backend/cpu/paged_attention.h — causal attention over a paged KV cache.
-// The cache of one layer is [num_blocks, block_size, num_kv_heads, head_dim] for K and for V;
-// a sequence's token at position p lives in block block_table[p / block_size], row p % block_size.
+// The cache of one layer is [num_blocks, block_size, num_kv_heads, head_dim] for K and for V, in
+// f32, f16 or bf16; a sequence's token at position p lives in block block_table[p / block_size],
+// row p % block_size.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +12,9 @@
 namespace kestrel::cpu {
 
 struct KVLayer {
-  float* k = nullptr;
-  float* v = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
+  DType dtype = DType::F32;  // F32, F16 or BF16
   int64_t num_blocks = 0;
   int block_size = 16;
   int num_kv_heads = 0;
@@ -30,14 +32,18 @@ struct AttentionBatch {
   int max_blocks_per_seq = 0;
 };
 
-// Stores the new tokens' K and V ([num_tokens, num_kv_heads, head_dim]) at their slots.
+// Stores the new tokens' K and V ([num_tokens, num_kv_heads, head_dim], f32) at their slots,
+// converted to the cache dtype (round to nearest even).
 void write_kv(const KVLayer& cache, const float* k, const float* v, const AttentionBatch& batch);
 
 // out[t, h, :] = softmax(q[t,h]·K[0..pos_t]ᵀ·scale)·V for each token t (keys of its own sequence
-// up to and including its position); q and out are [num_tokens, num_heads, head_dim].
+// up to and including its position); q and out are [num_tokens, num_heads, head_dim] f32.
 // Query head h reads KV head h / (num_heads / num_kv_heads).
-// With act = BF16/F16 the scores, the scaled scores and the probabilities are rounded to that
-// dtype as an eager reference with such activations does (two passes instead of online softmax).
+// Precision: with an f16/bf16 cache the two products take operands of the cache dtype, as a
+// half-precision GEMM does — q is rounded for Q·Kᵀ and the normalized probabilities for P·V —
+// with f32 accumulation. With act = BF16/F16 (a model whose activations are that dtype) the
+// scores, scaled scores and the output are also rounded to it, as an eager reference computes.
+// All-f32 runs one pass with online softmax; the others keep each row's scores (two passes).
 void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch& batch,
                      int num_heads, float scale, float* out, ThreadPool& pool,
                      DType act = DType::F32);
