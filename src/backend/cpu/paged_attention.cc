@@ -1,5 +1,7 @@
 #include "backend/cpu/paged_attention.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -7,7 +9,6 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
-#include "backend/cpu/quant.h"
 #include "base/fp16.h"
 #include "base/status.h"
 
@@ -78,37 +79,67 @@ void attend_group_f32(const float* q, const CacheRows& rows, int32_t pos, int gr
   }
 }
 
+// Widens one cached row to f32 (F16C for f16: the build baseline has it).
+void load_row(DType t, const uint8_t* src, float* dst, int n) {
+  if (t == DType::F32) {
+    std::memcpy(dst, src, size_t(n) * 4);
+    return;
+  }
+  const auto* h = reinterpret_cast<const uint16_t*>(src);
+  int i = 0;
+  if (t == DType::F16) {
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(dst + i,
+                       _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+    for (; i < n; ++i) dst[i] = f16_to_f32(h[i]);
+  } else {
+    for (; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
+  }
+}
+
 // Scratch for the reduced-precision path, reused across the units of one thread.
 struct Scratch {
   std::vector<float> q, row, scores;
 };
 
-// One head with a half-precision cache and/or reduced-precision activations (see the header).
-void attend_head_rounded(const float* q_in, const CacheRows& rows, int32_t pos, int hd, float scale,
-                         DType act, float* out, Scratch& s) {
+// One (token, kv head) unit with a half-precision cache and/or reduced-precision activations
+// (see the header). Each K and V row is widened once for the whole query group.
+void attend_group_rounded(const float* q_in, const CacheRows& rows, int32_t pos, int group, int hd,
+                          float scale, DType act, float* out, Scratch& s) {
   const DType op = rows.c.dtype;
-  s.q.assign(q_in, q_in + hd);
-  round_to(op, s.q.data(), hd);
+  const int64_t len = int64_t(pos) + 1;
+  s.q.assign(q_in, q_in + int64_t(group) * hd);
+  round_to(op, s.q.data(), int64_t(group) * hd);
   s.row.resize(hd);
-  s.scores.resize(size_t(pos) + 1);
-  float mx = -std::numeric_limits<float>::infinity();
+  s.scores.resize(size_t(group) * len);
   for (int32_t j = 0; j <= pos; ++j) {
-    dequantize_row(op, rows.at(rows.c.k, j), s.row.data(), hd);
-    float dot = 0.0f;
-    for (int d = 0; d < hd; ++d) dot += s.q[d] * s.row[d];
-    s.scores[j] = round_to(act, round_to(act, dot) * scale);
-    mx = std::max(mx, s.scores[j]);
+    load_row(op, rows.at(rows.c.k, j), s.row.data(), hd);
+    for (int g = 0; g < group; ++g) {
+      const float* qg = s.q.data() + g * hd;
+      float dot = 0.0f;
+      for (int d = 0; d < hd; ++d) dot += qg[d] * s.row[d];
+      s.scores[g * len + j] = round_to(act, round_to(act, dot) * scale);
+    }
   }
-  float sum = 0.0f;
-  for (auto& v : s.scores) sum += (v = std::exp(v - mx));
   const DType p_dtype = act != DType::F32 ? act : op;
-  std::fill(out, out + hd, 0.0f);
-  for (int32_t j = 0; j <= pos; ++j) {
-    const float p = round_to(p_dtype, s.scores[j] / sum);
-    dequantize_row(op, rows.at(rows.c.v, j), s.row.data(), hd);
-    for (int d = 0; d < hd; ++d) out[d] += p * s.row[d];
+  for (int g = 0; g < group; ++g) {
+    float* sc = s.scores.data() + g * len;
+    const float mx = *std::max_element(sc, sc + len);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < len; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < len; ++j) sc[j] = round_to(p_dtype, sc[j] * inv);
   }
-  round_to(act, out, hd);
+  std::fill(out, out + int64_t(group) * hd, 0.0f);
+  for (int32_t j = 0; j <= pos; ++j) {
+    load_row(op, rows.at(rows.c.v, j), s.row.data(), hd);
+    for (int g = 0; g < group; ++g) {
+      const float p = s.scores[g * len + j];
+      float* og = out + g * hd;
+      for (int d = 0; d < hd; ++d) og[d] += p * s.row[d];
+    }
+  }
+  round_to(act, out, int64_t(group) * hd);
 }
 
 }  // namespace
@@ -151,9 +182,8 @@ void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch&
         attend_group_f32(q + off, rows, batch.positions[t], group, hd, scale, out + off, m.data(),
                          l.data());
       } else {
-        for (int g = 0; g < group; ++g)
-          attend_head_rounded(q + off + g * hd, rows, batch.positions[t], hd, scale, act,
-                              out + off + g * hd, scratch);
+        attend_group_rounded(q + off, rows, batch.positions[t], group, hd, scale, act, out + off,
+                             scratch);
       }
     }
   });
