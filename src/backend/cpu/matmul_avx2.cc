@@ -6,38 +6,10 @@
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
-#include <immintrin.h>
-
-#include <cstring>
-
-#include "backend/cpu/quant.h"
-#include "backend/cpu/quant_kscales.h"
+#include "backend/cpu/matmul_x86_common.h"
 
 namespace kestrel::cpu {
 namespace {
-
-template <typename T>
-const T* row(const void* x, size_t stride, int r) {
-  return reinterpret_cast<const T*>(static_cast<const uint8_t*>(x) + size_t(r) * stride);
-}
-
-float f16(uint16_t h) {
-  return _cvtsh_ss(h);
-}
-
-float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-__m256i load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-__m128i load128(const void* p) {
-  return _mm_loadu_si128(static_cast<const __m128i*>(p));
-}
 
 // Eight int32 sums of q*y over groups of four bytes; q unsigned (< 128), y signed.
 __m256i dot_u8(__m256i q, __m256i y) {
@@ -49,54 +21,7 @@ __m256i dot_s8(__m256i aw, __m256i w, __m256i y) {
   return dot_u8(aw, _mm256_sign_epi8(y, w));
 }
 
-// The 32 codes of a 16-byte nibble array: low nibbles (elements 0..15), then high nibbles.
-__m256i nibbles32(const uint8_t* qs) {
-  const __m128i v = load128(qs), m = _mm_set1_epi8(0xF);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
-}
-
-// Byte j = 0x10 where bit j of bits is set: the fifth bit of Q5_0 / Q5_1 codes.
-__m256i bits_to_0x10(uint32_t bits) {
-  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
-                                          2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-  const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
-  __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)), spread);
-  v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
-}
-
-uint32_t load_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // ---- float weights ----
-
-struct F32W {
-  static __m256 load8(const void* w, int64_t i) {
-    return _mm256_loadu_ps(static_cast<const float*>(w) + i);
-  }
-  static float at(const void* w, int64_t i) { return static_cast<const float*>(w)[i]; }
-};
-struct F16W {
-  static __m256 load8(const void* w, int64_t i) {
-    return _mm256_cvtph_ps(load128(static_cast<const uint16_t*>(w) + i));
-  }
-  static float at(const void* w, int64_t i) { return f16(static_cast<const uint16_t*>(w)[i]); }
-};
-struct BF16W {
-  static __m256 load8(const void* w, int64_t i) {
-    const __m256i v = _mm256_cvtepu16_epi32(load128(static_cast<const uint16_t*>(w) + i));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-  }
-  static float at(const void* w, int64_t i) {
-    const uint32_t u = uint32_t(static_cast<const uint16_t*>(w)[i]) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-};
 
 template <typename W>
 struct FloatDot {
@@ -126,7 +51,7 @@ struct FloatDot {
     }
 #pragma GCC unroll 4
     for (int r = 0; r < NX; ++r) {
-      float s = hsum(_mm256_add_ps(a0[r], a1[r]));
+      float s = hsum256(_mm256_add_ps(a0[r], a1[r]));
       for (int64_t j = i; j < k; ++j) s += W::at(w, j) * xr[r][j];
       out[r * os] = s;
     }
@@ -134,24 +59,6 @@ struct FloatDot {
 };
 
 // ---- 32-element blocks against Q8_0 (signed weight codes) ----
-
-struct Q4_0W {
-  using Block = BlockQ4_0;
-  static __m256i codes(const Block& b) {
-    return _mm256_sub_epi8(nibbles32(b.qs), _mm256_set1_epi8(8));
-  }
-};
-struct Q5_0W {
-  using Block = BlockQ5_0;
-  static __m256i codes(const Block& b) {
-    const __m256i q = _mm256_or_si256(nibbles32(b.qs), bits_to_0x10(load_u32(b.qh)));
-    return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-  }
-};
-struct Q8_0W {
-  using Block = BlockQ8_0;
-  static __m256i codes(const Block& b) { return load256(b.qs); }
-};
 
 template <typename W>
 struct SymDot {
@@ -177,22 +84,11 @@ struct SymDot {
       }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < NX; ++r) out[r * os] = hsum(acc[r]);
+    for (int r = 0; r < NX; ++r) out[r * os] = hsum256(acc[r]);
   }
 };
 
 // ---- 32-element blocks with a min against Q8_1 ----
-
-struct Q4_1W {
-  using Block = BlockQ4_1;
-  static __m256i codes(const Block& b) { return nibbles32(b.qs); }
-};
-struct Q5_1W {
-  using Block = BlockQ5_1;
-  static __m256i codes(const Block& b) {
-    return _mm256_or_si256(nibbles32(b.qs), bits_to_0x10(load_u32(b.qh)));
-  }
-};
 
 template <typename W>
 struct MinDot {
@@ -220,13 +116,13 @@ struct MinDot {
       }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < NX; ++r) out[r * os] = hsum(acc[r]) + mins[r];
+    for (int r = 0; r < NX; ++r) out[r * os] = hsum256(acc[r]) + mins[r];
   }
 };
 
 // ---- K-quants against Q8_K ----
 
-// Q4_K / Q5_K: chunk c (64 elements) holds sub-blocks 2c (low nibbles) and 2c+1 (high).
+// Q4_K / Q5_K: the sub-blocks of chunk c (see KQuantCodes) against 64 bytes of y.
 template <typename Block, bool kHighBit>
 struct KQuantDot {
   template <int NX>
@@ -239,30 +135,17 @@ struct KQuantDot {
       xr[r] = row<BlockQ8_K>(x, xs, r);
       acc[r] = acc_min[r] = _mm256_setzero_ps();
     }
-    const __m256i low4 = _mm256_set1_epi8(0xF);
     for (int64_t b = 0; b < k / QK_K; ++b) {
       const Block& blk = wb[b];
-      uint8_t sc[8], mn[8];
-      unpack_k_scales(blk.scales, sc, mn);
-      const __m128i mn8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn));
-      // mn_j once for each of the two bsums of sub-block j.
-      const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));
-      __m256i hbits = _mm256_setzero_si256();
-      if constexpr (kHighBit) hbits = load256(blk.qh);
+      KQuantCodes<Block, kHighBit> codes(blk);
       __m256i isum[NX];
 #pragma GCC unroll 4
       for (int r = 0; r < NX; ++r) isum[r] = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
-        const __m256i q = load256(blk.qs + 32 * c);
-        __m256i lo = _mm256_and_si256(q, low4);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-        if constexpr (kHighBit) {
-          const __m256i bit4 = _mm256_set1_epi8(0x10);
-          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hbits, 4), bit4));
-          hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hbits, 3), bit4));
-          hbits = _mm256_srli_epi16(hbits, 2);
-        }
-        const __m256i s_lo = _mm256_set1_epi16(sc[2 * c]), s_hi = _mm256_set1_epi16(sc[2 * c + 1]);
+        __m256i lo, hi;
+        codes.chunk(blk, c, lo, hi);
+        const __m256i s_lo = _mm256_set1_epi16(codes.sc[2 * c]),
+                      s_hi = _mm256_set1_epi16(codes.sc[2 * c + 1]);
 #pragma GCC unroll 4
         for (int r = 0; r < NX; ++r) {
           const int8_t* yq = xr[r][b].qs + 64 * c;
@@ -275,14 +158,14 @@ struct KQuantDot {
 #pragma GCC unroll 4
       for (int r = 0; r < NX; ++r) {
         const BlockQ8_K& y = xr[r][b];
-        const __m256i m = _mm256_madd_epi16(load256(y.bsums), mins16);
+        const __m256i m = codes.mins(y.bsums);
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(dw * y.d), acc[r]);
         acc_min[r] =
             _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(dminw * y.d), acc_min[r]);
       }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < NX; ++r) out[r * os] = hsum(acc[r]) - hsum(acc_min[r]);
+    for (int r = 0; r < NX; ++r) out[r * os] = hsum256(acc[r]) - hsum256(acc_min[r]);
   }
 };
 
@@ -336,29 +219,17 @@ struct Q6KDot {
 #pragma GCC unroll 4
       for (int r = 0; r < NX; ++r) {
         const BlockQ8_K& y = xr[r][b];
-        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(y.bsums), sc16), 5);
+        const __m256i offset = q6k_offset(y.bsums, sc16);
         const __m256 p = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r], offset));
         acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * y.d), acc[r]);
       }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < NX; ++r) out[r * os] = hsum(acc[r]);
+    for (int r = 0; r < NX; ++r) out[r * os] = hsum256(acc[r]);
   }
 };
 
-constexpr DotKernels kAvx2Kernels = {
-    .f32 = dispatch_tile<FloatDot<F32W>>,
-    .f16 = dispatch_tile<FloatDot<F16W>>,
-    .bf16 = dispatch_tile<FloatDot<BF16W>>,
-    .q4_0 = dispatch_tile<SymDot<Q4_0W>>,
-    .q4_1 = dispatch_tile<MinDot<Q4_1W>>,
-    .q5_0 = dispatch_tile<SymDot<Q5_0W>>,
-    .q5_1 = dispatch_tile<MinDot<Q5_1W>>,
-    .q8_0 = dispatch_tile<SymDot<Q8_0W>>,
-    .q4_k = dispatch_tile<KQuantDot<BlockQ4_K, false>>,
-    .q5_k = dispatch_tile<KQuantDot<BlockQ5_K, true>>,
-    .q6_k = dispatch_tile<Q6KDot>,
-};
+constexpr DotKernels kAvx2Kernels = make_dot_kernels<FloatDot, SymDot, MinDot, KQuantDot, Q6KDot>();
 
 }  // namespace
 

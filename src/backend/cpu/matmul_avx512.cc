@@ -4,7 +4,8 @@
 //
 // This file is compiled with AVX-512 flags, so it must not create out-of-line code the linker
 // could share with other files (an inline function or template of another header): it uses only
-// intrinsics, its own unnamed namespace, and the static helpers of quant_kscales.h.
+// intrinsics, unnamed namespaces (its own and matmul_x86_common.h's) and the static helpers of
+// quant_kscales.h.
 #include "backend/cpu/matmul_kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
@@ -14,38 +15,13 @@
 // which its own -Wuninitialized then reports (GCC PR105593, fixed in 12.3/13).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-
-#include "backend/cpu/quant.h"
-#include "backend/cpu/quant_kscales.h"
+#include "backend/cpu/matmul_x86_common.h"
 
 namespace kestrel::cpu {
 namespace {
 
-template <typename T>
-const T* row(const void* x, size_t stride, int r) {
-  return reinterpret_cast<const T*>(static_cast<const uint8_t*>(x) + size_t(r) * stride);
-}
-
-float f16(uint16_t h) {
-  return _cvtsh_ss(h);
-}
-
-float hsum256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 __m512i load512(const void* p) {
   return _mm512_loadu_si512(p);
-}
-__m256i load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-__m128i load128(const void* p) {
-  return _mm_loadu_si128(static_cast<const __m128i*>(p));
 }
 
 // Two 32-byte halves into one register, a in the low half.
@@ -67,12 +43,6 @@ __m256i dot_s8(__m256i aw, __m256i w, __m256i y) {
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, _mm256_sign_epi8(y, w));
 }
 
-// The 32 codes of a 16-byte nibble array: low nibbles (elements 0..15), then high nibbles.
-__m256i nibbles32(const uint8_t* qs) {
-  const __m128i v = load128(qs), m = _mm_set1_epi8(0xF);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
-}
-
 // The 64 codes of two consecutive nibble arrays, in element order.
 __m512i nibbles64(const uint8_t* qs0, const uint8_t* qs1) {
   const __m256i v = _mm256_set_m128i(load128(qs1), load128(qs0));
@@ -82,16 +52,7 @@ __m512i nibbles64(const uint8_t* qs0, const uint8_t* qs1) {
   return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
 }
 
-uint32_t load_u32(const uint8_t* p) {
-  uint32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return v;
-}
-
-// 0x10 in byte j where bit j of bits is set: the fifth bit of Q5_0 / Q5_1 codes.
-__m256i bits_to_0x10(uint32_t bits) {
-  return _mm256_maskz_mov_epi8(bits, _mm256_set1_epi8(0x10));
-}
+// bits_to_0x10 of two consecutive blocks: bytes 0..31 from bits0, 32..63 from bits1.
 __m512i bits_to_0x10(uint32_t bits0, uint32_t bits1) {
   return _mm512_maskz_mov_epi8(uint64_t(bits0) | (uint64_t(bits1) << 32), _mm512_set1_epi8(0x10));
 }
@@ -102,7 +63,11 @@ const void* bsums(const BlockQ8_K& y) {
 
 // ---- float weights: two accumulators per row, masked loads for the tail ----
 
-struct F32W {
+// Sixteen-wide forms of the common float decoders.
+template <typename W>
+struct Wide;
+template <>
+struct Wide<F32W> {
   static __m512 load16(const void* w, int64_t i) {
     return _mm512_loadu_ps(static_cast<const float*>(w) + i);
   }
@@ -110,7 +75,8 @@ struct F32W {
     return _mm512_maskz_loadu_ps(m, static_cast<const float*>(w) + i);
   }
 };
-struct F16W {
+template <>
+struct Wide<F16W> {
   static __m512 load16(const void* w, int64_t i) {
     return _mm512_cvtph_ps(load256(static_cast<const uint16_t*>(w) + i));
   }
@@ -118,7 +84,8 @@ struct F16W {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(w) + i));
   }
 };
-struct BF16W {
+template <>
+struct Wide<BF16W> {
   static __m512 widen(__m256i h) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
@@ -143,7 +110,7 @@ struct FloatDot {
     }
     int64_t i = 0;
     for (; i + 32 <= k; i += 32) {
-      const __m512 w0 = W::load16(w, i), w1 = W::load16(w, i + 16);
+      const __m512 w0 = Wide<W>::load16(w, i), w1 = Wide<W>::load16(w, i + 16);
 #pragma GCC unroll 4
       for (int r = 0; r < NX; ++r) {
         a0[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xr[r] + i), a0[r]);
@@ -151,14 +118,14 @@ struct FloatDot {
       }
     }
     if (i + 16 <= k) {
-      const __m512 w0 = W::load16(w, i);
+      const __m512 w0 = Wide<W>::load16(w, i);
 #pragma GCC unroll 4
       for (int r = 0; r < NX; ++r) a0[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xr[r] + i), a0[r]);
       i += 16;
     }
     if (i < k) {
       const __mmask16 m = __mmask16((1u << (k - i)) - 1);
-      const __m512 wt = W::load_tail(w, i, m);
+      const __m512 wt = Wide<W>::load_tail(w, i, m);
 #pragma GCC unroll 4
       for (int r = 0; r < NX; ++r) {
         a1[r] = _mm512_fmadd_ps(wt, _mm512_maskz_loadu_ps(m, xr[r] + i), a1[r]);
@@ -171,31 +138,26 @@ struct FloatDot {
 
 // ---- 32-element blocks against Q8_0 (signed weight codes), two blocks per step ----
 
-struct Q4_0W {
-  using Block = BlockQ4_0;
-  static __m512i codes2(const Block* b) {
+// The 64 codes of two consecutive blocks; the common decoders (W::codes) take an odd last one.
+template <typename W>
+struct Pair;
+template <>
+struct Pair<Q4_0W> {
+  static __m512i codes(const BlockQ4_0* b) {
     return _mm512_sub_epi8(nibbles64(b[0].qs, b[1].qs), _mm512_set1_epi8(8));
   }
-  static __m256i codes1(const Block& b) {
-    return _mm256_sub_epi8(nibbles32(b.qs), _mm256_set1_epi8(8));
-  }
 };
-struct Q5_0W {
-  using Block = BlockQ5_0;
-  static __m512i codes2(const Block* b) {
+template <>
+struct Pair<Q5_0W> {
+  static __m512i codes(const BlockQ5_0* b) {
     const __m512i q = _mm512_or_si512(nibbles64(b[0].qs, b[1].qs),
                                       bits_to_0x10(load_u32(b[0].qh), load_u32(b[1].qh)));
     return _mm512_sub_epi8(q, _mm512_set1_epi8(16));
   }
-  static __m256i codes1(const Block& b) {
-    const __m256i q = _mm256_or_si256(nibbles32(b.qs), bits_to_0x10(load_u32(b.qh)));
-    return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-  }
 };
-struct Q8_0W {
-  using Block = BlockQ8_0;
-  static __m512i codes2(const Block* b) { return join(load256(b[0].qs), load256(b[1].qs)); }
-  static __m256i codes1(const Block& b) { return load256(b.qs); }
+template <>
+struct Pair<Q8_0W> {
+  static __m512i codes(const BlockQ8_0* b) { return join(load256(b[0].qs), load256(b[1].qs)); }
 };
 
 template <typename W>
@@ -213,7 +175,7 @@ struct SymDot {
     }
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-      const __m512i q = W::codes2(wb + b);
+      const __m512i q = Pair<W>::codes(wb + b);
       const __m512i aq = _mm512_abs_epi8(q);
       const __mmask64 neg = _mm512_movepi8_mask(q);
       const float dw0 = f16(wb[b].d), dw1 = f16(wb[b + 1].d);
@@ -227,7 +189,7 @@ struct SymDot {
     }
     float tail[NX] = {};
     if (b < nb) {
-      const __m256i q = W::codes1(wb[b]);
+      const __m256i q = W::codes(wb[b]);
       const __m256i aq = _mm256_sign_epi8(q, q);
       const float dw = f16(wb[b].d);
 #pragma GCC unroll 4
@@ -244,19 +206,15 @@ struct SymDot {
 
 // ---- 32-element blocks with a min against Q8_1, two blocks per step ----
 
-struct Q4_1W {
-  using Block = BlockQ4_1;
-  static __m512i codes2(const Block* b) { return nibbles64(b[0].qs, b[1].qs); }
-  static __m256i codes1(const Block& b) { return nibbles32(b.qs); }
+template <>
+struct Pair<Q4_1W> {
+  static __m512i codes(const BlockQ4_1* b) { return nibbles64(b[0].qs, b[1].qs); }
 };
-struct Q5_1W {
-  using Block = BlockQ5_1;
-  static __m512i codes2(const Block* b) {
+template <>
+struct Pair<Q5_1W> {
+  static __m512i codes(const BlockQ5_1* b) {
     return _mm512_or_si512(nibbles64(b[0].qs, b[1].qs),
                            bits_to_0x10(load_u32(b[0].qh), load_u32(b[1].qh)));
-  }
-  static __m256i codes1(const Block& b) {
-    return _mm256_or_si256(nibbles32(b.qs), bits_to_0x10(load_u32(b.qh)));
   }
 };
 
@@ -277,7 +235,7 @@ struct MinDot {
     }
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-      const __m512i q = W::codes2(wb + b);
+      const __m512i q = Pair<W>::codes(wb + b);
       const float dw0 = f16(wb[b].d), dw1 = f16(wb[b + 1].d);
       const float mw0 = f16(wb[b].m), mw1 = f16(wb[b + 1].m);
 #pragma GCC unroll 4
@@ -291,7 +249,7 @@ struct MinDot {
       }
     }
     if (b < nb) {
-      const __m256i q = W::codes1(wb[b]);
+      const __m256i q = W::codes(wb[b]);
       const float dw = f16(wb[b].d), mw = f16(wb[b].m);
 #pragma GCC unroll 4
       for (int r = 0; r < NX; ++r) {
@@ -309,7 +267,7 @@ struct MinDot {
 
 // ---- K-quants against Q8_K ----
 
-// Q4_K / Q5_K: chunk c (64 elements) is sub-block 2c (low nibbles of qs[32c..]) then 2c+1.
+// Q4_K / Q5_K: the two sub-blocks of chunk c (see KQuantCodes) in one register.
 template <typename Block, bool kHighBit>
 struct KQuantDot {
   template <int NX>
@@ -324,34 +282,22 @@ struct KQuantDot {
       acc[r] = _mm512_setzero_ps();
       acc_min[r] = _mm256_setzero_ps();
     }
-    const __m256i low4 = _mm256_set1_epi8(0xF), bit4 = _mm256_set1_epi8(0x10);
     for (int64_t b = 0; b < k / QK_K; ++b) {
       const Block& blk = wb[b];
-      uint8_t sc[8], mn[8];
-      unpack_k_scales(blk.scales, sc, mn);
-      const __m128i mn8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn));
-      // mn_j once for each of the two bsums of sub-block j.
-      const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));
-      __m256i hbits = _mm256_setzero_si256();
-      if constexpr (kHighBit) hbits = load256(blk.qh);
+      KQuantCodes<Block, kHighBit> codes(blk);
       __m512i isum[NX];
 #pragma GCC unroll 4
       for (int r = 0; r < NX; ++r) isum[r] = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
-        const __m256i q = load256(blk.qs + 32 * c);
-        __m256i lo = _mm256_and_si256(q, low4);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-        if constexpr (kHighBit) {
-          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hbits, 4), bit4));
-          hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hbits, 3), bit4));
-          hbits = _mm256_srli_epi16(hbits, 2);
-        }
-        const __m512i codes = join(lo, hi);
-        const __m512i scale = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(sc[2 * c]),
-                                                      _mm512_set1_epi16(sc[2 * c + 1]));
+        __m256i lo, hi;
+        codes.chunk(blk, c, lo, hi);
+        const __m512i q = join(lo, hi);
+        const __m512i scale =
+            _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(codes.sc[2 * c]),
+                                    _mm512_set1_epi16(codes.sc[2 * c + 1]));
 #pragma GCC unroll 4
         for (int r = 0; r < NX; ++r) {
-          const __m512i p = _mm512_maddubs_epi16(codes, load512(xr[r][b].qs + 64 * c));
+          const __m512i p = _mm512_maddubs_epi16(q, load512(xr[r][b].qs + 64 * c));
           isum[r] = _mm512_dpwssd_epi32(isum[r], p, scale);
         }
       }
@@ -359,7 +305,7 @@ struct KQuantDot {
 #pragma GCC unroll 4
       for (int r = 0; r < NX; ++r) {
         const BlockQ8_K& y = xr[r][b];
-        const __m256i m = _mm256_madd_epi16(load256(bsums(y)), mins16);
+        const __m256i m = codes.mins(bsums(y));
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_set1_ps(dw * y.d), acc[r]);
         acc_min[r] =
             _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(dminw * y.d), acc_min[r]);
@@ -434,7 +380,7 @@ struct Q6KDot {
 #pragma GCC unroll 4
       for (int r = 0; r < NX; ++r) {
         const BlockQ8_K& y = xr[r][b];
-        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(bsums(y)), sc16), 5);
+        const __m256i offset = q6k_offset(bsums(y), sc16);
         const __m512i total = _mm512_sub_epi32(isum[r], _mm512_zextsi256_si512(offset));
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_set1_ps(dw * y.d), acc[r]);
       }
@@ -444,19 +390,8 @@ struct Q6KDot {
   }
 };
 
-constexpr DotKernels kAvx512Kernels = {
-    .f32 = dispatch_tile<FloatDot<F32W>>,
-    .f16 = dispatch_tile<FloatDot<F16W>>,
-    .bf16 = dispatch_tile<FloatDot<BF16W>>,
-    .q4_0 = dispatch_tile<SymDot<Q4_0W>>,
-    .q4_1 = dispatch_tile<MinDot<Q4_1W>>,
-    .q5_0 = dispatch_tile<SymDot<Q5_0W>>,
-    .q5_1 = dispatch_tile<MinDot<Q5_1W>>,
-    .q8_0 = dispatch_tile<SymDot<Q8_0W>>,
-    .q4_k = dispatch_tile<KQuantDot<BlockQ4_K, false>>,
-    .q5_k = dispatch_tile<KQuantDot<BlockQ5_K, true>>,
-    .q6_k = dispatch_tile<Q6KDot>,
-};
+constexpr DotKernels kAvx512Kernels =
+    make_dot_kernels<FloatDot, SymDot, MinDot, KQuantDot, Q6KDot>();
 
 }  // namespace
 

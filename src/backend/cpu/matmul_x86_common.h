@@ -1,0 +1,198 @@
+// backend/cpu/matmul_x86_common.h — the 256-bit helpers and weight decoders that the AVX2 and
+// AVX-512 dot-product kernels share, and the dtype-to-kernel table both fill.
+//
+// Include only from matmul_*.cc files, inside their ISA guard. Everything here has internal
+// linkage (an unnamed namespace), so each including file gets its own copy compiled with its own
+// flags: the linker can never keep an AVX-512-compiled copy for the AVX2 path.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/quant.h"
+#include "backend/cpu/quant_kscales.h"
+
+namespace kestrel::cpu {
+namespace {
+
+template <typename T>
+const T* row(const void* x, size_t stride, int r) {
+  return reinterpret_cast<const T*>(static_cast<const uint8_t*>(x) + size_t(r) * stride);
+}
+
+float f16(uint16_t h) {
+  return _cvtsh_ss(h);
+}
+
+float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+__m256i load256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+__m128i load128(const void* p) {
+  return _mm_loadu_si128(static_cast<const __m128i*>(p));
+}
+
+uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// The 32 codes of a 16-byte nibble array: low nibbles (elements 0..15), then high nibbles.
+__m256i nibbles32(const uint8_t* qs) {
+  const __m128i v = load128(qs), m = _mm_set1_epi8(0xF);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+}
+
+// Byte j = 0x10 where bit j of bits is set: the fifth bit of Q5_0 / Q5_1 codes. A single masked
+// move where the including file is compiled with AVX-512BW/VL.
+__m256i bits_to_0x10(uint32_t bits) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  return _mm256_maskz_mov_epi8(bits, _mm256_set1_epi8(0x10));
+#else
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                          2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
+  __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)), spread);
+  v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+#endif
+}
+
+// ---- float weights: eight at a time, plus one for scalar tails ----
+
+struct F32W {
+  static __m256 load8(const void* w, int64_t i) {
+    return _mm256_loadu_ps(static_cast<const float*>(w) + i);
+  }
+  static float at(const void* w, int64_t i) { return static_cast<const float*>(w)[i]; }
+};
+struct F16W {
+  static __m256 load8(const void* w, int64_t i) {
+    return _mm256_cvtph_ps(load128(static_cast<const uint16_t*>(w) + i));
+  }
+  static float at(const void* w, int64_t i) { return f16(static_cast<const uint16_t*>(w)[i]); }
+};
+struct BF16W {
+  static __m256 load8(const void* w, int64_t i) {
+    const __m256i v = _mm256_cvtepu16_epi32(load128(static_cast<const uint16_t*>(w) + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
+  static float at(const void* w, int64_t i) {
+    const uint32_t u = uint32_t(static_cast<const uint16_t*>(w)[i]) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+};
+
+// ---- the 32 codes of one 32-element block ----
+
+// Signed codes, against Q8_0.
+struct Q4_0W {
+  using Block = BlockQ4_0;
+  static __m256i codes(const Block& b) {
+    return _mm256_sub_epi8(nibbles32(b.qs), _mm256_set1_epi8(8));
+  }
+};
+struct Q5_0W {
+  using Block = BlockQ5_0;
+  static __m256i codes(const Block& b) {
+    const __m256i q = _mm256_or_si256(nibbles32(b.qs), bits_to_0x10(load_u32(b.qh)));
+    return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+  }
+};
+struct Q8_0W {
+  using Block = BlockQ8_0;
+  static __m256i codes(const Block& b) { return load256(b.qs); }
+};
+
+// Unsigned codes with a min, against Q8_1.
+struct Q4_1W {
+  using Block = BlockQ4_1;
+  static __m256i codes(const Block& b) { return nibbles32(b.qs); }
+};
+struct Q5_1W {
+  using Block = BlockQ5_1;
+  static __m256i codes(const Block& b) {
+    return _mm256_or_si256(nibbles32(b.qs), bits_to_0x10(load_u32(b.qh)));
+  }
+};
+
+// ---- K-quants ----
+
+// One Q4_K / Q5_K super-block, decoded chunk by chunk. Chunk c (64 elements) holds sub-block
+// 2c (low nibbles of qs[32c..]) and 2c+1 (high nibbles).
+template <typename Block, bool kHighBit>
+struct KQuantCodes {
+  explicit KQuantCodes(const Block& blk) {
+    uint8_t mn[8];
+    unpack_k_scales(blk.scales, sc, mn);
+    const __m128i mn8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn));
+    // mn_j once for each of the two bsums of sub-block j.
+    mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));
+    if constexpr (kHighBit) hbits = load256(blk.qh);
+  }
+
+  // The codes of sub-blocks 2c (lo) and 2c+1 (hi) of blk, the block this was built from. Call
+  // for c = 0..3 in order: Q5_K's high bits are consumed two per chunk.
+  void chunk(const Block& blk, int c, __m256i& lo, __m256i& hi) {
+    const __m256i low4 = _mm256_set1_epi8(0xF);
+    const __m256i q = load256(blk.qs + 32 * c);
+    lo = _mm256_and_si256(q, low4);
+    hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+    if constexpr (kHighBit) {
+      const __m256i bit4 = _mm256_set1_epi8(0x10);
+      lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hbits, 4), bit4));
+      hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hbits, 3), bit4));
+      hbits = _mm256_srli_epi16(hbits, 2);
+    }
+  }
+
+  // sum_j mn_j * bsums_j of one Q8_K row, in eight int32 lanes.
+  __m256i mins(const void* bsums) const { return _mm256_madd_epi16(load256(bsums), mins16); }
+
+  uint8_t sc[8];
+  __m256i mins16;
+  __m256i hbits = _mm256_setzero_si256();
+};
+
+// Q6_K: 32 * sum_j sc_j * bsums_j in eight int32 lanes, the -32 code offset of one super-block.
+__m256i q6k_offset(const void* bsums, __m256i sc16) {
+  return _mm256_slli_epi32(_mm256_madd_epi16(load256(bsums), sc16), 5);
+}
+
+// One ISA's DotKernels, given its kernel templates. Both ISAs take the decoders above as the
+// weight parameter (the AVX-512 kernels map them to their wider forms), so this one table keeps
+// the dtype-to-kernel mapping in step.
+template <template <typename> class FloatDot, template <typename> class SymDot,
+          template <typename> class MinDot, template <typename, bool> class KQuantDot,
+          typename Q6KDot>
+constexpr DotKernels make_dot_kernels() {
+  return {
+      .f32 = dispatch_tile<FloatDot<F32W>>,
+      .f16 = dispatch_tile<FloatDot<F16W>>,
+      .bf16 = dispatch_tile<FloatDot<BF16W>>,
+      .q4_0 = dispatch_tile<SymDot<Q4_0W>>,
+      .q4_1 = dispatch_tile<MinDot<Q4_1W>>,
+      .q5_0 = dispatch_tile<SymDot<Q5_0W>>,
+      .q5_1 = dispatch_tile<MinDot<Q5_1W>>,
+      .q8_0 = dispatch_tile<SymDot<Q8_0W>>,
+      .q4_k = dispatch_tile<KQuantDot<BlockQ4_K, false>>,
+      .q5_k = dispatch_tile<KQuantDot<BlockQ5_K, true>>,
+      .q6_k = dispatch_tile<Q6KDot>,
+  };
+}
+
+}  // namespace
+}  // namespace kestrel::cpu
