@@ -18,10 +18,6 @@
 
 namespace kestrel::cli {
 
-const char* version() {
-  return "0.1.0";
-}
-
 namespace {
 
 constexpr int kBlockSize = 16;
@@ -226,6 +222,8 @@ int generate(const Args& a) {
 
 }  // namespace
 
+namespace {
+
 int run_generate(int argc, char** argv) {
   Args a;
   CLI::App app{"Run one prompt through a model and print the continuation.", "kestrel generate"};
@@ -271,5 +269,10 @@ int run_generate(int argc, char** argv) {
   set_log_level(a.log_level);
   return generate(a);
 }
+
+KESTREL_COMMAND("generate", "run a prompt through a model and print the continuation",
+                run_generate);
+
+}  // namespace
 
 }  // namespace kestrel::cli

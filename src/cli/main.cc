@@ -1,26 +1,46 @@
-// kestrel — command-line entry point: dispatches to subcommands.
+// kestrel — command-line entry point: dispatches to the registered subcommands.
 #include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "cli/commands.h"
 
+namespace kestrel::cli {
+
+const char* version() {
+  return "0.1.0";
+}
+
+std::map<std::string, Command>& commands() {
+  static std::map<std::string, Command> table;
+  return table;
+}
+
+bool register_command(const std::string& name, Command command) {
+  return commands().emplace(name, std::move(command)).second;
+}
+
+}  // namespace kestrel::cli
+
 int main(int argc, char** argv) {
+  using kestrel::cli::commands;
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
-    std::printf(
-        "usage: kestrel <command> [options]\n\n"
-        "commands:\n"
-        "  generate   run a prompt through a model and print the continuation\n"
-        "  version    print the version\n\n"
-        "Run 'kestrel <command> --help' for the options of a command.\n");
+    std::printf("usage: kestrel <command> [options]\n\ncommands:\n");
+    for (const auto& [name, cmd] : commands())
+      std::printf("  %-12s %s\n", name.c_str(), cmd.summary.c_str());
+    std::printf("  %-12s %s\n\nRun 'kestrel <command> --help' for the options of a command.\n",
+                "version", "print the version");
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
-  if (cmd == "generate") return kestrel::cli::run_generate(argc - 1, argv + 1);
   if (cmd == "version" || cmd == "--version") {
     std::printf("kestrel %s\n", kestrel::cli::version());
     return 0;
   }
-  std::fprintf(stderr, "kestrel: unknown command '%s' (try 'kestrel --help')\n", cmd.c_str());
-  return 2;
+  auto it = commands().find(cmd);
+  if (it == commands().end()) {
+    std::fprintf(stderr, "kestrel: unknown command '%s' (try 'kestrel --help')\n", cmd.c_str());
+    return 2;
+  }
+  return it->second.run(argc - 1, argv + 1);
 }

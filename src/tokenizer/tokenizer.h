@@ -42,4 +42,11 @@ class Tokenizer {
 // Builds the tokenizer a GGUF file describes (tokenizer.ggml.* metadata).
 Expected<std::unique_ptr<Tokenizer>> load_gguf_tokenizer(const GgufFile& gguf);
 
+// Builds the tokenizer of a Hugging Face model directory: tokenizer.json, with
+// tokenizer_config.json (bos/eos/pad, add_bos_token/add_eos_token, added-token flags) when present.
+Expected<std::unique_ptr<Tokenizer>> load_hf_tokenizer(const std::string& dir);
+
+// A directory with tokenizer.json, or a .gguf file.
+Expected<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path);
+
 }  // namespace kestrel
