@@ -13,7 +13,6 @@ DEB_PACKAGES=(
   libpcre2-dev libxxhash-dev libopenblas-dev
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-pip
 )
 
 missing=()
@@ -28,4 +27,7 @@ fi
 # Test tooling only (fixtures are committed; torch/transformers are needed only to regenerate them,
 # see tools/make_fixtures.py and bench/README.md).
 PY=${PYTHON:-python3}
-$PY -m pip install --quiet --disable-pip-version-check numpy pytest gguf
+PIP_PACKAGES=(numpy pytest gguf)
+# A Debian-managed interpreter refuses plain pip installs (PEP 668); pyenv's does not.
+$PY -m pip install --quiet --disable-pip-version-check "${PIP_PACKAGES[@]}" ||
+  $PY -m pip install --quiet --disable-pip-version-check --break-system-packages "${PIP_PACKAGES[@]}"
