@@ -21,6 +21,8 @@ class Backend {
 
   // y[m, N] = x[m, K] · W[N, K]ᵀ for weights of any supported dtype.
   virtual void linear(const Tensor& w, const float* x, int64_t m, float* y) = 0;
+  // Several weights over the same x in one pass (see cpu::linear_group).
+  virtual void linear_group(std::span<const cpu::LinearJob> jobs, const float* x, int64_t m) = 0;
   virtual void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t dim,
                         float* y, DType act) = 0;
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;

@@ -116,9 +116,8 @@ class LlamaModel final : public CausalLM {
       float* q = ws_.q.data();
       float* k = ws_.k.data();
       float* v = ws_.v.data();
-      be_.linear(L.q, h, T, q);
-      be_.linear(L.k, h, T, k);
-      be_.linear(L.v, h, T, v);
+      const cpu::LinearJob qkv[3] = {{&L.q, q}, {&L.k, k}, {&L.v, v}};
+      be_.linear_group(qkv, h, T);
       if (cfg_.attention_bias) {
         be_.add_bias(q, L.q_bias.data(), T, qd);
         be_.add_bias(k, L.k_bias.data(), T, kvd);
@@ -145,8 +144,8 @@ class LlamaModel final : public CausalLM {
       be_.rms_norm(x, L.ffn_norm.data(), eps, T, H, h, act_);
       float* g = ws_.gate.data();
       float* u = ws_.up.data();
-      be_.linear(L.gate, h, T, g);
-      be_.linear(L.up, h, T, u);
+      const cpu::LinearJob gate_up[2] = {{&L.gate, g}, {&L.up, u}};
+      be_.linear_group(gate_up, h, T);
       rnd(g, T * I);
       rnd(u, T * I);
       be_.silu_mul(g, u, g, T * I);

@@ -288,6 +288,30 @@ TEST_P(LinearTest, F32QuantComputeMatchesDequantizedProduct) {
   }
 }
 
+// A group of weights of mixed dtypes over one x gives, bit for bit, what separate calls give.
+TEST(LinearGroup, EqualsSeparateCallsBitwise) {
+  const int64_t k = 512, m = 6;
+  const Weights a = make_weights(DType::Q4_1, 40, k, 1), b = make_weights(DType::Q8_0, 9, k, 2),
+                c = make_weights(DType::F16, 17, k, 3), d = make_weights(DType::Q6_K, 5, k, 4);
+  const auto x = randn(m * k, 5);
+  for (int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    const Weights* ws[4] = {&a, &b, &c, &d};
+    std::vector<std::vector<float>> sep(4), grp(4);
+    std::vector<Tensor> tensors;
+    for (const Weights* w : ws) tensors.push_back(w->tensor());
+    std::vector<LinearJob> jobs;
+    for (int i = 0; i < 4; ++i) {
+      sep[i].assign(m * ws[i]->n, -1.0f);
+      grp[i].assign(m * ws[i]->n, -2.0f);
+      linear(tensors[i], x.data(), m, sep[i].data(), pool);
+      jobs.push_back({&tensors[i], grp[i].data()});
+    }
+    linear_group(jobs, x.data(), m, pool);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(grp[i], sep[i]) << "job " << i << " threads " << threads;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, LinearTest, ::testing::ValuesIn(kWeightTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

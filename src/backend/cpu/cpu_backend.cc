@@ -17,6 +17,9 @@ class CpuBackend final : public Backend {
   void linear(const Tensor& w, const float* x, int64_t m, float* y) override {
     cpu::linear(w, x, m, y, pool_, quant_compute_);
   }
+  void linear_group(std::span<const cpu::LinearJob> jobs, const float* x, int64_t m) override {
+    cpu::linear_group(jobs, x, m, pool_, quant_compute_);
+  }
   void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t dim, float* y,
                 DType act) override {
     pool_.parallel_for(rows, 4, [&](int64_t b, int64_t e) {

@@ -195,50 +195,91 @@ void set_linear_isa(const char* isa) {
 
 void linear(const Tensor& w, const float* x, int64_t m, float* y, ThreadPool& pool,
             QuantCompute mode) {
-  const int64_t n = w.rows(), k = w.cols();
-  const DTypeInfo& info = dtype_info(w.dtype);
-  Plan plan = plan_for(w.dtype, kernels_for(selected_isa().load()));
-  if (mode == QuantCompute::kF32 && info.quantized) plan = {dequant_dot_for(w.dtype), DType::F32};
-  KCHECK(plan.fn != nullptr, "linear: unsupported weight dtype {}", info.name);
-  KCHECK(k % info.block_elems == 0, "linear: K = {} is not a multiple of the {} block ({})", k,
-         info.name, info.block_elems);
-  if (m <= 0 || n <= 0) return;
+  const LinearJob job{&w, y};
+  linear_group(std::span<const LinearJob>(&job, 1), x, m, pool, mode);
+}
 
-  // Activations: f32 as given, or each row quantized once for all weight rows. The buffer is
-  // kept per calling thread, so steady-state calls do not allocate.
-  const void* xa = x;
-  size_t x_stride = size_t(k) * sizeof(float);
-  if (plan.act != DType::F32) {
-    thread_local std::vector<uint8_t> scratch;
-    x_stride = dtype_bytes(plan.act, k);
-    if (scratch.size() < size_t(m) * x_stride) scratch.resize(size_t(m) * x_stride);
-    uint8_t* q = scratch.data();
-    pool.parallel_for(m, kMinQuantElemsPerThread / std::max<int64_t>(k, 1) + 1,
-                      [&](int64_t r0, int64_t r1) {
-                        for (int64_t r = r0; r < r1; ++r) {
-                          quantize_activation_row(plan.act, x + r * k, q + r * x_stride, k);
-                        }
-                      });
-    xa = q;
+void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, ThreadPool& pool,
+                  QuantCompute mode) {
+  KCHECK(!jobs.empty(), "linear_group: no weights");
+  const int64_t k = jobs[0].w->cols();
+  const DotKernels& kernels = kernels_for(selected_isa().load());
+
+  // Per job: its plan and where its activations are. Activations are quantized once per int8
+  // format the group needs (usually one), into buffers kept per calling thread so steady-state
+  // calls do not allocate.
+  struct Prepared {
+    Plan plan;
+    const uint8_t* x;
+    size_t x_stride;
+    int64_t n;
+    size_t row_bytes;
+  };
+  constexpr int kMaxJobs = 8;
+  KCHECK(jobs.size() <= kMaxJobs, "linear_group: at most {} weights", kMaxJobs);
+  Prepared prep[kMaxJobs];
+  thread_local std::vector<uint8_t> scratch[3];
+  const DType formats[3] = {DType::Q8_0, DType::Q8_1, DType::Q8_K};
+  bool quantized[3] = {false, false, false};
+  int64_t total_rows = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Tensor& w = *jobs[i].w;
+    const DTypeInfo& info = dtype_info(w.dtype);
+    Plan plan = plan_for(w.dtype, kernels);
+    if (mode == QuantCompute::kF32 && info.quantized) plan = {dequant_dot_for(w.dtype), DType::F32};
+    KCHECK(plan.fn != nullptr, "linear: unsupported weight dtype {}", info.name);
+    KCHECK(w.cols() == k, "linear_group: K differs ({} vs {})", w.cols(), k);
+    KCHECK(k % info.block_elems == 0, "linear: K = {} is not a multiple of the {} block ({})", k,
+           info.name, info.block_elems);
+    Prepared& p = prep[i];
+    p = {plan, reinterpret_cast<const uint8_t*>(x), size_t(k) * sizeof(float), w.rows(),
+         w.row_bytes()};
+    total_rows += p.n;
+    if (plan.act == DType::F32 || m <= 0) continue;
+    const int f = int(std::find(formats, formats + 3, plan.act) - formats);
+    p.x_stride = dtype_bytes(plan.act, k);
+    std::vector<uint8_t>& buf = scratch[f];
+    if (!quantized[f]) {
+      if (buf.size() < size_t(m) * p.x_stride) buf.resize(size_t(m) * p.x_stride);
+      uint8_t* q = buf.data();
+      const size_t stride = p.x_stride;
+      pool.parallel_for(m, kMinQuantElemsPerThread / std::max<int64_t>(k, 1) + 1,
+                        [&](int64_t r0, int64_t r1) {
+                          for (int64_t r = r0; r < r1; ++r)
+                            quantize_activation_row(plan.act, x + r * k, q + r * stride, k);
+                        });
+      quantized[f] = true;
+    }
+    p.x = buf.data();
   }
+  if (m <= 0 || total_rows <= 0) return;
 
-  // Output rows are split over threads; each output is computed whole by one kernel call, so
-  // neither the split nor the activation tile it lands in changes its summation order.
+  // Output rows of all jobs form one range split over threads; each output is computed whole by
+  // one kernel call, so neither the split nor the activation tile it lands in changes its
+  // summation order.
   const int64_t grain = kMinMacsPerThread / std::max<int64_t>(1, m * k) + 1;
-  // With several activation tiles, weight rows go in groups that stay in L2 while every tile
-  // passes over them; with one tile each weight row is streamed exactly once.
-  const int64_t group =
-      m <= kMaxTileRows
-          ? n
-          : std::max<int64_t>(1, kWeightGroupBytes / std::max<int64_t>(1, int64_t(w.row_bytes())));
-  const auto* xbytes = static_cast<const uint8_t*>(xa);
-  pool.parallel_for(n, grain, [&](int64_t n0, int64_t n1) {
-    for (int64_t g0 = n0; g0 < n1; g0 += group) {
-      const int64_t g1 = std::min(n1, g0 + group);
-      for (int64_t m0 = 0; m0 < m; m0 += kMaxTileRows) {
-        const int nx = int(std::min<int64_t>(kMaxTileRows, m - m0));
-        const uint8_t* xt = xbytes + size_t(m0) * x_stride;
-        for (int64_t j = g0; j < g1; ++j) plan.fn(w.row(j), xt, x_stride, nx, k, y + m0 * n + j, n);
+  pool.parallel_for(total_rows, grain, [&](int64_t r0, int64_t r1) {
+    int64_t base = 0;
+    for (size_t i = 0; i < jobs.size() && base < r1; base += prep[i].n, ++i) {
+      const Prepared& p = prep[i];
+      const int64_t n0 = std::max<int64_t>(r0 - base, 0), n1 = std::min<int64_t>(r1 - base, p.n);
+      if (n0 >= n1) continue;
+      float* y = jobs[i].y;
+      const uint8_t* wb = static_cast<const uint8_t*>(jobs[i].w->data);
+      // With several activation tiles, weight rows go in groups that stay in L2 while every
+      // tile passes over them; with one tile each weight row is streamed exactly once.
+      const int64_t group =
+          m <= kMaxTileRows ? p.n
+                            : std::max<int64_t>(1, kWeightGroupBytes /
+                                                       std::max<int64_t>(1, int64_t(p.row_bytes)));
+      for (int64_t g0 = n0; g0 < n1; g0 += group) {
+        const int64_t g1 = std::min(n1, g0 + group);
+        for (int64_t m0 = 0; m0 < m; m0 += kMaxTileRows) {
+          const int nx = int(std::min<int64_t>(kMaxTileRows, m - m0));
+          const uint8_t* xt = p.x + size_t(m0) * p.x_stride;
+          for (int64_t j = g0; j < g1; ++j)
+            p.plan.fn(wb + size_t(j) * p.row_bytes, xt, p.x_stride, nx, k, y + m0 * p.n + j, p.n);
+        }
       }
     }
   });

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "base/thread_pool.h"
 #include "tensor/tensor.h"
@@ -20,6 +21,17 @@ enum class QuantCompute {
 // weight's block size. Work is split over `pool`.
 void linear(const Tensor& w, const float* x, int64_t m, float* y, ThreadPool& pool,
             QuantCompute mode = QuantCompute::kInt8);
+
+// Several weights applied to the same activations (e.g. q/k/v or gate/up projections), as one
+// parallel region: activations are quantized once per int8 format and the output rows of all
+// weights are split over the threads together. Each weight must have the same K; job i writes
+// [M, N_i] to its own y. At most 8 jobs.
+struct LinearJob {
+  const Tensor* w;
+  float* y;
+};
+void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, ThreadPool& pool,
+                  QuantCompute mode = QuantCompute::kInt8);
 
 // Which SIMD implementation linear() uses on this CPU ("avx512", "avx2", "scalar").
 const char* linear_isa();
