@@ -58,10 +58,6 @@ std::string unspell(std::string_view spelled) {
   return bytes;
 }
 
-uint64_t pair_key(int32_t left, int32_t right) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
-}
-
 }  // namespace
 
 char32_t byte_to_unicode(uint8_t byte) {
@@ -140,8 +136,8 @@ Status ByteLevelBpe::build_merges(const std::vector<std::string>& merges) {
       ++skipped;
       continue;
     }
-    merges_.try_emplace(pair_key(l->second, r->second),
-                        Merge{static_cast<int32_t>(rank), result->second});
+    merges_.try_emplace(bpe_pair_key(l->second, r->second),
+                        BpeMerge{static_cast<int32_t>(rank), result->second});
   }
   if (skipped > 0) {
     KLOG_WARN("{} of {} BPE merges name tokens missing from the vocabulary; ignored", skipped,
@@ -219,66 +215,14 @@ void ByteLevelBpe::encode_piece(std::string_view piece, std::vector<int32_t>& ou
   }
 }
 
-// Repeatedly merges the adjacent pair with the best (lowest) rank, leftmost first among equal
-// ranks, until no pair has a merge. A heap of candidate pairs with lazy invalidation makes this
-// O(n log n) in the piece length.
 void ByteLevelBpe::apply_merges(std::string_view piece, std::vector<int32_t>& out) const {
-  struct Symbol {
-    int32_t id;  // -1 once merged into its left neighbour
-    int32_t prev;
-    int32_t next;
-  };
-  struct Pair {
-    int32_t rank;
-    int32_t left;  // position of the left symbol
-    int32_t left_id;
-    int32_t right_id;
-    int32_t result;
-  };
-  std::vector<Symbol> syms;
-  syms.reserve(piece.size());
+  std::vector<int32_t> symbols;
+  symbols.reserve(piece.size());
   for (char c : piece) {
     const int32_t id = byte_ids_[static_cast<unsigned char>(c)];
-    if (id < 0) continue;  // no token for this byte: dropped, and its neighbours meet
-    const auto i = static_cast<int32_t>(syms.size());
-    syms.push_back({id, i - 1, i + 1});
+    if (id >= 0) symbols.push_back(id);  // no token for this byte: dropped, neighbours meet
   }
-  if (syms.empty()) return;
-  syms.back().next = -1;
-  const auto n = static_cast<int32_t>(syms.size());
-  // std heaps put the greatest element first; "greater" here means a worse pair.
-  const auto worse = [](const Pair& a, const Pair& b) {
-    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-  };
-  std::vector<Pair> heap;
-  const auto consider = [&](int32_t left) {
-    if (left < 0 || syms[left].next < 0) return;
-    const int32_t left_id = syms[left].id;
-    const int32_t right_id = syms[syms[left].next].id;
-    const auto it = merges_.find(pair_key(left_id, right_id));
-    if (it == merges_.end()) return;
-    heap.push_back({it->second.rank, left, left_id, right_id, it->second.result});
-    std::push_heap(heap.begin(), heap.end(), worse);
-  };
-  for (int32_t i = 0; i + 1 < n; ++i) consider(i);
-
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), worse);
-    const Pair p = heap.back();
-    heap.pop_back();
-    Symbol& left = syms[p.left];
-    // A merged symbol only ever grows, so matching ids prove the pair is still adjacent.
-    if (left.id != p.left_id || left.next < 0) continue;
-    Symbol& right = syms[left.next];
-    if (right.id != p.right_id) continue;
-    left.id = p.result;
-    left.next = right.next;
-    if (right.next >= 0) syms[right.next].prev = p.left;
-    right.id = -1;
-    consider(left.prev);
-    consider(p.left);
-  }
-  for (int32_t i = 0; i >= 0; i = syms[i].next) out.push_back(syms[i].id);
+  bpe_merge(symbols, merges_, out);
 }
 
 std::string ByteLevelBpe::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {

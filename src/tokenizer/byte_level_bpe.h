@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "tokenizer/bpe_merge.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -61,10 +62,6 @@ class ByteLevelBpe final : public Tokenizer {
   };
   template <typename V>
   using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
-  struct Merge {
-    int32_t rank = 0;
-    int32_t result = 0;
-  };
 
   explicit ByteLevelBpe(RegexSplitter splitter) : splitter_(std::move(splitter)) {}
   Status build(ByteLevelBpeSpec& spec);
@@ -79,9 +76,9 @@ class ByteLevelBpe final : public Tokenizer {
   RegexSplitter splitter_;
   std::vector<std::string> bytes_;  // per id: the raw bytes it stands for
   std::vector<TokenKind> kinds_;
-  StringMap<int32_t> normal_ids_;               // raw bytes → id, normal tokens only
-  std::array<int32_t, 256> byte_ids_{};         // -1 where the vocabulary has no token for the byte
-  std::unordered_map<uint64_t, Merge> merges_;  // key: left id << 32 | right id
+  StringMap<int32_t> normal_ids_;        // raw bytes → id, normal tokens only
+  std::array<int32_t, 256> byte_ids_{};  // -1 where the vocabulary has no token for the byte
+  BpeMergeMap merges_;
   // Literal tokens grouped by first byte, longest first, so the longest match wins.
   std::array<std::vector<int32_t>, 256> literals_;
   bool ignore_merges_ = false;

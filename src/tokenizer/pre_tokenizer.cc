@@ -63,78 +63,107 @@ size_t valid_utf8_prefix(std::string_view text) {
   return i;
 }
 
-void RegexSplitter::CodeDeleter::operator()(pcre2_code* code) const {
+void Regex::CodeDeleter::operator()(pcre2_code* code) const {
   pcre2_code_free(code);
 }
 
-Expected<RegexSplitter> RegexSplitter::create(std::span<const std::string> patterns) {
-  RegexSplitter splitter;
-  for (const std::string& pattern : patterns) {
-    int error = 0;
-    PCRE2_SIZE offset = 0;
-    Code code(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                            PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr));
-    if (!code) {
-      return make_error("bad pre-tokenizer regex at offset {}: {} in {}", offset,
-                        pcre2_message(error), pattern);
-    }
-    // JIT is only an accelerator: without it matching falls back to the interpreter.
-    pcre2_jit_compile(code.get(), PCRE2_JIT_COMPLETE);
-    splitter.codes_.push_back(std::move(code));
+Expected<Regex> Regex::create(std::string_view pattern) {
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  Code code(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                          PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr));
+  if (!code) {
+    return make_error("bad regex at offset {}: {} in {}", offset, pcre2_message(error), pattern);
   }
-  return splitter;
+  // JIT is only an accelerator: without it matching falls back to the interpreter.
+  pcre2_jit_compile(code.get(), PCRE2_JIT_COMPLETE);
+  Regex regex;
+  regex.code_ = std::move(code);
+  return regex;
 }
 
-void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& out) const {
+void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const {
   size_t i = 0;
   while (i < text.size()) {
     const size_t valid = valid_utf8_prefix(text.substr(i));
     if (valid > 0) {
-      split_valid(text.substr(i, valid), out);
+      find_all_valid(text.substr(i, valid), i, out);
       i += valid;
     } else {
-      out.push_back(text.substr(i, 1));
       ++i;
     }
   }
 }
 
-void RegexSplitter::split_valid(std::string_view text, std::vector<std::string_view>& out) const {
-  const size_t first = out.size();
-  out.push_back(text);
-  std::vector<std::string_view> pieces;
-  for (const Code& code : codes_) {
-    MatchData match(pcre2_match_data_create_from_pattern(code.get(), nullptr));
-    pieces.clear();
-    for (size_t p = first; p < out.size(); ++p) {
-      const std::string_view piece = out[p];
-      const auto* subject = reinterpret_cast<PCRE2_SPTR>(piece.data());
-      size_t pos = 0;     // end of what has been emitted
-      size_t search = 0;  // where the next match may start
-      while (search < piece.size()) {
-        // The text was validated above, so PCRE2 need not re-check it on every call.
-        const int rc = pcre2_match(code.get(), subject, piece.size(), search, PCRE2_NO_UTF_CHECK,
-                                   match.get(), nullptr);
-        if (rc < 0) break;  // no further match (or a resource limit): the rest is one piece
-        const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
-        const size_t begin = ovector[0];
-        const size_t end = ovector[1];
-        if (end == begin) {  // an empty match splits nothing; look again one character on
-          search = begin + 1;
-          while (search < piece.size() &&
-                 is_continuation(static_cast<unsigned char>(piece[search]))) {
-            ++search;
-          }
-          continue;
-        }
-        if (begin > pos) pieces.push_back(piece.substr(pos, begin - pos));
-        pieces.push_back(piece.substr(begin, end - begin));
-        pos = search = end;
+void Regex::find_all_valid(std::string_view text, size_t offset,
+                           std::vector<std::pair<size_t, size_t>>& out) const {
+  // Only the whole-match range is read, so one pair of offsets suffices for every pattern; the
+  // block is reused per thread to keep allocation out of the per-piece loop.
+  thread_local MatchData match(pcre2_match_data_create(1, nullptr));
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  size_t search = 0;  // where the next match may start
+  while (search < text.size()) {
+    // The text was validated by the caller, so PCRE2 need not re-check it on every call.
+    const int rc = pcre2_match(code_.get(), subject, text.size(), search, PCRE2_NO_UTF_CHECK,
+                               match.get(), nullptr);
+    if (rc < 0) break;  // no further match (or a resource limit)
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
+    const size_t begin = ovector[0];
+    const size_t end = ovector[1];
+    if (end == begin) {  // an empty match splits nothing; look again one character on
+      search = begin + 1;
+      while (search < text.size() && is_continuation(static_cast<unsigned char>(text[search]))) {
+        ++search;
       }
-      if (pos < piece.size()) pieces.push_back(piece.substr(pos));
+      continue;
     }
-    out.resize(first);
-    out.insert(out.end(), pieces.begin(), pieces.end());
+    out.emplace_back(offset + begin, offset + end);
+    search = end;
+  }
+}
+
+Expected<RegexSplitter> RegexSplitter::create(std::span<const std::string> patterns) {
+  RegexSplitter splitter;
+  for (const std::string& pattern : patterns) {
+    KASSIGN(Regex regex, Regex::create(pattern));
+    splitter.regexes_.push_back(std::move(regex));
+  }
+  return splitter;
+}
+
+// Invalid bytes never match, so they end up in the text between matches; they are then made
+// pieces of their own.
+void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& out) const {
+  std::vector<std::string_view> pieces = {text};
+  std::vector<std::string_view> next;
+  std::vector<std::pair<size_t, size_t>> matches;
+  for (const Regex& regex : regexes_) {
+    next.clear();
+    for (std::string_view piece : pieces) {
+      matches.clear();
+      regex.find_all(piece, matches);
+      size_t pos = 0;
+      for (const auto& [begin, end] : matches) {
+        if (begin > pos) next.push_back(piece.substr(pos, begin - pos));
+        next.push_back(piece.substr(begin, end - begin));
+        pos = end;
+      }
+      if (pos < piece.size()) next.push_back(piece.substr(pos));
+    }
+    pieces.swap(next);
+  }
+  for (std::string_view piece : pieces) {
+    size_t i = 0;
+    while (i < piece.size()) {
+      const size_t valid = valid_utf8_prefix(piece.substr(i));
+      if (valid > 0) {
+        out.push_back(piece.substr(i, valid));
+        i += valid;
+      } else {
+        out.push_back(piece.substr(i, 1));
+        ++i;
+      }
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -24,6 +25,27 @@ inline constexpr std::string_view kQwen2SplitPattern =
 // Isolates every numeric character (HF's Digits(individual_digits=True)).
 inline constexpr std::string_view kDigitSplitPattern = R"(\p{N})";
 
+// One compiled PCRE2 pattern (UTF + Unicode properties).
+class Regex {
+ public:
+  static Expected<Regex> create(std::string_view pattern);
+
+  // Appends the [begin, end) byte ranges of the successive non-empty, non-overlapping matches in
+  // `text`. Bytes that are not valid UTF-8 never match.
+  void find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const;
+
+ private:
+  struct CodeDeleter {
+    void operator()(pcre2_real_code_8* code) const;
+  };
+  using Code = std::unique_ptr<pcre2_real_code_8, CodeDeleter>;
+
+  void find_all_valid(std::string_view text, size_t offset,
+                      std::vector<std::pair<size_t, size_t>>& out) const;
+
+  Code code_;
+};
+
 class RegexSplitter {
  public:
   // Each pattern splits every piece the previous ones produced into its matches and the text
@@ -35,14 +57,7 @@ class RegexSplitter {
   void split(std::string_view text, std::vector<std::string_view>& out) const;
 
  private:
-  struct CodeDeleter {
-    void operator()(pcre2_real_code_8* code) const;
-  };
-  using Code = std::unique_ptr<pcre2_real_code_8, CodeDeleter>;
-
-  void split_valid(std::string_view text, std::vector<std::string_view>& out) const;
-
-  std::vector<Code> codes_;
+  std::vector<Regex> regexes_;
 };
 
 // Length of the longest prefix of `text` that is valid UTF-8 (as PCRE2 defines it: no overlong
