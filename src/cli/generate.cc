@@ -10,10 +10,10 @@
 
 #include "backend/cpu/sampling.h"
 #include "base/logging.h"
-#include "base/utf8.h"
 #include "cli/commands.h"
 #include "model/batch_builder.h"
 #include "model/loader.h"
+#include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
@@ -77,28 +77,6 @@ cpu::SamplingParams sampling_params(const Args& a, const GenerationDefaults& g) 
   p.logprobs = a.logprobs;
   return p;
 }
-
-// Prints token text as it becomes complete UTF-8.
-class TextStreamer {
- public:
-  explicit TextStreamer(const Tokenizer* tok) : tok_(tok) {}
-  void push(int32_t id) {
-    if (!tok_ || tok_->is_special(id)) return;
-    pending_ += tok_->token_bytes(id);
-    const size_t n = utf8_complete_prefix(pending_);
-    std::fwrite(pending_.data(), 1, n, stdout);
-    std::fflush(stdout);
-    pending_.erase(0, n);
-  }
-  void finish() {
-    std::fwrite(pending_.data(), 1, pending_.size(), stdout);
-    pending_.clear();
-  }
-
- private:
-  const Tokenizer* tok_;
-  std::string pending_;
-};
 
 int generate(const Args& a) {
   LoadOptions lo;
@@ -167,7 +145,12 @@ int generate(const Args& a) {
   std::vector<int32_t> output;
   cpu::Rng rng(a.seed);
   const cpu::SamplingParams sp = sampling_params(a, lm.generation);
-  TextStreamer streamer(tok.get());
+  std::optional<IncrementalDetokenizer> detok;
+  if (tok) detok.emplace(*tok, /*skip_special_tokens=*/true, prompt);
+  auto print_text = [](const std::string& text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  };
 
   BatchBuilder builder(kBlockSize);
   auto step = [&](std::span<const int32_t> ids, int32_t start_pos) {
@@ -192,8 +175,8 @@ int generate(const Args& a) {
     if (a.print_ids) {
       std::printf("%s%d", i ? " " : "", r.token);
       std::fflush(stdout);
-    } else {
-      streamer.push(r.token);
+    } else if (detok) {
+      print_text(detok->push(r.token));
     }
     if (sp.logprobs >= 0) {
       std::fprintf(stderr, "token %d logprob %.6f top:", r.token, r.logprob);
@@ -207,7 +190,7 @@ int generate(const Args& a) {
     }
   }
   const auto t2 = Clock::now();
-  streamer.finish();
+  if (detok) print_text(detok->finish());
   std::printf("\n");
   const double pp_s = std::chrono::duration<double>(t1 - t0).count();
   const double tg_s = std::chrono::duration<double>(t2 - t1).count();
