@@ -18,13 +18,15 @@ inline void cpu_relax() {
 // Spin this many iterations before sleeping: long enough to cover the gap between two
 // kernels of one forward pass, short enough not to burn a core while idle.
 constexpr int kSpinIterations = 20000;
+// Chunks per thread: a few, so a late or slow thread leaves work the others can take.
+constexpr int64_t kChunksPerThread = 4;
 
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -37,7 +39,15 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::worker_loop(int index) {
+void ThreadPool::work() {
+  for (;;) {
+    const int64_t begin = next_.fetch_add(chunk_, std::memory_order_relaxed);
+    if (begin >= n_) return;
+    (*fn_)(begin, std::min(n_, begin + chunk_));
+  }
+}
+
+void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
     uint64_t gen = generation_.load(std::memory_order_acquire);
@@ -54,52 +64,54 @@ void ThreadPool::worker_loop(int index) {
     }
     seen = gen;
     if (stop_.load()) return;
-    (*job_)(index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
-  }
-}
-
-void ThreadPool::run(const std::function<void(int)>& fn) {
-  if (n_threads_ == 1) {
-    fn(0);
-    return;
-  }
-  job_ = &fn;
-  pending_.store(n_threads_ - 1, std::memory_order_release);
-  {
-    // Taking the lock orders the generation bump against a worker about to sleep.
-    std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
-  }
-  if (sleepers_.load() > 0) cv_.notify_all();
-  fn(0);
-  // Spin briefly, then yield: when cores are oversubscribed the straggler needs our core.
-  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-    if (spin < kSpinIterations) {
-      cpu_relax();
-    } else {
-      std::this_thread::yield();
+    // Register unless the job is already closed (its caller may have returned); a job opened
+    // since the wake-up is fine to join too: its fields were written before it opened.
+    uint32_t s = state_.load(std::memory_order_acquire);
+    bool joined = false;
+    while (!(s & kClosed)) {
+      if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) {
+        joined = true;
+        break;
+      }
     }
+    if (!joined) continue;
+    work();
+    state_.fetch_sub(1, std::memory_order_acq_rel);
   }
-  job_ = nullptr;
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
-  const int64_t max_parts = (n + grain - 1) / grain;
-  const int parts = int(std::min<int64_t>(n_threads_, max_parts));
-  if (parts <= 1) {
+  const int64_t max_chunks = (n + grain - 1) / grain;
+  const int64_t chunks = std::min<int64_t>(max_chunks, int64_t(n_threads_) * kChunksPerThread);
+  if (n_threads_ == 1 || chunks <= 1) {
     fn(0, n);
     return;
   }
-  run([&](int t) {
-    if (t >= parts) return;
-    const int64_t begin = n * t / parts;
-    const int64_t end = n * (t + 1) / parts;
-    if (begin < end) fn(begin, end);
-  });
+  fn_ = &fn;
+  n_ = n;
+  chunk_ = (n + chunks - 1) / chunks;
+  next_.store(0, std::memory_order_relaxed);
+  state_.store(0, std::memory_order_release);  // open: workers may register
+  {
+    // Taking the lock orders the generation bump against a worker about to sleep.
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  if (sleepers_.load() > 0) cv_.notify_all();
+  work();
+  // Close the job, then wait only for workers that joined it. Spin briefly, then yield: when
+  // cores are oversubscribed a joined straggler needs our core.
+  state_.fetch_or(kClosed, std::memory_order_acq_rel);
+  for (int spin = 0; (state_.load(std::memory_order_acquire) & ~kClosed) != 0; ++spin) {
+    if (spin < kSpinIterations) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 ThreadPool& default_thread_pool() {

@@ -1,5 +1,7 @@
 // base/thread_pool.h — persistent compute workers for data-parallel kernels.
-// The calling thread takes part as worker 0; a run() returns when every chunk is done.
+// The calling thread takes part; work is handed out in chunks that any participant may take, so
+// a worker the OS has descheduled (more runnable threads than cores) delays nothing: the others
+// finish its share.
 #pragma once
 
 #include <atomic>
@@ -22,21 +24,28 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Calls fn(thread_index) once on each of size() threads and waits for all of them.
-  void run(const std::function<void(int)>& fn);
-
-  // Splits [0, n) into contiguous ranges, at least `grain` items each, one per thread;
-  // fn(begin, end) runs on each non-empty range.
+  // Splits [0, n) into contiguous chunks of at least `grain` items; fn(begin, end) runs once per
+  // chunk on some participating thread. Returns when every chunk is done. Not reentrant.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
-  void worker_loop(int index);
+  void worker_loop();
+  // Takes chunks of the current job until none are left.
+  void work();
+
+  // The current job. Written only while the job is closed (no worker registered).
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0;
+  int64_t chunk_ = 1;
+  std::atomic<int64_t> next_{0};
+
+  // Bit 31: job closed to newcomers; low bits: workers registered in the job.
+  static constexpr uint32_t kClosed = 1u << 31;
+  std::atomic<uint32_t> state_{kClosed};
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  const std::function<void(int)>* job_ = nullptr;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable cv_;

@@ -1,6 +1,5 @@
 // `kestrel generate` end to end: the real binary on fixtures and the default model.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <nlohmann/json.hpp>
 
 #include <array>
@@ -9,31 +8,14 @@
 #include <sstream>
 
 #include "base/mmap_file.h"
+#include "cli/run_kestrel.h"
 #include "test_paths.h"
 
 namespace kestrel {
 namespace {
 
-struct CliResult {
-  int code = -1;
-  std::string out, err;
-};
-
-CliResult run_kestrel(const std::string& args) {
-  const std::string err_file = std::filesystem::temp_directory_path() / "kestrel_cli_err.txt";
-  const std::string cmd = test::kestrel_binary() + " " + args + " 2>" + err_file;
-  CliResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  auto e = read_text_file(err_file);
-  if (e.ok()) r.err = *e;
-  return r;
-}
+using test::CliRun;
+using test::run_kestrel;
 
 std::string join(const std::vector<int32_t>& v, const char* sep) {
   std::ostringstream s;
@@ -48,9 +30,9 @@ TEST(GenerateCli, GreedyIdsMatchFixtureGolden) {
   auto g = nlohmann::json::parse(*text);
   const auto prompt = g["prompts"][1].get<std::vector<int32_t>>();
   const auto want = g["greedy"][1].get<std::vector<int32_t>>();
-  CliResult r = run_kestrel("generate --model " + dir + " --prompt-ids " + join(prompt, ",") +
-                            " --max-tokens " + std::to_string(want.size()) +
-                            " --temperature 0 --ignore-eos --print-ids --threads 2");
+  CliRun r = run_kestrel("generate --model " + dir + " --prompt-ids " + join(prompt, ",") +
+                         " --max-tokens " + std::to_string(want.size()) +
+                         " --temperature 0 --ignore-eos --print-ids --threads 2");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, join(want, " ") + "\n");
   EXPECT_NE(r.err.find("prompt: " + std::to_string(prompt.size()) + " tokens"), std::string::npos)
@@ -65,8 +47,7 @@ TEST(GenerateCli, SeededSamplingIsReproducible) {
   const std::string args = "generate --model " + dir +
                            " --prompt-ids 5,6,7 --max-tokens 12 --temperature 1.0 --top-p 0.9 "
                            "--ignore-eos --print-ids --seed ";
-  CliResult a = run_kestrel(args + "11"), b = run_kestrel(args + "11"),
-            c = run_kestrel(args + "12");
+  CliRun a = run_kestrel(args + "11"), b = run_kestrel(args + "11"), c = run_kestrel(args + "12");
   ASSERT_EQ(a.code, 0) << a.err;
   EXPECT_EQ(a.out, b.out);
   EXPECT_NE(a.out, c.out);
@@ -75,7 +56,7 @@ TEST(GenerateCli, SeededSamplingIsReproducible) {
 TEST(GenerateCli, BadInputGivesClearErrors) {
   const std::string dir = test::fixtures_dir() + "/models/llama3_f32";
   if (!std::filesystem::exists(dir)) GTEST_SKIP() << "fixture missing";
-  CliResult r = run_kestrel("generate --model " + dir + " --prompt-ids 1,x,3");
+  CliRun r = run_kestrel("generate --model " + dir + " --prompt-ids 1,x,3");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("not an integer"), std::string::npos) << r.err;
   r = run_kestrel("generate --model " + dir + " --prompt-ids 1,999999");
@@ -97,7 +78,7 @@ TEST(GenerateCli, BadInputGivesClearErrors) {
 TEST(GenerateCli, DefaultModelAnswersATextPrompt) {
   const std::string model = test::default_model_path();
   if (model.empty()) GTEST_SKIP() << "default model not fetched";
-  CliResult r = run_kestrel(
+  CliRun r = run_kestrel(
       "generate --model " + model +
       " --prompt 'The capital of France is' --max-tokens 8 --temperature 0 --threads 2");
   ASSERT_EQ(r.code, 0) << r.err;

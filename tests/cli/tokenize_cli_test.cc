@@ -1,7 +1,6 @@
 // `kestrel tokenize` end to end: JSON lines through the real binary, ids checked against
 // transformers (tests/fixtures/smollm2/tokenize_golden.json, tools/make_tokenizer_goldens.py).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <nlohmann/json.hpp>
 
 #include <array>
@@ -11,6 +10,7 @@
 #include <sstream>
 
 #include "base/mmap_file.h"
+#include "cli/run_kestrel.h"
 #include "test_paths.h"
 
 namespace kestrel {
@@ -23,27 +23,12 @@ struct CliResult {
 };
 
 CliResult run_tokenize(const std::string& args, const std::string& input) {
-  const auto tmp = std::filesystem::temp_directory_path();
-  const std::string in_file = tmp / "kestrel_tokenize_in.jsonl";
-  const std::string err_file = tmp / "kestrel_tokenize_err.txt";
-  std::ofstream(in_file, std::ios::binary) << input;
-  const std::string cmd =
-      test::kestrel_binary() + " tokenize " + args + " <" + in_file + " 2>" + err_file;
-  CliResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::istringstream lines(out);
+  const test::CliRun run = test::run_kestrel("tokenize " + args, input);
+  CliResult r{run.code, {}, run.err};
+  std::istringstream lines(run.out);
   for (std::string line; std::getline(lines, line);) {
     r.lines.push_back(nlohmann::json::parse(line, nullptr, false));
   }
-  auto e = read_text_file(err_file);
-  if (e.ok()) r.err = *e;
   return r;
 }
 
