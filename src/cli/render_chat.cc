@@ -5,13 +5,12 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "chat/chat_template.h"
+#include "chat/template_source.h"
 #include "cli/commands.h"
 
 namespace kestrel::cli {
@@ -19,25 +18,33 @@ namespace kestrel::cli {
 namespace {
 
 int run_render_chat(int argc, char** argv) {
-  std::string template_path;
+  std::string template_path, model_path;
   CLI::App app{"Render a chat template over JSON-lines contexts read from stdin.",
                "kestrel render-chat"};
-  app.add_option("--template", template_path, "chat template file (Jinja)")->required();
+  auto* t = app.add_option("--template,--chat-template", template_path,
+                           "chat template: a file, or the template text");
+  auto* m = app.add_option("--model", model_path,
+                           "take the model's template (directory or .gguf), as serve would");
+  t->excludes(m);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  std::ifstream f(template_path, std::ios::binary);
-  if (!f) {
-    std::fprintf(stderr, "error: cannot read %s\n", template_path.c_str());
+  if (template_path.empty() && model_path.empty()) {
+    std::fprintf(stderr, "error: give --template or --model\n");
+    return 2;
+  }
+  auto source = chat::find_chat_template(model_path, template_path);
+  if (!source.ok()) {
+    std::fprintf(stderr, "error: %s\n", source.error().message.c_str());
     return 1;
   }
-  std::stringstream source;
-  source << f.rdbuf();
-  auto tmpl = chat::ChatTemplate::parse(source.str());
+  auto tmpl = chat::ChatTemplate::parse(*source);
   if (!tmpl.ok()) {
-    std::fprintf(stderr, "error: %s: %s\n", template_path.c_str(), tmpl.error().message.c_str());
+    std::fprintf(stderr, "error: %s: %s\n",
+                 template_path.empty() ? model_path.c_str() : template_path.c_str(),
+                 tmpl.error().message.c_str());
     return 1;
   }
   std::string line;
