@@ -136,7 +136,15 @@ Expected<std::unique_ptr<HfTokenizer>> HfTokenizer::create(const json& j, const 
       added.push_back(std::move(t));
     }
   }
-  std::unique_ptr<HfTokenizer> tok(new HfTokenizer(added));
+  // split_special_tokens (tokenizer_config.json): special tokens written in the text are
+  // tokenized as plain text; they stay in the vocabulary.
+  std::vector<HfAddedToken> matched;
+  const bool split_special = config.contains("split_special_tokens") &&
+                             config["split_special_tokens"].is_boolean() &&
+                             config["split_special_tokens"].get<bool>();
+  for (const HfAddedToken& t : added)
+    if (!(split_special && t.special)) matched.push_back(t);
+  std::unique_ptr<HfTokenizer> tok(new HfTokenizer(matched));
   KASSIGN(tok->normalizer_, parse_hf_normalizer(j.value("normalizer", json())));
   KASSIGN(tok->pre_tokenizer_, parse_hf_pre_tokenizer(j.value("pre_tokenizer", json())));
   KASSIGN(tok->model_, HfBpeModel::parse(j.at("model")));

@@ -258,6 +258,18 @@ TEST(HfTokenizerTest, LongestAddedTokenWins) {
   EXPECT_EQ(encode(t, "[M]b"), (Ids{9, 3}));
 }
 
+TEST(HfTokenizerTest, SplitSpecialTokensEncodesThemAsText) {
+  json plain = added_token(11, "ab", false, false, false);
+  plain["special"] = false;
+  const json t = tiny_tokenizer({added_token(9, "[M]", false, false, false), plain});
+  EXPECT_EQ(encode(t, "[M]ab"), (Ids{9, 11}));
+  // Special tokens become text ("[M]" has no pieces: one fused <unk>); non-special ones match.
+  EXPECT_EQ(encode(t, "[M]ab", false, R"({"split_special_tokens": true})"), (Ids{0, 11}));
+  auto tok = parse_hf_tokenizer(t.dump(), R"({"split_special_tokens": true})");
+  ASSERT_TRUE(tok.ok());
+  EXPECT_TRUE((*tok)->is_special(9));
+}
+
 TEST(HfTokenizerTest, ConfigAddBosOverridesTemplate) {
   const json t = tiny_tokenizer(json::array());
   EXPECT_EQ(encode(t, "a", true, R"({"add_bos_token": false, "bos_token": "<s>"})"), (Ids{2}));
