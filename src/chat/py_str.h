@@ -8,12 +8,13 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/unicode.h"
+
 namespace kestrel::chat {
 
 // Invalid bytes decode to U+FFFD (JSON input is valid UTF-8; template bytes may not be).
 std::u32string utf8_decode(std::string_view s);
 std::string utf8_encode(std::u32string_view s);
-void append_utf8(std::string& out, char32_t cp);
 size_t utf8_length(std::string_view s);
 
 // str.isspace() for one code point (Unicode White_Space plus the \x1c-\x1f separators).

@@ -86,15 +86,10 @@ Status ByteLevelBpe::build(ByteLevelBpeSpec& spec) {
       normal_ids_[bytes_[id]] = static_cast<int32_t>(id);
     } else {
       bytes_[id] = std::move(spec.tokens[id]);
-      if (!bytes_[id].empty()) {
-        literals_[static_cast<unsigned char>(bytes_[id][0])].push_back(static_cast<int32_t>(id));
-      }
+      literals_.add(static_cast<int32_t>(id), bytes_[id]);
     }
   }
-  for (auto& group : literals_) {
-    std::stable_sort(group.begin(), group.end(),
-                     [&](int32_t a, int32_t b) { return bytes_[a].size() > bytes_[b].size(); });
-  }
+  literals_.finish();
   for (int b = 0; b < 256; ++b) {
     const auto it = normal_ids_.find(std::string(1, static_cast<char>(b)));
     byte_ids_[b] = it == normal_ids_.end() ? -1 : it->second;
@@ -146,23 +141,13 @@ Status ByteLevelBpe::build_merges(const std::vector<std::string>& merges) {
   return Status::Ok();
 }
 
-size_t ByteLevelBpe::match_literal(std::string_view text, size_t pos, int32_t* id) const {
-  for (int32_t candidate : literals_[static_cast<unsigned char>(text[pos])]) {
-    if (text.substr(pos).starts_with(bytes_[candidate])) {
-      *id = candidate;
-      return bytes_[candidate].size();
-    }
-  }
-  return 0;
-}
-
 std::vector<int32_t> ByteLevelBpe::encode(std::string_view text, bool add_special_tokens) const {
   std::vector<int32_t> out;
   if (add_special_tokens && add_bos_) out.push_back(*bos_id_);
   size_t start = 0;  // first byte not yet encoded
   for (size_t pos = 0; pos < text.size();) {
     int32_t id = 0;
-    const size_t len = match_literal(text, pos, &id);
+    const size_t len = literals_.match(text, pos, &id);
     if (len == 0) {
       ++pos;
       continue;

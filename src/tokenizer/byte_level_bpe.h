@@ -15,6 +15,7 @@
 
 #include "base/status.h"
 #include "tokenizer/bpe_merge.h"
+#include "tokenizer/literal_tokens.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -67,8 +68,6 @@ class ByteLevelBpe final : public Tokenizer {
   Status build(ByteLevelBpeSpec& spec);
   Status build_merges(const std::vector<std::string>& merges);
   bool valid_id(int32_t id) const { return id >= 0 && static_cast<size_t>(id) < bytes_.size(); }
-  // Length of the literal (control/user-defined) token at text[pos], or 0; sets *id.
-  size_t match_literal(std::string_view text, size_t pos, int32_t* id) const;
   void encode_ordinary(std::string_view text, std::vector<int32_t>& out) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
   void apply_merges(std::string_view piece, std::vector<int32_t>& out) const;
@@ -79,8 +78,8 @@ class ByteLevelBpe final : public Tokenizer {
   StringMap<int32_t> normal_ids_;        // raw bytes → id, normal tokens only
   std::array<int32_t, 256> byte_ids_{};  // -1 where the vocabulary has no token for the byte
   BpeMergeMap merges_;
-  // Literal tokens grouped by first byte, longest first, so the longest match wins.
-  std::array<std::vector<int32_t>, 256> literals_;
+  // Control and user-defined tokens, matched in the text before BPE.
+  LiteralTokens literals_;
   bool ignore_merges_ = false;
   std::optional<int32_t> bos_id_;
   std::vector<int32_t> eos_ids_;

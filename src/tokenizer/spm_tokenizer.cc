@@ -80,15 +80,12 @@ Status SpmTokenizer::build(SpmSpec& spec) {
       }
       case SpmTokenKind::kControl:
       case SpmTokenKind::kUserDefined:
-        if (!text.empty()) literals_[static_cast<unsigned char>(text[0])].push_back(id);
+        literals_.add(id, text);
         bytes_[i] = std::move(text);
         break;
     }
   }
-  for (auto& group : literals_) {
-    std::stable_sort(group.begin(), group.end(),
-                     [&](int32_t a, int32_t b) { return bytes_[a].size() > bytes_[b].size(); });
-  }
+  literals_.finish();
   for (const std::optional<int32_t> id : {spec.bos_id, spec.unknown_id}) {
     if (id && !valid_id(*id)) {
       return make_error("special token id {} is outside the vocabulary of {}", *id, n);
@@ -106,16 +103,6 @@ Status SpmTokenizer::build(SpmSpec& spec) {
   return Status::Ok();
 }
 
-size_t SpmTokenizer::match_literal(std::string_view text, size_t pos, int32_t* id) const {
-  for (int32_t candidate : literals_[static_cast<unsigned char>(text[pos])]) {
-    if (text.substr(pos).starts_with(bytes_[candidate])) {
-      *id = candidate;
-      return bytes_[candidate].size();
-    }
-  }
-  return 0;
-}
-
 std::vector<int32_t> SpmTokenizer::encode(std::string_view text, bool add_special_tokens) const {
   std::vector<int32_t> out;
   if (add_special_tokens && add_bos_) out.push_back(*bos_id_);
@@ -125,7 +112,7 @@ std::vector<int32_t> SpmTokenizer::encode(std::string_view text, bool add_specia
   size_t start = 0;
   for (size_t pos = 0; pos < text.size();) {
     int32_t id = 0;
-    const size_t len = match_literal(text, pos, &id);
+    const size_t len = literals_.match(text, pos, &id);
     if (len == 0) {
       ++pos;
       continue;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "tokenizer/literal_tokens.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel {
@@ -63,7 +64,6 @@ class SpmTokenizer final : public Tokenizer {
   SpmTokenizer() = default;
   Status build(SpmSpec& spec);
   bool valid_id(int32_t id) const { return id >= 0 && static_cast<size_t>(id) < bytes_.size(); }
-  size_t match_literal(std::string_view text, size_t pos, int32_t* id) const;
   void encode_fragment(std::string_view text, bool space_prefix, std::vector<int32_t>& out) const;
   void emit_symbol(std::string_view symbol, std::vector<int32_t>& out) const;
 
@@ -73,8 +73,8 @@ class SpmTokenizer final : public Tokenizer {
   // Normal tokens by their spelling ("▁" for spaces).
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> normal_ids_;
   std::array<int32_t, 256> byte_ids_{};  // -1 where the vocabulary has no <0xXX> token
-  // Literal tokens grouped by first byte, longest first, so the longest match wins.
-  std::array<std::vector<int32_t>, 256> literals_;
+  // Control and user-defined tokens, matched in the text before the merges.
+  LiteralTokens literals_;
   std::optional<int32_t> bos_id_;
   std::vector<int32_t> eos_ids_;
   std::optional<int32_t> unknown_id_;
