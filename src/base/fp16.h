@@ -17,7 +17,9 @@ inline uint32_t f32_to_bits(float f) {
   return u;
 }
 
-inline float bf16_to_f32(uint16_t h) { return bits_to_f32(uint32_t(h) << 16); }
+inline float bf16_to_f32(uint16_t h) {
+  return bits_to_f32(uint32_t(h) << 16);
+}
 
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u = f32_to_bits(f);
@@ -44,9 +46,9 @@ inline uint16_t f32_to_f16(float f) {
   uint32_t u = f32_to_bits(f);
   const uint32_t sign = (u >> 16) & 0x8000u;
   u &= 0x7fffffffu;
-  if (u > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+  if (u > 0x7f800000u) return uint16_t(sign | 0x7e00u);   // NaN
   if (u >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // overflow to inf (rounds >= 65520)
-  if (u < 0x38800000u) {                                 // subnormal or zero in half
+  if (u < 0x38800000u) {                                  // subnormal or zero in half
     if (u < 0x33000000u) return uint16_t(sign);           // < 2^-25 rounds to 0
     const uint32_t e = u >> 23;
     const uint32_t m = (u & 0x7fffffu) | 0x800000u;

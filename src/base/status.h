@@ -67,17 +67,17 @@ class [[nodiscard]] Status {
 
 }  // namespace kestrel
 
-#define KCHECK(cond, ...)                                                     \
-  do {                                                                        \
-    if (!(cond)) [[unlikely]]                                                 \
+#define KCHECK(cond, ...)                                                              \
+  do {                                                                                 \
+    if (!(cond)) [[unlikely]]                                                          \
       ::kestrel::check_failed(__FILE__, __LINE__, #cond, fmt::format("" __VA_ARGS__)); \
   } while (0)
 
 // Propagate an error from an Expected/Status expression.
-#define KTRY(expr)                                  \
-  do {                                              \
-    auto&& _k_st = (expr);                          \
-    if (!_k_st.ok()) return _k_st.error();          \
+#define KTRY(expr)                         \
+  do {                                     \
+    auto&& _k_st = (expr);                 \
+    if (!_k_st.ok()) return _k_st.error(); \
   } while (0)
 
 #define KCONCAT_INNER(a, b) a##b

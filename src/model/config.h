@@ -70,7 +70,8 @@ struct GenerationDefaults {
   std::optional<int64_t> max_new_tokens;
 };
 
-// Parses config.json text; an unknown architecture is not an error here (the model factory decides).
+// Parses config.json text; an unknown architecture is not an error here (the model factory
+// decides).
 Expected<ModelConfig> parse_config_json(const std::string& text);
 Expected<ModelConfig> load_config_json(const std::string& path);
 Expected<GenerationDefaults> parse_generation_config_json(const std::string& text);

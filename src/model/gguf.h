@@ -16,8 +16,19 @@
 namespace kestrel {
 
 enum class GgufType : uint32_t {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
+  U8 = 0,
+  I8 = 1,
+  U16 = 2,
+  I16 = 3,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  U64 = 10,
+  I64 = 11,
+  F64 = 12,
 };
 
 struct GgufValue;
@@ -32,8 +43,8 @@ struct GgufValue {
   // Integers of any width are held as int64/uint64, floats as double.
   std::variant<uint64_t, int64_t, double, bool, std::string, std::shared_ptr<GgufArray>> v;
 
-  std::optional<int64_t> as_int() const;    // any integer type (and bool)
-  std::optional<double> as_float() const;   // any numeric type
+  std::optional<int64_t> as_int() const;   // any integer type (and bool)
+  std::optional<double> as_float() const;  // any numeric type
   std::optional<bool> as_bool() const;
   const std::string* as_string() const;
   const GgufArray* as_array() const;
@@ -44,7 +55,7 @@ struct GgufTensorInfo {
   std::vector<int64_t> ne;  // ggml order: ne[0] innermost
   uint32_t ggml_type = 0;
   DType dtype = DType::F32;
-  uint64_t offset = 0;      // relative to the data section
+  uint64_t offset = 0;  // relative to the data section
 };
 
 class GgufFile {

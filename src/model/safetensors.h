@@ -1,4 +1,5 @@
-// model/safetensors.h — safetensors reader: one file or a sharded set (model.safetensors.index.json).
+// model/safetensors.h — safetensors reader: one file or a sharded set
+// (model.safetensors.index.json).
 #pragma once
 
 #include <cstdint>
@@ -16,8 +17,8 @@ namespace kestrel {
 struct SafetensorsEntry {
   std::string name;
   DType dtype = DType::F32;
-  std::vector<int64_t> shape;  // PyTorch order
-  uint64_t begin = 0, end = 0; // byte offsets relative to the data section
+  std::vector<int64_t> shape;   // PyTorch order
+  uint64_t begin = 0, end = 0;  // byte offsets relative to the data section
 };
 
 class SafetensorsFile {

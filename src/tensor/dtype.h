@@ -35,13 +35,15 @@ enum class DType : uint8_t {
 
 struct DTypeInfo {
   std::string_view name;
-  int block_elems;   // elements per block (1 for plain types)
-  int block_bytes;   // bytes per block
-  bool quantized;    // a GGUF block format
+  int block_elems;  // elements per block (1 for plain types)
+  int block_bytes;  // bytes per block
+  bool quantized;   // a GGUF block format
 };
 
 const DTypeInfo& dtype_info(DType t);
-inline std::string_view dtype_name(DType t) { return dtype_info(t).name; }
+inline std::string_view dtype_name(DType t) {
+  return dtype_info(t).name;
+}
 
 // Bytes of n elements (n must be a multiple of the block size for quantized types).
 inline size_t dtype_bytes(DType t, int64_t n) {

@@ -20,6 +20,8 @@ HostBuffer::HostBuffer(DType dtype, Shape shape) : dtype_(dtype), shape_(shape) 
   data_.reset(p);
 }
 
-void HostBuffer::Free::operator()(void* p) const { std::free(p); }
+void HostBuffer::Free::operator()(void* p) const {
+  std::free(p);
+}
 
 }  // namespace kestrel

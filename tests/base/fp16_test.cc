@@ -17,7 +17,7 @@ TEST(Fp16, HalfRoundTripsEveryBitPattern) {
 }
 
 TEST(Fp16, HalfRoundsToNearestEven) {
-  EXPECT_EQ(f16_to_f32(f32_to_f16(1.0f + 1.0f / 2048)), 1.0f);             // tie -> even
+  EXPECT_EQ(f16_to_f32(f32_to_f16(1.0f + 1.0f / 2048)), 1.0f);                // tie -> even
   EXPECT_EQ(f16_to_f32(f32_to_f16(1.0f + 3.0f / 2048)), 1.0f + 4.0f / 2048);  // tie -> even (up)
   EXPECT_EQ(f16_to_f32(f32_to_f16(65504.0f)), 65504.0f);
   EXPECT_TRUE(std::isinf(f16_to_f32(f32_to_f16(70000.0f))));

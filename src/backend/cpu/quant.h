@@ -8,22 +8,60 @@
 
 namespace kestrel::cpu {
 
-constexpr int QK = 32;   // elements per block of Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q8_1
+constexpr int QK = 32;     // elements per block of Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q8_1
 constexpr int QK_K = 256;  // elements per K-quant super-block
 
 #pragma pack(push, 1)
-struct BlockQ4_0 { uint16_t d; uint8_t qs[QK / 2]; };
-struct BlockQ4_1 { uint16_t d, m; uint8_t qs[QK / 2]; };
-struct BlockQ5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[QK / 2]; };
-struct BlockQ5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[QK / 2]; };
-struct BlockQ8_0 { uint16_t d; int8_t qs[QK]; };
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[QK / 2];
+};
+struct BlockQ4_1 {
+  uint16_t d, m;
+  uint8_t qs[QK / 2];
+};
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[QK / 2];
+};
+struct BlockQ5_1 {
+  uint16_t d, m;
+  uint8_t qh[4];
+  uint8_t qs[QK / 2];
+};
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[QK];
+};
 // Q8_1: d and s = d * sum(qs), both f16 (used with Q4_1 / Q5_1 weights).
-struct BlockQ8_1 { uint16_t d, s; int8_t qs[QK]; };
-struct BlockQ4_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; };
-struct BlockQ5_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
-struct BlockQ6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; };
+struct BlockQ8_1 {
+  uint16_t d, s;
+  int8_t qs[QK];
+};
+struct BlockQ4_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qs[QK_K / 2];
+};
+struct BlockQ5_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qh[QK_K / 8];
+  uint8_t qs[QK_K / 2];
+};
+struct BlockQ6_K {
+  uint8_t ql[QK_K / 2];
+  uint8_t qh[QK_K / 4];
+  int8_t scales[QK_K / 16];
+  uint16_t d;
+};
 // Q8_K: f32 scale, int8 codes, and the sum of each group of 16 codes.
-struct BlockQ8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
+struct BlockQ8_K {
+  float d;
+  int8_t qs[QK_K];
+  int16_t bsums[QK_K / 16];
+};
 #pragma pack(pop)
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22);

@@ -9,10 +9,10 @@
 namespace kestrel::cpu {
 
 struct SamplingParams {
-  float temperature = 1.0f;  // 0 = greedy
-  int top_k = 0;             // 0 or -1 = off
-  float top_p = 1.0f;        // 1 = off
-  float min_p = 0.0f;        // 0 = off
+  float temperature = 1.0f;         // 0 = greedy
+  int top_k = 0;                    // 0 or -1 = off
+  float top_p = 1.0f;               // 1 = off
+  float min_p = 0.0f;               // 0 = off
   float repetition_penalty = 1.0f;  // HF/vLLM: divides positive logits, multiplies negative ones
   float presence_penalty = 0.0f;    // OpenAI: subtract once if the token appeared in the output
   float frequency_penalty = 0.0f;   // OpenAI: subtract count × penalty (output tokens)
@@ -26,8 +26,8 @@ struct TokenLogprob {
 
 struct SampleResult {
   int32_t token = 0;
-  float logprob = 0.0f;                 // of the chosen token, from the raw (unpenalised) logits
-  std::vector<TokenLogprob> top;        // top-N by raw logprob, best first
+  float logprob = 0.0f;           // of the chosen token, from the raw (unpenalised) logits
+  std::vector<TokenLogprob> top;  // top-N by raw logprob, best first
 };
 
 // A seeded per-request generator (std::mt19937_64 so results are reproducible across builds).
