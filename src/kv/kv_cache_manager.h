@@ -1,0 +1,80 @@
+// kv/kv_cache_manager.h — per-request KV block tables over one BlockPool, with prefix caching.
+// One full-attention group for now. The scheduler's use per step: get_computed_blocks() for a new
+// request, allocate_slots() for the tokens it schedules, cache_blocks() once they are computed,
+// free() on every exit (finish, abort, preemption).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/block_hash.h"
+#include "kv/block_pool.h"
+
+namespace kestrel {
+
+using RequestId = std::string;
+
+// The longest cached prefix of a prompt; valid until the pool is next changed.
+struct ComputedBlocks {
+  std::vector<BlockId> blocks;
+  std::vector<BlockHash> hashes;
+  int64_t num_tokens = 0;  // blocks.size() * block_size
+};
+
+class KVCacheManager {
+ public:
+  KVCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching = true);
+
+  int32_t block_size() const { return block_size_; }
+
+  // Longest prefix of full blocks of `tokens` found (and verified) in the cache. The last token is
+  // never covered: its forward pass must run to produce logits. Counts towards the hit/query
+  // counters.
+  ComputedBlocks get_computed_blocks(std::span<const int32_t> tokens,
+                                     std::span<const uint64_t> extra_keys = {});
+
+  // Reserves slots for num_new_tokens more tokens of the request. `computed` (from
+  // get_computed_blocks, just before) is only allowed while the request holds no blocks. Returns
+  // false, changing nothing, when the pool cannot supply the blocks.
+  bool allocate_slots(const RequestId& id, int64_t num_new_tokens,
+                      const ComputedBlocks& computed = {});
+
+  // Publishes the request's blocks made full by its first num_computed_tokens tokens to the
+  // prefix cache. extra_keys must match those given to get_computed_blocks.
+  void cache_blocks(const RequestId& id, std::span<const int32_t> tokens,
+                    int64_t num_computed_tokens, std::span<const uint64_t> extra_keys = {});
+
+  // Returns all of the request's blocks; its cached ones stay hittable. Unknown ids are ignored,
+  // so every exit path may call it.
+  void free(const RequestId& id);
+
+  double usage() const { return pool_.usage(); }
+  int64_t prefix_cache_queries() const { return queries_; }  // tokens looked up
+  int64_t prefix_cache_hits() const { return hits_; }        // tokens found
+  // The request's blocks in token order; empty for unknown ids.
+  std::span<const BlockId> block_table(const RequestId& id) const;
+  // Tokens the request has slots for.
+  int64_t num_slots(const RequestId& id) const;
+  const BlockPool& pool() const { return pool_; }
+  size_t num_requests() const { return requests_.size(); }
+
+ private:
+  struct RequestBlocks {
+    std::vector<BlockId> blocks;
+    // Chain hashes of blocks[0 .. hashes.size()): hit or offered to the cache.
+    std::vector<BlockHash> hashes;
+    int64_t num_slots = 0;
+  };
+
+  BlockPool pool_;
+  int32_t block_size_;
+  bool enable_prefix_caching_;
+  std::unordered_map<RequestId, RequestBlocks> requests_;
+  int64_t queries_ = 0;
+  int64_t hits_ = 0;
+};
+
+}  // namespace kestrel

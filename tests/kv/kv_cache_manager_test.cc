@@ -1,0 +1,175 @@
+#include "kv/kv_cache_manager.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace kestrel {
+namespace {
+
+constexpr int32_t kBlock = 4;
+
+std::vector<int32_t> make_tokens(int n, int32_t seed) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(seed * 1000 + i * 13 + 1);
+  return t;
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Admits a request the way the scheduler does and computes its whole prompt.
+void run_prefill(KVCacheManager& m, const RequestId& id, const std::vector<int32_t>& tokens) {
+  const ComputedBlocks hit = m.get_computed_blocks(tokens);
+  ASSERT_TRUE(m.allocate_slots(id, static_cast<int64_t>(tokens.size()) - hit.num_tokens, hit));
+  m.cache_blocks(id, tokens, static_cast<int64_t>(tokens.size()));
+}
+
+TEST(KVCacheManager, SharedPrefixHitsAcrossRequests) {
+  KVCacheManager m(32, kBlock);
+  const std::vector<int32_t> prefix = make_tokens(12, 1);  // three full blocks
+  const std::vector<int32_t> a = concat(prefix, make_tokens(6, 2));
+  const std::vector<int32_t> b = concat(prefix, make_tokens(3, 3));
+  run_prefill(m, "a", a);
+  EXPECT_EQ(m.prefix_cache_hits(), 0);
+  EXPECT_EQ(m.prefix_cache_queries(), 18);
+
+  const ComputedBlocks hit = m.get_computed_blocks(b);
+  EXPECT_EQ(hit.num_tokens, 12);
+  ASSERT_EQ(hit.blocks.size(), 3u);
+  const auto table_a = m.block_table("a");
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(hit.blocks[i], table_a[i]);
+  EXPECT_EQ(m.prefix_cache_hits(), 12);
+  EXPECT_EQ(m.prefix_cache_queries(), 18 + 15);
+
+  ASSERT_TRUE(m.allocate_slots("b", 3, hit));
+  const auto table_b = m.block_table("b");
+  ASSERT_EQ(table_b.size(), 4u);  // 15 tokens
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(table_b[i], table_a[i]);
+    EXPECT_EQ(m.pool().ref_count(table_a[i]), 2);
+  }
+  EXPECT_NE(table_b[3], table_a[3]);
+  EXPECT_EQ(m.pool().check_invariants(), "");
+}
+
+TEST(KVCacheManager, LastTokenIsAlwaysRecomputed) {
+  KVCacheManager m(32, kBlock);
+  const std::vector<int32_t> prompt = make_tokens(8, 4);  // exactly two blocks
+  run_prefill(m, "a", prompt);
+  const ComputedBlocks hit = m.get_computed_blocks(prompt);
+  // The second block holds the last token, so only the first can be reused.
+  EXPECT_EQ(hit.num_tokens, 4);
+  EXPECT_EQ(hit.blocks.size(), 1u);
+  const std::vector<int32_t> longer = concat(prompt, {77});
+  EXPECT_EQ(m.get_computed_blocks(longer).num_tokens, 8);
+}
+
+// A forged hash collision is rejected by BlockPool::lookup (see block_pool_test); here the
+// manager must not reuse a block whose tokens differ anywhere, nor any block after it.
+TEST(KVCacheManager, TokenEditBreaksTheChainFromThatBlockOn) {
+  KVCacheManager m(16, kBlock);
+  const std::vector<int32_t> prompt = make_tokens(13, 5);
+  run_prefill(m, "a", prompt);
+  std::vector<int32_t> edited = prompt;
+  edited[6] += 1;  // inside the second block
+  const ComputedBlocks hit = m.get_computed_blocks(edited);
+  EXPECT_EQ(hit.num_tokens, 4);
+  ASSERT_EQ(hit.blocks.size(), 1u);
+  EXPECT_EQ(hit.blocks[0], m.block_table("a")[0]);
+}
+
+TEST(KVCacheManager, FreedBlocksStayCachedUntilEvicted) {
+  KVCacheManager m(7, kBlock);  // 6 usable blocks
+  const std::vector<int32_t> prompt = make_tokens(13, 7);
+  run_prefill(m, "a", prompt);
+  const std::vector<BlockId> old(m.block_table("a").begin(), m.block_table("a").end());
+  m.free("a");
+  EXPECT_EQ(m.pool().num_free(), 6);
+  EXPECT_EQ(m.num_requests(), 0u);
+
+  const ComputedBlocks hit = m.get_computed_blocks(prompt);
+  EXPECT_EQ(hit.num_tokens, 12);
+  ASSERT_TRUE(m.allocate_slots("a2", 1, hit));
+  const auto table = m.block_table("a2");
+  EXPECT_EQ(std::vector<BlockId>(table.begin(), table.begin() + 3),
+            std::vector<BlockId>(old.begin(), old.begin() + 3));
+  m.free("a2");
+
+  // Another request needing every block evicts them all, and the mapping goes with them.
+  const std::vector<int32_t> big = make_tokens(24, 8);
+  ASSERT_TRUE(m.allocate_slots("big", 24));
+  EXPECT_EQ(m.pool().num_cached(), 0u);
+  EXPECT_EQ(m.get_computed_blocks(prompt).num_tokens, 0);
+  EXPECT_EQ(m.pool().check_invariants(), "");
+}
+
+TEST(KVCacheManager, RequestTailBlocksAreEvictedFirst) {
+  KVCacheManager m(5, kBlock);                             // 4 usable blocks
+  const std::vector<int32_t> prompt = make_tokens(13, 9);  // 3 full blocks + 1 partial
+  run_prefill(m, "a", prompt);
+  m.free("a");
+  // One new block evicts the partial tail block (never cached), the next the last full block.
+  ASSERT_TRUE(m.allocate_slots("x", 2 * kBlock));
+  EXPECT_EQ(m.get_computed_blocks(prompt).num_tokens, 8);
+}
+
+TEST(KVCacheManager, FailedAllocateLeavesStateUnchanged) {
+  KVCacheManager m(5, kBlock);  // 4 usable blocks
+  const std::vector<int32_t> prompt = make_tokens(9, 10);
+  run_prefill(m, "a", prompt);  // 3 blocks
+  m.free("a");
+  const ComputedBlocks hit = m.get_computed_blocks(prompt);
+  ASSERT_EQ(hit.num_tokens, 8);
+  // The two hit blocks are free, so touching them costs free blocks too: 2 + 3 new > 4.
+  EXPECT_FALSE(m.allocate_slots("b", 10, hit));
+  EXPECT_EQ(m.pool().num_free(), 4);
+  EXPECT_TRUE(m.block_table("b").empty());
+  EXPECT_EQ(m.num_requests(), 0u);
+  EXPECT_EQ(m.pool().check_invariants(), "");
+  EXPECT_TRUE(m.allocate_slots("b", 8, hit));
+  EXPECT_EQ(m.pool().num_free(), 0);
+  // Growth beyond the pool fails without touching the request's table.
+  EXPECT_FALSE(m.allocate_slots("b", 1));
+  EXPECT_EQ(m.block_table("b").size(), 4u);
+  EXPECT_EQ(m.num_slots("b"), 16);
+}
+
+TEST(KVCacheManager, DecodeGrowthAllocatesOnBlockBoundaries) {
+  KVCacheManager m(16, kBlock);
+  ASSERT_TRUE(m.allocate_slots("a", 5));
+  EXPECT_EQ(m.block_table("a").size(), 2u);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(m.allocate_slots("a", 1));
+  EXPECT_EQ(m.block_table("a").size(), 2u);  // 8 slots
+  ASSERT_TRUE(m.allocate_slots("a", 1));
+  EXPECT_EQ(m.block_table("a").size(), 3u);
+  m.free("a");
+  m.free("a");  // every exit path may free; the second is a no-op
+  EXPECT_EQ(m.pool().num_free(), 15);
+}
+
+TEST(KVCacheManager, ExtraKeysSeparateCaches) {
+  KVCacheManager m(16, kBlock);
+  const std::vector<int32_t> prompt = make_tokens(9, 11);
+  const std::vector<uint64_t> lora_a = {1};
+  const std::vector<uint64_t> lora_b = {2};
+  const ComputedBlocks miss = m.get_computed_blocks(prompt, lora_a);
+  ASSERT_TRUE(m.allocate_slots("a", 9, miss));
+  m.cache_blocks("a", prompt, 9, lora_a);
+  EXPECT_EQ(m.get_computed_blocks(prompt, lora_a).num_tokens, 8);
+  EXPECT_EQ(m.get_computed_blocks(prompt, lora_b).num_tokens, 0);
+  EXPECT_EQ(m.get_computed_blocks(prompt).num_tokens, 0);
+}
+
+TEST(KVCacheManager, DisabledPrefixCachingNeverHits) {
+  KVCacheManager m(16, kBlock, /*enable_prefix_caching=*/false);
+  const std::vector<int32_t> prompt = make_tokens(9, 12);
+  run_prefill(m, "a", prompt);
+  EXPECT_EQ(m.get_computed_blocks(prompt).num_tokens, 0);
+  EXPECT_EQ(m.pool().num_cached(), 0u);
+}
+
+}  // namespace
+}  // namespace kestrel
