@@ -1,0 +1,45 @@
+#include "sched/request.h"
+
+#include <utility>
+
+namespace kestrel {
+
+bool is_finished_status(RequestStatus status) {
+  return status == RequestStatus::kFinishedStopped || status == RequestStatus::kFinishedLength ||
+         status == RequestStatus::kFinishedAborted;
+}
+
+const char* status_name(RequestStatus status) {
+  switch (status) {
+    case RequestStatus::kWaiting:
+      return "waiting";
+    case RequestStatus::kWaitingForRemoteKvs:
+      return "waiting_for_remote_kvs";
+    case RequestStatus::kRunning:
+      return "running";
+    case RequestStatus::kPreempted:
+      return "preempted";
+    case RequestStatus::kFinishedStopped:
+      return "finished_stopped";
+    case RequestStatus::kFinishedLength:
+      return "finished_length";
+    case RequestStatus::kFinishedAborted:
+      return "finished_aborted";
+  }
+  return "unknown";
+}
+
+Request::Request(RequestId id_in, std::vector<int32_t> prompt, int64_t max_tokens_in,
+                 int64_t arrival_in)
+    : id(std::move(id_in)),
+      prompt_token_ids(std::move(prompt)),
+      all_token_ids(prompt_token_ids),
+      max_tokens(max_tokens_in),
+      arrival(arrival_in) {}
+
+void Request::append_output_token(int32_t token) {
+  output_token_ids.push_back(token);
+  all_token_ids.push_back(token);
+}
+
+}  // namespace kestrel
