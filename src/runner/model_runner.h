@@ -1,0 +1,64 @@
+// runner/model_runner.h — runs one scheduler step on the model: every scheduled request's new
+// tokens go into one flat forward pass, and each request that reaches its last known token gets
+// a token sampled with its own parameters and its own seeded generator.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cpu/sampling.h"
+#include "model/batch_builder.h"
+#include "model/causal_lm.h"
+#include "sched/request.h"
+#include "sched/scheduler_output.h"
+
+namespace kestrel {
+
+struct SampledToken {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+// How the runner reads a scheduled request's tokens (the scheduler's request(), usually).
+using RequestLookup = std::function<const Request*(const RequestId&)>;
+
+// Per-request sampling state the runner keeps between steps.
+struct RunnerRequestParams {
+  cpu::SamplingParams sampling;
+  uint64_t seed = 0;
+  // Tokens masked out while fewer than min_tokens outputs exist (stop and EOS ids).
+  int64_t min_tokens = 0;
+  std::vector<int32_t> min_tokens_suppressed;
+};
+
+class ModelRunner {
+ public:
+  // `kv` must have the scheduler's num_blocks and block_size.
+  ModelRunner(CausalLM& model, KVCacheStorage kv);
+
+  // Registers a request's sampling state; it must precede the request's first scheduled step.
+  void add_request(const RequestId& id, const RunnerRequestParams& params);
+  // Drops a request's sampling state (finish, abort); unknown ids are ignored.
+  void remove_request(const RequestId& id);
+  size_t num_requests() const { return requests_.size(); }
+
+  // Computes the step and returns the sampled token of every request not in a prefill chunk.
+  Expected<std::unordered_map<RequestId, SampledToken>> execute(const SchedulerOutput& output,
+                                                                const RequestLookup& lookup);
+
+ private:
+  struct State {
+    RunnerRequestParams params;
+    cpu::Rng rng;
+  };
+
+  CausalLM& model_;
+  KVCacheStorage kv_;
+  BatchBuilder builder_;
+  std::vector<float> logits_;
+  std::unordered_map<RequestId, State> requests_;
+};
+
+}  // namespace kestrel

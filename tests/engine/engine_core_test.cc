@@ -1,0 +1,310 @@
+// EngineCore on the tiny fixture checkpoints: greedy runs match the transformers reference
+// (tests/fixtures/models/*/golden.json) however the engine batches, chunks, caches or preempts
+// them; aborts free everything; stop ids and min_tokens end generation where they should.
+#include "engine/engine_core.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+
+#include "base/mmap_file.h"
+#include "model/loader.h"
+#include "test_paths.h"
+
+namespace kestrel {
+namespace {
+
+struct Golden {
+  std::vector<std::vector<int32_t>> prompts, greedy;
+};
+
+Golden read_golden(const std::string& dir) {
+  Golden g;
+  auto text = read_text_file(dir + "/golden.json");
+  EXPECT_TRUE(text.ok());
+  if (!text.ok()) return g;
+  auto j = nlohmann::json::parse(*text);
+  g.prompts = j.at("prompts").get<std::vector<std::vector<int32_t>>>();
+  g.greedy = j.at("greedy").get<std::vector<std::vector<int32_t>>>();
+  return g;
+}
+
+std::vector<int32_t> eos_ids(const LoadedModel& lm) {
+  return std::vector<int32_t>(lm.generation.eos_token_ids.begin(),
+                              lm.generation.eos_token_ids.end());
+}
+
+EngineRequest greedy_request(const std::string& id, const std::vector<int32_t>& prompt,
+                             int64_t max_tokens) {
+  EngineRequest r;
+  r.id = id;
+  r.prompt_token_ids = prompt;
+  r.sampling.temperature = 0.0f;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
+
+struct Result {
+  std::vector<int32_t> tokens;
+  std::string finish_reason;
+  int64_t num_cached_tokens = 0;
+};
+
+// Steps until nothing is left, collecting every request's tokens and checking the outputs'
+// bookkeeping on the way.
+std::map<RequestId, Result> run_to_completion(EngineCore& engine) {
+  std::map<RequestId, Result> results;
+  for (int steps = 0; engine.has_unfinished(); ++steps) {
+    EXPECT_LT(steps, 10000) << "engine does not finish";
+    if (steps >= 10000) break;
+    auto outs = engine.step();
+    EXPECT_TRUE(outs.ok()) << (outs.ok() ? "" : outs.error().message);
+    if (!outs.ok()) break;
+    for (const RequestOutput& o : *outs) {
+      Result& r = results[o.id];
+      EXPECT_TRUE(r.finish_reason.empty()) << o.id << " output after finishing";
+      r.tokens.insert(r.tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      EXPECT_EQ(o.num_output_tokens, int64_t(r.tokens.size())) << o.id;
+      r.num_cached_tokens = o.num_cached_tokens;
+      if (o.finish_reason) r.finish_reason = *o.finish_reason;
+    }
+  }
+  return results;
+}
+
+// Nothing outlives the requests: no runner state, no scheduler entries, no used blocks.
+void expect_drained(const EngineCore& engine) {
+  EXPECT_FALSE(engine.has_unfinished());
+  EXPECT_EQ(engine.runner().num_requests(), 0u);
+  EXPECT_EQ(engine.scheduler().kv().num_requests(), 0u);
+  EXPECT_EQ(engine.scheduler().kv().usage(), 0.0);
+}
+
+class EngineGolden : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = test::fixtures_dir() + "/models/" + GetParam();
+    LoadOptions o;
+    o.model = dir_;
+    o.threads = 2;
+    auto m = load_model(o);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    lm_ = std::move(*m);
+    golden_ = read_golden(dir_);
+    ASSERT_EQ(golden_.prompts.size(), 3u);
+  }
+
+  SchedulerConfig config() const {
+    SchedulerConfig c;
+    c.block_size = 16;
+    c.num_blocks = 64;
+    c.max_model_len = 256;
+    return c;
+  }
+
+  // Runs the golden prompts (all in one engine) and checks the greedy tokens and finish reasons.
+  void expect_golden(EngineCore& engine, const std::string& tag) {
+    for (size_t p = 0; p < 3; ++p) {
+      auto st = engine.add_request(greedy_request(tag + std::to_string(p), golden_.prompts[p],
+                                                  int64_t(golden_.greedy[p].size())));
+      ASSERT_TRUE(st.ok()) << st.error().message;
+    }
+    auto results = run_to_completion(engine);
+    for (size_t p = 0; p < 3; ++p) {
+      const Result& r = results[tag + std::to_string(p)];
+      EXPECT_EQ(r.tokens, golden_.greedy[p]) << tag << " prompt " << p;
+      EXPECT_EQ(r.finish_reason, "length");
+    }
+    expect_drained(engine);
+  }
+
+  std::string dir_;
+  std::unique_ptr<LoadedModel> lm_;
+  Golden golden_;
+};
+
+TEST_P(EngineGolden, EachPromptAloneMatchesReference) {
+  for (size_t p = 0; p < 3; ++p) {
+    EngineCore engine(*lm_->model, config(), eos_ids(*lm_));
+    ASSERT_TRUE(
+        engine
+            .add_request(greedy_request("r", golden_.prompts[p], int64_t(golden_.greedy[p].size())))
+            .ok());
+    auto results = run_to_completion(engine);
+    EXPECT_EQ(results["r"].tokens, golden_.greedy[p]) << "prompt " << p;
+    EXPECT_EQ(results["r"].finish_reason, "length");
+    expect_drained(engine);
+  }
+}
+
+TEST_P(EngineGolden, BatchedChunkedAndCachedRunsMatchReference) {
+  EngineCore batched(*lm_->model, config(), eos_ids(*lm_));
+  expect_golden(batched, "a");
+
+  SchedulerConfig small = config();
+  small.max_num_batched_tokens = 8;  // every prompt is prefilled in chunks
+  EngineCore chunked(*lm_->model, small, eos_ids(*lm_));
+  expect_golden(chunked, "b");
+}
+
+TEST_P(EngineGolden, WarmPrefixCacheGivesSameTokens) {
+  EngineCore engine(*lm_->model, config(), eos_ids(*lm_));
+  expect_golden(engine, "first");
+  for (size_t p = 0; p < 3; ++p)
+    ASSERT_TRUE(engine
+                    .add_request(greedy_request("again" + std::to_string(p), golden_.prompts[p],
+                                                int64_t(golden_.greedy[p].size())))
+                    .ok());
+  auto results = run_to_completion(engine);
+  for (size_t p = 0; p < 3; ++p) {
+    const Result& r = results["again" + std::to_string(p)];
+    EXPECT_EQ(r.tokens, golden_.greedy[p]) << "prompt " << p;
+    // Every full block of the prompt was cached by the first round.
+    EXPECT_EQ(r.num_cached_tokens, int64_t((golden_.prompts[p].size() - 1) / 16 * 16))
+        << "prompt " << p;
+  }
+  EXPECT_GT(results["again2"].num_cached_tokens, 0);
+  expect_drained(engine);
+}
+
+TEST_P(EngineGolden, PreemptionByRecomputeGivesSameTokens) {
+  SchedulerConfig tight = config();
+  // Prompts of 7, 19 and 40 tokens plus 16 outputs need 2 + 3 + 4 blocks; 6 usable blocks force
+  // preemptions as the requests grow.
+  tight.num_blocks = 7;
+  tight.max_model_len = 96;
+  tight.enable_prefix_caching = false;
+  ASSERT_TRUE(validate(tight).ok()) << validate(tight).error().message;
+  EngineCore engine(*lm_->model, tight, eos_ids(*lm_));
+  for (size_t p = 0; p < 3; ++p)
+    ASSERT_TRUE(engine
+                    .add_request(greedy_request(std::to_string(p), golden_.prompts[p],
+                                                int64_t(golden_.greedy[p].size())))
+                    .ok());
+  std::map<RequestId, Result> results;
+  int preemptions = 0;
+  for (int steps = 0; engine.has_unfinished() && steps < 1000; ++steps) {
+    auto outs = engine.step();
+    ASSERT_TRUE(outs.ok()) << outs.error().message;
+    for (const RequestOutput& o : *outs)
+      results[o.id].tokens.insert(results[o.id].tokens.end(), o.new_token_ids.begin(),
+                                  o.new_token_ids.end());
+    for (const Request* r : engine.scheduler().waiting())
+      if (r->num_output_tokens() > 0) ++preemptions;
+  }
+  EXPECT_GT(preemptions, 0) << "the pool was meant to force preemption";
+  for (size_t p = 0; p < 3; ++p)
+    EXPECT_EQ(results[std::to_string(p)].tokens, golden_.greedy[p]) << "prompt " << p;
+  expect_drained(engine);
+}
+
+TEST_P(EngineGolden, AbortMidGenerationFreesEverything) {
+  EngineCore engine(*lm_->model, config(), eos_ids(*lm_));
+  for (size_t p = 0; p < 3; ++p)
+    ASSERT_TRUE(engine.add_request(greedy_request(std::to_string(p), golden_.prompts[p], 16)).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(engine.step().ok());
+  EXPECT_GT(engine.scheduler().kv().usage(), 0.0);
+  engine.abort("1");
+  engine.abort("1");  // twice is harmless
+  engine.abort("unknown");
+  auto outs = engine.step();
+  ASSERT_TRUE(outs.ok());
+  int aborted = 0;
+  for (const RequestOutput& o : *outs) {
+    if (o.id != "1") continue;
+    ++aborted;
+    EXPECT_EQ(o.finish_reason.value_or(""), "abort");
+    EXPECT_TRUE(o.new_token_ids.empty());
+  }
+  EXPECT_EQ(aborted, 1);
+  engine.abort("0");
+  engine.abort("2");
+  auto last = engine.step();
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->size(), 2u);
+  expect_drained(engine);
+  EXPECT_EQ(engine.scheduler().kv().pool().num_free(), config().num_blocks - 1);
+  EXPECT_EQ(engine.scheduler().kv().pool().check_invariants(), "");
+}
+
+TEST_P(EngineGolden, StopTokenIdsEndGeneration) {
+  const auto& want = golden_.greedy[0];
+  // Stops at the first occurrence of the 4th greedy token; the stop token is part of the output.
+  const int32_t stop = want[3];
+  const size_t first = size_t(std::find(want.begin(), want.end(), stop) - want.begin());
+  EngineCore engine(*lm_->model, config(), eos_ids(*lm_));
+  EngineRequest r = greedy_request("s", golden_.prompts[0], 16);
+  r.stop_token_ids = {stop};
+  ASSERT_TRUE(engine.add_request(r).ok());
+  auto results = run_to_completion(engine);
+  EXPECT_EQ(results["s"].tokens, std::vector<int32_t>(want.begin(), want.begin() + first + 1));
+  EXPECT_EQ(results["s"].finish_reason, "stop");
+  expect_drained(engine);
+}
+
+TEST_P(EngineGolden, EosStopsUnlessIgnored) {
+  const auto& want = golden_.greedy[1];
+  // Treat the 3rd greedy token as the model's EOS.
+  const int32_t eos = want[2];
+  const size_t first = size_t(std::find(want.begin(), want.end(), eos) - want.begin());
+  EngineCore engine(*lm_->model, config(), {eos});
+  EngineRequest stops = greedy_request("eos", golden_.prompts[1], 16);
+  stops.ignore_eos = false;
+  ASSERT_TRUE(engine.add_request(stops).ok());
+  ASSERT_TRUE(engine.add_request(greedy_request("ignore", golden_.prompts[1], 16)).ok());
+  auto results = run_to_completion(engine);
+  EXPECT_EQ(results["eos"].tokens, std::vector<int32_t>(want.begin(), want.begin() + first + 1));
+  EXPECT_EQ(results["eos"].finish_reason, "stop");
+  EXPECT_EQ(results["ignore"].tokens, want);
+  EXPECT_EQ(results["ignore"].finish_reason, "length");
+  expect_drained(engine);
+}
+
+TEST_P(EngineGolden, MinTokensSuppressesStopTokens) {
+  const auto& want = golden_.greedy[0];
+  const int32_t stop = want[0];
+  EngineCore engine(*lm_->model, config(), eos_ids(*lm_));
+  // Without min_tokens the very first token stops the request.
+  EngineRequest plain = greedy_request("plain", golden_.prompts[0], 16);
+  plain.stop_token_ids = {stop};
+  EngineRequest held = plain;
+  held.id = "held";
+  held.min_tokens = 4;
+  ASSERT_TRUE(engine.add_request(plain).ok());
+  ASSERT_TRUE(engine.add_request(held).ok());
+  auto results = run_to_completion(engine);
+  EXPECT_EQ(results["plain"].tokens, std::vector<int32_t>{stop});
+  EXPECT_EQ(results["plain"].finish_reason, "stop");
+  const auto& held_tokens = results["held"].tokens;
+  ASSERT_GE(held_tokens.size(), 5u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_NE(held_tokens[i], stop) << "output " << i;
+  // The first output differs from greedy only because the stop token was masked out.
+  EXPECT_NE(held_tokens[0], want[0]);
+  if (results["held"].finish_reason == "stop") {
+    EXPECT_EQ(held_tokens.back(), stop);
+  } else {
+    EXPECT_EQ(results["held"].finish_reason, "length");
+    EXPECT_EQ(held_tokens.size(), 16u);
+  }
+  expect_drained(engine);
+}
+
+TEST_P(EngineGolden, RejectsBadRequests) {
+  EngineCore engine(*lm_->model, config(), eos_ids(*lm_));
+  EngineRequest r = greedy_request("x", golden_.prompts[0], 4);
+  r.min_tokens = 5;
+  EXPECT_FALSE(engine.add_request(r).ok());
+  EXPECT_FALSE(engine.add_request(greedy_request("y", {}, 4)).ok());
+  ASSERT_TRUE(engine.add_request(greedy_request("z", golden_.prompts[0], 4)).ok());
+  EXPECT_FALSE(engine.add_request(greedy_request("z", golden_.prompts[0], 4)).ok());
+  run_to_completion(engine);
+  expect_drained(engine);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, EngineGolden, ::testing::Values("llama3_f32", "qwen3_f32"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace kestrel

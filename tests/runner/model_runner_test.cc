@@ -1,0 +1,133 @@
+// ModelRunner driven by the real Scheduler on a fixture checkpoint: sampling state is per request
+// (a seeded request samples the same tokens alone or batched), prefill chunks sample nothing,
+// and inconsistent steps are errors.
+#include "runner/model_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "model/loader.h"
+#include "sched/scheduler.h"
+#include "test_paths.h"
+
+namespace kestrel {
+namespace {
+
+std::unique_ptr<LoadedModel> load_fixture() {
+  LoadOptions o;
+  o.model = test::fixtures_dir() + "/models/llama3_f32";
+  o.threads = 2;
+  auto m = load_model(o);
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+SchedulerConfig small_config() {
+  SchedulerConfig c;
+  c.block_size = 16;
+  c.num_blocks = 32;
+  c.max_model_len = 128;
+  return c;
+}
+
+RunnerRequestParams sampled_params(uint64_t seed) {
+  RunnerRequestParams p;
+  p.sampling.temperature = 1.0f;
+  p.seed = seed;
+  return p;
+}
+
+const std::vector<int32_t> kPromptA = {5, 77, 301, 42, 9, 250, 13, 400, 88};
+const std::vector<int32_t> kPromptB = {17, 3, 460, 211, 99};
+
+// Runs the given requests (id → seed) to max_tokens and returns each one's outputs.
+std::map<RequestId, std::vector<int32_t>> generate(LoadedModel& lm,
+                                                   const std::map<RequestId, uint64_t>& seeds,
+                                                   int64_t max_tokens) {
+  const SchedulerConfig config = small_config();
+  Scheduler sched(config);
+  ModelRunner runner(*lm.model, lm.model->make_kv_cache(config.num_blocks, config.block_size));
+  for (const auto& [id, seed] : seeds) {
+    EXPECT_TRUE(sched.add_request(id, id == "b" ? kPromptB : kPromptA, max_tokens).ok());
+    runner.add_request(id, sampled_params(seed));
+  }
+  std::map<RequestId, std::vector<int32_t>> outputs;
+  while (sched.has_unfinished()) {
+    const SchedulerOutput out = sched.schedule();
+    auto sampled = runner.execute(out, [&](const RequestId& id) { return sched.request(id); });
+    EXPECT_TRUE(sampled.ok()) << (sampled.ok() ? "" : sampled.error().message);
+    if (!sampled.ok()) break;
+    std::unordered_map<RequestId, int32_t> tokens;
+    for (const auto& [id, s] : *sampled) {
+      EXPECT_LE(s.logprob, 0.0f);
+      tokens[id] = s.token;
+      outputs[id].push_back(s.token);
+    }
+    for (const RequestId& id : sched.update_from_output(out, tokens)) {
+      runner.remove_request(id);
+      sched.release(id);
+    }
+  }
+  EXPECT_EQ(runner.num_requests(), 0u);
+  return outputs;
+}
+
+TEST(ModelRunner, SeededSamplingIsPerRequest) {
+  auto lm = load_fixture();
+  ASSERT_TRUE(lm);
+  const auto alone = generate(*lm, {{"a", 7}}, 12);
+  const auto batched = generate(*lm, {{"a", 7}, {"b", 9}}, 12);
+  const auto other_seed = generate(*lm, {{"a", 8}}, 12);
+  ASSERT_EQ(alone.at("a").size(), 12u);
+  EXPECT_EQ(alone.at("a"), batched.at("a"));
+  EXPECT_EQ(batched.at("b").size(), 12u);
+  EXPECT_NE(alone.at("a"), other_seed.at("a"));
+}
+
+TEST(ModelRunner, PrefillChunksSampleNothing) {
+  auto lm = load_fixture();
+  ASSERT_TRUE(lm);
+  SchedulerConfig config = small_config();
+  config.max_num_batched_tokens = 4;
+  Scheduler sched(config);
+  ModelRunner runner(*lm->model, lm->model->make_kv_cache(config.num_blocks, config.block_size));
+  ASSERT_TRUE(sched.add_request("a", kPromptA, 2).ok());
+  runner.add_request("a", sampled_params(1));
+  const auto lookup = [&](const RequestId& id) { return sched.request(id); };
+  // 9 prompt tokens in chunks of 4: two chunks without a token, then the last one samples.
+  for (int step = 0; step < 3; ++step) {
+    const SchedulerOutput out = sched.schedule();
+    ASSERT_EQ(out.scheduled.size(), 1u);
+    auto sampled = runner.execute(out, lookup);
+    ASSERT_TRUE(sampled.ok());
+    EXPECT_EQ(sampled->size(), step < 2 ? 0u : 1u) << "step " << step;
+    std::unordered_map<RequestId, int32_t> tokens;
+    for (const auto& [id, s] : *sampled) tokens[id] = s.token;
+    sched.update_from_output(out, tokens);
+  }
+}
+
+TEST(ModelRunner, InconsistentStepsAreErrors) {
+  auto lm = load_fixture();
+  ASSERT_TRUE(lm);
+  const SchedulerConfig config = small_config();
+  Scheduler sched(config);
+  ModelRunner runner(*lm->model, lm->model->make_kv_cache(config.num_blocks, config.block_size));
+  ASSERT_TRUE(sched.add_request("a", kPromptA, 2).ok());
+  const SchedulerOutput out = sched.schedule();
+  // No sampling state registered for "a".
+  EXPECT_FALSE(runner.execute(out, [&](const RequestId& id) { return sched.request(id); }).ok());
+  // The lookup does not know the request.
+  runner.add_request("a", sampled_params(1));
+  EXPECT_FALSE(
+      runner.execute(out, [](const RequestId&) -> const Request* { return nullptr; }).ok());
+  // More tokens scheduled than the request has.
+  SchedulerOutput bad = out;
+  bad.scheduled[0].num_new_tokens += 1;
+  EXPECT_FALSE(runner.execute(bad, [&](const RequestId& id) { return sched.request(id); }).ok());
+  EXPECT_TRUE(runner.execute(out, [&](const RequestId& id) { return sched.request(id); }).ok());
+}
+
+}  // namespace
+}  // namespace kestrel
