@@ -17,6 +17,7 @@
 #include "tokenizer/bpe_merge.h"
 #include "tokenizer/literal_tokens.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/string_hash.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel {
@@ -57,10 +58,6 @@ class ByteLevelBpe final : public Tokenizer {
   bool is_special(int32_t id) const override;
 
  private:
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
   template <typename V>
   using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
 

@@ -17,6 +17,7 @@
 
 #include "base/status.h"
 #include "tokenizer/bpe_merge.h"
+#include "tokenizer/string_hash.h"
 
 namespace kestrel {
 
@@ -34,10 +35,6 @@ class HfBpeModel {
   }
 
  private:
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
   template <typename V>
   using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
 

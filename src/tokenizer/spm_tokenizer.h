@@ -15,6 +15,7 @@
 
 #include "base/status.h"
 #include "tokenizer/literal_tokens.h"
+#include "tokenizer/string_hash.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel {
@@ -56,11 +57,6 @@ class SpmTokenizer final : public Tokenizer {
   bool is_special(int32_t id) const override;
 
  private:
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-
   SpmTokenizer() = default;
   Status build(SpmSpec& spec);
   bool valid_id(int32_t id) const { return id >= 0 && static_cast<size_t>(id) < bytes_.size(); }
