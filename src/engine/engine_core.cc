@@ -5,6 +5,20 @@
 
 namespace kestrel {
 
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "error";
+}
+
 EngineCore::EngineCore(CausalLM& model, const SchedulerConfig& config,
                        std::vector<int32_t> eos_token_ids)
     : scheduler_(config),
@@ -16,13 +30,13 @@ Status EngineCore::add_request(const EngineRequest& request) {
     return make_error("request {}: min_tokens {} must be in [0, max_tokens {}]", request.id,
                       request.min_tokens, request.max_tokens);
   KTRY(scheduler_.add_request(request.id, request.prompt_token_ids, request.max_tokens));
-  StopRules rules{request.min_tokens, request.stop_token_ids};
+  StopRules rules{request.min_tokens, request.stop_token_ids, request.ignore_eos,
+                  request.sampling.logprobs >= 0};
+  std::vector<int32_t> suppressed = rules.stop_token_ids;
   if (!request.ignore_eos)
-    rules.stop_token_ids.insert(rules.stop_token_ids.end(), eos_token_ids_.begin(),
-                                eos_token_ids_.end());
-  RunnerRequestParams params{request.sampling, request.seed, request.min_tokens,
-                             rules.stop_token_ids};
-  runner_.add_request(request.id, params);
+    suppressed.insert(suppressed.end(), eos_token_ids_.begin(), eos_token_ids_.end());
+  runner_.add_request(request.id, RunnerRequestParams{request.sampling, request.seed,
+                                                      request.min_tokens, std::move(suppressed)});
   stop_rules_[request.id] = std::move(rules);
   return {};
 }
@@ -30,9 +44,9 @@ Status EngineCore::add_request(const EngineRequest& request) {
 void EngineCore::abort(const RequestId& id) {
   const Request* req = scheduler_.request(id);
   if (req == nullptr || req->is_finished()) return;
-  RequestOutput out;
+  EngineCoreOutput out;
   out.id = id;
-  out.finish_reason = "abort";
+  out.finish_reason = FinishReason::kAbort;
   out.num_prompt_tokens = req->num_prompt_tokens();
   out.num_cached_tokens = req->num_cached_tokens;
   out.num_output_tokens = req->num_output_tokens();
@@ -41,10 +55,18 @@ void EngineCore::abort(const RequestId& id) {
   pending_.push_back(std::move(out));
 }
 
-bool EngineCore::is_stop(const StopRules& rules, int64_t num_outputs, int32_t token) const {
+bool EngineCore::is_stop(const StopRules& rules, int64_t num_outputs, int32_t token,
+                         std::optional<int32_t>* stop_token_id) const {
   if (num_outputs < rules.min_tokens) return false;
-  return std::find(rules.stop_token_ids.begin(), rules.stop_token_ids.end(), token) !=
-         rules.stop_token_ids.end();
+  // EOS first: vLLM reports no stop_reason for it even when it is also a listed stop id.
+  if (!rules.ignore_eos &&
+      std::find(eos_token_ids_.begin(), eos_token_ids_.end(), token) != eos_token_ids_.end())
+    return true;
+  if (std::find(rules.stop_token_ids.begin(), rules.stop_token_ids.end(), token) ==
+      rules.stop_token_ids.end())
+    return false;
+  *stop_token_id = token;
+  return true;
 }
 
 void EngineCore::retire(const RequestId& id) {
@@ -53,33 +75,44 @@ void EngineCore::retire(const RequestId& id) {
   scheduler_.release(id);
 }
 
-Expected<std::vector<RequestOutput>> EngineCore::step() {
-  std::vector<RequestOutput> outputs = std::move(pending_);
+Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
+  std::vector<EngineCoreOutput> outputs = std::move(pending_);
   pending_.clear();
   const SchedulerOutput sched = scheduler_.schedule();
+  if (!sched.scheduled.empty()) ++counters_.steps;
+  for (const ScheduledRequest& s : sched.scheduled) {
+    counters_.scheduled_tokens += s.num_new_tokens;
+    const int64_t prompt_end = scheduler_.request(s.id)->num_prompt_tokens();
+    counters_.prompt_tokens_computed +=
+        std::clamp<int64_t>(prompt_end - s.start_position, 0, s.num_new_tokens);
+  }
   KASSIGN(auto sampled,
           runner_.execute(sched, [this](const RequestId& id) { return scheduler_.request(id); }));
   std::unordered_map<RequestId, int32_t> tokens;
   for (const auto& [id, s] : sampled) tokens[id] = s.token;
+  counters_.generation_tokens += static_cast<int64_t>(sampled.size());
   scheduler_.update_from_output(sched, tokens);
 
   for (const ScheduledRequest& s : sched.scheduled) {
     const auto it = sampled.find(s.id);
     if (it == sampled.end()) continue;
     const Request* req = scheduler_.request(s.id);
-    RequestOutput out;
+    const StopRules& rules = stop_rules_.at(s.id);
+    SampledToken& token = it->second;
+    EngineCoreOutput out;
     out.id = s.id;
-    out.new_token_ids = {it->second.token};
-    out.new_logprobs = {it->second.logprob};
+    out.new_token_ids = {token.token};
+    if (rules.wants_logprobs)
+      out.new_logprobs.push_back(TokenLogprobs{token.token, token.logprob, std::move(token.top)});
     out.num_prompt_tokens = req->num_prompt_tokens();
     out.num_cached_tokens = req->num_cached_tokens;
     out.num_output_tokens = req->num_output_tokens();
     // A stop token outranks the length limit reached by the same token.
-    if (is_stop(stop_rules_.at(s.id), req->num_output_tokens(), it->second.token)) {
+    if (is_stop(rules, req->num_output_tokens(), token.token, &out.stop_token_id)) {
       scheduler_.finish(s.id, RequestStatus::kFinishedStopped);
-      out.finish_reason = "stop";
+      out.finish_reason = FinishReason::kStop;
     } else if (req->is_finished()) {
-      out.finish_reason = "length";
+      out.finish_reason = FinishReason::kLength;
     }
     if (out.finished()) retire(s.id);
     outputs.push_back(std::move(out));

@@ -1,6 +1,7 @@
 // engine/engine_core.h — the synchronous engine loop: a Scheduler deciding each step's work, a
 // ModelRunner computing it, and the stop rules (EOS, stop ids, min/max tokens) applied to every
-// sampled token. Single-threaded; the caller drives step().
+// sampled token. Single-threaded; the caller drives step(). Stop strings need text, so they are
+// the EngineClient's business (engine/output_processor.h).
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,7 @@ namespace kestrel {
 struct EngineRequest {
   RequestId id;
   std::vector<int32_t> prompt_token_ids;
-  cpu::SamplingParams sampling;
+  cpu::SamplingParams sampling;  // sampling.logprobs >= 0 asks for per-token logprobs
   int64_t max_tokens = 16;
   int64_t min_tokens = 0;  // stop tokens are suppressed until this many outputs exist
   std::vector<int32_t> stop_token_ids;
@@ -28,15 +29,36 @@ struct EngineRequest {
   uint64_t seed = 0;
 };
 
-struct RequestOutput {
+enum class FinishReason { kStop, kLength, kAbort, kError };
+// The OpenAI spelling: "stop", "length", "abort", "error".
+const char* finish_reason_name(FinishReason reason);
+
+struct TokenLogprobs {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<cpu::TokenLogprob> top;  // best first
+};
+
+struct EngineCoreOutput {
   RequestId id;
   std::vector<int32_t> new_token_ids;
-  std::vector<float> new_logprobs;           // of each new token
-  std::optional<std::string> finish_reason;  // "stop" | "length" | "abort" once finished
+  std::vector<TokenLogprobs> new_logprobs;  // one per new token if the request asked for them
+  std::optional<FinishReason> finish_reason;
+  // Set when one of the request's own stop_token_ids (not an EOS id) ended it, as vLLM's
+  // stop_reason reports it.
+  std::optional<int32_t> stop_token_id;
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;
   int64_t num_output_tokens = 0;
   bool finished() const { return finish_reason.has_value(); }
+};
+
+// Work done since start-up, for stats and benchmarks.
+struct EngineCoreCounters {
+  int64_t steps = 0;                   // steps that ran the model
+  int64_t scheduled_tokens = 0;        // tokens through the model (vllm:iteration_tokens_total)
+  int64_t prompt_tokens_computed = 0;  // of those, prompt positions (prefix hits excluded)
+  int64_t generation_tokens = 0;       // tokens sampled
 };
 
 class EngineCore {
@@ -49,19 +71,24 @@ class EngineCore {
   // finished ids are ignored.
   void abort(const RequestId& id);
   // Runs one scheduler step and returns what changed: new tokens and finished requests.
-  Expected<std::vector<RequestOutput>> step();
+  Expected<std::vector<EngineCoreOutput>> step();
   bool has_unfinished() const { return scheduler_.has_unfinished() || !pending_.empty(); }
 
   const Scheduler& scheduler() const { return scheduler_; }
+  const EngineCoreCounters& counters() const { return counters_; }
   const ModelRunner& runner() const { return runner_; }
 
  private:
   struct StopRules {
     int64_t min_tokens = 0;
-    std::vector<int32_t> stop_token_ids;  // EOS ids included unless ignore_eos
+    std::vector<int32_t> stop_token_ids;  // the request's own
+    bool ignore_eos = false;
+    bool wants_logprobs = false;
   };
 
-  bool is_stop(const StopRules& rules, int64_t num_outputs, int32_t token) const;
+  // Whether `token` ends the request, and the stop_reason it reports.
+  bool is_stop(const StopRules& rules, int64_t num_outputs, int32_t token,
+               std::optional<int32_t>* stop_token_id) const;
   // Releases a finished request everywhere so no state or block outlives it.
   void retire(const RequestId& id);
 
@@ -69,7 +96,8 @@ class EngineCore {
   ModelRunner runner_;
   std::vector<int32_t> eos_token_ids_;
   std::unordered_map<RequestId, StopRules> stop_rules_;
-  std::vector<RequestOutput> pending_;  // abort outputs waiting for the next step
+  std::vector<EngineCoreOutput> pending_;  // abort outputs waiting for the next step
+  EngineCoreCounters counters_;
 };
 
 }  // namespace kestrel

@@ -22,8 +22,7 @@ ComputedBlocks KVCacheManager::get_computed_blocks(std::span<const int32_t> toke
   }
   out.hashes.resize(out.blocks.size());
   out.num_tokens = static_cast<int64_t>(out.blocks.size()) * block_size_;
-  queries_ += static_cast<int64_t>(tokens.size());
-  hits_ += out.num_tokens;
+  out.num_queried_tokens = static_cast<int64_t>(tokens.size());
   return out;
 }
 
@@ -55,6 +54,8 @@ bool KVCacheManager::allocate_slots(const RequestId& id, int64_t num_new_tokens,
   KCHECK(fresh.ok(), "{}", fresh.error().message);
   req.blocks.insert(req.blocks.end(), fresh->begin(), fresh->end());
   req.num_slots = slots;
+  queries_ += computed.num_queried_tokens;
+  hits_ += computed.num_tokens;
   return true;
 }
 

@@ -21,7 +21,8 @@ using RequestId = std::string;
 struct ComputedBlocks {
   std::vector<BlockId> blocks;
   std::vector<BlockHash> hashes;
-  int64_t num_tokens = 0;  // blocks.size() * block_size
+  int64_t num_tokens = 0;          // blocks.size() * block_size
+  int64_t num_queried_tokens = 0;  // tokens looked up (the request's length)
 };
 
 class KVCacheManager {
@@ -31,8 +32,9 @@ class KVCacheManager {
   int32_t block_size() const { return block_size_; }
 
   // Longest prefix of full blocks of `tokens` found (and verified) in the cache. The last token is
-  // never covered: its forward pass must run to produce logits. Counts towards the hit/query
-  // counters.
+  // never covered: its forward pass must run to produce logits. The hit/query counters move only
+  // when allocate_slots admits the request with it, so a request that waits for blocks and looks
+  // up again each step is counted once.
   ComputedBlocks get_computed_blocks(std::span<const int32_t> tokens,
                                      std::span<const uint64_t> extra_keys = {});
 
@@ -52,8 +54,8 @@ class KVCacheManager {
   void free(const RequestId& id);
 
   double usage() const { return pool_.usage(); }
-  int64_t prefix_cache_queries() const { return queries_; }  // tokens looked up
-  int64_t prefix_cache_hits() const { return hits_; }        // tokens found
+  int64_t prefix_cache_queries() const { return queries_; }  // tokens looked up at admission
+  int64_t prefix_cache_hits() const { return hits_; }        // of those, tokens found
   // The request's blocks in token order; empty for unknown ids.
   std::span<const BlockId> block_table(const RequestId& id) const;
   // Tokens the request has slots for.

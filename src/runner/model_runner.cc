@@ -51,9 +51,9 @@ Expected<std::unordered_map<RequestId, SampledToken>> ModelRunner::execute(
       for (int32_t t : st.params.min_tokens_suppressed)
         if (t >= 0 && t < vocab) row[size_t(t)] = -std::numeric_limits<float>::infinity();
     }
-    const cpu::SampleResult res =
+    cpu::SampleResult res =
         cpu::sample(row, st.params.sampling, req.prompt_token_ids, req.output_token_ids, st.rng);
-    sampled[req.id] = SampledToken{res.token, res.logprob};
+    sampled[req.id] = SampledToken{res.token, res.logprob, std::move(res.top)};
   }
   return sampled;
 }

@@ -19,6 +19,7 @@ namespace kestrel {
 struct SampledToken {
   int32_t token = 0;
   float logprob = 0.0f;
+  std::vector<cpu::TokenLogprob> top;  // the request's top-N alternatives, if it asked for them
 };
 
 // How the runner reads a scheduled request's tokens (the scheduler's request(), usually).

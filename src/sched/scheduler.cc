@@ -77,6 +77,7 @@ Request* Scheduler::preempt_newest() {
   victim->num_computed_tokens = 0;
   victim->status = RequestStatus::kPreempted;
   waiting_.push_front(victim);
+  ++num_preemptions_;
   return victim;
 }
 

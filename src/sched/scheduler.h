@@ -62,6 +62,7 @@ class Scheduler {
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  int64_t num_preemptions() const { return num_preemptions_; }
   const std::deque<Request*>& waiting() const { return waiting_; }
   const std::vector<Request*>& running() const { return running_; }
   const KVCacheManager& kv() const { return kv_; }
@@ -80,6 +81,7 @@ class Scheduler {
   std::vector<Request*> running_;  // admission order: the back is the newest
   std::vector<RequestId> finished_since_last_step_;
   int64_t next_arrival_ = 0;
+  int64_t num_preemptions_ = 0;
 };
 
 }  // namespace kestrel

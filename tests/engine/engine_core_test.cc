@@ -50,6 +50,7 @@ struct Result {
   std::vector<int32_t> tokens;
   std::string finish_reason;
   int64_t num_cached_tokens = 0;
+  int32_t stop_token_id = -1;
 };
 
 // Steps until nothing is left, collecting every request's tokens and checking the outputs'
@@ -62,13 +63,14 @@ std::map<RequestId, Result> run_to_completion(EngineCore& engine) {
     auto outs = engine.step();
     EXPECT_TRUE(outs.ok()) << (outs.ok() ? "" : outs.error().message);
     if (!outs.ok()) break;
-    for (const RequestOutput& o : *outs) {
+    for (const EngineCoreOutput& o : *outs) {
       Result& r = results[o.id];
       EXPECT_TRUE(r.finish_reason.empty()) << o.id << " output after finishing";
       r.tokens.insert(r.tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
       EXPECT_EQ(o.num_output_tokens, int64_t(r.tokens.size())) << o.id;
       r.num_cached_tokens = o.num_cached_tokens;
-      if (o.finish_reason) r.finish_reason = *o.finish_reason;
+      if (o.finish_reason) r.finish_reason = finish_reason_name(*o.finish_reason);
+      if (o.stop_token_id) r.stop_token_id = *o.stop_token_id;
     }
   }
   return results;
@@ -188,7 +190,7 @@ TEST_P(EngineGolden, PreemptionByRecomputeGivesSameTokens) {
   for (int steps = 0; engine.has_unfinished() && steps < 1000; ++steps) {
     auto outs = engine.step();
     ASSERT_TRUE(outs.ok()) << outs.error().message;
-    for (const RequestOutput& o : *outs)
+    for (const EngineCoreOutput& o : *outs)
       results[o.id].tokens.insert(results[o.id].tokens.end(), o.new_token_ids.begin(),
                                   o.new_token_ids.end());
     for (const Request* r : engine.scheduler().waiting())
@@ -212,10 +214,11 @@ TEST_P(EngineGolden, AbortMidGenerationFreesEverything) {
   auto outs = engine.step();
   ASSERT_TRUE(outs.ok());
   int aborted = 0;
-  for (const RequestOutput& o : *outs) {
+  for (const EngineCoreOutput& o : *outs) {
     if (o.id != "1") continue;
     ++aborted;
-    EXPECT_EQ(o.finish_reason.value_or(""), "abort");
+    ASSERT_TRUE(o.finish_reason.has_value());
+    EXPECT_EQ(*o.finish_reason, FinishReason::kAbort);
     EXPECT_TRUE(o.new_token_ids.empty());
   }
   EXPECT_EQ(aborted, 1);
@@ -241,6 +244,7 @@ TEST_P(EngineGolden, StopTokenIdsEndGeneration) {
   auto results = run_to_completion(engine);
   EXPECT_EQ(results["s"].tokens, std::vector<int32_t>(want.begin(), want.begin() + first + 1));
   EXPECT_EQ(results["s"].finish_reason, "stop");
+  EXPECT_EQ(results["s"].stop_token_id, stop);
   expect_drained(engine);
 }
 
@@ -257,6 +261,7 @@ TEST_P(EngineGolden, EosStopsUnlessIgnored) {
   auto results = run_to_completion(engine);
   EXPECT_EQ(results["eos"].tokens, std::vector<int32_t>(want.begin(), want.begin() + first + 1));
   EXPECT_EQ(results["eos"].finish_reason, "stop");
+  EXPECT_EQ(results["eos"].stop_token_id, -1) << "EOS reports no stop_reason";
   EXPECT_EQ(results["ignore"].tokens, want);
   EXPECT_EQ(results["ignore"].finish_reason, "length");
   expect_drained(engine);
@@ -289,6 +294,37 @@ TEST_P(EngineGolden, MinTokensSuppressesStopTokens) {
     EXPECT_EQ(held_tokens.size(), 16u);
   }
   expect_drained(engine);
+}
+
+TEST_P(EngineGolden, LogprobsOnlyWhenAskedWithTopAlternatives) {
+  EngineCore engine(*lm_->model, config(), eos_ids(*lm_));
+  EngineRequest with = greedy_request("with", golden_.prompts[0], 5);
+  with.sampling.logprobs = 3;
+  ASSERT_TRUE(engine.add_request(with).ok());
+  ASSERT_TRUE(engine.add_request(greedy_request("without", golden_.prompts[0], 5)).ok());
+  int with_outputs = 0;
+  while (engine.has_unfinished()) {
+    auto outs = engine.step();
+    ASSERT_TRUE(outs.ok());
+    for (const EngineCoreOutput& o : *outs) {
+      if (o.id == "without") {
+        EXPECT_TRUE(o.new_logprobs.empty());
+        continue;
+      }
+      ++with_outputs;
+      ASSERT_EQ(o.new_logprobs.size(), o.new_token_ids.size());
+      const TokenLogprobs& lp = o.new_logprobs[0];
+      EXPECT_EQ(lp.token, o.new_token_ids[0]);
+      ASSERT_EQ(lp.top.size(), 3u);
+      // Greedy: the chosen token is the most likely one.
+      EXPECT_EQ(lp.top[0].token, lp.token);
+      EXPECT_FLOAT_EQ(lp.top[0].logprob, lp.logprob);
+      EXPECT_LE(lp.logprob, 0.0f);
+      EXPECT_GE(lp.top[0].logprob, lp.top[1].logprob);
+      EXPECT_GE(lp.top[1].logprob, lp.top[2].logprob);
+    }
+  }
+  EXPECT_EQ(with_outputs, 5);
 }
 
 TEST_P(EngineGolden, RejectsBadRequests) {

@@ -178,8 +178,11 @@ TEST(Scheduler, PreemptsNewestAndResumesWithSameOutputs) {
   ASSERT_TRUE(s.add_request("new", make_prompt(8, 2), 18).ok());
   bool preempted_new = false;
   int steps = 0;
+  int64_t preemptions = 0;
   while (s.has_unfinished() && steps < 1000) {
     const SchedulerOutput out = fake_step(s);
+    preemptions += static_cast<int64_t>(out.preempted_ids.size());
+    EXPECT_EQ(s.num_preemptions(), preemptions);
     for (const RequestId& id : out.preempted_ids) {
       EXPECT_EQ(id, "new");
       preempted_new = true;

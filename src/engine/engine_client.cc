@@ -1,0 +1,286 @@
+#include "engine/engine_client.h"
+
+#include <utility>
+
+#include "base/logging.h"
+
+namespace kestrel {
+
+RequestOutput RequestStream::next() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return pending_.has_value() || final_.has_value(); });
+  if (!pending_) return *final_;
+  RequestOutput out = std::move(*pending_);
+  pending_.reset();
+  if (out.finished()) final_ = out;
+  return out;
+}
+
+std::optional<RequestOutput> RequestStream::try_next() {
+  std::lock_guard lock(mu_);
+  if (!pending_) return std::nullopt;
+  RequestOutput out = std::move(*pending_);
+  pending_.reset();
+  if (out.finished()) final_ = out;
+  return out;
+}
+
+void RequestStream::set_notify(std::function<void()> fn) {
+  bool waiting = false;
+  {
+    std::lock_guard lock(mu_);
+    notify_ = fn;
+    waiting = pending_.has_value();
+  }
+  if (waiting && fn) fn();
+}
+
+void RequestStream::push(RequestOutput&& out) {
+  std::function<void()> notify;
+  {
+    std::lock_guard lock(mu_);
+    if (final_ || (pending_ && pending_->finished())) return;  // nothing follows a finish
+    if (pending_) {
+      pending_->merge(std::move(out));
+    } else {
+      pending_ = std::move(out);
+    }
+    notify = notify_;
+  }
+  cv_.notify_all();
+  if (notify) notify();
+}
+
+EngineClient::EngineClient(CausalLM& model, const Tokenizer* tokenizer, Options options)
+    : model_(model),
+      options_(std::move(options)),
+      core_(model, options_.scheduler, options_.eos_token_ids),
+      processor_(tokenizer) {
+  engine_thread_ = std::thread([this] { engine_loop(); });
+  output_thread_ = std::thread([this] { output_loop(); });
+}
+
+EngineClient::~EngineClient() {
+  shutdown();
+}
+
+Status EngineClient::validate(const GenerateRequest& request) const {
+  const EngineRequest& r = request.engine;
+  if (r.id.empty()) return make_error("request id must not be empty");
+  if (r.prompt_token_ids.empty()) return make_error("request {}: the prompt is empty", r.id);
+  const int64_t vocab = model_.config().vocab_size;
+  for (int32_t t : r.prompt_token_ids)
+    if (t < 0 || t >= vocab)
+      return make_error("request {}: token id {} is out of vocabulary (size {})", r.id, t, vocab);
+  for (int32_t t : r.stop_token_ids)
+    if (t < 0 || t >= vocab)
+      return make_error("request {}: stop token id {} is out of vocabulary (size {})", r.id, t,
+                        vocab);
+  if (r.max_tokens < 1) return make_error("request {}: max_tokens must be at least 1", r.id);
+  if (r.min_tokens < 0 || r.min_tokens > r.max_tokens)
+    return make_error("request {}: min_tokens {} must be in [0, max_tokens {}]", r.id, r.min_tokens,
+                      r.max_tokens);
+  const int64_t max_len = options_.scheduler.max_model_len;
+  if (static_cast<int64_t>(r.prompt_token_ids.size()) >= max_len)
+    return make_error(
+        "request {}: the prompt has {} tokens, which leaves no room for output "
+        "within max_model_len {}",
+        r.id, r.prompt_token_ids.size(), max_len);
+  if (r.sampling.logprobs > static_cast<int>(vocab))
+    return make_error("request {}: logprobs {} exceeds the vocabulary size", r.id,
+                      r.sampling.logprobs);
+  return {};
+}
+
+Expected<std::shared_ptr<RequestStream>> EngineClient::add_request(GenerateRequest request) {
+  KTRY(validate(request));
+  const RequestId id = request.engine.id;
+  auto stream = std::make_shared<RequestStream>(id);
+  {
+    std::lock_guard lock(req_mu_);
+    if (live_.count(id)) return make_error("request id {} is already in use", id);
+    {
+      std::lock_guard stats_lock(stats_mu_);
+      if (stats_.dead) return make_error("the engine has failed and accepts no more requests");
+    }
+    KTRY(processor_.add_request(id, request.engine.prompt_token_ids, request.output,
+                                request.engine.min_tokens));
+    live_.emplace(id, stream);
+  }
+  {
+    std::lock_guard lock(in_mu_);
+    if (stopping_) {
+      std::lock_guard req_lock(req_mu_);
+      live_.erase(id);
+      processor_.remove(id);
+      return make_error("the engine is shutting down");
+    }
+    inbox_.emplace_back(std::move(request.engine));
+  }
+  in_cv_.notify_one();
+  return stream;
+}
+
+void EngineClient::abort(const RequestId& id) {
+  {
+    std::lock_guard lock(in_mu_);
+    if (stopping_) return;  // shutdown finishes every stream anyway
+    inbox_.emplace_back(id);
+  }
+  in_cv_.notify_one();
+}
+
+EngineStats EngineClient::stats() const {
+  std::lock_guard lock(stats_mu_);
+  return stats_;
+}
+
+void EngineClient::engine_loop() {
+  std::vector<Command> commands;
+  while (true) {
+    {
+      std::unique_lock lock(in_mu_);
+      in_cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || core_.has_unfinished(); });
+      if (stopping_) break;
+      commands.swap(inbox_);
+    }
+    std::vector<EngineCoreOutput> outputs;
+    for (Command& c : commands) {
+      if (auto* add = std::get_if<EngineRequest>(&c)) {
+        if (Status st = core_.add_request(*add); !st.ok()) {
+          // validate() admits only what the core accepts; reaching this is a bug, reported.
+          EngineCoreOutput err;
+          err.id = add->id;
+          err.finish_reason = FinishReason::kError;
+          outputs.push_back(std::move(err));
+          KLOG_ERROR("engine rejected request {}: {}", add->id, st.error().message);
+        }
+      } else {
+        core_.abort(std::get<RequestId>(c));
+      }
+    }
+    commands.clear();
+    std::string failure;
+    if (core_.has_unfinished()) {
+      auto step = core_.step();
+      if (step.ok()) {
+        for (EngineCoreOutput& o : *step) outputs.push_back(std::move(o));
+      } else {
+        failure = step.error().message;
+      }
+    }
+    {
+      std::lock_guard lock(stats_mu_);
+      const Scheduler& s = core_.scheduler();
+      stats_.num_running = static_cast<int64_t>(s.num_running());
+      stats_.num_waiting = static_cast<int64_t>(s.num_waiting());
+      stats_.kv_cache_usage = s.kv().usage();
+      stats_.prefix_cache_queries = s.kv().prefix_cache_queries();
+      stats_.prefix_cache_hits = s.kv().prefix_cache_hits();
+      stats_.num_preemptions = s.num_preemptions();
+      stats_.counters = core_.counters();
+      stats_.dead = !failure.empty();
+    }
+    if (!outputs.empty()) {
+      {
+        std::lock_guard lock(out_mu_);
+        outbox_.push_back(std::move(outputs));
+      }
+      out_cv_.notify_one();
+    }
+    if (!failure.empty()) {
+      KLOG_ERROR("engine step failed, stopping the engine: {}", failure);
+      std::lock_guard lock(out_mu_);
+      engine_error_ = failure;
+      break;
+    }
+  }
+  {
+    std::lock_guard lock(out_mu_);
+    engine_done_ = true;
+  }
+  out_cv_.notify_one();
+}
+
+void EngineClient::deliver(EngineCoreOutput&& out) {
+  std::shared_ptr<RequestStream> stream;
+  std::optional<RequestOutput> result;
+  bool abort_in_core = false;
+  const bool core_finished = out.finished();
+  const RequestId id = out.id;
+  {
+    std::lock_guard lock(req_mu_);
+    const auto it = live_.find(id);
+    if (it == live_.end()) return;
+    if (out.finish_reason == FinishReason::kError) {
+      processor_.remove(id);
+      result = RequestOutput{};
+      result->id = id;
+      result->finish_reason = FinishReason::kError;
+      result->error = "the engine could not run this request";
+    } else {
+      result = processor_.process(std::move(out), &abort_in_core);
+    }
+    stream = it->second;
+    if (core_finished) {
+      live_.erase(it);
+    } else if (result && result->finished()) {
+      it->second.reset();  // finished here (stop string); the id stays taken until the core agrees
+    }
+  }
+  if (abort_in_core) abort(id);
+  if (stream && result) stream->push(std::move(*result));
+}
+
+void EngineClient::output_loop() {
+  while (true) {
+    std::vector<EngineCoreOutput> batch;
+    {
+      std::unique_lock lock(out_mu_);
+      out_cv_.wait(lock, [&] { return engine_done_ || !outbox_.empty(); });
+      if (outbox_.empty()) break;  // engine_done_ and everything delivered
+      batch = std::move(outbox_.front());
+      outbox_.pop_front();
+    }
+    for (EngineCoreOutput& o : batch) deliver(std::move(o));
+  }
+  std::string error;
+  {
+    std::lock_guard lock(out_mu_);
+    error = engine_error_;
+  }
+  if (error.empty()) {
+    finish_all(FinishReason::kAbort, "");
+  } else {
+    finish_all(FinishReason::kError, "the engine failed: " + error);
+  }
+}
+
+void EngineClient::finish_all(FinishReason reason, const std::string& error) {
+  std::unordered_map<RequestId, std::shared_ptr<RequestStream>> live;
+  {
+    std::lock_guard lock(req_mu_);
+    live.swap(live_);
+    for (const auto& [id, stream] : live) processor_.remove(id);
+  }
+  for (auto& [id, stream] : live) {
+    if (!stream) continue;
+    RequestOutput out;
+    out.id = id;
+    out.finish_reason = reason;
+    out.error = error;
+    stream->push(std::move(out));
+  }
+}
+
+void EngineClient::shutdown() {
+  {
+    std::lock_guard lock(in_mu_);
+    stopping_ = true;
+  }
+  in_cv_.notify_one();
+  if (engine_thread_.joinable()) engine_thread_.join();
+  if (output_thread_.joinable()) output_thread_.join();
+}
+
+}  // namespace kestrel

@@ -1,0 +1,129 @@
+// engine/engine_client.h — the engine as callers use it: a background engine thread stepping
+// EngineCore, an output thread turning its tokens into text (OutputProcessor), and one
+// RequestStream per request that any thread can read. Used by the CLI, the offline benchmarks
+// and the server.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "engine/engine_core.h"
+#include "engine/output_processor.h"
+
+namespace kestrel {
+
+struct GenerateRequest {
+  EngineRequest engine;
+  OutputOptions output;
+};
+
+// One request's outputs, merged while nobody reads them. Thread-safe.
+class RequestStream {
+ public:
+  explicit RequestStream(RequestId id) : id_(std::move(id)) {}
+  const RequestId& id() const { return id_; }
+
+  // Blocks until there is output and returns all of it since the previous call. After the
+  // finished output has been returned, further calls return it again.
+  RequestOutput next();
+  std::optional<RequestOutput> try_next();
+  // `fn` runs on the client's output thread whenever output arrives (at once if some is already
+  // waiting). It must not block; typically it posts a read to an event loop.
+  void set_notify(std::function<void()> fn);
+
+  void push(RequestOutput&& out);  // the client's side
+
+ private:
+  RequestId id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<RequestOutput> pending_;
+  std::optional<RequestOutput> final_;  // the finished output, once handed out
+  std::function<void()> notify_;
+};
+
+// Counters for logs, metrics and benchmarks; a snapshot after the latest step.
+struct EngineStats {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  double kv_cache_usage = 0.0;  // fraction of usable blocks in use
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
+  int64_t num_preemptions = 0;
+  EngineCoreCounters counters;
+  bool dead = false;  // a step failed; the engine accepts nothing more
+};
+
+class EngineClient {
+ public:
+  struct Options {
+    SchedulerConfig scheduler;
+    std::vector<int32_t> eos_token_ids;
+  };
+
+  // `tokenizer` may be null (token-id requests only). Both must outlive the client. Starts the
+  // engine and output threads. The scheduler config must pass validate().
+  EngineClient(CausalLM& model, const Tokenizer* tokenizer, Options options);
+  ~EngineClient();
+  EngineClient(const EngineClient&) = delete;
+  EngineClient& operator=(const EngineClient&) = delete;
+
+  // Validates and queues a request; its outputs arrive on the returned stream. Errors (bad ids,
+  // lengths, options, a stopped or dead engine) leave no trace.
+  Expected<std::shared_ptr<RequestStream>> add_request(GenerateRequest request);
+  // Ends a request wherever it is; its stream finishes with "abort". Unknown ids are ignored.
+  void abort(const RequestId& id);
+  EngineStats stats() const;
+  const SchedulerConfig& scheduler_config() const { return options_.scheduler; }
+  // Stops both threads; unfinished requests finish with "abort". Idempotent.
+  void shutdown();
+
+ private:
+  using Command = std::variant<EngineRequest, RequestId>;  // add, or abort
+
+  Status validate(const GenerateRequest& request) const;
+  void engine_loop();
+  void output_loop();
+  // Output-thread side: delivers one core output to its stream.
+  void deliver(EngineCoreOutput&& out);
+  // Finishes every stream still open (shutdown, engine failure).
+  void finish_all(FinishReason reason, const std::string& error);
+
+  CausalLM& model_;
+  Options options_;
+  EngineCore core_;  // engine thread only
+
+  mutable std::mutex in_mu_;
+  std::condition_variable in_cv_;
+  std::vector<Command> inbox_;
+  bool stopping_ = false;
+
+  std::mutex out_mu_;
+  std::condition_variable out_cv_;
+  std::deque<std::vector<EngineCoreOutput>> outbox_;
+  bool engine_done_ = false;
+  std::string engine_error_;  // why the engine stopped, if a step failed
+
+  // Requests the core still holds, with their stream until the client side finishes them.
+  mutable std::mutex req_mu_;
+  std::unordered_map<RequestId, std::shared_ptr<RequestStream>> live_;
+  OutputProcessor processor_;  // under req_mu_
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+
+  std::thread engine_thread_;
+  std::thread output_thread_;
+};
+
+}  // namespace kestrel

@@ -1,0 +1,54 @@
+// engine/kv_budget.h — how many KV blocks the engine gets, decided once at start-up after the
+// weights are loaded (ARCHITECTURE.md §3). On the CPU the "device memory" is host RAM:
+//   --kv-cache-memory BYTES                 exactly that many bytes of KV cache;
+//   --gpu-memory-utilization F (explicit)   F × RAM for the whole engine, minus weights and an
+//                                           activation reserve, goes to KV (as vLLM on a GPU);
+//   neither                                 as 0.9 × RAM, but at most 4 GiB (vLLM's CPU backend
+//                                           default), so a small model does not claim all RAM.
+// RAM is MemTotal from /proc/meminfo, lowered to the cgroup memory limit when one is set.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "kv/kv_cache_spec.h"
+
+namespace kestrel {
+
+struct MemoryInfo {
+  int64_t total_bytes = 0;
+  int64_t available_bytes = 0;
+};
+
+// This machine's RAM as the engine may use it.
+Expected<MemoryInfo> read_memory_info();
+
+struct KVBudgetRequest {
+  std::optional<int64_t> kv_cache_memory_bytes;
+  std::optional<double> memory_utilization;  // only when given explicitly
+  int64_t weight_bytes = 0;
+  int64_t activation_reserve_bytes = 0;  // workspace the forward pass needs besides KV
+  KVCacheSpec spec;                      // per-group layout (one group for now)
+  int64_t max_model_len = 0;
+};
+
+struct KVBudget {
+  int64_t num_blocks = 0;  // including the null block
+  int64_t bytes = 0;       // num_blocks × bytes per block
+  int64_t num_tokens = 0;  // usable blocks × block size
+  std::string source;      // which rule decided, for the start-up log
+};
+
+constexpr int64_t kDefaultCpuKvCacheBytes = int64_t{4} << 30;
+
+// Errors when the budget cannot hold one request of max_model_len tokens, saying which flag to
+// change, or when the flags are out of range.
+Expected<KVBudget> plan_kv_cache(const KVBudgetRequest& request, const MemoryInfo& memory);
+
+// Parses a byte count as vLLM's human_readable_int does: digits with an optional suffix,
+// lowercase k/m/g/t decimal (1k = 1000), uppercase K/M/G/T binary (1K = 1024).
+Expected<int64_t> parse_byte_count(const std::string& text);
+
+}  // namespace kestrel

@@ -1,0 +1,86 @@
+// engine/output_processor.h — turns the engine core's token outputs into what a client streams:
+// text deltas from the incremental detokenizer, stop strings (which the core cannot see, since
+// they live in text), and usage. Runs off the engine thread; not thread-safe by itself.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "engine/engine_core.h"
+#include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kestrel {
+
+// How a request's text is produced.
+struct OutputOptions {
+  std::vector<std::string> stop;  // stop strings; the first match ends the request
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;
+  bool detokenize = true;  // false: token ids only (benchmarks, token-id clients)
+};
+
+// vLLM's stop_reason: the matched stop string, or the request's own stop token id.
+using StopReason = std::variant<std::monostate, std::string, int32_t>;
+
+struct RequestOutput {
+  RequestId id;
+  std::vector<int32_t> token_ids;  // new since the previous output
+  std::string text;                // new text since the previous output
+  std::vector<TokenLogprobs> logprobs;
+  std::optional<FinishReason> finish_reason;
+  StopReason stop_reason;
+  std::string error;  // set with FinishReason::kError
+  int64_t num_prompt_tokens = 0;
+  int64_t num_cached_tokens = 0;
+  int64_t num_output_tokens = 0;
+  bool finished() const { return finish_reason.has_value(); }
+
+  // Folds a later output into this one (a slow reader sees one merged delta).
+  void merge(RequestOutput&& later);
+};
+
+class OutputProcessor {
+ public:
+  // `tokenizer` may be null when no request asks for text.
+  explicit OutputProcessor(const Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
+
+  // Starts tracking a request. Errors when it needs text and there is no tokenizer.
+  Status add_request(const RequestId& id, std::span<const int32_t> prompt,
+                     const OutputOptions& options, int64_t min_tokens);
+
+  // Converts one core output. Returns nothing for untracked requests (finished here already, e.g.
+  // by a stop string while the core was still running them). A stop string match finishes the
+  // request; if the core had not finished it too, the caller must abort it there
+  // (`*abort_in_core` is set).
+  std::optional<RequestOutput> process(EngineCoreOutput&& out, bool* abort_in_core);
+
+  // Stops tracking a request (client abort, shutdown).
+  void remove(const RequestId& id) { requests_.erase(id); }
+  size_t num_requests() const { return requests_.size(); }
+
+ private:
+  struct State {
+    OutputOptions options;
+    int64_t min_tokens = 0;
+    std::unique_ptr<IncrementalDetokenizer> detok;
+    std::string text;      // all output text so far (stop strings search it)
+    size_t sent = 0;       // bytes of `text` already handed out
+    size_t hold_back = 0;  // bytes kept back while unfinished so no partial stop string leaks
+    int64_t num_outputs = 0;
+  };
+
+  // Appends the new tokens' text. Returns the matched stop string, if any, and truncates text.
+  std::optional<std::string> append_text(State& st, std::span<const int32_t> tokens,
+                                         bool skip_last);
+
+  const Tokenizer* tokenizer_;
+  std::unordered_map<RequestId, State> requests_;
+};
+
+}  // namespace kestrel

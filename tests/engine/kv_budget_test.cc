@@ -1,0 +1,113 @@
+// KV pool sizing: which rule decides, the arithmetic of each, the refusal when one max-length
+// request would not fit, and vLLM's byte-count syntax.
+#include "engine/kv_budget.h"
+
+#include <gtest/gtest.h>
+
+namespace kestrel {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+KVBudgetRequest request() {
+  KVBudgetRequest r;
+  r.spec.num_layers = 30;
+  r.spec.block_size = 16;
+  r.spec.num_kv_heads = 3;
+  r.spec.head_dim = 64;
+  r.spec.dtype_bytes = 2;  // 2 planes × 30 × 16 × 3 × 64 × 2 = 368,640 bytes per block
+  r.weight_bytes = 100 << 20;
+  r.activation_reserve_bytes = 50 << 20;
+  r.max_model_len = 8192;
+  return r;
+}
+
+MemoryInfo ram(int64_t gib) {
+  return MemoryInfo{gib * kGiB, gib * kGiB};
+}
+
+TEST(KVBudget, ExplicitBytesWin) {
+  KVBudgetRequest r = request();
+  r.kv_cache_memory_bytes = 1 * kGiB;
+  auto b = plan_kv_cache(r, ram(24));
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_EQ(b->num_blocks, kGiB / 368640);
+  EXPECT_EQ(b->bytes, b->num_blocks * 368640);
+  EXPECT_EQ(b->num_tokens, (b->num_blocks - 1) * 16);
+  EXPECT_EQ(b->source, "--kv-cache-memory");
+}
+
+TEST(KVBudget, ExplicitUtilizationTakesThatShareOfRamMinusWeightsAndActivations) {
+  KVBudgetRequest r = request();
+  r.memory_utilization = 0.5;
+  auto b = plan_kv_cache(r, ram(24));
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  const int64_t budget = 12 * kGiB - (100 << 20) - (50 << 20);
+  EXPECT_EQ(b->num_blocks, budget / 368640);
+}
+
+TEST(KVBudget, DefaultIsCappedAtFourGiB) {
+  auto big = plan_kv_cache(request(), ram(64));
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big->num_blocks, kDefaultCpuKvCacheBytes / 368640);
+  // On a small machine the 0.9 × RAM rule is below the cap and decides.
+  auto small = plan_kv_cache(request(), ram(2));
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->num_blocks,
+            (int64_t(0.9 * double(2 * kGiB)) - (100 << 20) - (50 << 20)) / 368640);
+}
+
+TEST(KVBudget, RefusesWhenOneMaxLengthRequestDoesNotFit) {
+  KVBudgetRequest r = request();
+  r.kv_cache_memory_bytes = 512 * 368640;  // 511 usable blocks < 8192 / 16 = 512 needed
+  auto b = plan_kv_cache(r, ram(24));
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.error().message.find("max seq len (8192)"), std::string::npos) << b.error().message;
+  EXPECT_NE(b.error().message.find("--max-model-len"), std::string::npos);
+  r.kv_cache_memory_bytes = 513 * 368640;
+  EXPECT_TRUE(plan_kv_cache(r, ram(24)).ok());
+  // Weights that eat the whole share leave nothing.
+  KVBudgetRequest heavy = request();
+  heavy.memory_utilization = 0.1;
+  heavy.weight_bytes = 4 * kGiB;
+  EXPECT_FALSE(plan_kv_cache(heavy, ram(24)).ok());
+}
+
+TEST(KVBudget, RejectsBadFlags) {
+  KVBudgetRequest both = request();
+  both.kv_cache_memory_bytes = kGiB;
+  both.memory_utilization = 0.5;
+  EXPECT_FALSE(plan_kv_cache(both, ram(24)).ok());
+  KVBudgetRequest zero = request();
+  zero.memory_utilization = 0.0;
+  EXPECT_FALSE(plan_kv_cache(zero, ram(24)).ok());
+  KVBudgetRequest over = request();
+  over.memory_utilization = 1.5;
+  EXPECT_FALSE(plan_kv_cache(over, ram(24)).ok());
+  KVBudgetRequest negative = request();
+  negative.kv_cache_memory_bytes = -1;
+  EXPECT_FALSE(plan_kv_cache(negative, ram(24)).ok());
+}
+
+TEST(KVBudget, ParsesByteCountsLikeVllm) {
+  EXPECT_EQ(*parse_byte_count("123"), 123);
+  EXPECT_EQ(*parse_byte_count("1k"), 1000);
+  EXPECT_EQ(*parse_byte_count("1K"), 1024);
+  EXPECT_EQ(*parse_byte_count("2m"), 2000000);
+  EXPECT_EQ(*parse_byte_count("2M"), 2 * 1024 * 1024);
+  EXPECT_EQ(*parse_byte_count("4G"), 4 * kGiB);
+  EXPECT_EQ(*parse_byte_count("1t"), int64_t{1000000000000});
+  for (const char* bad : {"", "G", "1.5G", "4GB", "4x", "-1", " 4", "99999999999999999999"})
+    EXPECT_FALSE(parse_byte_count(bad).ok()) << bad;
+}
+
+TEST(KVBudget, ReadsThisMachinesMemory) {
+  auto m = read_memory_info();
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_GT(m->total_bytes, 0);
+  EXPECT_GT(m->available_bytes, 0);
+  EXPECT_LE(m->available_bytes, m->total_bytes);
+}
+
+}  // namespace
+}  // namespace kestrel
