@@ -1,8 +1,16 @@
 #include "base/logging.h"
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+
 namespace kestrel {
 
 void set_log_level(const std::string& level) {
+  // Logs go to stderr: stdout carries commands' results (generated text, benchmark lines).
+  static const bool to_stderr = [] {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("kestrel"));
+    return true;
+  }();
+  (void)to_stderr;
   auto lvl = spdlog::level::info;
   if (level == "debug") lvl = spdlog::level::debug;
   if (level == "warning" || level == "warn") lvl = spdlog::level::warn;

@@ -6,6 +6,7 @@
 namespace kestrel {
 
 // Sets the global level from a name (debug, info, warning, error); unknown names keep info.
+// The first call also points the process logger at stderr.
 void set_log_level(const std::string& level);
 
 }  // namespace kestrel

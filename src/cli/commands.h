@@ -16,7 +16,8 @@ struct Command {
   std::function<int(int, char**)> run;
 };
 
-// Name → command, sorted for the help listing.
+// Name → command, sorted for the help listing. A two-word name ("bench latency") is a
+// subcommand; its argv starts at the second word.
 std::map<std::string, Command>& commands();
 bool register_command(const std::string& name, Command command);
 

@@ -27,8 +27,8 @@ int main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::printf("usage: kestrel <command> [options]\n\ncommands:\n");
     for (const auto& [name, cmd] : commands())
-      std::printf("  %-12s %s\n", name.c_str(), cmd.summary.c_str());
-    std::printf("  %-12s %s\n\nRun 'kestrel <command> --help' for the options of a command.\n",
+      std::printf("  %-18s %s\n", name.c_str(), cmd.summary.c_str());
+    std::printf("  %-18s %s\n\nRun 'kestrel <command> --help' for the options of a command.\n",
                 "version", "print the version");
     return argc < 2 ? 2 : 0;
   }
@@ -37,9 +37,21 @@ int main(int argc, char** argv) {
     std::printf("kestrel %s\n", kestrel::cli::version());
     return 0;
   }
+  // Two-word commands ("bench latency") take the argument vector from their second word.
+  if (argc >= 3) {
+    const auto two = commands().find(cmd + " " + argv[2]);
+    if (two != commands().end()) return two->second.run(argc - 2, argv + 2);
+  }
   auto it = commands().find(cmd);
   if (it == commands().end()) {
-    std::fprintf(stderr, "kestrel: unknown command '%s' (try 'kestrel --help')\n", cmd.c_str());
+    std::string subcommands;
+    for (const auto& [name, c] : commands())
+      if (name.rfind(cmd + " ", 0) == 0) subcommands += "\n  kestrel " + name;
+    if (!subcommands.empty()) {
+      std::fprintf(stderr, "kestrel %s: give a subcommand:%s\n", cmd.c_str(), subcommands.c_str());
+    } else {
+      std::fprintf(stderr, "kestrel: unknown command '%s' (try 'kestrel --help')\n", cmd.c_str());
+    }
     return 2;
   }
   return it->second.run(argc - 1, argv + 1);

@@ -70,6 +70,13 @@ ScheduledRequest Scheduler::make_scheduled(const Request& req, int64_t num_new_t
   return s;
 }
 
+void Scheduler::publish_blocks(const Request& req, int64_t num_new_tokens) {
+  // Published when scheduled, not when computed: the forward pass writes every token's K/V of a
+  // layer before any attention of that layer reads, so a request admitted later in this same
+  // step can already share these blocks (vLLM caches at allocation for the same reason).
+  kv_.cache_blocks(req.id, req.all_token_ids, req.num_computed_tokens + num_new_tokens);
+}
+
 Request* Scheduler::preempt_newest() {
   Request* victim = running_.back();
   running_.pop_back();
@@ -104,6 +111,7 @@ SchedulerOutput Scheduler::schedule() {
     }
     if (!scheduled) break;
     out.scheduled.push_back(make_scheduled(*req, num_new));
+    publish_blocks(*req, num_new);
     budget -= num_new;
   }
 
@@ -123,6 +131,7 @@ SchedulerOutput Scheduler::schedule() {
     req->status = RequestStatus::kRunning;
     running_.push_back(req);
     out.scheduled.push_back(make_scheduled(*req, num_new));
+    publish_blocks(*req, num_new);
     budget -= num_new;
   }
 
@@ -139,7 +148,6 @@ std::vector<RequestId> Scheduler::update_from_output(
     Request& req = *it->second;
     KCHECK(req.num_computed_tokens == s.start_position, "request {}: stale output", s.id);
     req.num_computed_tokens += s.num_new_tokens;
-    kv_.cache_blocks(req.id, req.all_token_ids, req.num_computed_tokens);
     if (s.is_prefill_chunk) continue;
     const auto tok = sampled.find(s.id);
     KCHECK(tok != sampled.end(), "request {}: no sampled token", s.id);

@@ -44,9 +44,9 @@ class Scheduler {
   SchedulerOutput schedule();
 
   // Applies a computed step: advances computed tokens, appends the sampled token of every
-  // scheduled request that was not a prefill chunk (sampled[id]), publishes newly full blocks to
-  // the prefix cache and finishes requests that reached max_tokens or max_model_len. Requests
-  // finished or aborted since `output` was made are skipped. Returns the ids it finished.
+  // scheduled request that was not a prefill chunk (sampled[id]) and finishes requests that reached
+  // max_tokens or max_model_len. Requests finished or aborted since `output` was made are skipped.
+  // Returns the ids it finished.
   std::vector<RequestId> update_from_output(const SchedulerOutput& output,
                                             const std::unordered_map<RequestId, int32_t>& sampled);
 
@@ -70,6 +70,8 @@ class Scheduler {
 
  private:
   ScheduledRequest make_scheduled(const Request& req, int64_t num_new_tokens) const;
+  // Offers the request's blocks that this step's tokens fill to the prefix cache.
+  void publish_blocks(const Request& req, int64_t num_new_tokens);
   // Frees the newest running request and requeues it at the front of the waiting queue.
   Request* preempt_newest();
   void remove_from_queues(Request* req);

@@ -82,6 +82,9 @@ class HostBuffer {
 
  private:
   struct Free {
+    Free() : mapped_bytes(0) {}
+    explicit Free(size_t mapped) : mapped_bytes(mapped) {}
+    size_t mapped_bytes;  // nonzero: the buffer is an anonymous mapping of this size
     void operator()(void* p) const;
   };
   std::unique_ptr<void, Free> data_;

@@ -85,5 +85,21 @@ TEST(GenerateCli, DefaultModelAnswersATextPrompt) {
   EXPECT_NE(r.out.find("Paris"), std::string::npos) << r.out;
 }
 
+TEST(GenerateCli, StopStringEndsTheContinuationBeforeIt) {
+  const std::string model = test::default_model_path();
+  if (model.empty()) GTEST_SKIP() << "default model not fetched";
+  const std::string base = "generate --model " + model +
+                           " --prompt 'The capital of France is' --max-tokens 8 --temperature 0 "
+                           "--threads 2";
+  CliRun full = run_kestrel(base);
+  ASSERT_EQ(full.code, 0) << full.err;
+  const size_t at = full.out.find("Paris");
+  ASSERT_NE(at, std::string::npos) << full.out;
+  CliRun r = run_kestrel(base + " --stop Paris");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, full.out.substr(0, at) + "\n");
+  EXPECT_NE(r.err.find("finish: stop"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -1,0 +1,141 @@
+#include "cli/engine_args.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "base/logging.h"
+
+namespace kestrel::cli {
+
+namespace {
+
+// vLLM's default token budget with chunked prefill on a CPU-sized machine.
+constexpr int64_t kDefaultMaxNumBatchedTokens = 2048;
+
+// Workspace the forward pass keeps besides KV: per batched token the residual stream, attention
+// and MLP intermediates (f32), plus one logits row per sequence.
+int64_t activation_reserve(const ModelConfig& m, const SchedulerConfig& s) {
+  const int64_t per_token = 4 * (6 * m.hidden_size + 3 * m.intermediate_size +
+                                 (m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim);
+  return s.max_num_batched_tokens * per_token + s.max_num_seqs * m.vocab_size * 4;
+}
+
+}  // namespace
+
+void add_engine_args(CLI::App& app, EngineArgs& a, bool model_required) {
+  if (model_required) {
+    app.add_option("--model,-m", a.model,
+                   "model directory (config.json + safetensors) or .gguf file")
+        ->required();
+  }
+  app.add_option("--tokenizer", a.tokenizer,
+                 "tokenizer directory (tokenizer.json) or .gguf file; default: the model's");
+  app.add_option("--load-format", a.load_format, "auto | safetensors | gguf | dummy");
+  app.add_option("--dtype", a.dtype,
+                 "activation (and dummy weight) dtype: auto | float32 | bfloat16 | float16");
+  app.add_option("--kv-cache-dtype", a.kv_cache_dtype, "auto | fp32 | bf16 | fp16");
+  app.add_option("--quant-compute", a.quant_compute,
+                 "quantized weights: int8 (activations quantized per block, as llama.cpp) | f32 "
+                 "(blocks dequantized against f32 activations)");
+  app.add_option("--threads,-t", a.threads, "compute threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--seed", a.seed, "default sampling seed and dummy-weight seed");
+  app.add_option("--max-model-len", a.max_model_len,
+                 "context length (prompt + output); default: the model's")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--max-num-seqs", a.max_num_seqs, "sequences per step at most")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  app.add_option("--max-num-batched-tokens", a.max_num_batched_tokens,
+                 "tokens per step at most (default 2048, or max-model-len without chunked "
+                 "prefill)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--block-size", a.block_size, "tokens per KV block")
+      ->check(CLI::IsMember({1, 8, 16, 32, 64, 128, 256}));
+  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", a.enable_prefix_caching,
+               "reuse KV blocks of identical prompt prefixes (default on)");
+  app.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", a.enable_chunked_prefill,
+               "split long prompts over steps so decodes keep running (default on)");
+  app.add_option("--kv-cache-memory,--kv-cache-memory-bytes", a.kv_cache_memory,
+                 "KV cache size in bytes (suffixes k/m/g decimal, K/M/G binary)");
+  app.add_option("--gpu-memory-utilization", a.gpu_memory_utilization,
+                 "on the CPU: fraction of RAM for weights + activations + KV cache")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--log-level", a.log_level, "debug | info | warning | error");
+}
+
+Expected<SchedulerConfig> scheduler_config(const EngineArgs& a, const ModelConfig& m) {
+  SchedulerConfig c;
+  c.max_model_len = a.max_model_len.value_or(m.max_position_embeddings);
+  if (c.max_model_len > m.max_position_embeddings)
+    return make_error(
+        "User-specified max_model_len ({}) is greater than the derived max_model_len "
+        "(max_position_embeddings={} in the model's config). Kestrel does not extrapolate "
+        "beyond the trained context.",
+        c.max_model_len, m.max_position_embeddings);
+  c.max_num_seqs = a.max_num_seqs;
+  c.enable_chunked_prefill = a.enable_chunked_prefill;
+  c.enable_prefix_caching = a.enable_prefix_caching;
+  c.block_size = a.block_size;
+  c.max_num_batched_tokens = a.max_num_batched_tokens.value_or(
+      a.enable_chunked_prefill ? kDefaultMaxNumBatchedTokens
+                               : std::max(kDefaultMaxNumBatchedTokens, c.max_model_len));
+  return c;
+}
+
+Expected<Engine> start_engine(const EngineArgs& a) {
+  set_log_level(a.log_level);
+  LoadOptions lo;
+  lo.model = a.model;
+  lo.load_format = a.load_format;
+  lo.dtype = a.dtype;
+  lo.kv_cache_dtype = a.kv_cache_dtype;
+  lo.quant_compute = a.quant_compute;
+  lo.threads = a.threads;
+  lo.seed = a.seed;
+  Engine e;
+  KASSIGN(e.model, load_model(lo));
+  const ModelConfig& mc = e.model->config;
+  KASSIGN(SchedulerConfig sc, scheduler_config(a, mc));
+
+  if (!a.tokenizer.empty()) {
+    KASSIGN(e.tokenizer, load_tokenizer(a.tokenizer));
+  } else if (a.load_format != "dummy") {
+    auto tok = e.model->gguf ? load_gguf_tokenizer(*e.model->gguf) : load_tokenizer(a.model);
+    if (tok.ok()) {
+      e.tokenizer = std::move(*tok);
+    } else {
+      KLOG_WARN("no tokenizer ({}); only token-id prompts will work", tok.error().message);
+    }
+  }
+
+  KVBudgetRequest kr;
+  if (a.kv_cache_memory) {
+    KASSIGN(kr.kv_cache_memory_bytes, parse_byte_count(*a.kv_cache_memory));
+  }
+  kr.memory_utilization = a.gpu_memory_utilization;
+  kr.weight_bytes = static_cast<int64_t>(e.model->model->weight_bytes());
+  kr.activation_reserve_bytes = activation_reserve(mc, sc);
+  kr.spec.num_layers = static_cast<int32_t>(mc.num_hidden_layers);
+  kr.spec.block_size = sc.block_size;
+  kr.spec.num_kv_heads = static_cast<int32_t>(mc.num_key_value_heads);
+  kr.spec.head_dim = static_cast<int32_t>(mc.head_dim);
+  kr.spec.dtype_bytes = static_cast<int32_t>(dtype_bytes(e.model->model->kv_cache_dtype(), 1));
+  kr.max_model_len = sc.max_model_len;
+  KASSIGN(MemoryInfo mem, read_memory_info());
+  KASSIGN(e.kv, plan_kv_cache(kr, mem));
+  sc.num_blocks = static_cast<int32_t>(e.kv.num_blocks);
+  KTRY(validate(sc));
+  KLOG_INFO("KV cache: {} blocks of {} tokens, {:.2f} GiB ({})", e.kv.num_blocks - 1, sc.block_size,
+            double(e.kv.bytes) / double(int64_t{1} << 30), e.kv.source);
+  KLOG_INFO("KV cache size: {} tokens", e.kv.num_tokens);
+  KLOG_INFO("Maximum concurrency for {} tokens per request: {:.2f}x", sc.max_model_len,
+            double(e.kv.num_tokens) / double(sc.max_model_len));
+
+  EngineClient::Options opts;
+  opts.scheduler = sc;
+  for (int64_t id : e.model->generation.eos_token_ids) opts.eos_token_ids.push_back(int32_t(id));
+  e.client = std::make_unique<EngineClient>(*e.model->model, e.tokenizer.get(), opts);
+  return e;
+}
+
+}  // namespace kestrel::cli

@@ -1,0 +1,168 @@
+// The engine on the default model (SmolLM2-135M-Instruct, Q4_1 GGUF): greedy outputs do not depend
+// on how requests are batched, chunked or served from the prefix cache, and a shared 1,000-token
+// system prompt is computed once across 50 requests. Skipped when the model was not fetched.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "engine/engine_client.h"
+#include "model/loader.h"
+#include "test_paths.h"
+
+namespace kestrel {
+namespace {
+
+class DefaultModelEngine : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string path = test::default_model_path();
+    if (path.empty()) return;
+    LoadOptions o;
+    o.model = path;
+    o.threads = 2;
+    auto m = load_model(o);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    model_ = std::move(*m).release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+  }
+  void SetUp() override {
+    if (model_ == nullptr) GTEST_SKIP() << "default model not fetched";
+  }
+
+  static EngineClient::Options options(int64_t budget, bool prefix_caching) {
+    EngineClient::Options o;
+    o.scheduler.block_size = 16;
+    o.scheduler.num_blocks = 1024;
+    o.scheduler.max_model_len = 2048;
+    o.scheduler.max_num_seqs = 64;
+    o.scheduler.max_num_batched_tokens = budget;
+    o.scheduler.enable_prefix_caching = prefix_caching;
+    return o;
+  }
+
+  static GenerateRequest greedy(const std::string& id, std::vector<int32_t> prompt,
+                                int64_t max_tokens) {
+    GenerateRequest r;
+    r.engine.id = id;
+    r.engine.prompt_token_ids = std::move(prompt);
+    r.engine.sampling.temperature = 0.0f;
+    r.engine.max_tokens = max_tokens;
+    r.engine.ignore_eos = true;
+    r.output.detokenize = false;
+    return r;
+  }
+
+  // Submits all prompts at once and returns each one's final output.
+  static std::vector<RequestOutput> run_all(EngineClient& client,
+                                            const std::vector<std::vector<int32_t>>& prompts,
+                                            int64_t max_tokens, const std::string& tag) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto s = client.add_request(greedy(tag + std::to_string(i), prompts[i], max_tokens));
+      EXPECT_TRUE(s.ok()) << s.error().message;
+      if (s.ok()) streams.push_back(*s);
+    }
+    std::vector<RequestOutput> outs;
+    for (auto& s : streams) {
+      RequestOutput all;
+      while (!all.finished()) all.merge(s->next());
+      outs.push_back(std::move(all));
+    }
+    return outs;
+  }
+
+  static std::vector<int32_t> random_tokens(std::mt19937& rng, int n) {
+    std::vector<int32_t> t;
+    // Ordinary (non-special) ids of the 49,152-token vocabulary.
+    for (int i = 0; i < n; ++i)
+      t.push_back(std::uniform_int_distribution<int32_t>(100, 49000)(rng));
+    return t;
+  }
+
+  static LoadedModel* model_;
+};
+
+LoadedModel* DefaultModelEngine::model_ = nullptr;
+
+TEST_F(DefaultModelEngine, GreedyOutputsAreBatchInvariant) {
+  std::mt19937 rng(20261130);
+  // 32 prompts of mixed lengths; some share a prefix so the warm run also hits mid-prompt.
+  const std::vector<int32_t> shared = random_tokens(rng, 40);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 32; ++i) {
+    std::vector<int32_t> p = i % 4 == 0 ? shared : std::vector<int32_t>{};
+    const std::vector<int32_t> own = random_tokens(rng, 3 + (i * 7) % 50);
+    p.insert(p.end(), own.begin(), own.end());
+    prompts.push_back(std::move(p));
+  }
+  constexpr int64_t kOut = 6;
+
+  std::vector<std::vector<int32_t>> alone;
+  {
+    EngineClient client(*model_->model, nullptr, options(2048, false));
+    for (size_t i = 0; i < prompts.size(); ++i)
+      alone.push_back(
+          run_all(client, {prompts[i]}, kOut, "alone" + std::to_string(i))[0].token_ids);
+  }
+  auto expect_same = [&](const std::vector<RequestOutput>& outs, const char* mode) {
+    ASSERT_EQ(outs.size(), prompts.size());
+    for (size_t i = 0; i < outs.size(); ++i)
+      EXPECT_EQ(outs[i].token_ids, alone[i]) << mode << ": prompt " << i;
+  };
+  {
+    EngineClient client(*model_->model, nullptr, options(2048, true));
+    expect_same(run_all(client, prompts, kOut, "batch"), "batch of 32");
+    // Second round: every prompt's full blocks are cached now.
+    const std::vector<RequestOutput> warm = run_all(client, prompts, kOut, "warm");
+    expect_same(warm, "warm prefix cache");
+    int64_t cached = 0;
+    for (const RequestOutput& o : warm) cached += o.num_cached_tokens;
+    EXPECT_GT(cached, 0);
+  }
+  {
+    EngineClient client(*model_->model, nullptr, options(64, true));
+    expect_same(run_all(client, prompts, kOut, "chunked"), "chunked, budget 64");
+  }
+}
+
+TEST_F(DefaultModelEngine, SharedSystemPromptIsComputedOnce) {
+  std::mt19937 rng(7);
+  const std::vector<int32_t> system = random_tokens(rng, 1000);
+  std::vector<std::vector<int32_t>> prompts;
+  int64_t submitted = 0;
+  for (int i = 0; i < 50; ++i) {
+    std::vector<int32_t> p = system;
+    const std::vector<int32_t> question = random_tokens(rng, 12 + i % 9);
+    p.insert(p.end(), question.begin(), question.end());
+    submitted += int64_t(p.size());
+    prompts.push_back(std::move(p));
+  }
+  EngineClient client(*model_->model, nullptr, options(2048, true));
+  const std::vector<RequestOutput> outs = run_all(client, prompts, 1, "sys");
+  // Every request but the first reuses the 62 full blocks (992 tokens) of the system prompt.
+  int64_t cached = 0, zero = 0;
+  for (const RequestOutput& o : outs) {
+    cached += o.num_cached_tokens;
+    if (o.num_cached_tokens == 0) {
+      ++zero;
+    } else {
+      EXPECT_EQ(o.num_cached_tokens, 992);
+    }
+  }
+  EXPECT_EQ(zero, 1);
+  EXPECT_EQ(cached, 49 * 992);
+  const EngineStats s = client.stats();
+  EXPECT_EQ(s.prefix_cache_hits, 49 * 992);
+  EXPECT_EQ(s.prefix_cache_queries, submitted);
+  EXPECT_EQ(s.counters.prompt_tokens_computed, submitted - 49 * 992);
+  const double reduction = 1.0 - double(s.counters.prompt_tokens_computed) / double(submitted);
+  EXPECT_GE(reduction, 0.90) << "prompt tokens computed: " << s.counters.prompt_tokens_computed
+                             << " of " << submitted;
+  RecordProperty("prefill_reduction", std::to_string(reduction));
+}
+
+}  // namespace
+}  // namespace kestrel
