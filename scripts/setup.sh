@@ -27,7 +27,7 @@ fi
 # Test tooling only (fixtures are committed; torch/transformers are needed only to regenerate them,
 # see tools/make_fixtures.py and bench/README.md).
 PY=${PYTHON:-python3}
-PIP_PACKAGES=(numpy pytest gguf)
+PIP_PACKAGES=(numpy pytest gguf openai jsonschema pyyaml)
 # A Debian-managed interpreter refuses plain pip installs (PEP 668); pyenv's does not.
 $PY -m pip install --quiet --disable-pip-version-check "${PIP_PACKAGES[@]}" ||
   $PY -m pip install --quiet --disable-pip-version-check --break-system-packages "${PIP_PACKAGES[@]}"

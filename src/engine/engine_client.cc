@@ -130,6 +130,11 @@ void EngineClient::abort(const RequestId& id) {
   in_cv_.notify_one();
 }
 
+void EngineClient::set_step_observer(std::function<void(int64_t)> fn) {
+  std::lock_guard lock(stats_mu_);
+  step_observer_ = std::move(fn);
+}
+
 EngineStats EngineClient::stats() const {
   std::lock_guard lock(stats_mu_);
   return stats_;
@@ -161,6 +166,7 @@ void EngineClient::engine_loop() {
     }
     commands.clear();
     std::string failure;
+    const int64_t tokens_before = core_.counters().scheduled_tokens;
     if (core_.has_unfinished()) {
       auto step = core_.step();
       if (step.ok()) {
@@ -169,6 +175,7 @@ void EngineClient::engine_loop() {
         failure = step.error().message;
       }
     }
+    std::function<void(int64_t)> observer;
     {
       std::lock_guard lock(stats_mu_);
       const Scheduler& s = core_.scheduler();
@@ -180,7 +187,10 @@ void EngineClient::engine_loop() {
       stats_.num_preemptions = s.num_preemptions();
       stats_.counters = core_.counters();
       stats_.dead = !failure.empty();
+      observer = step_observer_;
     }
+    const int64_t step_tokens = core_.counters().scheduled_tokens - tokens_before;
+    if (observer && step_tokens > 0) observer(step_tokens);
     if (!outputs.empty()) {
       {
         std::lock_guard lock(out_mu_);

@@ -84,6 +84,9 @@ class EngineClient {
   // Ends a request wherever it is; its stream finishes with "abort". Unknown ids are ignored.
   void abort(const RequestId& id);
   EngineStats stats() const;
+  // `fn` runs on the engine thread after every step that ran the model, with the number of
+  // tokens the step computed (vllm:iteration_tokens_total). It must be cheap and not block.
+  void set_step_observer(std::function<void(int64_t)> fn);
   const SchedulerConfig& scheduler_config() const { return options_.scheduler; }
   // Stops both threads; unfinished requests finish with "abort". Idempotent.
   void shutdown();
@@ -121,6 +124,7 @@ class EngineClient {
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;
+  std::function<void(int64_t)> step_observer_;  // under stats_mu_
 
   std::thread engine_thread_;
   std::thread output_thread_;

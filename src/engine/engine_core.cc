@@ -30,14 +30,14 @@ Status EngineCore::add_request(const EngineRequest& request) {
     return make_error("request {}: min_tokens {} must be in [0, max_tokens {}]", request.id,
                       request.min_tokens, request.max_tokens);
   KTRY(scheduler_.add_request(request.id, request.prompt_token_ids, request.max_tokens));
-  StopRules rules{request.min_tokens, request.stop_token_ids, request.ignore_eos,
-                  request.sampling.logprobs >= 0};
+  RequestState rules{request.min_tokens, request.stop_token_ids, request.ignore_eos,
+                     request.sampling.logprobs >= 0, std::nullopt};
   std::vector<int32_t> suppressed = rules.stop_token_ids;
   if (!request.ignore_eos)
     suppressed.insert(suppressed.end(), eos_token_ids_.begin(), eos_token_ids_.end());
   runner_.add_request(request.id, RunnerRequestParams{request.sampling, request.seed,
                                                       request.min_tokens, std::move(suppressed)});
-  stop_rules_[request.id] = std::move(rules);
+  request_state_[request.id] = std::move(rules);
   return {};
 }
 
@@ -50,12 +50,13 @@ void EngineCore::abort(const RequestId& id) {
   out.num_prompt_tokens = req->num_prompt_tokens();
   out.num_cached_tokens = req->num_cached_tokens;
   out.num_output_tokens = req->num_output_tokens();
+  out.first_scheduled = request_state_.at(id).first_scheduled;
   scheduler_.abort(id);
   retire(id);
   pending_.push_back(std::move(out));
 }
 
-bool EngineCore::is_stop(const StopRules& rules, int64_t num_outputs, int32_t token,
+bool EngineCore::is_stop(const RequestState& rules, int64_t num_outputs, int32_t token,
                          std::optional<int32_t>* stop_token_id) const {
   if (num_outputs < rules.min_tokens) return false;
   // EOS first: vLLM reports no stop_reason for it even when it is also a listed stop id.
@@ -71,7 +72,7 @@ bool EngineCore::is_stop(const StopRules& rules, int64_t num_outputs, int32_t to
 
 void EngineCore::retire(const RequestId& id) {
   runner_.remove_request(id);
-  stop_rules_.erase(id);
+  request_state_.erase(id);
   scheduler_.release(id);
 }
 
@@ -80,7 +81,10 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
   pending_.clear();
   const SchedulerOutput sched = scheduler_.schedule();
   if (!sched.scheduled.empty()) ++counters_.steps;
+  const auto now = std::chrono::steady_clock::now();
   for (const ScheduledRequest& s : sched.scheduled) {
+    RequestState& rules = request_state_.at(s.id);
+    if (!rules.first_scheduled) rules.first_scheduled = now;
     counters_.scheduled_tokens += s.num_new_tokens;
     const int64_t prompt_end = scheduler_.request(s.id)->num_prompt_tokens();
     counters_.prompt_tokens_computed +=
@@ -97,7 +101,7 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
     const auto it = sampled.find(s.id);
     if (it == sampled.end()) continue;
     const Request* req = scheduler_.request(s.id);
-    const StopRules& rules = stop_rules_.at(s.id);
+    const RequestState& rules = request_state_.at(s.id);
     SampledToken& token = it->second;
     EngineCoreOutput out;
     out.id = s.id;
@@ -107,6 +111,7 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
     out.num_prompt_tokens = req->num_prompt_tokens();
     out.num_cached_tokens = req->num_cached_tokens;
     out.num_output_tokens = req->num_output_tokens();
+    out.first_scheduled = rules.first_scheduled;
     // A stop token outranks the length limit reached by the same token.
     if (is_stop(rules, req->num_output_tokens(), token.token, &out.stop_token_id)) {
       scheduler_.finish(s.id, RequestStatus::kFinishedStopped);

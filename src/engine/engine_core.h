@@ -4,6 +4,7 @@
 // the EngineClient's business (engine/output_processor.h).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -50,6 +51,8 @@ struct EngineCoreOutput {
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;
   int64_t num_output_tokens = 0;
+  // When the request was first scheduled (queue time = this − arrival); unset before that.
+  std::optional<std::chrono::steady_clock::time_point> first_scheduled;
   bool finished() const { return finish_reason.has_value(); }
 };
 
@@ -79,15 +82,17 @@ class EngineCore {
   const ModelRunner& runner() const { return runner_; }
 
  private:
-  struct StopRules {
+  // What the core keeps per request besides the scheduler's Request: stop rules and timing.
+  struct RequestState {
     int64_t min_tokens = 0;
     std::vector<int32_t> stop_token_ids;  // the request's own
     bool ignore_eos = false;
     bool wants_logprobs = false;
+    std::optional<std::chrono::steady_clock::time_point> first_scheduled;
   };
 
   // Whether `token` ends the request, and the stop_reason it reports.
-  bool is_stop(const StopRules& rules, int64_t num_outputs, int32_t token,
+  bool is_stop(const RequestState& rules, int64_t num_outputs, int32_t token,
                std::optional<int32_t>* stop_token_id) const;
   // Releases a finished request everywhere so no state or block outlives it.
   void retire(const RequestId& id);
@@ -95,7 +100,7 @@ class EngineCore {
   Scheduler scheduler_;
   ModelRunner runner_;
   std::vector<int32_t> eos_token_ids_;
-  std::unordered_map<RequestId, StopRules> stop_rules_;
+  std::unordered_map<RequestId, RequestState> request_state_;
   std::vector<EngineCoreOutput> pending_;  // abort outputs waiting for the next step
   EngineCoreCounters counters_;
 };

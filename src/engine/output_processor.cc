@@ -28,6 +28,7 @@ void RequestOutput::merge(RequestOutput&& later) {
   num_prompt_tokens = later.num_prompt_tokens;
   num_cached_tokens = later.num_cached_tokens;
   num_output_tokens = later.num_output_tokens;
+  if (later.first_scheduled) first_scheduled = later.first_scheduled;
 }
 
 Status OutputProcessor::add_request(const RequestId& id, std::span<const int32_t> prompt,
@@ -85,6 +86,7 @@ std::optional<RequestOutput> OutputProcessor::process(EngineCoreOutput&& in, boo
   out.num_prompt_tokens = in.num_prompt_tokens;
   out.num_cached_tokens = in.num_cached_tokens;
   out.num_output_tokens = in.num_output_tokens;
+  out.first_scheduled = in.first_scheduled;
 
   if (st.detok) {
     // The token that ended the request stays out of the text unless asked for, as in vLLM.

@@ -39,6 +39,7 @@ struct RequestOutput {
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;
   int64_t num_output_tokens = 0;
+  std::optional<std::chrono::steady_clock::time_point> first_scheduled;
   bool finished() const { return finish_reason.has_value(); }
 
   // Folds a later output into this one (a slow reader sees one merged delta).

@@ -1,0 +1,313 @@
+#include "server/generation_session.h"
+
+#include <mutex>
+
+#include "base/logging.h"
+#include "server/http/sse.h"
+#include "server/protocol/protocol_error.h"
+
+namespace kestrel::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+StopReason api_stop_reason(const kestrel::StopReason& r) {
+  if (const auto* s = std::get_if<std::string>(&r)) return *s;
+  if (const auto* t = std::get_if<int32_t>(&r)) return int64_t{*t};
+  return std::monostate{};
+}
+
+std::string send_json(const nlohmann::ordered_json& j) {
+  return sse_data(j.dump());
+}
+
+class GenerationSession : public std::enable_shared_from_this<GenerationSession> {
+ public:
+  GenerationSession(ServingContext& ctx, std::shared_ptr<Responder> responder, SessionSpec spec)
+      : ctx_(ctx), responder_(std::move(responder)), spec_(std::move(spec)) {
+    choices_.resize(spec_.choices.size());
+  }
+
+  void start() {
+    arrival_ = Clock::now();
+    for (size_t i = 0; i < spec_.choices.size(); ++i) {
+      auto stream = ctx_.engine->add_request(spec_.choices[i].request);
+      if (!stream.ok()) {
+        for (size_t j = 0; j < i; ++j) ctx_.engine->abort(choices_[j].stream->id());
+        const bool dead = ctx_.engine->stats().dead;
+        ProtocolError e =
+            dead ? internal_error("the engine has failed") : bad_request(stream.error().message);
+        responder_->respond(e.code, "application/json", error_body(e).dump());
+        return;
+      }
+      choices_[i].stream = *stream;
+    }
+    if (spec_.stream) {
+      responder_->start_stream(200, "text/event-stream",
+                               {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
+      if (spec_.kind == StreamKind::kChat) {
+        for (size_t i = 0; i < choices_.size(); ++i) {
+          ChatStreamChoice c;
+          c.index = int64_t(i);
+          c.delta.role = "assistant";
+          c.delta.content = "";
+          responder_->send_chunk(
+              send_json(chat_stream_chunk(spec_.id, spec_.created, spec_.model, {c})));
+        }
+      }
+    }
+    // The session keeps itself alive until every choice has ended; callbacks hold it weakly.
+    self_ = shared_from_this();
+    std::weak_ptr<GenerationSession> weak = self_;
+    responder_->on_disconnect([weak] {
+      if (auto self = weak.lock()) self->abort_all();
+    });
+    for (size_t i = 0; i < choices_.size(); ++i)
+      choices_[i].stream->set_notify([weak, i] {
+        if (auto self = weak.lock()) self->on_output(i);
+      });
+  }
+
+ private:
+  struct Choice {
+    std::shared_ptr<RequestStream> stream;
+    RequestOutput all;  // everything so far (non-streaming answer, usage)
+    bool finished = false;
+    bool echoed = false;
+    int64_t text_bytes = 0;  // text already streamed (completions logprobs text_offset)
+    std::optional<Clock::time_point> first_token, last_token;
+    std::vector<double> itls;
+  };
+
+  void abort_all() {
+    std::lock_guard lock(mu_);
+    for (Choice& c : choices_)
+      if (!c.finished) ctx_.engine->abort(c.stream->id());
+  }
+
+  void on_output(size_t i) {
+    std::lock_guard lock(mu_);
+    Choice& c = choices_[i];
+    while (!c.finished) {
+      std::optional<RequestOutput> out = c.stream->try_next();
+      if (!out) break;
+      handle(i, std::move(*out));
+    }
+  }
+
+  std::vector<TokenLogprobInfo> logprobs(const std::vector<TokenLogprobs>& in) const {
+    std::vector<TokenLogprobInfo> out;
+    for (const TokenLogprobs& t : in) {
+      TokenLogprobInfo info;
+      info.token = logprob_token_text(ctx_.tokenizer, t.token);
+      info.logprob = t.logprob;
+      for (const auto& alt : t.top)
+        info.top.emplace_back(logprob_token_text(ctx_.tokenizer, alt.token), alt.logprob);
+      out.push_back(std::move(info));
+    }
+    return out;
+  }
+
+  Usage usage() const {
+    Usage u;
+    std::vector<bool> counted;
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      const RequestOutput& o = choices_[i].all;
+      u.completion_tokens += o.num_output_tokens;
+      const auto group = size_t(spec_.choices[i].prompt_index);
+      if (counted.size() <= group) counted.resize(group + 1, false);
+      if (counted[group]) continue;
+      counted[group] = true;
+      u.prompt_tokens += o.num_prompt_tokens;
+      u.cached_tokens += o.num_cached_tokens;
+    }
+    return u;
+  }
+
+  void handle(size_t i, RequestOutput out) {
+    Choice& c = choices_[i];
+    const auto now = Clock::now();
+    if (!out.token_ids.empty()) {
+      if (!c.first_token) {
+        c.first_token = now;
+      } else {
+        c.itls.push_back(seconds(now - *c.last_token));
+      }
+      c.last_token = now;
+    }
+    std::string text = std::move(out.text);
+    if (!c.echoed) {
+      text = spec_.choices[i].echo + text;
+      c.echoed = true;
+    }
+    std::vector<TokenLogprobs> lp = std::move(out.logprobs);
+    {
+      RequestOutput piece = out;
+      piece.text = text;
+      piece.logprobs = lp;
+      c.all.merge(std::move(piece));
+    }
+    if (out.finished()) {
+      c.finished = true;
+      ++num_finished_;
+      record_metrics(i);
+    }
+    if (out.finish_reason == FinishReason::kError) {
+      fail(out.error.empty() ? "the engine failed" : out.error);
+      return;
+    }
+    if (spec_.stream) send_delta(i, text, lp, out);
+    if (num_finished_ == choices_.size()) finish();
+  }
+
+  void send_delta(size_t i, const std::string& text, const std::vector<TokenLogprobs>& lp,
+                  const RequestOutput& out) {
+    Choice& c = choices_[i];
+    if (text.empty() && lp.empty() && !out.finished()) return;
+    std::optional<std::string> reason;
+    if (out.finish_reason) reason = finish_reason_name(*out.finish_reason);
+    std::optional<Usage> running;
+    if (spec_.continuous_usage) running = usage();
+    if (spec_.kind == StreamKind::kCompletion) {
+      CompletionChoice ch;
+      ch.index = int64_t(i);
+      ch.text = text;
+      if (spec_.logprobs) {
+        ch.logprobs = logprobs(lp);
+        ch.text_offset_start = c.text_bytes;
+      }
+      ch.finish_reason = reason;
+      if (reason) ch.stop_reason = api_stop_reason(out.stop_reason);
+      responder_->send_chunk(
+          send_json(completion_stream_chunk(spec_.id, spec_.created, spec_.model, {ch}, running)));
+    } else {
+      ChatStreamChoice ch;
+      ch.index = int64_t(i);
+      ch.delta.content = text;
+      if (spec_.logprobs) ch.logprobs = logprobs(lp);
+      ch.finish_reason = reason;
+      if (reason) ch.stop_reason = api_stop_reason(out.stop_reason);
+      responder_->send_chunk(
+          send_json(chat_stream_chunk(spec_.id, spec_.created, spec_.model, {ch}, running)));
+    }
+    c.text_bytes += int64_t(text.size());
+  }
+
+  void finish() {
+    if (done_) return;
+    done_ = true;
+    self_.reset();  // the caller's callback still holds a reference
+    if (spec_.stream) {
+      if (spec_.include_usage)
+        responder_->send_chunk(
+            send_json(usage_chunk(spec_.kind, spec_.id, spec_.created, spec_.model, usage())));
+      responder_->send_chunk(std::string(kSseDone));
+      responder_->end_stream();
+      return;
+    }
+    nlohmann::ordered_json body;
+    if (spec_.kind == StreamKind::kCompletion) {
+      CompletionResponseInfo r{spec_.id, spec_.created, spec_.model, {}, usage(), std::nullopt};
+      for (size_t i = 0; i < choices_.size(); ++i) {
+        const RequestOutput& o = choices_[i].all;
+        CompletionChoice ch;
+        ch.index = int64_t(i);
+        ch.text = o.text;
+        if (spec_.logprobs) ch.logprobs = logprobs(o.logprobs);
+        ch.finish_reason = finish_reason_name(*o.finish_reason);
+        ch.stop_reason = api_stop_reason(o.stop_reason);
+        r.choices.push_back(std::move(ch));
+      }
+      body = completion_response(r);
+    } else {
+      ChatResponseInfo r;
+      r.id = spec_.id;
+      r.created = spec_.created;
+      r.model = spec_.model;
+      r.usage = usage();
+      for (size_t i = 0; i < choices_.size(); ++i) {
+        const RequestOutput& o = choices_[i].all;
+        ChatChoice ch;
+        ch.index = int64_t(i);
+        ch.message.content = o.text;
+        if (spec_.logprobs) ch.logprobs = logprobs(o.logprobs);
+        ch.finish_reason = finish_reason_name(*o.finish_reason);
+        ch.stop_reason = api_stop_reason(o.stop_reason);
+        r.choices.push_back(std::move(ch));
+      }
+      body = chat_response(r);
+    }
+    responder_->respond(200, "application/json", body.dump());
+  }
+
+  // An engine failure: the other choices are dropped and the client told.
+  void fail(const std::string& message) {
+    if (done_) return;
+    done_ = true;
+    self_.reset();
+    for (Choice& c : choices_)
+      if (!c.finished) ctx_.engine->abort(c.stream->id());
+    KLOG_ERROR("request {} failed: {}", spec_.id, message);
+    const ProtocolError e = internal_error("The engine failed while running this request.");
+    if (spec_.stream) {
+      responder_->send_chunk(send_json(error_body(e)));
+      responder_->send_chunk(std::string(kSseDone));
+      responder_->end_stream();
+    } else {
+      responder_->respond(e.code, "application/json", error_body(e).dump());
+    }
+  }
+
+  void record_metrics(size_t i) {
+    if (ctx_.metrics == nullptr) return;
+    const Choice& c = choices_[i];
+    const RequestOutput& o = c.all;
+    const auto now = Clock::now();
+    RequestMetricsSample s;
+    s.finished_reason = finish_reason_name(*o.finish_reason);
+    const auto scheduled = o.first_scheduled.value_or(arrival_);
+    s.queue_time_s = seconds(scheduled - arrival_);
+    if (c.first_token) {
+      s.ttft_s = seconds(*c.first_token - arrival_);
+      s.prefill_time_s = seconds(*c.first_token - scheduled);
+      s.decode_time_s = seconds(*c.last_token - *c.first_token);
+    }
+    s.e2e_s = seconds(now - arrival_);
+    s.inter_token_latencies_s = c.itls;
+    s.prompt_tokens = o.num_prompt_tokens;
+    s.generation_tokens = o.num_output_tokens;
+    s.max_tokens_param = spec_.max_tokens_param;
+    s.n = i == 0 ? spec_.n : 0;
+    ctx_.metrics->record_request(s);
+  }
+
+  ServingContext& ctx_;
+  std::shared_ptr<Responder> responder_;
+  SessionSpec spec_;
+  std::mutex mu_;
+  std::vector<Choice> choices_;
+  size_t num_finished_ = 0;
+  bool done_ = false;
+  Clock::time_point arrival_;
+  std::shared_ptr<GenerationSession> self_;
+};
+
+}  // namespace
+
+std::string logprob_token_text(const Tokenizer* tokenizer, int32_t id) {
+  if (tokenizer == nullptr) return "token_id:" + std::to_string(id);
+  const int32_t one[1] = {id};
+  return tokenizer->decode(one, /*skip_special_tokens=*/false);
+}
+
+void start_generation(ServingContext& ctx, std::shared_ptr<Responder> responder, SessionSpec spec) {
+  auto session = std::make_shared<GenerationSession>(ctx, std::move(responder), std::move(spec));
+  session->start();
+}
+
+}  // namespace kestrel::server

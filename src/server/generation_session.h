@@ -1,0 +1,47 @@
+// server/generation_session.h — one API request in flight: its choices' engine requests, read
+// as they stream out of the engine and answered either as SSE chunks or, once all choices end,
+// as one JSON body. A client that goes away aborts every choice in the engine.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine_client.h"
+#include "server/http/responder.h"
+#include "server/protocol/responses.h"
+#include "server/serving_context.h"
+
+namespace kestrel::server {
+
+struct SessionChoice {
+  GenerateRequest request;   // engine id must be unique
+  std::string echo;          // completions echo: the prompt text, sent before the output
+  int64_t prompt_index = 0;  // choices of one prompt share its usage.prompt_tokens
+};
+
+struct SessionSpec {
+  StreamKind kind = StreamKind::kCompletion;
+  std::string id;  // response id (cmpl-… / chatcmpl-…)
+  int64_t created = 0;
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;
+  bool continuous_usage = false;
+  bool logprobs = false;         // report per-token logprobs
+  int64_t max_tokens_param = 0;  // for metrics; 0 when the client gave none
+  int64_t n = 1;
+  std::vector<SessionChoice> choices;
+};
+
+// Submits the choices and answers on `responder` when they produce output. Errors at submission
+// (validation, a stopped engine) are answered at once and nothing stays in the engine.
+void start_generation(ServingContext& ctx, std::shared_ptr<Responder> responder, SessionSpec spec);
+
+// The token text reported in logprobs: the token decoded alone (partial UTF-8 allowed; the
+// response builders repair it), or "token_id:N" without a tokenizer.
+std::string logprob_token_text(const Tokenizer* tokenizer, int32_t id);
+
+}  // namespace kestrel::server

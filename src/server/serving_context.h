@@ -1,0 +1,40 @@
+// server/serving_context.h — what the OpenAI routes share: the engine, the tokenizer and chat
+// template, the served model names and the request defaults. Built once at start-up; read-only
+// afterwards except `ready`.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "chat/chat_template.h"
+#include "engine/engine_client.h"
+#include "server/metrics.h"
+#include "server/protocol/sampling_fields.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kestrel::server {
+
+struct ServingContext {
+  EngineClient* engine = nullptr;
+  const Tokenizer* tokenizer = nullptr;  // null: token-id prompts only, no text out
+  std::optional<chat::ChatTemplate> chat_template;
+  std::string chat_template_missing;  // why there is none, for the 400 of chat requests
+  nlohmann::json default_chat_template_kwargs = nlohmann::json::object();
+  std::vector<std::string> served_model_names;  // the first is the default
+  std::string model_root;                       // the --model path, /v1/models "root"
+  int64_t max_model_len = 0;
+  int64_t vocab_size = 0;
+  SamplingValues sampling_defaults;  // generation_config.json, as vLLM's --generation-config auto
+  int64_t max_logprobs = 20;
+  std::optional<std::string> api_key;
+  ServerMetrics* metrics = nullptr;
+  int64_t created = 0;  // start-up time, /v1/models "created"
+  std::atomic<bool> ready{false};
+};
+
+}  // namespace kestrel::server
