@@ -1,0 +1,153 @@
+// kestrel serve — the OpenAI-compatible server with vLLM's command line: parse the flags as
+// `vllm serve` does, load the model and start the engine, then serve HTTP until SIGINT/SIGTERM,
+// finishing in-flight requests within the grace period.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "base/logging.h"
+#include "chat/template_source.h"
+#include "cli/commands.h"
+#include "cli/engine_args.h"
+#include "cli/serve_args.h"
+#include "server/http/http_server.h"
+#include "server/http/signals.h"
+#include "server/metrics.h"
+#include "server/openai_server.h"
+#include "server/protocol/responses.h"
+
+namespace kestrel::cli {
+
+namespace {
+
+int usage_error(const std::string& message) {
+  size_t start = 0;
+  while (start <= message.size()) {
+    const size_t end = std::min(message.find('\n', start), message.size());
+    std::fprintf(stderr, "kestrel serve: error: %s\n", message.substr(start, end - start).c_str());
+    start = end + 1;
+  }
+  return 2;
+}
+
+server::SamplingValues generation_defaults(const GenerationDefaults& g) {
+  server::SamplingValues v;
+  v.temperature = g.temperature.value_or(v.temperature);
+  v.top_p = g.top_p.value_or(v.top_p);
+  v.top_k = g.top_k.value_or(v.top_k);
+  v.min_p = g.min_p.value_or(v.min_p);
+  v.repetition_penalty = g.repetition_penalty.value_or(v.repetition_penalty);
+  return v;
+}
+
+int serve(ServeArgs& a) {
+  for (const auto& w : a.warnings) KLOG_WARN("{}", w);
+  if (!a.notes.empty()) {
+    std::string list;
+    for (const auto& n : a.notes) list += (list.empty() ? "" : "; ") + n;
+    KLOG_INFO("accepted with no effect on Kestrel: {}", list);
+  }
+  auto started = start_engine(a.engine);
+  if (!started) {
+    KLOG_ERROR("{}", started.error().message);
+    return 1;
+  }
+  Engine& e = *started;
+
+  server::ServingContext ctx;
+  ctx.engine = e.client.get();
+  ctx.tokenizer = e.tokenizer.get();
+  ctx.served_model_names = a.served_model_names;
+  ctx.model_root = a.engine.model;
+  ctx.max_model_len = e.client->scheduler_config().max_model_len;
+  ctx.vocab_size = e.model->config.vocab_size;
+  ctx.sampling_defaults = generation_defaults(e.model->generation);
+  ctx.max_logprobs = a.max_logprobs;
+  ctx.api_key = a.api_key;
+  ctx.created = server::unix_time_now();
+  auto source = chat::find_chat_template(a.engine.model, a.chat_template);
+  if (source.ok()) {
+    auto tmpl = chat::ChatTemplate::parse(*source);
+    if (!tmpl.ok()) {
+      KLOG_ERROR("the chat template does not parse: {}", tmpl.error().message);
+      return 1;
+    }
+    ctx.chat_template = std::move(*tmpl);
+  } else {
+    ctx.chat_template_missing = source.error().message;
+    KLOG_WARN("no chat template ({}); /v1/chat/completions needs a request chat_template",
+              source.error().message);
+  }
+  if (!a.default_chat_template_kwargs.empty())
+    ctx.default_chat_template_kwargs = nlohmann::json::parse(a.default_chat_template_kwargs);
+  server::ServerMetrics metrics(a.served_model_names.front(), ctx.max_model_len);
+  ctx.metrics = &metrics;
+
+  server::HttpServerOptions options;
+  options.host = a.host;
+  options.port = static_cast<uint16_t>(a.port);
+  server::HttpServer http(options);
+  server::add_openai_routes(http, ctx);
+  server::SignalWaiter signals;
+  if (Status st = http.start(); !st.ok()) {
+    KLOG_ERROR("cannot serve on {}:{}: {}", a.host, a.port, st.message());
+    return 1;
+  }
+  KLOG_INFO("Starting Kestrel API server on http://{}:{}", a.host, http.port());
+  KLOG_INFO("Started server process [{}]", ::getpid());
+  KLOG_INFO("Waiting for application startup.");
+  // Set only now: every early return above leaves `metrics` before the engine thread stops.
+  e.client->set_step_observer(
+      [&metrics](int64_t tokens) { metrics.record_iteration_tokens(tokens); });
+  ctx.ready = true;
+  KLOG_INFO("Application startup complete.");
+
+  const int sig = signals.wait();
+  KLOG_INFO("Shutting down (signal {}); finishing in-flight requests for up to {} s", sig,
+            a.shutdown_grace_s);
+  http.stop_accepting();
+  http.shutdown(std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_grace_s * 1000.0)));
+  ctx.ready = false;
+  e.client->shutdown();
+  e.client->set_step_observer(nullptr);
+  KLOG_INFO("Application shutdown complete.");
+  return 0;
+}
+
+int run_serve(int argc, char** argv) {
+  ServeArgs a;
+  CLI::App app{"Serve a model with the OpenAI-compatible API; takes vllm serve's flags.",
+               "kestrel serve"};
+  add_serve_args(app, a);
+  auto normalized = normalize_vllm_argv(app, std::vector<std::string>(argv + 1, argv + argc));
+  if (!normalized) return usage_error(normalized.error().message);
+  std::vector<std::string> reversed(normalized->rbegin(), normalized->rend());  // CLI11's order
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {
+    // argparse's wording, which scripts written against vllm serve may match on.
+    std::string extras;
+    for (const std::string& arg : normalized.value())
+      if (!arg.empty() && arg[0] == '-' && std::string(e.what()).find(arg) != std::string::npos)
+        extras += (extras.empty() ? "" : " ") + arg;
+    return usage_error("unrecognized arguments: " +
+                       (extras.empty() ? std::string(e.what()) : extras));
+  } catch (const CLI::ParseError& e) {
+    return usage_error(e.what());
+  }
+  if (Status st = finalize_serve_args(a); !st.ok()) return usage_error(st.message());
+  set_log_level(a.engine.log_level);
+  return serve(a);
+}
+
+KESTREL_COMMAND("serve", "the OpenAI-compatible server (vllm serve's flags)", run_serve);
+
+}  // namespace
+
+}  // namespace kestrel::cli
