@@ -6,12 +6,13 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 model=${1:-$(bash "$repo/scripts/fetch-default-model.sh")}
-port=${PORT:-18123}
+port=${PORT:-$(python3 -c "import socket; s=socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])")}
 "$repo/build/src/kestrel" serve "$model" --served-model-name smollm2 --port "$port" \
   --max-model-len 2048 --log-level warning &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 for _ in $(seq 60); do
+  kill -0 $server 2>/dev/null || { echo "kestrel serve exited" >&2; exit 1; }
   curl -sf "localhost:$port/health" >/dev/null && break
   sleep 1
 done
