@@ -120,8 +120,8 @@ void handle_completions(ServingContext& ctx, const HttpRequest& http,
   if (req.echo && req.sampling.logprobs)
     return reply_error(
         *r, bad_request("echo with logprobs (prompt logprobs) is not supported yet", "echo"));
-  const int64_t max_tokens = *req.sampling.max_tokens;
-  if (max_tokens == 0)
+  const std::optional<int64_t> requested_max = req.sampling.max_tokens;
+  if (requested_max == 0)
     return reply_error(*r,
                        bad_request("max_tokens 0 (echo only) is not supported yet", "max_tokens"));
 
@@ -135,12 +135,14 @@ void handle_completions(ServingContext& ctx, const HttpRequest& http,
   spec.continuous_usage =
       req.sampling.stream_options && req.sampling.stream_options->continuous_usage_stats;
   spec.logprobs = req.sampling.logprobs.has_value();
-  spec.max_tokens_param = max_tokens;
+  spec.max_tokens_param = requested_max.value_or(0);
   spec.n = req.sampling.n;
   log_ignored(req.ignored_fields, spec.id);
   for (size_t p = 0; p < req.prompts.size(); ++p) {
     auto ids = prompt_token_ids(ctx, req.prompts[p], req.add_special_tokens);
     if (!ids) return reply_error(*r, ids.error());
+    const int64_t max_tokens = requested_max.value_or(
+        std::max<int64_t>(ctx.max_model_len - int64_t(ids.value().size()), 1));
     if (auto e = check_length(ctx, int64_t(ids.value().size()), max_tokens))
       return reply_error(*r, *e);
     std::string echo;

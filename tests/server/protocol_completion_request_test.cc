@@ -32,6 +32,9 @@ TEST(ProtocolCompletionRequest, ValidRequestDefaults) {
   EXPECT_FALSE(req.best_of);
   EXPECT_TRUE(req.add_special_tokens);
   EXPECT_EQ(req.sampling.max_tokens, 16);
+  const auto null_max = parse_completion_request({{"prompt", "x"}, {"max_tokens", nullptr}});
+  ASSERT_TRUE(null_max.ok());
+  EXPECT_FALSE(null_max.value().sampling.max_tokens.has_value()) << "null: the rest of the context";
   EXPECT_TRUE(req.ignored_fields.empty());
 }
 

@@ -244,7 +244,8 @@ TEST(ProtocolResponses, ChatResponseMatchesSchema) {
   }
   ordered_json& m0 = r["choices"][0]["message"];
   EXPECT_EQ(keys_of(m0), (Keys{"role", "content", "refusal", "annotations", "audio",
-                               "function_call", "reasoning", "reasoning_content"}));
+                               "function_call", "tool_calls", "reasoning", "reasoning_content"}));
+  EXPECT_EQ(m0["tool_calls"], ordered_json::array()) << "vLLM always sends tool_calls";
   EXPECT_EQ(m0["content"], "Hello!");
   EXPECT_EQ(m0["reasoning"], "User greets.");
   EXPECT_EQ(m0["reasoning_content"], "User greets.");

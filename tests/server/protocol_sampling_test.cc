@@ -181,7 +181,7 @@ TEST(ProtocolSampling, NullMeansDefault) {
   const auto r = parse_completion_request(body);
   ASSERT_TRUE(r.ok()) << r.error().message;
   const SamplingFields& s = r.value().sampling;
-  EXPECT_EQ(s.max_tokens, 16);
+  EXPECT_FALSE(s.max_tokens) << "max_tokens null: the rest of the context, as in vLLM";
   EXPECT_EQ(s.n, 1);
   EXPECT_TRUE(s.skip_special_tokens);
   EXPECT_FALSE(s.temperature);

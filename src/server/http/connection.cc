@@ -1,5 +1,7 @@
 #include "server/http/connection.h"
 
+#include <cstring>
+
 #include <utility>
 
 #include <boost/asio/post.hpp>
@@ -18,7 +20,6 @@ using boost::system::error_code;
 
 namespace {
 
-constexpr size_t kReadSize = 16 * 1024;
 // Bytes a client may send ahead while its request is being answered (pipelining) before the
 // server gives up on it.
 constexpr size_t kMaxBufferedWhileBusy = 1 << 20;
@@ -72,7 +73,7 @@ void Connection::force_close() {
 void Connection::start_read() {
   if (phase_ == Phase::kClosed) return;
   socket_.async_read_some(
-      buffer_.prepare(kReadSize),
+      asio::buffer(read_chunk_),
       [self = shared_from_this()](error_code ec, size_t n) { self->on_read(ec, n); });
 }
 
@@ -84,6 +85,8 @@ void Connection::on_read(error_code ec, size_t n) {
     close_now();
     return;
   }
+  const auto dst = buffer_.prepare(n);
+  std::memcpy(dst.data(), read_chunk_.data(), n);
   buffer_.commit(n);
   switch (phase_) {
     case Phase::kAwaitRequest:

@@ -6,6 +6,8 @@
 // request.
 #pragma once
 
+#include <array>
+
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -92,7 +94,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   Phase phase_ = Phase::kAwaitRequest;
   Stage stage_ = Stage::kIdle;
+  // Bytes received and not yet parsed. The socket never reads into it directly: a read is always
+  // pending, and the parser consuming buffer_ meanwhile would move the region that read targets.
   boost::beast::flat_buffer buffer_;
+  std::array<char, 16 * 1024> read_chunk_;
   std::optional<Parser> parser_;
 
   // The exchange in progress.

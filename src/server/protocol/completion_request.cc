@@ -86,9 +86,12 @@ ParseResult<CompletionRequest> parse_completion_request(const json& body) {
 
   if (suffix != nullptr) return bad_request("suffix is not currently supported", "suffix");
 
-  req.sampling.max_tokens = max_tokens.value_or(kDefaultMaxTokens);
+  // Absent means 16; an explicit null means "the rest of the context", as in vLLM.
+  const auto given = body.find("max_tokens");
+  const bool explicit_null = given != body.end() && given->is_null();
+  if (!explicit_null) req.sampling.max_tokens = max_tokens.value_or(kDefaultMaxTokens);
   const int64_t min_max_tokens = req.echo ? 0 : 1;
-  if (*req.sampling.max_tokens < min_max_tokens) {
+  if (req.sampling.max_tokens && *req.sampling.max_tokens < min_max_tokens) {
     return bad_request(fmt::format("max_tokens must be at least {}, got {}.", min_max_tokens,
                                    *req.sampling.max_tokens),
                        "max_tokens");

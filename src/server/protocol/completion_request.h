@@ -25,7 +25,8 @@ struct CompletionRequest {
   bool echo = false;
   std::optional<int64_t> best_of;
   bool add_special_tokens = true;
-  // sampling.max_tokens is always set (16 unless given); it may be 0 only with echo, which
+  // sampling.max_tokens is 16 unless given, unset for an explicit null (the rest of the context,
+  // as in vLLM); it may be 0 only with echo, which
   // returns the prompt without generating.
   SamplingFields sampling;
   // Top-level keys Kestrel does not read, for the server to log.

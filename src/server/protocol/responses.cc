@@ -84,11 +84,10 @@ ordered_json chat_message_json(const ChatMessageInfo& message) {
   out["annotations"] = nullptr;
   out["audio"] = nullptr;
   out["function_call"] = nullptr;
-  if (!message.tool_calls.empty()) {
-    ordered_json calls = ordered_json::array();
-    for (const ToolCallInfo& call : message.tool_calls) calls.push_back(tool_call_json(call));
-    out["tool_calls"] = std::move(calls);
-  }
+  // Always present, [] when there are none, as vLLM's ChatMessage sends it.
+  ordered_json calls = ordered_json::array();
+  for (const ToolCallInfo& call : message.tool_calls) calls.push_back(tool_call_json(call));
+  out["tool_calls"] = std::move(calls);
   out["reasoning"] = optional_string(message.reasoning);
   // Older clients read the pre-rename field.
   out["reasoning_content"] = optional_string(message.reasoning);

@@ -1,0 +1,71 @@
+"""Fixtures for the `kestrel serve` end-to-end tests.
+
+Run: KESTREL_BIN=/path/to/kestrel python3 -m pytest -q tests/e2e
+Env: KESTREL_BIN (default <repo>/build/src/kestrel), KESTREL_SHARED (default <repo>/../shared),
+KESTREL_MODELS (directory holding SmolLM2-135M-Instruct.Q4_1.gguf; default ~/.cache/kestrel/models).
+Every test is skipped when the model file is missing.
+"""
+
+import openai
+import pytest
+
+from kestrel_e2e import KESTREL_BIN, MODEL_PATH, Server
+
+
+def pytest_collection_modifyitems(config, items):
+    if not MODEL_PATH.is_file():
+        skip = pytest.mark.skip(reason=f"model file {MODEL_PATH} is missing")
+        for item in items:
+            item.add_marker(skip)
+
+
+def _start(extra_args):
+    assert KESTREL_BIN.is_file(), f"kestrel binary not found at {KESTREL_BIN} (set KESTREL_BIN)"
+    return Server(extra_args)
+
+
+def _stop(server):
+    try:
+        rc = server.terminate()
+        assert rc == 0, f"kestrel serve exit code {rc} after SIGTERM:\n{server.log()[-4000:]}"
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def server():
+    """The shared server (served under the model path, as `vllm serve MODEL` does)."""
+    srv = _start([])
+    yield srv
+    _stop(srv)
+
+
+@pytest.fixture(scope="session")
+def base_url(server):
+    return server.base_url
+
+
+@pytest.fixture(scope="session")
+def model(server):
+    return server.model
+
+
+@pytest.fixture(scope="session")
+def client(base_url):
+    return openai.OpenAI(base_url=base_url + "/v1", api_key="EMPTY", max_retries=0, timeout=120)
+
+
+@pytest.fixture
+def start_server():
+    """Factory: start_server(*flags) starts another server with extra flags; each is stopped (SIGTERM,
+    exit code 0 asserted) when the test ends."""
+    started = []
+
+    def start(*flags):
+        srv = _start(list(flags))
+        started.append(srv)
+        return srv
+
+    yield start
+    for srv in started:
+        _stop(srv)

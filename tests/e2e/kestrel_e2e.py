@@ -1,0 +1,182 @@
+"""Helpers for the end-to-end tests of `kestrel serve`: paths, a server process handle, raw HTTP/SSE
+calls (http.client, so the tests see exactly what goes over the wire) and Prometheus text parsing."""
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+KESTREL_BIN = Path(os.environ.get("KESTREL_BIN", REPO / "build" / "src" / "kestrel"))
+KESTREL_SHARED = Path(os.environ.get("KESTREL_SHARED", REPO.parent / "shared"))
+MODELS_DIR = Path(os.environ.get("KESTREL_MODELS", Path.home() / ".cache" / "kestrel" / "models"))
+MODEL_PATH = MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
+OPENAPI_YAML = KESTREL_SHARED / "testdata" / "openai" / "openapi.yaml"
+
+# Every server in the suite: small context and KV pool, two compute threads (CI has two cores).
+BASE_FLAGS = ["--max-model-len", "2048", "--kv-cache-memory", "512M", "--threads", "2"]
+STARTUP_TIMEOUT_S = 60
+SHUTDOWN_TIMEOUT_S = 30
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One `kestrel serve` process; stderr/stdout go to a temp file so a full pipe never blocks it."""
+
+    def __init__(self, extra_args=()):
+        self.port = free_port()
+        self.host = "127.0.0.1"
+        self.base_url = f"http://{self.host}:{self.port}"
+        self.model = str(MODEL_PATH)
+        self._log = tempfile.NamedTemporaryFile(prefix="kestrel-e2e-", suffix=".log", delete=False)
+        cmd = [str(KESTREL_BIN), "serve", str(MODEL_PATH), "--host", self.host, "--port",
+               str(self.port), *BASE_FLAGS, *extra_args]
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        self._wait_healthy()
+
+    def log(self):
+        return Path(self._log.name).read_text(errors="replace")
+
+    def _wait_healthy(self):
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"kestrel serve exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                status, _, _ = request(self.base_url, "GET", "/health", timeout=2)
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.proc.kill()
+        self.proc.wait()
+        raise RuntimeError(f"kestrel serve not healthy after {STARTUP_TIMEOUT_S} s:\n{self.log()}")
+
+    def terminate(self):
+        """SIGTERM, wait for the graceful exit; returns the exit code (kills and returns None on timeout)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None
+        finally:
+            self._log.close()
+
+    def cleanup(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+        os.unlink(self._log.name)
+
+
+def _conn(base_url, timeout):
+    u = urllib.parse.urlsplit(base_url)
+    return http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+
+
+def request(base_url, method, path, body=None, headers=None, timeout=60):
+    """Returns (status, headers dict with lower-case keys, body bytes). `body` may be a dict (sent as
+    JSON) or raw bytes/str (sent as is, for malformed-JSON tests)."""
+    conn = _conn(base_url, timeout)
+    try:
+        hdrs = dict(headers or {})
+        if body is not None:
+            hdrs.setdefault("Content-Type", "application/json")
+            if isinstance(body, (dict, list)):
+                body = json.dumps(body)
+            if isinstance(body, str):
+                body = body.encode()
+        conn.request(method, path, body=body, headers=hdrs)
+        resp = conn.getresponse()
+        data = resp.read()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+    finally:
+        conn.close()
+
+
+def post_json(base_url, path, body, headers=None, timeout=60):
+    """POST and decode the JSON answer; returns (status, parsed body)."""
+    status, _, data = request(base_url, "POST", path, body, headers, timeout)
+    return status, json.loads(data) if data else None
+
+
+def get_json(base_url, path, headers=None):
+    status, _, data = request(base_url, "GET", path, headers=headers)
+    return status, json.loads(data) if data else None
+
+
+def sse_post(base_url, path, body, headers=None, timeout=120):
+    """POST a streaming request; returns (status, content-type, list of decoded events, saw_done,
+    raw text). Events after [DONE] would be a protocol error, so they are collected too."""
+    status, hdrs, data = request(base_url, "POST", path, body, headers, timeout)
+    text = data.decode()
+    events, saw_done = [], False
+    for block in text.split("\n\n"):
+        if not block.strip():
+            continue
+        assert block.startswith("data: "), f"SSE block without 'data: ': {block!r}"
+        payload = block[len("data: "):]
+        if payload == "[DONE]":
+            assert not saw_done, "two [DONE] markers"
+            saw_done = True
+            continue
+        assert not saw_done, f"event after [DONE]: {payload!r}"
+        events.append(json.loads(payload))
+    assert text.endswith("\n\n"), f"stream does not end with a blank line: {text[-40:]!r}"
+    return status, hdrs.get("content-type", ""), events, saw_done, text
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text):
+    """Prometheus text → list of (name, labels dict, float value)."""
+    samples = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        assert m, f"not a Prometheus sample line: {line!r}"
+        labels = dict(_LABEL.findall(m.group(2) or ""))
+        samples.append((m.group(1), labels, float(m.group(3))))
+    return samples
+
+
+def metric(samples, name, **labels):
+    """Sum of the samples called `name` whose labels include `labels`; None if there is none."""
+    hits = [v for n, ls, v in samples if n == name and all(ls.get(k) == w for k, w in labels.items())]
+    return sum(hits) if hits else None
+
+
+def scrape(base_url):
+    status, hdrs, data = request(base_url, "GET", "/metrics")
+    assert status == 200
+    return parse_metrics(data.decode())
+
+
+def wait_for(predicate, timeout=10.0, interval=0.1):
+    """Polls predicate() until it returns a truthy value or the timeout passes; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
