@@ -97,6 +97,7 @@ int run_latency(int argc, char** argv) {
   sampling.seed = a.engine.seed;
 
   std::printf("Warming up...\n");
+  std::fflush(stdout);  // progress goes to stderr; keep the two in order
   for (int i = 0; i < warmup; ++i) {
     auto r = bench::run_batch(*engine->client, *prompts, sampling, "warmup" + std::to_string(i));
     if (!r.ok()) return fail(r.error());
