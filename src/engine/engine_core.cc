@@ -29,14 +29,17 @@ Status EngineCore::add_request(const EngineRequest& request) {
   if (request.min_tokens < 0 || request.min_tokens > request.max_tokens)
     return make_error("request {}: min_tokens {} must be in [0, max_tokens {}]", request.id,
                       request.min_tokens, request.max_tokens);
-  KTRY(scheduler_.add_request(request.id, request.prompt_token_ids, request.max_tokens));
-  RequestState rules{request.min_tokens, request.stop_token_ids, request.ignore_eos,
-                     request.sampling.logprobs >= 0, std::nullopt};
+  KTRY(scheduler_.add_request(request.id, request.prompt_token_ids, request.max_tokens,
+                              /*read_prefix_cache=*/request.prompt_logprobs < 0));
+  RequestState rules{request.min_tokens, request.stop_token_ids,
+                     request.ignore_eos, request.sampling.logprobs >= 0,
+                     std::nullopt,       0};
   std::vector<int32_t> suppressed = rules.stop_token_ids;
   if (!request.ignore_eos)
     suppressed.insert(suppressed.end(), eos_token_ids_.begin(), eos_token_ids_.end());
-  runner_.add_request(request.id, RunnerRequestParams{request.sampling, request.seed,
-                                                      request.min_tokens, std::move(suppressed)});
+  runner_.add_request(request.id,
+                      RunnerRequestParams{request.sampling, request.seed, request.min_tokens,
+                                          std::move(suppressed), request.prompt_logprobs});
   request_state_[request.id] = std::move(rules);
   return {};
 }
@@ -76,6 +79,23 @@ void EngineCore::retire(const RequestId& id) {
   scheduler_.release(id);
 }
 
+std::vector<TokenLogprobs> EngineCore::fresh_prompt_logprobs(const ScheduledRequest& s,
+                                                             StepOutput& step) {
+  const auto it = step.prompt_logprobs.find(s.id);
+  if (it == step.prompt_logprobs.end()) return {};
+  // Entry i scores prompt token start + i + 1. A recompute after preemption scores the prompt
+  // again from the start; what was already reported is dropped.
+  RequestState& state = request_state_.at(s.id);
+  std::vector<TokenLogprobs> fresh;
+  for (size_t i = 0; i < it->second.size(); ++i) {
+    const size_t token_index = static_cast<size_t>(s.start_position) + i + 1;
+    if (token_index <= state.prompt_logprobs_sent) continue;
+    fresh.push_back(std::move(it->second[i]));
+    state.prompt_logprobs_sent = token_index;
+  }
+  return fresh;
+}
+
 Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
   std::vector<EngineCoreOutput> outputs = std::move(pending_);
   pending_.clear();
@@ -90,34 +110,39 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
     counters_.prompt_tokens_computed +=
         std::clamp<int64_t>(prompt_end - s.start_position, 0, s.num_new_tokens);
   }
-  KASSIGN(auto sampled,
+  KASSIGN(StepOutput step,
           runner_.execute(sched, [this](const RequestId& id) { return scheduler_.request(id); }));
   std::unordered_map<RequestId, int32_t> tokens;
-  for (const auto& [id, s] : sampled) tokens[id] = s.token;
-  counters_.generation_tokens += static_cast<int64_t>(sampled.size());
+  for (const auto& [id, s] : step.sampled) tokens[id] = s.token;
+  counters_.generation_tokens += static_cast<int64_t>(step.sampled.size());
   scheduler_.update_from_output(sched, tokens);
 
   for (const ScheduledRequest& s : sched.scheduled) {
-    const auto it = sampled.find(s.id);
-    if (it == sampled.end()) continue;
+    const auto it = step.sampled.find(s.id);
+    std::vector<TokenLogprobs> prompt_logprobs = fresh_prompt_logprobs(s, step);
+    if (it == step.sampled.end() && prompt_logprobs.empty()) continue;
     const Request* req = scheduler_.request(s.id);
     const RequestState& rules = request_state_.at(s.id);
-    SampledToken& token = it->second;
     EngineCoreOutput out;
     out.id = s.id;
-    out.new_token_ids = {token.token};
-    if (rules.wants_logprobs)
-      out.new_logprobs.push_back(TokenLogprobs{token.token, token.logprob, std::move(token.top)});
+    out.prompt_logprobs = std::move(prompt_logprobs);
     out.num_prompt_tokens = req->num_prompt_tokens();
     out.num_cached_tokens = req->num_cached_tokens;
     out.num_output_tokens = req->num_output_tokens();
     out.first_scheduled = rules.first_scheduled;
-    // A stop token outranks the length limit reached by the same token.
-    if (is_stop(rules, req->num_output_tokens(), token.token, &out.stop_token_id)) {
-      scheduler_.finish(s.id, RequestStatus::kFinishedStopped);
-      out.finish_reason = FinishReason::kStop;
-    } else if (req->is_finished()) {
-      out.finish_reason = FinishReason::kLength;
+    if (it != step.sampled.end()) {
+      SampledToken& token = it->second;
+      out.new_token_ids = {token.token};
+      if (rules.wants_logprobs)
+        out.new_logprobs.push_back(
+            TokenLogprobs{token.token, token.logprob, 0, std::move(token.top)});
+      // A stop token outranks the length limit reached by the same token.
+      if (is_stop(rules, req->num_output_tokens(), token.token, &out.stop_token_id)) {
+        scheduler_.finish(s.id, RequestStatus::kFinishedStopped);
+        out.finish_reason = FinishReason::kStop;
+      } else if (req->is_finished()) {
+        out.finish_reason = FinishReason::kLength;
+      }
     }
     if (out.finished()) retire(s.id);
     outputs.push_back(std::move(out));

@@ -28,22 +28,21 @@ struct EngineRequest {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   uint64_t seed = 0;
+  // -1: none; N >= 0: every prompt token after the first scored with the top N alternatives
+  // (such requests never read the prefix cache).
+  int prompt_logprobs = -1;
 };
 
 enum class FinishReason { kStop, kLength, kAbort, kError };
 // The OpenAI spelling: "stop", "length", "abort", "error".
 const char* finish_reason_name(FinishReason reason);
 
-struct TokenLogprobs {
-  int32_t token = 0;
-  float logprob = 0.0f;
-  std::vector<cpu::TokenLogprob> top;  // best first
-};
-
 struct EngineCoreOutput {
   RequestId id;
   std::vector<int32_t> new_token_ids;
   std::vector<TokenLogprobs> new_logprobs;  // one per new token if the request asked for them
+  // Prompt tokens scored since the previous output (prompt positions 1, 2, …, in order).
+  std::vector<TokenLogprobs> prompt_logprobs;
   std::optional<FinishReason> finish_reason;
   // Set when one of the request's own stop_token_ids (not an EOS id) ended it, as vLLM's
   // stop_reason reports it.
@@ -89,11 +88,15 @@ class EngineCore {
     bool ignore_eos = false;
     bool wants_logprobs = false;
     std::optional<std::chrono::steady_clock::time_point> first_scheduled;
+    // Prompt tokens already reported; a recompute after preemption scores them again.
+    size_t prompt_logprobs_sent = 0;
   };
 
   // Whether `token` ends the request, and the stop_reason it reports.
   bool is_stop(const RequestState& rules, int64_t num_outputs, int32_t token,
                std::optional<int32_t>* stop_token_id) const;
+  // The step's prompt logprobs of `s` that were not reported before.
+  std::vector<TokenLogprobs> fresh_prompt_logprobs(const ScheduledRequest& s, StepOutput& step);
   // Releases a finished request everywhere so no state or block outlives it.
   void retire(const RequestId& id);
 

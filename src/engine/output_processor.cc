@@ -20,6 +20,9 @@ void RequestOutput::merge(RequestOutput&& later) {
   text += later.text;
   logprobs.insert(logprobs.end(), std::make_move_iterator(later.logprobs.begin()),
                   std::make_move_iterator(later.logprobs.end()));
+  prompt_logprobs.insert(prompt_logprobs.end(),
+                         std::make_move_iterator(later.prompt_logprobs.begin()),
+                         std::make_move_iterator(later.prompt_logprobs.end()));
   if (later.finish_reason) {
     finish_reason = later.finish_reason;
     stop_reason = std::move(later.stop_reason);
@@ -81,6 +84,7 @@ std::optional<RequestOutput> OutputProcessor::process(EngineCoreOutput&& in, boo
   out.id = in.id;
   out.token_ids = std::move(in.new_token_ids);
   out.logprobs = std::move(in.new_logprobs);
+  out.prompt_logprobs = std::move(in.prompt_logprobs);
   out.finish_reason = in.finish_reason;
   if (in.stop_token_id) out.stop_reason = *in.stop_token_id;
   out.num_prompt_tokens = in.num_prompt_tokens;

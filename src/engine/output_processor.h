@@ -33,6 +33,7 @@ struct RequestOutput {
   std::vector<int32_t> token_ids;  // new since the previous output
   std::string text;                // new text since the previous output
   std::vector<TokenLogprobs> logprobs;
+  std::vector<TokenLogprobs> prompt_logprobs;  // prompt tokens 1, 2, … scored since the last output
   std::optional<FinishReason> finish_reason;
   StopReason stop_reason;
   std::string error;  // set with FinishReason::kError

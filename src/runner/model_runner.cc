@@ -17,12 +17,22 @@ void ModelRunner::remove_request(const RequestId& id) {
   requests_.erase(id);
 }
 
-Expected<std::unordered_map<RequestId, SampledToken>> ModelRunner::execute(
-    const SchedulerOutput& output, const RequestLookup& lookup) {
-  std::unordered_map<RequestId, SampledToken> sampled;
+Expected<StepOutput> ModelRunner::execute(const SchedulerOutput& output,
+                                          const RequestLookup& lookup) {
+  StepOutput result;
   builder_.clear();
-  // Requests with a logits row, in row order.
-  std::vector<std::pair<const Request*, State*>> rows;
+  // Each request's logits rows: all of its tokens when it scores prompt tokens, else only the
+  // last when it samples.
+  struct Rows {
+    const Request* req;
+    State* state;
+    int64_t first_row;
+    int64_t start_position;
+    int64_t count;  // rows of this request
+    bool sample;    // the last row is sampled
+  };
+  std::vector<Rows> rows;
+  int64_t num_rows = 0;
   for (const ScheduledRequest& s : output.scheduled) {
     const Request* req = lookup(s.id);
     if (req == nullptr) return make_error("scheduled request {} is unknown", s.id);
@@ -33,29 +43,57 @@ Expected<std::unordered_map<RequestId, SampledToken>> ModelRunner::execute(
     if (state == requests_.end()) return make_error("request {} has no sampling state", s.id);
     const auto tokens =
         std::span<const int32_t>(req->all_token_ids).subspan(s.start_position, s.num_new_tokens);
-    builder_.add(tokens, int32_t(s.start_position), s.block_table,
-                 s.is_prefill_chunk ? BatchBuilder::Logits::kNone : BatchBuilder::Logits::kLast);
-    if (!s.is_prefill_chunk) rows.emplace_back(req, &state->second);
+    const bool scores_prompt = state->second.params.prompt_logprobs >= 0 &&
+                               s.start_position < req->num_prompt_tokens() - 1;
+    const bool sample = !s.is_prefill_chunk;
+    BatchBuilder::Logits mode = BatchBuilder::Logits::kNone;
+    int64_t count = 0;
+    if (scores_prompt) {
+      mode = BatchBuilder::Logits::kAll;
+      count = s.num_new_tokens;
+    } else if (sample) {
+      mode = BatchBuilder::Logits::kLast;
+      count = 1;
+    }
+    builder_.add(tokens, int32_t(s.start_position), s.block_table, mode);
+    if (count > 0) rows.push_back({req, &state->second, num_rows, s.start_position, count, sample});
+    num_rows += count;
   }
-  if (output.scheduled.empty()) return sampled;
+  if (output.scheduled.empty()) return result;
 
   const int64_t vocab = model_.config().vocab_size;
-  logits_.resize(rows.size() * size_t(vocab));
+  logits_.resize(size_t(num_rows) * size_t(vocab));
   model_.forward(builder_.batch(), kv_, logits_.data());
 
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const Request& req = *rows[r].first;
-    State& st = *rows[r].second;
-    std::span<float> row(logits_.data() + r * size_t(vocab), size_t(vocab));
+  for (const Rows& r : rows) {
+    const Request& req = *r.req;
+    State& st = *r.state;
+    auto row = [&](int64_t i) {
+      return std::span<float>(logits_.data() + size_t(r.first_row + i) * size_t(vocab),
+                              size_t(vocab));
+    };
+    if (r.count > 1 || !r.sample) {
+      // Row i holds the logits after position start + i, which score prompt token start + i + 1.
+      std::vector<TokenLogprobs>& scored = result.prompt_logprobs[req.id];
+      for (int64_t i = 0; i < r.count; ++i) {
+        const int64_t target = r.start_position + i + 1;
+        if (target >= req.num_prompt_tokens()) break;
+        cpu::ScoredToken t =
+            cpu::score_token(row(i), req.all_token_ids[size_t(target)], st.params.prompt_logprobs);
+        scored.push_back(TokenLogprobs{t.token, t.logprob, t.rank, std::move(t.top)});
+      }
+    }
+    if (!r.sample) continue;
+    std::span<float> last = row(r.count - 1);
     if (req.num_output_tokens() < st.params.min_tokens) {
       for (int32_t t : st.params.min_tokens_suppressed)
-        if (t >= 0 && t < vocab) row[size_t(t)] = -std::numeric_limits<float>::infinity();
+        if (t >= 0 && t < vocab) last[size_t(t)] = -std::numeric_limits<float>::infinity();
     }
     cpu::SampleResult res =
-        cpu::sample(row, st.params.sampling, req.prompt_token_ids, req.output_token_ids, st.rng);
-    sampled[req.id] = SampledToken{res.token, res.logprob, std::move(res.top)};
+        cpu::sample(last, st.params.sampling, req.prompt_token_ids, req.output_token_ids, st.rng);
+    result.sampled[req.id] = SampledToken{res.token, res.logprob, std::move(res.top)};
   }
-  return sampled;
+  return result;
 }
 
 }  // namespace kestrel

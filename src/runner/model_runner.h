@@ -22,6 +22,23 @@ struct SampledToken {
   std::vector<cpu::TokenLogprob> top;  // the request's top-N alternatives, if it asked for them
 };
 
+// A token with its logprob, its rank (1 = most likely; 0 when not computed) and the top
+// alternatives: sampled tokens, and prompt tokens for prompt logprobs.
+struct TokenLogprobs {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  int64_t rank = 0;
+  std::vector<cpu::TokenLogprob> top;  // best first
+};
+
+struct StepOutput {
+  // The sampled token of every request not in a prefill chunk.
+  std::unordered_map<RequestId, SampledToken> sampled;
+  // For requests that asked for prompt logprobs: one entry per prompt token this step scored
+  // (the token at position p + 1 under the logits of position p), in prompt order.
+  std::unordered_map<RequestId, std::vector<TokenLogprobs>> prompt_logprobs;
+};
+
 // How the runner reads a scheduled request's tokens (the scheduler's request(), usually).
 using RequestLookup = std::function<const Request*(const RequestId&)>;
 
@@ -32,6 +49,7 @@ struct RunnerRequestParams {
   // Tokens masked out while fewer than min_tokens outputs exist (stop and EOS ids).
   int64_t min_tokens = 0;
   std::vector<int32_t> min_tokens_suppressed;
+  int prompt_logprobs = -1;  // -1 = none; N >= 0 = score each prompt token with the top N
 };
 
 class ModelRunner {
@@ -45,9 +63,8 @@ class ModelRunner {
   void remove_request(const RequestId& id);
   size_t num_requests() const { return requests_.size(); }
 
-  // Computes the step and returns the sampled token of every request not in a prefill chunk.
-  Expected<std::unordered_map<RequestId, SampledToken>> execute(const SchedulerOutput& output,
-                                                                const RequestLookup& lookup);
+  // Computes the step: sampled tokens and prompt logprobs.
+  Expected<StepOutput> execute(const SchedulerOutput& output, const RequestLookup& lookup);
 
  private:
   struct State {

@@ -41,8 +41,8 @@ Scheduler::Scheduler(const SchedulerConfig& config)
   KCHECK(s.ok(), "{}", s.message());
 }
 
-Status Scheduler::add_request(const RequestId& id, std::vector<int32_t> prompt,
-                              int64_t max_tokens) {
+Status Scheduler::add_request(const RequestId& id, std::vector<int32_t> prompt, int64_t max_tokens,
+                              bool read_prefix_cache) {
   if (requests_.count(id) != 0) return make_error("request {}: duplicate id", id);
   if (prompt.empty()) return make_error("request {}: empty prompt", id);
   if (max_tokens < 1)
@@ -53,6 +53,7 @@ Status Scheduler::add_request(const RequestId& id, std::vector<int32_t> prompt,
                       config_.max_model_len);
   }
   auto req = std::make_unique<Request>(id, std::move(prompt), max_tokens, next_arrival_++);
+  req->read_prefix_cache = read_prefix_cache;
   waiting_.push_back(req.get());
   requests_.emplace(id, std::move(req));
   return Status::Ok();
@@ -120,7 +121,8 @@ SchedulerOutput Scheduler::schedule() {
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     Request* req = waiting_.front();
     ComputedBlocks hit;
-    if (config_.enable_prefix_caching) hit = kv_.get_computed_blocks(req->all_token_ids);
+    if (config_.enable_prefix_caching && req->read_prefix_cache)
+      hit = kv_.get_computed_blocks(req->all_token_ids);
     const int64_t remaining = req->num_tokens() - hit.num_tokens;
     if (!config_.enable_chunked_prefill && remaining > budget) break;
     const int64_t num_new = std::min(remaining, budget);

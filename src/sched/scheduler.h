@@ -38,7 +38,10 @@ class Scheduler {
 
   // Queues a new request. Errors on a duplicate id, an empty prompt, max_tokens < 1, or a prompt
   // that leaves no room for an output within max_model_len.
-  Status add_request(const RequestId& id, std::vector<int32_t> prompt, int64_t max_tokens);
+  // `read_prefix_cache` false: the prompt is always computed (prompt logprobs need every
+  // position's logits); its blocks are still offered to the cache.
+  Status add_request(const RequestId& id, std::vector<int32_t> prompt, int64_t max_tokens,
+                     bool read_prefix_cache = true);
 
   // Picks this step's work: running requests first, then waiting ones in queue order.
   SchedulerOutput schedule();

@@ -1,5 +1,6 @@
 #include "server/generation_session.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "base/logging.h"
@@ -76,10 +77,13 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
  private:
   struct Choice {
     std::shared_ptr<RequestStream> stream;
-    RequestOutput all;  // everything so far (non-streaming answer, usage)
+    RequestOutput meta;  // counts, finish and stop reason (text and logprobs live below)
+    std::string text;    // the choice's text as reported (echo included)
+    std::vector<TokenLogprobInfo> logprobs;                // as reported (prompt tokens first)
+    std::vector<PromptPositionLogprobs> prompt_positions;  // the prompt_logprobs field
     bool finished = false;
-    bool echoed = false;
-    int64_t text_bytes = 0;  // text already streamed (completions logprobs text_offset)
+    bool started = false;        // the echo and the first prompt token were reported
+    int64_t streamed_bytes = 0;  // text already streamed (completions logprobs text_offset)
     std::optional<Clock::time_point> first_token, last_token;
     std::vector<double> itls;
   };
@@ -100,15 +104,32 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
     }
   }
 
-  std::vector<TokenLogprobInfo> logprobs(const std::vector<TokenLogprobs>& in) const {
-    std::vector<TokenLogprobInfo> out;
-    for (const TokenLogprobs& t : in) {
-      TokenLogprobInfo info;
-      info.token = logprob_token_text(ctx_.tokenizer, t.token);
-      info.logprob = t.logprob;
-      for (const auto& alt : t.top)
-        info.top.emplace_back(logprob_token_text(ctx_.tokenizer, alt.token), alt.logprob);
-      out.push_back(std::move(info));
+  TokenLogprobInfo info(const TokenLogprobs& t) const {
+    TokenLogprobInfo out;
+    out.token = logprob_token_text(ctx_.tokenizer, t.token);
+    out.logprob = t.logprob;
+    for (const auto& alt : t.top)
+      out.top.emplace_back(logprob_token_text(ctx_.tokenizer, alt.token), alt.logprob);
+    return out;
+  }
+
+  // A scored prompt token for echo: its alternatives always include the token itself, as vLLM's.
+  TokenLogprobInfo prompt_info(const TokenLogprobs& t) const {
+    TokenLogprobInfo out = info(t);
+    const bool listed = std::any_of(t.top.begin(), t.top.end(),
+                                    [&](const cpu::TokenLogprob& a) { return a.token == t.token; });
+    if (!listed) out.top.emplace_back(out.token, t.logprob);
+    return out;
+  }
+
+  // vLLM's prompt_logprobs entry: the prompt token with its rank, then the top alternatives.
+  PromptPositionLogprobs position(const TokenLogprobs& t) const {
+    PromptPositionLogprobs out;
+    out.push_back({t.token, t.logprob, t.rank, logprob_token_text(ctx_.tokenizer, t.token)});
+    for (size_t k = 0; k < t.top.size(); ++k) {
+      if (t.top[k].token == t.token) continue;
+      out.push_back({t.top[k].token, t.top[k].logprob, int64_t(k) + 1,
+                     logprob_token_text(ctx_.tokenizer, t.top[k].token)});
     }
     return out;
   }
@@ -117,8 +138,8 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
     Usage u;
     std::vector<bool> counted;
     for (size_t i = 0; i < choices_.size(); ++i) {
-      const RequestOutput& o = choices_[i].all;
-      u.completion_tokens += o.num_output_tokens;
+      const RequestOutput& o = choices_[i].meta;
+      if (!spec_.choices[i].drop_output) u.completion_tokens += o.num_output_tokens;
       const auto group = size_t(spec_.choices[i].prompt_index);
       if (counted.size() <= group) counted.resize(group + 1, false);
       if (counted[group]) continue;
@@ -140,17 +161,39 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
       }
       c.last_token = now;
     }
-    std::string text = std::move(out.text);
-    if (!c.echoed) {
-      text = spec_.choices[i].echo + text;
-      c.echoed = true;
+    const SessionChoice& sc = spec_.choices[i];
+    std::string text;
+    std::vector<TokenLogprobInfo> infos;
+    if (!c.started) {
+      c.started = true;
+      text = sc.echo;
+      // The first prompt token has nothing before it to be scored against.
+      if (sc.echo_logprobs && !sc.prompt_ids.empty())
+        infos.push_back(TokenLogprobInfo{
+            logprob_token_text(ctx_.tokenizer, sc.prompt_ids[0]), std::nullopt, {}});
+      if (sc.prompt_logprobs >= 0) c.prompt_positions.emplace_back();
     }
-    std::vector<TokenLogprobs> lp = std::move(out.logprobs);
+    for (const TokenLogprobs& t : out.prompt_logprobs) {
+      if (sc.echo_logprobs) infos.push_back(prompt_info(t));
+      if (sc.prompt_logprobs >= 0) c.prompt_positions.push_back(position(t));
+    }
+    if (!sc.drop_output) {
+      text += out.text;
+      for (const TokenLogprobs& t : out.logprobs) infos.push_back(info(t));
+    }
+    c.text += text;
+    if (spec_.logprobs) c.logprobs.insert(c.logprobs.end(), infos.begin(), infos.end());
     {
       RequestOutput piece = out;
-      piece.text = text;
-      piece.logprobs = lp;
-      c.all.merge(std::move(piece));
+      piece.text.clear();
+      piece.logprobs.clear();
+      piece.prompt_logprobs.clear();
+      c.meta.merge(std::move(piece));
+      // Echo only (max_tokens 0): the one token generated to run the prompt is not reported.
+      if (sc.drop_output && c.meta.finish_reason) {
+        c.meta.finish_reason = FinishReason::kLength;
+        c.meta.stop_reason = {};
+      }
     }
     if (out.finished()) {
       c.finished = true;
@@ -161,16 +204,16 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
       fail(out.error.empty() ? "the engine failed" : out.error);
       return;
     }
-    if (spec_.stream) send_delta(i, text, lp, out);
+    if (spec_.stream) send_delta(i, text, infos, out.finished());
     if (num_finished_ == choices_.size()) finish();
   }
 
-  void send_delta(size_t i, const std::string& text, const std::vector<TokenLogprobs>& lp,
-                  const RequestOutput& out) {
+  void send_delta(size_t i, const std::string& text, const std::vector<TokenLogprobInfo>& infos,
+                  bool finished) {
     Choice& c = choices_[i];
-    if (text.empty() && lp.empty() && !out.finished()) return;
+    if (text.empty() && infos.empty() && !finished) return;
     std::optional<std::string> reason;
-    if (out.finish_reason) reason = finish_reason_name(*out.finish_reason);
+    if (finished) reason = finish_reason_name(*c.meta.finish_reason);
     std::optional<Usage> running;
     if (spec_.continuous_usage) running = usage();
     if (spec_.kind == StreamKind::kCompletion) {
@@ -178,24 +221,26 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
       ch.index = int64_t(i);
       ch.text = text;
       if (spec_.logprobs) {
-        ch.logprobs = logprobs(lp);
-        ch.text_offset_start = c.text_bytes;
+        ch.logprobs = infos;
+        ch.text_offset_start = c.streamed_bytes;
       }
       ch.finish_reason = reason;
-      if (reason) ch.stop_reason = api_stop_reason(out.stop_reason);
+      if (reason) ch.stop_reason = api_stop_reason(c.meta.stop_reason);
+      if (finished && spec_.choices[i].prompt_logprobs >= 0)
+        ch.prompt_logprobs = c.prompt_positions;
       responder_->send_chunk(
           send_json(completion_stream_chunk(spec_.id, spec_.created, spec_.model, {ch}, running)));
     } else {
       ChatStreamChoice ch;
       ch.index = int64_t(i);
       ch.delta.content = text;
-      if (spec_.logprobs) ch.logprobs = logprobs(lp);
+      if (spec_.logprobs) ch.logprobs = infos;
       ch.finish_reason = reason;
-      if (reason) ch.stop_reason = api_stop_reason(out.stop_reason);
+      if (reason) ch.stop_reason = api_stop_reason(c.meta.stop_reason);
       responder_->send_chunk(
           send_json(chat_stream_chunk(spec_.id, spec_.created, spec_.model, {ch}, running)));
     }
-    c.text_bytes += int64_t(text.size());
+    c.streamed_bytes += int64_t(text.size());
   }
 
   void finish() {
@@ -214,13 +259,14 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
     if (spec_.kind == StreamKind::kCompletion) {
       CompletionResponseInfo r{spec_.id, spec_.created, spec_.model, {}, usage(), std::nullopt};
       for (size_t i = 0; i < choices_.size(); ++i) {
-        const RequestOutput& o = choices_[i].all;
+        const Choice& c = choices_[i];
         CompletionChoice ch;
         ch.index = int64_t(i);
-        ch.text = o.text;
-        if (spec_.logprobs) ch.logprobs = logprobs(o.logprobs);
-        ch.finish_reason = finish_reason_name(*o.finish_reason);
-        ch.stop_reason = api_stop_reason(o.stop_reason);
+        ch.text = c.text;
+        if (spec_.logprobs) ch.logprobs = c.logprobs;
+        ch.finish_reason = finish_reason_name(*c.meta.finish_reason);
+        ch.stop_reason = api_stop_reason(c.meta.stop_reason);
+        if (spec_.choices[i].prompt_logprobs >= 0) ch.prompt_logprobs = c.prompt_positions;
         r.choices.push_back(std::move(ch));
       }
       body = completion_response(r);
@@ -231,13 +277,13 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
       r.model = spec_.model;
       r.usage = usage();
       for (size_t i = 0; i < choices_.size(); ++i) {
-        const RequestOutput& o = choices_[i].all;
+        const Choice& c = choices_[i];
         ChatChoice ch;
         ch.index = int64_t(i);
-        ch.message.content = o.text;
-        if (spec_.logprobs) ch.logprobs = logprobs(o.logprobs);
-        ch.finish_reason = finish_reason_name(*o.finish_reason);
-        ch.stop_reason = api_stop_reason(o.stop_reason);
+        ch.message.content = c.text;
+        if (spec_.logprobs) ch.logprobs = c.logprobs;
+        ch.finish_reason = finish_reason_name(*c.meta.finish_reason);
+        ch.stop_reason = api_stop_reason(c.meta.stop_reason);
         r.choices.push_back(std::move(ch));
       }
       body = chat_response(r);
@@ -266,7 +312,7 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
   void record_metrics(size_t i) {
     if (ctx_.metrics == nullptr) return;
     const Choice& c = choices_[i];
-    const RequestOutput& o = c.all;
+    const RequestOutput& o = c.meta;
     const auto now = Clock::now();
     RequestMetricsSample s;
     s.finished_reason = finish_reason_name(*o.finish_reason);

@@ -20,6 +20,10 @@ struct SessionChoice {
   GenerateRequest request;   // engine id must be unique
   std::string echo;          // completions echo: the prompt text, sent before the output
   int64_t prompt_index = 0;  // choices of one prompt share its usage.prompt_tokens
+  std::vector<int32_t> prompt_ids;
+  bool echo_logprobs = false;  // logprobs start with the prompt's tokens (echo + logprobs)
+  int prompt_logprobs = -1;    // the prompt_logprobs field: -1 none, else top N per position
+  bool drop_output = false;    // echo with max_tokens 0: report the prompt only
 };
 
 struct SessionSpec {

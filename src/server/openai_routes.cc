@@ -56,8 +56,6 @@ std::optional<ProtocolError> unsupported(const SamplingFields& s) {
     return bad_request("response_format '" + s.response_format->type +
                            "' is not supported yet (planned: structured outputs)",
                        "response_format");
-  if (s.prompt_logprobs)
-    return bad_request("prompt_logprobs is not supported yet", "prompt_logprobs");
   return std::nullopt;
 }
 
@@ -94,6 +92,11 @@ std::optional<ProtocolError> check_common(const ServingContext& ctx, const Sampl
         "Requested logprobs of " + std::to_string(*s.logprobs) +
             ", which is greater than max allowed: " + std::to_string(ctx.max_logprobs),
         "logprobs");
+  if (s.prompt_logprobs && *s.prompt_logprobs > ctx.max_logprobs)
+    return bad_request(
+        "Requested prompt logprobs of " + std::to_string(*s.prompt_logprobs) +
+            ", which is greater than max allowed: " + std::to_string(ctx.max_logprobs),
+        "prompt_logprobs");
   if (!s.stop.empty() && ctx.tokenizer == nullptr)
     return bad_request("stop strings need a tokenizer, which this model lacks", "stop");
   return std::nullopt;
@@ -117,13 +120,13 @@ void handle_completions(ServingContext& ctx, const HttpRequest& http,
   auto model = resolve_model_name(ctx, req.model);
   if (!model) return reply_error(*r, model.error());
   if (auto e = check_common(ctx, req.sampling)) return reply_error(*r, *e);
-  if (req.echo && req.sampling.logprobs)
-    return reply_error(
-        *r, bad_request("echo with logprobs (prompt logprobs) is not supported yet", "echo"));
   const std::optional<int64_t> requested_max = req.sampling.max_tokens;
-  if (requested_max == 0)
-    return reply_error(*r,
-                       bad_request("max_tokens 0 (echo only) is not supported yet", "max_tokens"));
+  // max_tokens 0 (echo only) runs the prompt for one token that is not reported.
+  const bool drop_output = requested_max == 0;
+  const bool echo_logprobs = req.echo && req.sampling.logprobs.has_value();
+  const int prompt_logprobs = int(req.sampling.prompt_logprobs.value_or(-1));
+  const int engine_prompt_logprobs =
+      std::max(echo_logprobs ? int(*req.sampling.logprobs) : -1, prompt_logprobs);
 
   SessionSpec spec;
   spec.kind = StreamKind::kCompletion;
@@ -141,8 +144,10 @@ void handle_completions(ServingContext& ctx, const HttpRequest& http,
   for (size_t p = 0; p < req.prompts.size(); ++p) {
     auto ids = prompt_token_ids(ctx, req.prompts[p], req.add_special_tokens);
     if (!ids) return reply_error(*r, ids.error());
-    const int64_t max_tokens = requested_max.value_or(
-        std::max<int64_t>(ctx.max_model_len - int64_t(ids.value().size()), 1));
+    const int64_t max_tokens = drop_output
+                                   ? 1
+                                   : requested_max.value_or(std::max<int64_t>(
+                                         ctx.max_model_len - int64_t(ids.value().size()), 1));
     if (auto e = check_length(ctx, int64_t(ids.value().size()), max_tokens))
       return reply_error(*r, *e);
     std::string echo;
@@ -158,8 +163,13 @@ void handle_completions(ServingContext& ctx, const HttpRequest& http,
       c.request = engine_request(ctx, req.sampling, ids.value(), max_tokens);
       c.request.engine.id = spec.id + "-" + std::to_string(spec.choices.size());
       if (req.sampling.seed) c.request.engine.seed += uint64_t(k);
+      c.request.engine.prompt_logprobs = engine_prompt_logprobs;
       c.echo = echo;
       c.prompt_index = int64_t(p);
+      c.prompt_ids = ids.value();
+      c.echo_logprobs = echo_logprobs;
+      c.prompt_logprobs = prompt_logprobs;
+      c.drop_output = drop_output;
       spec.choices.push_back(std::move(c));
     }
   }
@@ -175,6 +185,10 @@ void handle_chat(ServingContext& ctx, const HttpRequest& http, std::shared_ptr<R
   auto model = resolve_model_name(ctx, req.model);
   if (!model) return reply_error(*r, model.error());
   if (auto e = check_common(ctx, req.sampling)) return reply_error(*r, *e);
+  if (req.sampling.prompt_logprobs)
+    return reply_error(*r, bad_request("prompt_logprobs is not supported for chat yet; use "
+                                       "/v1/completions",
+                                       "prompt_logprobs"));
   if (req.tools && req.tool_choice.mode != ToolChoice::Mode::kNone)
     return reply_error(*r, bad_request("tool_choice other than \"none\" is not supported yet "
                                        "(planned: tool calling); pass tool_choice \"none\"",

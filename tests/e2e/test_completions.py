@@ -192,3 +192,56 @@ def test_chunked_request_body(base_url, model):
         conn.close()
     assert resp.status == 200, data
     assert "Paris" in data["choices"][0]["text"]
+
+
+def test_echo_with_logprobs_scores_the_prompt(base_url, model):
+    # lm-eval's loglikelihood request: echo + logprobs with one generated token.
+    status, resp = post_json(base_url, "/v1/completions",
+                             {"model": model, "prompt": PROMPT, "max_tokens": 1, "temperature": 0,
+                              "echo": True, "logprobs": 1})
+    assert status == 200, resp
+    c = resp["choices"][0]
+    lp = c["logprobs"]
+    n_prompt = resp["usage"]["prompt_tokens"]
+    assert len(lp["tokens"]) == n_prompt + 1
+    assert "".join(lp["tokens"][:n_prompt]) == PROMPT
+    assert c["text"] == "".join(lp["tokens"])
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    assert all(x <= 0 for x in lp["token_logprobs"][1:])
+    # Each prompt position's alternatives include the prompt token itself.
+    for tok, top in zip(lp["tokens"][1:n_prompt], lp["top_logprobs"][1:n_prompt]):
+        assert tok in top
+    # Scoring the generated token as part of a longer prompt gives the same logprob.
+    generated = lp["tokens"][-1]
+    status, again = post_json(base_url, "/v1/completions",
+                              {"model": model, "prompt": PROMPT + generated, "max_tokens": 0,
+                               "echo": True, "logprobs": 0})
+    assert status == 200, again
+    assert again["choices"][0]["logprobs"]["tokens"][-1] == generated
+    assert abs(again["choices"][0]["logprobs"]["token_logprobs"][-1]
+               - lp["token_logprobs"][-1]) < 1e-3
+
+
+def test_echo_with_max_tokens_zero_returns_the_prompt_only(base_url, model):
+    status, resp = post_json(base_url, "/v1/completions",
+                             {"model": model, "prompt": PROMPT, "max_tokens": 0, "echo": True})
+    assert status == 200, resp
+    c = resp["choices"][0]
+    assert c["text"] == PROMPT
+    assert c["finish_reason"] == "length"
+    assert resp["usage"]["completion_tokens"] == 0
+
+
+def test_prompt_logprobs_field(base_url, model):
+    status, resp = post_json(base_url, "/v1/completions",
+                             {"model": model, "prompt": PROMPT, "max_tokens": 1, "temperature": 0,
+                              "prompt_logprobs": 2})
+    assert status == 200, resp
+    positions = resp["choices"][0]["prompt_logprobs"]
+    assert len(positions) == resp["usage"]["prompt_tokens"]
+    assert positions[0] is None
+    for entry in positions[1:]:
+        assert 1 <= len(entry) <= 3  # the prompt token, plus the top 2 when it is not among them
+        ranks = sorted(v["rank"] for v in entry.values())
+        assert ranks[0] >= 1
+        assert all(v["logprob"] <= 0 for v in entry.values())

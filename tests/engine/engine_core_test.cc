@@ -327,6 +327,62 @@ TEST_P(EngineGolden, LogprobsOnlyWhenAskedWithTopAlternatives) {
   EXPECT_EQ(with_outputs, 5);
 }
 
+// Prompt logprobs arrive once per prompt token, in order, however the prompt is chunked, cached
+// or recomputed after preemption, and requests that ask for them never start from cached blocks.
+TEST_P(EngineGolden, PromptLogprobsOncePerTokenUnderChunkingAndPreemption) {
+  auto collect = [&](SchedulerConfig c, const std::string& tag) {
+    EngineCore engine(*lm_->model, c, eos_ids(*lm_));
+    for (int round = 0; round < 2; ++round) {
+      for (size_t p = 0; p < 3; ++p) {
+        EngineRequest r = greedy_request(tag + std::to_string(round) + "-" + std::to_string(p),
+                                         golden_.prompts[p], 16);
+        r.prompt_logprobs = 1;
+        EXPECT_TRUE(engine.add_request(r).ok());
+      }
+    }
+    std::map<RequestId, std::vector<TokenLogprobs>> scored;
+    std::map<RequestId, int64_t> cached;
+    int preempted_steps = 0;
+    for (int steps = 0; engine.has_unfinished() && steps < 2000; ++steps) {
+      auto outs = engine.step();
+      EXPECT_TRUE(outs.ok());
+      if (!outs.ok()) break;
+      for (EngineCoreOutput& o : *outs) {
+        auto& v = scored[o.id];
+        v.insert(v.end(), o.prompt_logprobs.begin(), o.prompt_logprobs.end());
+        cached[o.id] = o.num_cached_tokens;
+      }
+      for (const Request* r : engine.scheduler().waiting())
+        if (r->num_output_tokens() > 0) ++preempted_steps;
+    }
+    for (const auto& [id, c] : cached) EXPECT_EQ(c, 0) << id << " read the prefix cache";
+    return std::make_pair(scored, preempted_steps);
+  };
+  const auto [plain, none] = collect(config(), "plain");
+  SchedulerConfig tight = config();
+  tight.num_blocks = 7;
+  tight.max_model_len = 96;
+  tight.max_num_batched_tokens = 8;
+  const auto [squeezed, preempted] = collect(tight, "tight");
+  EXPECT_GT(preempted, 0) << "the small pool was meant to force preemption";
+  for (int round = 0; round < 2; ++round) {
+    for (size_t p = 0; p < 3; ++p) {
+      const std::string suffix = std::to_string(round) + "-" + std::to_string(p);
+      const auto& a = plain.at("plain" + suffix);
+      const auto& b = squeezed.at("tight" + suffix);
+      ASSERT_EQ(a.size(), golden_.prompts[p].size() - 1) << suffix;
+      ASSERT_EQ(b.size(), a.size()) << suffix;
+      for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(a[i].token, golden_.prompts[p][i + 1]);
+        EXPECT_EQ(b[i].token, a[i].token);
+        EXPECT_NEAR(b[i].logprob, a[i].logprob, 1e-5) << suffix << " position " << i;
+        EXPECT_EQ(b[i].rank, a[i].rank);
+        EXPECT_EQ(a[i].top.size(), 1u);
+      }
+    }
+  }
+}
+
 TEST_P(EngineGolden, RejectsBadRequests) {
   EngineCore engine(*lm_->model, config(), eos_ids(*lm_));
   EngineRequest r = greedy_request("x", golden_.prompts[0], 4);

@@ -715,7 +715,7 @@ TEST(OutputProcessorMerge, AppendsDeltasAndTakesTheLaterState) {
   a.id = "r";
   a.token_ids = {1, 2};
   a.text = "ab";
-  a.logprobs = {TokenLogprobs{1, -0.5f, {}}, TokenLogprobs{2, -1.5f, {{2, -1.5f}}}};
+  a.logprobs = {TokenLogprobs{1, -0.5f, 0, {}}, TokenLogprobs{2, -1.5f, 0, {{2, -1.5f}}}};
   a.num_prompt_tokens = 10;
   a.num_cached_tokens = 0;
   a.num_output_tokens = 2;
@@ -724,7 +724,7 @@ TEST(OutputProcessorMerge, AppendsDeltasAndTakesTheLaterState) {
   b.id = "r";
   b.token_ids = {3};
   b.text = "c\xE2\x82\xAC";
-  b.logprobs = {TokenLogprobs{3, -2.5f, {}}};
+  b.logprobs = {TokenLogprobs{3, -2.5f, 0, {}}};
   b.num_prompt_tokens = 10;
   b.num_cached_tokens = 8;
   b.num_output_tokens = 3;

@@ -7,7 +7,12 @@
 
 #include <map>
 
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "base/mmap_file.h"
 #include "model/loader.h"
+#include "model/safetensors.h"
 #include "sched/scheduler.h"
 #include "test_paths.h"
 
@@ -59,7 +64,7 @@ std::map<RequestId, std::vector<int32_t>> generate(LoadedModel& lm,
     EXPECT_TRUE(sampled.ok()) << (sampled.ok() ? "" : sampled.error().message);
     if (!sampled.ok()) break;
     std::unordered_map<RequestId, int32_t> tokens;
-    for (const auto& [id, s] : *sampled) {
+    for (const auto& [id, s] : sampled->sampled) {
       EXPECT_LE(s.logprob, 0.0f);
       tokens[id] = s.token;
       outputs[id].push_back(s.token);
@@ -101,9 +106,10 @@ TEST(ModelRunner, PrefillChunksSampleNothing) {
     ASSERT_EQ(out.scheduled.size(), 1u);
     auto sampled = runner.execute(out, lookup);
     ASSERT_TRUE(sampled.ok());
-    EXPECT_EQ(sampled->size(), step < 2 ? 0u : 1u) << "step " << step;
+    EXPECT_EQ(sampled->sampled.size(), step < 2 ? 0u : 1u) << "step " << step;
+    EXPECT_TRUE(sampled->prompt_logprobs.empty()) << "nobody asked for prompt logprobs";
     std::unordered_map<RequestId, int32_t> tokens;
-    for (const auto& [id, s] : *sampled) tokens[id] = s.token;
+    for (const auto& [id, s] : sampled->sampled) tokens[id] = s.token;
     sched.update_from_output(out, tokens);
   }
 }
@@ -127,6 +133,62 @@ TEST(ModelRunner, InconsistentStepsAreErrors) {
   bad.scheduled[0].num_new_tokens += 1;
   EXPECT_FALSE(runner.execute(bad, [&](const RequestId& id) { return sched.request(id); }).ok());
   EXPECT_TRUE(runner.execute(out, [&](const RequestId& id) { return sched.request(id); }).ok());
+}
+
+// Prompt logprobs equal log-softmax of transformers' logits (the fixture's golden.safetensors) at
+// each position, for the next prompt token, whether the prompt runs whole or in chunks of 4.
+TEST(ModelRunner, PromptLogprobsMatchTheReferenceLogits) {
+  auto lm = load_fixture();
+  ASSERT_TRUE(lm);
+  const std::string dir = test::fixtures_dir() + "/models/llama3_f32";
+  auto text = read_text_file(dir + "/golden.json");
+  ASSERT_TRUE(text.ok());
+  const auto prompt = nlohmann::json::parse(*text).at("prompts")[2].get<std::vector<int32_t>>();
+  auto st = SafetensorsFile::open(dir + "/golden.safetensors");
+  ASSERT_TRUE(st.ok());
+  auto ref = (*st)->tensor("logits.2");
+  ASSERT_TRUE(ref.ok());
+  const int64_t vocab = lm->config.vocab_size;
+  const float* golden = ref->as<float>();
+
+  for (int64_t budget : {int64_t{256}, int64_t{4}}) {
+    SchedulerConfig config = small_config();
+    config.max_num_batched_tokens = budget;
+    Scheduler sched(config);
+    ModelRunner runner(*lm->model, lm->model->make_kv_cache(config.num_blocks, config.block_size));
+    ASSERT_TRUE(sched.add_request("p", prompt, 1).ok());
+    RunnerRequestParams params = sampled_params(3);
+    params.prompt_logprobs = 2;
+    runner.add_request("p", params);
+    std::vector<TokenLogprobs> scored;
+    while (sched.has_unfinished()) {
+      const SchedulerOutput out = sched.schedule();
+      auto step = runner.execute(out, [&](const RequestId& id) { return sched.request(id); });
+      ASSERT_TRUE(step.ok()) << step.error().message;
+      const auto it = step->prompt_logprobs.find("p");
+      if (it != step->prompt_logprobs.end())
+        scored.insert(scored.end(), it->second.begin(), it->second.end());
+      std::unordered_map<RequestId, int32_t> tokens;
+      for (const auto& [id, s] : step->sampled) tokens[id] = s.token;
+      sched.update_from_output(out, tokens);
+    }
+    ASSERT_EQ(scored.size(), prompt.size() - 1) << "budget " << budget;
+    for (size_t p = 0; p + 1 < prompt.size(); ++p) {
+      const float* row = golden + p * size_t(vocab);
+      double max = row[0];
+      for (int64_t v = 1; v < vocab; ++v) max = std::max<double>(max, row[v]);
+      double sum = 0.0;
+      for (int64_t v = 0; v < vocab; ++v) sum += std::exp(double(row[v]) - max);
+      const double want = double(row[prompt[p + 1]]) - max - std::log(sum);
+      int64_t rank = 1;
+      for (int64_t v = 0; v < vocab; ++v) rank += row[v] > row[prompt[p + 1]] ? 1 : 0;
+      EXPECT_EQ(scored[p].token, prompt[p + 1]);
+      EXPECT_NEAR(scored[p].logprob, want, 1e-3) << "position " << p << ", budget " << budget;
+      EXPECT_EQ(scored[p].rank, rank) << "position " << p;
+      ASSERT_EQ(scored[p].top.size(), 2u);
+      EXPECT_GE(scored[p].top[0].logprob, scored[p].top[1].logprob);
+    }
+  }
 }
 
 }  // namespace

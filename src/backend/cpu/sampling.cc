@@ -244,6 +244,20 @@ int32_t sample_random(std::span<float> logits, const SamplingParams& p, Rng& rng
 
 }  // namespace
 
+ScoredToken score_token(std::span<const float> logits, int32_t token, int top_n) {
+  ScoredToken out;
+  out.token = token;
+  if (logits.empty() || token < 0 || static_cast<size_t>(token) >= logits.size()) return out;
+  const double lse = log_sum_exp(logits);
+  const float x = logits[static_cast<size_t>(token)];
+  out.logprob = static_cast<float>(static_cast<double>(x) - lse);
+  out.rank = 1;
+  for (float l : logits) out.rank += l > x ? 1 : 0;
+  if (top_n > 0)
+    out.top = top_logprobs(logits, std::min(static_cast<size_t>(top_n), logits.size()), lse);
+  return out;
+}
+
 SampleResult sample(std::span<float> logits, const SamplingParams& p,
                     std::span<const int32_t> prompt_tokens, std::span<const int32_t> output_tokens,
                     Rng& rng) {

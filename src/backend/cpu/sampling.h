@@ -33,6 +33,16 @@ struct SampleResult {
 // A seeded per-request generator (std::mt19937_64 so results are reproducible across builds).
 using Rng = std::mt19937_64;
 
+// How the model scored a given token (a prompt token, for prompt logprobs): its logprob under the
+// raw logits, its rank (1 = the most likely token) and the top-n alternatives, best first.
+struct ScoredToken {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  int64_t rank = 0;
+  std::vector<TokenLogprob> top;
+};
+ScoredToken score_token(std::span<const float> logits, int32_t token, int top_n);
+
 // logits: one row of vocab size, modified in place (penalties, temperature, masks).
 // prompt_tokens feed the repetition penalty (as vLLM: prompt and output); output_tokens feed all
 // three penalties.
