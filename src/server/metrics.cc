@@ -44,43 +44,34 @@ std::string format_metric_value(double value) {
   return text;
 }
 
-std::string escape_label_value(std::string_view value) {
+namespace {
+
+// Backslash and newline always; double quotes too inside label values.
+std::string escape(std::string_view text, bool quotes) {
   std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
-        break;
-      case '"':
-        out += "\\\"";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        out += c;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '"' && quotes) {
+      out += "\\\"";
+    } else {
+      out += c;
     }
   }
   return out;
 }
 
+}  // namespace
+
+std::string escape_label_value(std::string_view value) {
+  return escape(value, true);
+}
+
 std::string escape_help_text(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
+  return escape(text, false);
 }
 
 std::vector<double> buckets_1_2_5(int64_t max_value) {

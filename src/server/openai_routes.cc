@@ -110,6 +110,23 @@ std::optional<ProtocolError> check_length(const ServingContext& ctx, int64_t pro
   return std::nullopt;
 }
 
+// The response-level settings both generation endpoints take from the shared fields.
+SessionSpec session_spec(StreamKind kind, const std::string& model, const SamplingFields& s) {
+  SessionSpec spec;
+  spec.kind = kind;
+  spec.id =
+      s.request_id.value_or(make_request_id(kind == StreamKind::kCompletion ? "cmpl" : "chatcmpl"));
+  spec.created = unix_time_now();
+  spec.model = model;
+  spec.stream = s.stream;
+  spec.include_usage = s.stream_options && s.stream_options->include_usage;
+  spec.continuous_usage = s.stream_options && s.stream_options->continuous_usage_stats;
+  spec.logprobs = s.logprobs.has_value();
+  spec.max_tokens_param = s.max_tokens.value_or(0);
+  spec.n = s.n;
+  return spec;
+}
+
 void handle_completions(ServingContext& ctx, const HttpRequest& http,
                         std::shared_ptr<Responder> r) {
   auto body = parse_body(http, *r);
@@ -128,18 +145,7 @@ void handle_completions(ServingContext& ctx, const HttpRequest& http,
   const int engine_prompt_logprobs =
       std::max(echo_logprobs ? int(*req.sampling.logprobs) : -1, prompt_logprobs);
 
-  SessionSpec spec;
-  spec.kind = StreamKind::kCompletion;
-  spec.id = req.sampling.request_id.value_or(make_request_id("cmpl"));
-  spec.created = unix_time_now();
-  spec.model = model.value();
-  spec.stream = req.sampling.stream;
-  spec.include_usage = req.sampling.stream_options && req.sampling.stream_options->include_usage;
-  spec.continuous_usage =
-      req.sampling.stream_options && req.sampling.stream_options->continuous_usage_stats;
-  spec.logprobs = req.sampling.logprobs.has_value();
-  spec.max_tokens_param = requested_max.value_or(0);
-  spec.n = req.sampling.n;
+  SessionSpec spec = session_spec(StreamKind::kCompletion, model.value(), req.sampling);
   log_ignored(req.ignored_fields, spec.id);
   for (size_t p = 0; p < req.prompts.size(); ++p) {
     auto ids = prompt_token_ids(ctx, req.prompts[p], req.add_special_tokens);
@@ -213,18 +219,7 @@ void handle_chat(ServingContext& ctx, const HttpRequest& http, std::shared_ptr<R
       req.sampling.max_tokens.value_or(std::max<int64_t>(ctx.max_model_len - prompt_len, 1));
   if (auto e = check_length(ctx, prompt_len, max_tokens)) return reply_error(*r, *e);
 
-  SessionSpec spec;
-  spec.kind = StreamKind::kChat;
-  spec.id = req.sampling.request_id.value_or(make_request_id("chatcmpl"));
-  spec.created = unix_time_now();
-  spec.model = model.value();
-  spec.stream = req.sampling.stream;
-  spec.include_usage = req.sampling.stream_options && req.sampling.stream_options->include_usage;
-  spec.continuous_usage =
-      req.sampling.stream_options && req.sampling.stream_options->continuous_usage_stats;
-  spec.logprobs = req.sampling.logprobs.has_value();
-  spec.max_tokens_param = req.sampling.max_tokens.value_or(0);
-  spec.n = req.sampling.n;
+  SessionSpec spec = session_spec(StreamKind::kChat, model.value(), req.sampling);
   log_ignored(req.ignored_fields, spec.id);
   for (int64_t k = 0; k < req.sampling.n; ++k) {
     SessionChoice c;
