@@ -23,7 +23,7 @@ struct RequestTrace {
   std::string error;
   int64_t prompt_len = 0;     // input tokens
   int64_t output_tokens = 0;  // from the final usage chunk
-  double ttft_s = 0;          // send -> first chunk with non-empty choices
+  double ttft_s = 0;          // send -> first chunk that carries text (not the chat role chunk)
   std::vector<double> itl_s;  // gaps between successive content chunks
   double latency_s = 0;       // send -> last byte (E2EL)
   double start_s = 0;         // send time relative to the benchmark start
