@@ -40,6 +40,16 @@ def test_bench_serve_against_kestrel(base_url, model, tmp_path):
         assert key in res, key
     assert len(res["ttfts"]) == 8 and all(t > 0 for t in res["ttfts"])
 
+    # bench compare reads the saved result back: a table and a script-free HTML report.
+    html = tmp_path / "report.html"
+    c = subprocess.run([str(KESTREL_BIN), "bench", "compare", str(tmp_path / "out.json"),
+                        str(tmp_path / "out.json"), "--html", str(html)],
+                       capture_output=True, text=True, timeout=60)
+    assert c.returncode == 0, c.stderr
+    assert "Output token throughput (tok/s)" in c.stdout and "out.json" in c.stdout
+    page = html.read_text()
+    assert page.count("<polyline") == 4 and "<script" not in page
+
 
 def test_bench_serve_counts_failures_and_finishes():
     s = socket.socket()
