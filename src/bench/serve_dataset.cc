@@ -74,8 +74,7 @@ struct FittedText {
 
 class PromptFitter {
  public:
-  PromptFitter(const Tokenizer& tokenizer, const std::vector<int32_t>& allowed,
-               std::mt19937_64& rng)
+  PromptFitter(TokenCodec& tokenizer, const std::vector<int32_t>& allowed, std::mt19937_64& rng)
       : tok_(tokenizer), allowed_(allowed), rng_(rng), pick_(0, allowed.size() - 1) {}
 
   int32_t random_id() { return allowed_[pick_(rng_)]; }
@@ -88,8 +87,9 @@ class PromptFitter {
   Expected<FittedText> fit(const FittedText& head, std::vector<int32_t> tail, size_t tail_len) {
     const size_t head_len = head.ids.size();
     for (int round = 0; round < kMaxFitRounds; ++round) {
-      std::string text = head.text + to_valid_utf8(tok_.decode(tail, false));
-      std::vector<int32_t> ids = tok_.encode(text, false);
+      KASSIGN(const std::string decoded, tok_.decode(tail));
+      std::string text = head.text + to_valid_utf8(decoded);
+      KASSIGN(std::vector<int32_t> ids, tok_.encode(text, false));
       if (ids.size() < head_len || !std::equal(head.ids.begin(), head.ids.end(), ids.begin())) {
         if (tail.empty()) tail.push_back(random_id());
         tail[0] = random_id();
@@ -105,7 +105,7 @@ class PromptFitter {
   }
 
  private:
-  const Tokenizer& tok_;
+  TokenCodec& tok_;
   const std::vector<int32_t>& allowed_;
   std::mt19937_64& rng_;
   std::uniform_int_distribution<size_t> pick_;
@@ -113,13 +113,14 @@ class PromptFitter {
 
 // Number of special tokens encode(..., add_special_tokens=true) adds (vLLM's
 // num_special_tokens_to_add).
-int64_t num_added_special_tokens(const Tokenizer& tokenizer) {
-  return static_cast<int64_t>(tokenizer.encode("", true).size());
+Expected<int64_t> num_added_special_tokens(TokenCodec& tokenizer) {
+  KASSIGN(const std::vector<int32_t> ids, tokenizer.encode("", true));
+  return static_cast<int64_t>(ids.size());
 }
 
 }  // namespace
 
-Expected<std::vector<SampleRequest>> random_dataset(const Tokenizer& tokenizer,
+Expected<std::vector<SampleRequest>> random_dataset(TokenCodec& tokenizer,
                                                     const RandomDatasetSpec& spec) {
   if (spec.num_prompts < 1) return make_error("--num-prompts must be at least 1");
   if (spec.input_len < 0) return make_error("--random-input-len must not be negative");
@@ -129,8 +130,8 @@ Expected<std::vector<SampleRequest>> random_dataset(const Tokenizer& tokenizer,
     return make_error("--random-range-ratio must be in [0, 1), got {}", spec.range_ratio);
 
   const double r = spec.range_ratio;
-  const int64_t real_input_len =
-      std::max<int64_t>(0, spec.input_len - num_added_special_tokens(tokenizer));
+  KASSIGN(const int64_t added, num_added_special_tokens(tokenizer));
+  const int64_t real_input_len = std::max<int64_t>(0, spec.input_len - added);
   const auto in_lo = static_cast<int64_t>(std::floor(double(real_input_len) * (1.0 - r)));
   const auto in_hi = static_cast<int64_t>(std::ceil(double(real_input_len) * (1.0 + r)));
   const auto out_lo =
@@ -143,10 +144,7 @@ Expected<std::vector<SampleRequest>> random_dataset(const Tokenizer& tokenizer,
         "range ratio {}, a prompt could have no tokens at all",
         spec.input_len, r);
 
-  // Ids that decode to nothing (unused slots) would only vanish on re-encoding.
-  std::vector<int32_t> allowed;
-  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id)
-    if (!tokenizer.is_special(id) && !tokenizer.token_bytes(id).empty()) allowed.push_back(id);
+  KASSIGN(const std::vector<int32_t> allowed, tokenizer.ordinary_ids());
   if (allowed.empty()) return make_error("the tokenizer has no ordinary tokens to draw from");
 
   std::mt19937_64 rng(spec.seed);
@@ -206,7 +204,7 @@ Expected<std::string> turn_text(const nlohmann::json& conversations, size_t entr
 
 }  // namespace
 
-Expected<std::vector<SampleRequest>> sharegpt_dataset(const Tokenizer& tokenizer,
+Expected<std::vector<SampleRequest>> sharegpt_dataset(TokenCodec& tokenizer,
                                                       const std::string& path, int64_t num_prompts,
                                                       uint64_t seed,
                                                       std::optional<int64_t> output_len_override) {
@@ -232,11 +230,15 @@ Expected<std::vector<SampleRequest>> sharegpt_dataset(const Tokenizer& tokenizer
     const nlohmann::json& conv = doc[idx]["conversations"];
     KASSIGN(std::string prompt, turn_text(conv, idx, 0));
     KASSIGN(const std::string completion, turn_text(conv, idx, 1));
-    std::vector<int32_t> ids = tokenizer.encode(prompt, true);
+    KASSIGN(std::vector<int32_t> ids, tokenizer.encode(prompt, true));
     const auto prompt_len = static_cast<int64_t>(ids.size());
-    const int64_t output_len =
-        output_len_override ? *output_len_override
-                            : static_cast<int64_t>(tokenizer.encode(completion, true).size());
+    int64_t output_len = 0;
+    if (output_len_override) {
+      output_len = *output_len_override;
+    } else {
+      KASSIGN(const std::vector<int32_t> out_ids, tokenizer.encode(completion, true));
+      output_len = static_cast<int64_t>(out_ids.size());
+    }
     if (prompt_len < kMinSequenceLen || (!output_len_override && output_len < kMinSequenceLen) ||
         prompt_len > kMaxPromptLen || prompt_len + output_len > kMaxTotalLen)
       continue;

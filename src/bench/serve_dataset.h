@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "tokenizer/tokenizer.h"
+#include "bench/token_codec.h"
 
 namespace kestrel::bench {
 
@@ -32,10 +32,10 @@ struct RandomDatasetSpec {
 // [floor(L(1-r)), ceil(L(1+r))] with L = input_len minus the special tokens the tokenizer adds
 // (so the server's count, BOS included, is about input_len); prompt_len = prefix_len + that.
 // Output lengths are uniform in [floor(O(1-r)), ceil(O(1+r))], at least 1. Prompts are built
-// from ids outside the special tokens and are text: for every request,
+// from the codec's ordinary ids and are text: for every request,
 // tokenizer.encode(prompt, false) == prompt_ids, prompt_ids.size() == prompt_len, and the first
 // prefix_len ids are the same in every request.
-Expected<std::vector<SampleRequest>> random_dataset(const Tokenizer& tokenizer,
+Expected<std::vector<SampleRequest>> random_dataset(TokenCodec& tokenizer,
                                                     const RandomDatasetSpec& spec);
 
 // vLLM's ShareGPTDataset: a JSON list of {"conversations": [{"from", "value"}, ...]}; entries
@@ -45,8 +45,9 @@ Expected<std::vector<SampleRequest>> random_dataset(const Tokenizer& tokenizer,
 // tokens (unless overridden), prompt > 1024 tokens or prompt + output > 2048 tokens. Token counts
 // include the special tokens the tokenizer adds, as vLLM's do; prompt_ids are those ids. When
 // fewer than num_prompts pass, randomly chosen ones are repeated to fill up (vLLM's
-// oversampling). Errors when the file cannot be read or parsed, or when no entry passes.
-Expected<std::vector<SampleRequest>> sharegpt_dataset(const Tokenizer& tokenizer,
+// oversampling). Errors when the file cannot be read or parsed, when no entry passes, or when
+// the tokenizer fails.
+Expected<std::vector<SampleRequest>> sharegpt_dataset(TokenCodec& tokenizer,
                                                       const std::string& path, int64_t num_prompts,
                                                       uint64_t seed,
                                                       std::optional<int64_t> output_len_override);

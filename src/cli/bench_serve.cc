@@ -3,10 +3,6 @@
 // target tokenizer, Poisson/gamma arrivals, a concurrency cap, one async client thread, and
 // vLLM's printed result block and --save-result JSON. Works against any OpenAI-compatible server.
 #include <CLI/CLI.hpp>
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -18,10 +14,14 @@
 #include <limits>
 #include <sstream>
 
+#include <sys/resource.h>
+
 #include "bench/serve_arrivals.h"
 #include "bench/serve_client.h"
 #include "bench/serve_dataset.h"
 #include "bench/serve_metrics.h"
+#include "bench/sync_http.h"
+#include "bench/token_codec.h"
 #include "cli/commands.h"
 #include "cli/serve_args.h"
 #include "tokenizer/tokenizer.h"
@@ -29,10 +29,6 @@
 namespace kestrel::cli {
 
 namespace {
-
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = boost::asio::ip::tcp;
 
 struct Args {
   std::string backend = "openai";
@@ -77,27 +73,62 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-// GET `path` on the server, synchronously (only for /v1/models before the run).
-Expected<std::string> http_get(const std::string& host, int port, const std::string& path,
-                               const std::string& api_key) {
-  try {
-    boost::asio::io_context io;
-    beast::tcp_stream stream(io);
-    stream.expires_after(std::chrono::seconds(30));
-    stream.connect(tcp::resolver(io).resolve(host, std::to_string(port)));
-    http::request<http::empty_body> req{http::verb::get, path, 11};
-    req.set(http::field::host, host);
-    if (!api_key.empty()) req.set(http::field::authorization, "Bearer " + api_key);
-    http::write(stream, req);
-    beast::flat_buffer buffer;
-    http::response<http::string_body> res;
-    http::read(stream, buffer, res);
-    if (res.result_int() != 200)
-      return make_error("GET {} answered {}: {}", path, res.result_int(), res.body());
-    return res.body();
-  } catch (const std::exception& e) {
-    return make_error("GET http://{}:{}{} failed: {}", host, port, path, e.what());
+// The tokenizer the datasets use: --tokenizer when given; else the server's own (/tokenize),
+// else the model name read as a local path.
+struct TokenizerChoice {
+  std::unique_ptr<Tokenizer> local;  // owned here when the codec reads a local tokenizer
+  std::unique_ptr<bench::TokenCodec> codec;
+  std::string id;  // what the result JSON names as tokenizer_id
+};
+
+Expected<TokenizerChoice> choose_tokenizer(const Args& a) {
+  TokenizerChoice c;
+  std::string remote_error;
+  if (a.tokenizer.empty()) {
+    auto remote =
+        bench::remote_token_codec({a.host, static_cast<uint16_t>(a.port), a.api_key, a.model});
+    if (remote.ok()) {
+      c.codec = std::move(remote).value();
+      c.id = "server:/tokenize";
+      return c;
+    }
+    remote_error = remote.error().message;
   }
+  const std::string path = a.tokenizer.empty() ? a.model : a.tokenizer;
+  auto tok = load_tokenizer(path);
+  if (!tok.ok()) {
+    if (!a.tokenizer.empty())
+      return make_error("--tokenizer: {} (give a local tokenizer.json directory or .gguf file)",
+                        tok.error().message);
+    return make_error(
+        "no tokenizer: the server's /tokenize failed ({}) and the model name '{}' is not a local "
+        "tokenizer ({}); pass --tokenizer",
+        remote_error, path, tok.error().message);
+  }
+  c.local = std::move(tok).value();
+  c.codec = bench::local_token_codec(*c.local);
+  c.id = path;
+  return c;
+}
+
+// Each stream in flight holds a socket: lift the soft descriptor limit to the hard one, and warn
+// when even that is too low for the requests that may run at once.
+void raise_open_file_limit(int64_t max_in_flight) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+    getrlimit(RLIMIT_NOFILE, &lim);
+  }
+  constexpr int64_t kSpareDescriptors = 64;
+  if (lim.rlim_cur != RLIM_INFINITY &&
+      static_cast<int64_t>(lim.rlim_cur) < max_in_flight + kSpareDescriptors)
+    std::fprintf(stderr,
+                 "warning: the open-file limit (%lld) is below the %lld requests that may be in "
+                 "flight at once; connections beyond it will fail (raise `ulimit -n` or set "
+                 "--max-concurrency)\n",
+                 static_cast<long long>(lim.rlim_cur), static_cast<long long>(max_in_flight));
 }
 
 Status parse_base_url(Args& a) {
@@ -142,18 +173,19 @@ int bench_serve(Args& a) {
   const bool chat = a.backend == "openai-chat";
   if (a.endpoint.empty()) a.endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
   if (a.model.empty()) {
-    auto models = http_get(a.host, a.port, "/v1/models", a.api_key);
+    bench::SyncHttpClient http(a.host, static_cast<uint16_t>(a.port), a.api_key);
+    auto models = http.get("/v1/models");
     if (!models.ok()) return fail(models.error().message);
-    const auto j = nlohmann::json::parse(*models, nullptr, false);
+    if (models->status != 200)
+      return fail("GET /v1/models answered " + std::to_string(models->status) + ": " +
+                  models->body);
+    const auto j = nlohmann::json::parse(models->body, nullptr, false);
     if (j.is_discarded() || !j.contains("data") || j["data"].empty())
       return fail("/v1/models lists no model; pass --model");
     a.model = j["data"][0].value("id", "");
   }
-  if (a.tokenizer.empty()) a.tokenizer = a.model;
-  auto tok = load_tokenizer(a.tokenizer);
-  if (!tok.ok())
-    return fail("--tokenizer: " + tok.error().message +
-                " (give a local tokenizer.json directory or .gguf file)");
+  auto tok = choose_tokenizer(a);
+  if (!tok.ok()) return fail(tok.error().message);
 
   double rate = std::numeric_limits<double>::infinity();
   if (a.request_rate != "inf") {
@@ -175,10 +207,10 @@ int bench_serve(Args& a) {
     spec.prefix_len = a.random_prefix_len;
     spec.range_ratio = a.random_range_ratio;
     spec.seed = a.seed;
-    samples = bench::random_dataset(**tok, spec);
+    samples = bench::random_dataset(*tok->codec, spec);
   } else {
     if (a.dataset_path.empty()) return fail("--dataset-name sharegpt needs --dataset-path");
-    samples = bench::sharegpt_dataset(**tok, a.dataset_path, a.num_prompts, a.seed,
+    samples = bench::sharegpt_dataset(*tok->codec, a.dataset_path, a.num_prompts, a.seed,
                                       a.sharegpt_output_len);
   }
   if (!samples.ok()) return fail(samples.error().message);
@@ -191,6 +223,7 @@ int bench_serve(Args& a) {
   }
   auto arrivals = bench::arrival_times(int64_t(samples->size()), rate, a.burstiness, a.seed);
   std::vector<bench::ServeRequest> requests;
+  const size_t total = samples->size();
   // The random dataset is used for lengths only; ignore_eos makes outputs as long as asked, as
   // vLLM does for it.
   const bool ignore_eos = a.ignore_eos || a.dataset_name == "random";
@@ -215,6 +248,8 @@ int bench_serve(Args& a) {
     requests.push_back(std::move(r));
   }
 
+  raise_open_file_limit(a.max_concurrency > 0 ? std::min<int64_t>(a.max_concurrency, int64_t(total))
+                                              : int64_t(total));
   bench::ClientOptions options;
   options.host = a.host;
   options.port = static_cast<uint16_t>(a.port);
@@ -222,7 +257,6 @@ int bench_serve(Args& a) {
   std::fprintf(stderr, "Traffic request rate: %s, burstiness: %.2f, max concurrency: %s\n",
                a.request_rate.c_str(), a.burstiness,
                a.max_concurrency > 0 ? std::to_string(a.max_concurrency).c_str() : "None");
-  const size_t total = requests.size();
   const auto t0 = std::chrono::steady_clock::now();
   auto traces = bench::run_requests(options, requests, a.max_concurrency, [&](size_t done) {
     if (a.disable_tqdm) return;
@@ -254,7 +288,7 @@ int bench_serve(Args& a) {
   config.backend = a.backend;
   if (!a.label.empty()) config.label = a.label;
   config.model_id = a.model;
-  config.tokenizer_id = a.tokenizer;
+  config.tokenizer_id = tok->id;
   config.num_prompts = int64_t(total);
   const bench::BenchmarkResult result = bench::calculate_metrics(traces, duration, config);
   std::printf("%s", bench::format_result_block(result, config).c_str());
@@ -288,7 +322,9 @@ int run_bench_serve(int argc, char** argv) {
   app.add_option("--endpoint", a.endpoint,
                  "default /v1/completions (/v1/chat/completions for chat)");
   app.add_option("--model", a.model, "default: the first model of /v1/models");
-  app.add_option("--tokenizer", a.tokenizer, "local tokenizer.json directory or .gguf file");
+  app.add_option("--tokenizer", a.tokenizer,
+                 "local tokenizer.json directory or .gguf file (default: the server's /tokenize, "
+                 "else the model name as a path)");
   app.add_option("--dataset-name", a.dataset_name)->check(CLI::IsMember({"random", "sharegpt"}));
   app.add_option("--dataset-path", a.dataset_path, "ShareGPT-format JSON file");
   app.add_option("--num-prompts", a.num_prompts)->check(CLI::Range(int64_t{1}, int64_t{1} << 24));

@@ -64,7 +64,7 @@ TEST_P(ServeDatasetRandom, ExactLengthsSharedPrefixAndBounds) {
   spec.prefix_len = 16;
   spec.range_ratio = 0.5;
   spec.seed = 1234;
-  auto got = random_dataset(*tok, spec);
+  auto got = random_dataset(*local_token_codec(*tok), spec);
   ASSERT_TRUE(got.ok()) << got.error().message;
   ASSERT_EQ(got->size(), 50u);
 
@@ -95,14 +95,14 @@ TEST_P(ServeDatasetRandom, ExactLengthsSharedPrefixAndBounds) {
   EXPECT_GT(lengths.size(), 5u);   // lengths are drawn, not fixed
   EXPECT_EQ(prompts.size(), 50u);  // every prompt is its own
 
-  auto again = random_dataset(*tok, spec);
+  auto again = random_dataset(*local_token_codec(*tok), spec);
   ASSERT_TRUE(again.ok());
   for (size_t i = 0; i < 50; ++i) {
     EXPECT_EQ((*again)[i].prompt, (*got)[i].prompt);
     EXPECT_EQ((*again)[i].expected_output_len, (*got)[i].expected_output_len);
   }
   spec.seed = 1235;
-  auto other = random_dataset(*tok, spec);
+  auto other = random_dataset(*local_token_codec(*tok), spec);
   ASSERT_TRUE(other.ok());
   EXPECT_NE((*other)[0].prompt, (*got)[0].prompt);
 }
@@ -115,7 +115,7 @@ TEST_P(ServeDatasetRandom, FixedLengthWithoutPrefix) {
   spec.input_len = 100;
   spec.output_len = 7;
   spec.seed = 5;
-  auto got = random_dataset(*tok, spec);
+  auto got = random_dataset(*local_token_codec(*tok), spec);
   ASSERT_TRUE(got.ok()) << got.error().message;
   const auto want = 100 - static_cast<int64_t>(tok->encode("", true).size());
   for (const SampleRequest& r : *got) {
@@ -139,15 +139,15 @@ TEST(ServeDataset, RandomRejectsBadSpecs) {
   spec.num_prompts = 2;
   spec.input_len = 8;
   spec.range_ratio = 1.0;
-  EXPECT_FALSE(random_dataset(*tok, spec).ok());
+  EXPECT_FALSE(random_dataset(*local_token_codec(*tok), spec).ok());
   spec.range_ratio = 0.0;
   spec.num_prompts = 0;
-  EXPECT_FALSE(random_dataset(*tok, spec).ok());
+  EXPECT_FALSE(random_dataset(*local_token_codec(*tok), spec).ok());
   spec.num_prompts = 2;
   spec.input_len = 0;  // nothing at all to send
-  EXPECT_FALSE(random_dataset(*tok, spec).ok());
+  EXPECT_FALSE(random_dataset(*local_token_codec(*tok), spec).ok());
   spec.prefix_len = 3;  // the prefix alone is a prompt
-  auto prefix_only = random_dataset(*tok, spec);
+  auto prefix_only = random_dataset(*local_token_codec(*tok), spec);
   ASSERT_TRUE(prefix_only.ok()) << prefix_only.error().message;
   EXPECT_EQ((*prefix_only)[0].prompt_len, 3);
 }
@@ -215,7 +215,7 @@ TEST_F(ServeDatasetShareGpt, AppliesVllmFilters) {
   doc.push_back(pair(good2, good2_out));
   const std::string path = write("sharegpt.json", doc.dump());
 
-  auto got = sharegpt_dataset(*tok_, path, 2, 0, std::nullopt);
+  auto got = sharegpt_dataset(*local_token_codec(*tok_), path, 2, 0, std::nullopt);
   ASSERT_TRUE(got.ok()) << got.error().message;
   ASSERT_EQ(got->size(), 2u);
   std::set<std::string> kept;
@@ -227,7 +227,7 @@ TEST_F(ServeDatasetShareGpt, AppliesVllmFilters) {
   }
   EXPECT_EQ(kept, (std::set<std::string>{good1, good2}));
 
-  auto overridden = sharegpt_dataset(*tok_, path, 10, 0, 10);
+  auto overridden = sharegpt_dataset(*local_token_codec(*tok_), path, 10, 0, 10);
   ASSERT_TRUE(overridden.ok()) << overridden.error().message;
   std::set<std::string> kept_overridden;
   for (const SampleRequest& r : *overridden) {
@@ -245,7 +245,7 @@ TEST_F(ServeDatasetShareGpt, ShuffleFollowsTheSeed) {
                        "An answer that is long enough to pass the filter."));
   const std::string path = write("many.json", doc.dump());
   auto order = [&](uint64_t seed) {
-    auto got = sharegpt_dataset(*tok_, path, 12, seed, std::nullopt);
+    auto got = sharegpt_dataset(*local_token_codec(*tok_), path, 12, seed, std::nullopt);
     EXPECT_TRUE(got.ok());
     std::vector<std::string> prompts;
     if (got.ok())
@@ -260,20 +260,27 @@ TEST_F(ServeDatasetShareGpt, ShuffleFollowsTheSeed) {
 }
 
 TEST_F(ServeDatasetShareGpt, ClearErrors) {
-  auto missing = sharegpt_dataset(*tok_, (dir_ / "absent.json").string(), 5, 0, std::nullopt);
+  auto missing = sharegpt_dataset(*local_token_codec(*tok_), (dir_ / "absent.json").string(), 5, 0,
+                                  std::nullopt);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error().message.find("absent.json"), std::string::npos);
 
-  auto malformed =
-      sharegpt_dataset(*tok_, write("bad.json", "[{\"conversations\": [}"), 5, 0, std::nullopt);
+  auto malformed = sharegpt_dataset(
+      *local_token_codec(*tok_), write("bad.json", "[{\"conversations\": [}"), 5, 0, std::nullopt);
   ASSERT_FALSE(malformed.ok());
   EXPECT_NE(malformed.error().message.find("JSON"), std::string::npos);
 
-  EXPECT_FALSE(sharegpt_dataset(*tok_, write("obj.json", "{}"), 5, 0, std::nullopt).ok());
-  EXPECT_FALSE(sharegpt_dataset(*tok_, write("empty.json", "[]"), 5, 0, std::nullopt).ok());
+  EXPECT_FALSE(
+      sharegpt_dataset(*local_token_codec(*tok_), write("obj.json", "{}"), 5, 0, std::nullopt)
+          .ok());
+  EXPECT_FALSE(
+      sharegpt_dataset(*local_token_codec(*tok_), write("empty.json", "[]"), 5, 0, std::nullopt)
+          .ok());
   const std::string no_value =
       R"([{"conversations": [{"from": "human", "text": "x"}, {"from": "gpt", "value": "y"}]}])";
-  EXPECT_FALSE(sharegpt_dataset(*tok_, write("novalue.json", no_value), 5, 0, std::nullopt).ok());
+  EXPECT_FALSE(sharegpt_dataset(*local_token_codec(*tok_), write("novalue.json", no_value), 5, 0,
+                                std::nullopt)
+                   .ok());
 }
 
 }  // namespace

@@ -51,6 +51,19 @@ def test_bench_serve_against_kestrel(base_url, model, tmp_path):
     assert page.count("<polyline") == 4 and "<script" not in page
 
 
+def test_bench_serve_uses_the_servers_tokenizer_by_default(base_url, tmp_path):
+    # No --tokenizer and no --model: the model comes from /v1/models and prompts are built
+    # through the server's /tokenize and /detokenize, still with exact lengths.
+    r = run_bench("--base-url", base_url, "--random-input-len", "24", "--random-output-len", "4",
+                  "--num-prompts", "6", "--max-concurrency", "3", "--save-result",
+                  "--result-dir", str(tmp_path), "--result-filename", "remote.json",
+                  "--disable-tqdm")
+    assert r.returncode == 0, r.stderr
+    res = json.loads((tmp_path / "remote.json").read_text())
+    assert res["tokenizer_id"] == "server:/tokenize"
+    assert res["completed"] == 6 and res["input_lens"] == [24] * 6
+
+
 def test_bench_serve_counts_failures_and_finishes():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

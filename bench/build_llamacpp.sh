@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's own C++ tools (llama-server, llama-bench, llama-quantize) from the sources
+# vendored in the PyPI sdist of llama-cpp-python, for side-by-side benchmarks. Not part of CI.
+#   bash bench/build_llamacpp.sh [VERSION]   → prints the bin directory
+# Output goes to ~/.cache/kestrel/llama.cpp-<version>/build/bin.
+set -euo pipefail
+VERSION=${1:-0.3.36}
+ROOT=${KESTREL_CACHE:-$HOME/.cache/kestrel}/llama.cpp-$VERSION
+BIN=$ROOT/build/bin
+if [[ -x $BIN/llama-server && -x $BIN/llama-bench && -x $BIN/llama-quantize ]]; then
+  echo "$BIN"
+  exit 0
+fi
+mkdir -p "$ROOT"
+if [[ ! -d $ROOT/src ]]; then
+  # The sdist's URL from PyPI's JSON API (`pip download` would try to build it for metadata).
+  python3 - "$VERSION" "$ROOT" <<'PY'
+import json, sys, urllib.parse, urllib.request
+version, root = sys.argv[1], sys.argv[2]
+index = "https://pypi.org/pypi/llama-cpp-python/json"
+meta = json.load(urllib.request.urlopen(index))
+sdist = next(u for u in meta["releases"][version] if u["packagetype"] == "sdist")
+# Mirrors may answer with URLs relative to the index.
+url = urllib.parse.urljoin(index, sdist["url"])
+urllib.request.urlretrieve(url, f"{root}/{sdist['filename']}")
+PY
+  tar -xzf "$ROOT"/llama_cpp_python-"$VERSION".tar.gz -C "$ROOT"
+  mv "$ROOT/llama_cpp_python-$VERSION/vendor/llama.cpp" "$ROOT/src"
+  rm -rf "$ROOT/llama_cpp_python-$VERSION"
+fi
+# Native CPU flags, as a user building llama.cpp for this machine would; no curl (offline).
+cmake -S "$ROOT/src" -B "$ROOT/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DBUILD_SHARED_LIBS=OFF >&2
+cmake --build "$ROOT/build" -j "$(nproc)" --target llama-server llama-bench llama-quantize >&2
+echo "$BIN"
