@@ -19,6 +19,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
 
+  // Lets the backend keep a copy of a matmul weight in the layout its kernels read fastest: sets
+  // w.packed when it makes one. The backend owns the copy, so it must outlive every use of w.
+  virtual void prepare_weight(Tensor& w) = 0;
   // y[m, N] = x[m, K] · W[N, K]ᵀ for weights of any supported dtype.
   virtual void linear(const Tensor& w, const float* x, int64_t m, float* y) = 0;
   // Several weights over the same x in one pass (see cpu::linear_group).

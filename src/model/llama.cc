@@ -61,6 +61,9 @@ class LlamaModel final : public CausalLM {
         KASSIGN(L.k_norm, load_vector(src, p + "self_attn.k_norm.weight", cfg_.head_dim));
       }
     }
+    for (LayerWeights& L : layers_)
+      for (Tensor* t : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) be_.prepare_weight(*t);
+    be_.prepare_weight(lm_head_);
     rope_ = make_rope_table(cfg_, src.rope_freq_divisors());
     return Status::Ok();
   }

@@ -50,6 +50,10 @@ struct Tensor {
   const void* data = nullptr;
   DType dtype = DType::F32;
   Shape shape;
+  // Optional second copy of the same values in a layout the backend's kernels prefer (see
+  // backend/cpu/packed_matmul.h), owned by the backend that made it; kernels that cannot read it
+  // use `data`.
+  const void* packed = nullptr;
 
   int64_t numel() const { return shape.numel(); }
   size_t nbytes() const { return dtype_bytes(dtype, numel()); }

@@ -214,3 +214,58 @@ TEST(PagedAttention, F16CacheMatchesReferenceOverRoundedOperands) {
 
 }  // namespace
 }  // namespace kestrel::cpu
+
+namespace kestrel::cpu {
+namespace {
+
+// Batch invariance: a token's output is bit-identical whether it is computed inside a prefill
+// chunk (query tiles, other sequences in the batch, several threads) or alone as a decode step.
+void check_batch_invariance(DType cache_dtype, DType act, int threads) {
+  const int nh = 6, kvh = 2, hd = 40, bs = 16, len = 45;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t row = int64_t(kvh) * hd;
+  const int64_t nblocks = 8;
+  std::vector<float> k(len * row), v(k.size()), q(len * nh * hd);
+  for (auto& x : k) x = nd(rng);
+  for (auto& x : v) x = nd(rng);
+  for (auto& x : q) x = nd(rng);
+  std::vector<uint8_t> kc(size_t(nblocks * bs * row) * 4), vc(kc.size());
+  KVLayer layer{kc.data(), vc.data(), cache_dtype, nblocks, bs, kvh, hd};
+  std::vector<int32_t> table = {5, 1, 6}, positions(len), qsl = {0, len};
+  std::vector<int64_t> slots(len);
+  for (int i = 0; i < len; ++i) {
+    positions[i] = i;
+    slots[i] = int64_t(table[i / bs]) * bs + i % bs;
+  }
+  AttentionBatch prefill{len, 1, positions.data(), slots.data(), qsl.data(), table.data(), 3};
+  write_kv(layer, k.data(), v.data(), prefill);
+  ThreadPool pool(threads);
+  std::vector<float> batched(q.size());
+  paged_attention(q.data(), layer, prefill, nh, 0.2f, batched.data(), pool, act);
+
+  ThreadPool one(1);
+  for (int t = 0; t < len; ++t) {
+    const int32_t pos = positions[t];
+    const int32_t one_qsl[2] = {0, 1};
+    AttentionBatch decode{1, 1, &pos, &slots[t], one_qsl, table.data(), 3};
+    std::vector<float> alone(nh * hd);
+    paged_attention(q.data() + t * nh * hd, layer, decode, nh, 0.2f, alone.data(), one, act);
+    for (int i = 0; i < nh * hd; ++i)
+      ASSERT_EQ(f32_to_bits(alone[i]), f32_to_bits(batched[t * nh * hd + i]))
+          << "token " << t << " element " << i;
+  }
+}
+
+TEST(PagedAttention, BatchInvariantF32) {
+  check_batch_invariance(DType::F32, DType::F32, 2);
+}
+TEST(PagedAttention, BatchInvariantF16Cache) {
+  check_batch_invariance(DType::F16, DType::F32, 3);
+}
+TEST(PagedAttention, BatchInvariantBf16CacheAndActivations) {
+  check_batch_invariance(DType::BF16, DType::BF16, 2);
+}
+
+}  // namespace
+}  // namespace kestrel::cpu

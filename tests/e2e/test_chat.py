@@ -4,7 +4,8 @@ import math
 
 from kestrel_e2e import post_json
 
-QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+# Greedy answer "The capital city of France is Paris." with every top-2 margin above 1.
+QUESTION = [{"role": "user", "content": "Name the capital city of France."}]
 
 
 def test_chat_template_answers_paris(client, model):
@@ -34,7 +35,7 @@ def test_message_fields_as_vllm(base_url, model):
 
 
 def test_content_parts_equal_plain_string(client, model):
-    parts = [{"role": "user", "content": [{"type": "text", "text": "What is the capital of France?"}]}]
+    parts = [{"role": "user", "content": [{"type": "text", "text": QUESTION[0]["content"]}]}]
     a = client.chat.completions.create(model=model, messages=QUESTION, max_completion_tokens=8, temperature=0)
     b = client.chat.completions.create(model=model, messages=parts, max_completion_tokens=8, temperature=0)
     assert a.choices[0].message.content == b.choices[0].message.content

@@ -169,9 +169,10 @@ def test_eos_stop_has_null_stop_reason(client, model):
 
 def test_null_max_tokens_means_rest_of_context(base_url, model):
     # vLLM: an explicit null max_tokens is "up to the context length", not the default 16. The
-    # greedy continuation of PROMPT ends with EOS some 30 tokens in.
+    # greedy answer to this question ends with EOS some 60 tokens in.
+    prompt = "<|im_start|>user\nName the four seasons of the year.<|im_end|>\n<|im_start|>assistant\n"
     status, resp = post_json(base_url, "/v1/completions",
-                             {"model": model, "prompt": PROMPT, "max_tokens": None, "temperature": 0})
+                             {"model": model, "prompt": prompt, "max_tokens": None, "temperature": 0})
     assert status == 200, resp
     c = resp["choices"][0]
     assert c["finish_reason"] == "stop", resp

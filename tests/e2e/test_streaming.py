@@ -3,7 +3,8 @@
 from kestrel_e2e import post_json, sse_post
 
 PROMPT = "The capital of France is"
-QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+# Greedy answer "The capital city of France is Paris." with every top-2 margin above 1.
+QUESTION = [{"role": "user", "content": "Name the capital city of France."}]
 
 
 def test_completion_stream_matches_non_streamed(base_url, model):
@@ -90,7 +91,9 @@ def test_chat_stream_via_sdk(client, model):
 
 def test_completion_stream_stop_string_matches_non_streamed(base_url, model):
     # The stop string may arrive split over tokens: held-back text must never be streamed.
-    body = {"model": model, "prompt": PROMPT, "max_tokens": 12, "temperature": 0, "stop": ["answer is"]}
+    # " seasons" and " of" are separate tokens of the greedy answer's first line.
+    prompt = "<|im_start|>user\nName the four seasons of the year.<|im_end|>\n<|im_start|>assistant\n"
+    body = {"model": model, "prompt": prompt, "max_tokens": 12, "temperature": 0, "stop": ["seasons of"]}
     status, whole = post_json(base_url, "/v1/completions", body)
     assert status == 200, whole
     assert whole["choices"][0]["finish_reason"] == "stop", whole
@@ -100,7 +103,7 @@ def test_completion_stream_stop_string_matches_non_streamed(base_url, model):
     assert text == whole["choices"][0]["text"]
     assert "answer" not in text
     last = [c for e in events for c in e["choices"]][-1]
-    assert last["finish_reason"] == "stop" and last["stop_reason"] == "answer is"
+    assert last["finish_reason"] == "stop" and last["stop_reason"] == "seasons of"
 
 
 def test_completion_stream_logprobs(base_url, model):

@@ -4,8 +4,8 @@
 // llama.cpp's own logits on this model move by 0.3–1.5 between its batched and token-by-token
 // evaluation of the same sequence (measured with llama-cpp-python 0.3.36, n_batch 512 vs 1), so
 // where its top-2 margin is below kLlamaCppNoise its greedy choice is not determined by the model.
-// The greedy comparison therefore runs until the first such near-tie (margins.json records
-// llama.cpp's margin at every step) and must reach 16 tokens unless it stops at one.
+// The greedy comparison therefore runs until the sequences part, which may only happen at such a
+// near-tie (margins.json records llama.cpp's margin at every step).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -78,7 +78,7 @@ TEST_F(SmolLM2, GreedyMatchesLlamaCppUpToItsNearTies) {
   std::vector<int32_t> table(16);
   for (int i = 0; i < 16; ++i) table[i] = 15 - i;
   std::vector<float> logits(V);
-  size_t prompt_index = 0, total_agree = 0;
+  size_t prompt_index = 0;
   for (const auto& p : j.at("prompts")) {
     const auto margin = margins.at(prompt_index++).get<std::vector<double>>();
     std::vector<int32_t> seq = p.at("ids").get<std::vector<int32_t>>();
@@ -94,19 +94,17 @@ TEST_F(SmolLM2, GreedyMatchesLlamaCppUpToItsNearTies) {
              BatchBuilder::Logits::kLast);
       lm_->model->forward(bb.batch(), kv, logits.data());
     }
-    total_agree += agree;
     std::printf("[smollm2] prompt %zu: first %zu of %zu greedy tokens equal llama.cpp's%s\n",
                 prompt_index - 1, agree, want.size(),
                 agree < want.size()
                     ? fmt::format(" (then llama.cpp's margin {:.4f})", margin[agree]).c_str()
                     : "");
-    if (agree < 16) {
+    if (agree < want.size()) {
       EXPECT_LT(margin[agree], kLlamaCppNoise)
           << "diverged at step " << agree
           << " where llama.cpp was decisive: " << p.at("text").get<std::string>();
     }
   }
-  EXPECT_GE(total_agree, 64u) << "fewer greedy tokens agree with llama.cpp than recorded";
 }
 
 // Share of positions where Kestrel's argmax equals transformers' (teacher-forced sequences).

@@ -1,6 +1,11 @@
 #include "backend/backend.h"
+
+#include <memory>
+#include <vector>
+
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/packed_matmul.h"
 #include "base/thread_pool.h"
 
 namespace kestrel {
@@ -13,6 +18,13 @@ class CpuBackend final : public Backend {
     return fmt::format("cpu ({} threads, {}, {} quantized matmuls)", pool_.size(),
                        cpu::linear_isa(),
                        quant_compute_ == cpu::QuantCompute::kInt8 ? "int8" : "f32");
+  }
+  void prepare_weight(Tensor& w) override {
+    if (quant_compute_ != cpu::QuantCompute::kInt8 || w.packed != nullptr ||
+        !cpu::packed_weights_supported() || !cpu::packable(w))
+      return;
+    packed_.push_back(cpu::pack_weight(w));
+    w.packed = packed_.back().get();
   }
   void linear(const Tensor& w, const float* x, int64_t m, float* y) override {
     cpu::linear(w, x, m, y, pool_, quant_compute_);
@@ -54,6 +66,7 @@ class CpuBackend final : public Backend {
  private:
   ThreadPool pool_;
   cpu::QuantCompute quant_compute_;
+  std::vector<std::unique_ptr<uint8_t[]>> packed_;  // the copies prepare_weight made
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/packed_matmul.h"
 #include "backend/cpu/quant.h"
 #include "base/status.h"
 
@@ -72,38 +73,43 @@ const DotKernels& kernels_for(Isa isa) {
   }
 }
 
+// How activations enter a kernel: as f32, or quantized to one of the int8 formats.
+enum class ActFormat { kF32, kQ8_0, kQ8_1, kQ8_K, kPacked };
+constexpr int kNumQuantFormats = 4;  // the formats after kF32, each with its own buffer
+
 // How the activations enter the kernel for a weight dtype.
 struct Plan {
   DotFn fn;
-  DType act;  // F32 (used as is), Q8_0, Q8_1 or Q8_K
+  ActFormat act;
+  int tile_rows = kMaxTileRows;  // activation rows per kernel call
 };
 
 Plan plan_for(DType w, const DotKernels& k) {
   switch (w) {
     case DType::F32:
-      return {k.f32, DType::F32};
+      return {k.f32, ActFormat::kF32};
     case DType::F16:
-      return {k.f16, DType::F32};
+      return {k.f16, ActFormat::kF32};
     case DType::BF16:
-      return {k.bf16, DType::F32};
+      return {k.bf16, ActFormat::kF32};
     case DType::Q4_0:
-      return {k.q4_0, DType::Q8_0};
+      return {k.q4_0, ActFormat::kQ8_0};
     case DType::Q4_1:
-      return {k.q4_1, DType::Q8_1};
+      return {k.q4_1, ActFormat::kQ8_1};
     case DType::Q5_0:
-      return {k.q5_0, DType::Q8_0};
+      return {k.q5_0, ActFormat::kQ8_0};
     case DType::Q5_1:
-      return {k.q5_1, DType::Q8_1};
+      return {k.q5_1, ActFormat::kQ8_1};
     case DType::Q8_0:
-      return {k.q8_0, DType::Q8_0};
+      return {k.q8_0, ActFormat::kQ8_0};
     case DType::Q4_K:
-      return {k.q4_k, DType::Q8_K};
+      return {k.q4_k, ActFormat::kQ8_K};
     case DType::Q5_K:
-      return {k.q5_k, DType::Q8_K};
+      return {k.q5_k, ActFormat::kQ8_K};
     case DType::Q6_K:
-      return {k.q6_k, DType::Q8_K};
+      return {k.q6_k, ActFormat::kQ8_K};
     default:
-      return {nullptr, DType::F32};
+      return {nullptr, ActFormat::kF32};
   }
 }
 
@@ -153,15 +159,41 @@ DotFn dequant_dot_for(DType w) {
   }
 }
 
-void quantize_activation_row(DType act, const float* x, void* dst, int64_t k) {
+size_t activation_row_bytes(ActFormat act, int64_t k) {
   switch (act) {
-    case DType::Q8_0:
+    case ActFormat::kQ8_0:
+      return dtype_bytes(DType::Q8_0, k);
+    case ActFormat::kQ8_1:
+      return dtype_bytes(DType::Q8_1, k);
+    case ActFormat::kQ8_K:
+      return dtype_bytes(DType::Q8_K, k);
+    case ActFormat::kPacked:
+      return packed_activation_row_bytes(k);
+    default:
+      return size_t(k) * sizeof(float);
+  }
+}
+
+void quantize_activation_row(ActFormat act, const float* x, void* dst, int64_t k) {
+  switch (act) {
+    case ActFormat::kQ8_0:
       return quantize_row_q8_0(x, static_cast<BlockQ8_0*>(dst), k);
-    case DType::Q8_1:
+    case ActFormat::kQ8_1:
       return quantize_row_q8_1(x, static_cast<BlockQ8_1*>(dst), k);
+    case ActFormat::kPacked:
+      return quantize_row_packed(x, static_cast<uint8_t*>(dst), k);
     default:
       return quantize_row_q8_k(x, static_cast<BlockQ8_K*>(dst), k);
   }
+}
+
+// The packed-weight kernel for w, or nullptr when w has no packed copy or this ISA cannot read
+// it.
+DotFn packed_kernel(const Tensor& w, Isa isa, QuantCompute mode) {
+  if (w.packed == nullptr || isa != Isa::kAvx512 || mode != QuantCompute::kInt8) return nullptr;
+  const PackedKernels* pk = avx512_packed_kernels();
+  if (pk == nullptr) return nullptr;
+  return w.dtype == DType::Q8_0 ? pk->q8 : pk->q4;
 }
 
 // A thread's share must be at least this many multiply-adds, so small matrices stay on one
@@ -177,6 +209,10 @@ constexpr int64_t kMinQuantElemsPerThread = int64_t(1) << 14;
 
 const char* linear_isa() {
   return isa_name(selected_isa().load());
+}
+
+bool packed_weights_supported() {
+  return cpu_supports(Isa::kAvx512) && avx512_packed_kernels() != nullptr;
 }
 
 void set_linear_isa(const char* isa) {
@@ -203,41 +239,48 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
                   QuantCompute mode) {
   KCHECK(!jobs.empty(), "linear_group: no weights");
   const int64_t k = jobs[0].w->cols();
-  const DotKernels& kernels = kernels_for(selected_isa().load());
+  const Isa isa = selected_isa().load();
+  const DotKernels& kernels = kernels_for(isa);
 
-  // Per job: its plan and where its activations are. Activations are quantized once per int8
-  // format the group needs (usually one), into buffers kept per calling thread so steady-state
-  // calls do not allocate.
+  // Per job: its plan and where its weights and activations are. Activations are quantized once
+  // per int8 format the group needs (usually one), into buffers kept per calling thread so
+  // steady-state calls do not allocate.
   struct Prepared {
     Plan plan;
+    const uint8_t* w;
+    size_t row_bytes;
     const uint8_t* x;
     size_t x_stride;
     int64_t n;
-    size_t row_bytes;
   };
   constexpr int kMaxJobs = 8;
   KCHECK(jobs.size() <= kMaxJobs, "linear_group: at most {} weights", kMaxJobs);
   Prepared prep[kMaxJobs];
-  thread_local std::vector<uint8_t> scratch[3];
-  const DType formats[3] = {DType::Q8_0, DType::Q8_1, DType::Q8_K};
-  bool quantized[3] = {false, false, false};
+  thread_local std::vector<uint8_t> scratch[kNumQuantFormats];
+  bool quantized[kNumQuantFormats] = {};
   int64_t total_rows = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const Tensor& w = *jobs[i].w;
     const DTypeInfo& info = dtype_info(w.dtype);
-    Plan plan = plan_for(w.dtype, kernels);
-    if (mode == QuantCompute::kF32 && info.quantized) plan = {dequant_dot_for(w.dtype), DType::F32};
-    KCHECK(plan.fn != nullptr, "linear: unsupported weight dtype {}", info.name);
     KCHECK(w.cols() == k, "linear_group: K differs ({} vs {})", w.cols(), k);
     KCHECK(k % info.block_elems == 0, "linear: K = {} is not a multiple of the {} block ({})", k,
            info.name, info.block_elems);
     Prepared& p = prep[i];
-    p = {plan, reinterpret_cast<const uint8_t*>(x), size_t(k) * sizeof(float), w.rows(),
-         w.row_bytes()};
+    p = {plan_for(w.dtype, kernels), static_cast<const uint8_t*>(w.data), w.row_bytes(),
+         reinterpret_cast<const uint8_t*>(x), size_t(k) * sizeof(float), w.rows()};
+    if (mode == QuantCompute::kF32 && info.quantized)
+      p.plan = {dequant_dot_for(w.dtype), ActFormat::kF32};
+    if (DotFn fn = packed_kernel(w, isa, mode)) {
+      p.plan = {fn, ActFormat::kPacked, kMaxPackedTileRows};
+      p.w = static_cast<const uint8_t*>(w.packed);
+      p.row_bytes = packed_weight_row_bytes(w.dtype, k);
+    }
+    KCHECK(p.plan.fn != nullptr, "linear: unsupported weight dtype {}", info.name);
     total_rows += p.n;
-    if (plan.act == DType::F32 || m <= 0) continue;
-    const int f = int(std::find(formats, formats + 3, plan.act) - formats);
-    p.x_stride = dtype_bytes(plan.act, k);
+    if (p.plan.act == ActFormat::kF32 || m <= 0) continue;
+    const ActFormat act = p.plan.act;
+    const int f = int(act) - 1;
+    p.x_stride = activation_row_bytes(act, k);
     std::vector<uint8_t>& buf = scratch[f];
     if (!quantized[f]) {
       if (buf.size() < size_t(m) * p.x_stride) buf.resize(size_t(m) * p.x_stride);
@@ -246,7 +289,7 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       pool.parallel_for(m, kMinQuantElemsPerThread / std::max<int64_t>(k, 1) + 1,
                         [&](int64_t r0, int64_t r1) {
                           for (int64_t r = r0; r < r1; ++r)
-                            quantize_activation_row(plan.act, x + r * k, q + r * stride, k);
+                            quantize_activation_row(act, x + r * k, q + r * stride, k);
                         });
       quantized[f] = true;
     }
@@ -265,17 +308,18 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       const int64_t n0 = std::max<int64_t>(r0 - base, 0), n1 = std::min<int64_t>(r1 - base, p.n);
       if (n0 >= n1) continue;
       float* y = jobs[i].y;
-      const uint8_t* wb = static_cast<const uint8_t*>(jobs[i].w->data);
+      const uint8_t* wb = p.w;
+      const int tile = p.plan.tile_rows;
       // With several activation tiles, weight rows go in groups that stay in L2 while every
       // tile passes over them; with one tile each weight row is streamed exactly once.
       const int64_t group =
-          m <= kMaxTileRows ? p.n
+          m <= tile ? p.n
                             : std::max<int64_t>(1, kWeightGroupBytes /
                                                        std::max<int64_t>(1, int64_t(p.row_bytes)));
       for (int64_t g0 = n0; g0 < n1; g0 += group) {
         const int64_t g1 = std::min(n1, g0 + group);
-        for (int64_t m0 = 0; m0 < m; m0 += kMaxTileRows) {
-          const int nx = int(std::min<int64_t>(kMaxTileRows, m - m0));
+        for (int64_t m0 = 0; m0 < m; m0 += tile) {
+          const int nx = int(std::min<int64_t>(tile, m - m0));
           const uint8_t* xt = p.x + size_t(m0) * p.x_stride;
           for (int64_t j = g0; j < g1; ++j)
             p.plan.fn(wb + size_t(j) * p.row_bytes, xt, p.x_stride, nx, k, y + m0 * p.n + j, p.n);

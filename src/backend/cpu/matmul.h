@@ -33,6 +33,10 @@ struct LinearJob {
 void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, ThreadPool& pool,
                   QuantCompute mode = QuantCompute::kInt8);
 
+// Whether this CPU and build run the packed-weight kernels (packed_matmul.h): a weight with a
+// packed copy (Tensor::packed) is then read from it while the AVX-512 kernels are selected.
+bool packed_weights_supported();
+
 // Which SIMD implementation linear() uses on this CPU ("avx512", "avx2", "scalar").
 const char* linear_isa();
 

@@ -31,6 +31,15 @@ const DotKernels& scalar_dot_kernels();
 const DotKernels* avx2_dot_kernels();
 const DotKernels* avx512_dot_kernels();
 
+// Kernels over packed rows (packed_matmul.h), with the DotFn contract: w is one packed weight
+// row, x packed activation rows x_stride bytes apart, up to kMaxPackedTileRows of them.
+constexpr int kMaxPackedTileRows = 8;
+struct PackedKernels {
+  DotFn q4, q8;  // nibble codes (Q4_0, Q4_1) and byte codes (Q8_0)
+};
+// nullptr when this build has no AVX-512 VNNI code; callers check CPU support themselves.
+const PackedKernels* avx512_packed_kernels();
+
 // Turns a kernel with a compile-time tile height, K::run<NX>(w, x, x_stride, k, out,
 // out_stride), into a DotFn. K lives in an unnamed namespace of each ISA's file, so every
 // instantiation stays local to the file (and its compile flags).

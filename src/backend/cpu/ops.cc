@@ -1,8 +1,11 @@
 #include "backend/cpu/ops.h"
 
+#include <immintrin.h>
+
 #include <cmath>
 
 #include "backend/cpu/quant.h"
+#include "backend/cpu/simd_math.h"
 #include "base/fp16.h"
 
 namespace kestrel::cpu {
@@ -26,7 +29,15 @@ void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t d
 }
 
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
+  int64_t i = 0;
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = simd::exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    _mm256_storeu_ps(
+        out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
@@ -47,6 +58,11 @@ float round_to(DType dt, float x) {
 }
 
 void round_to(DType dt, float* x, int64_t n) {
+  if (dt == DType::F32) return;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, simd::round_to8(dt, _mm256_loadu_ps(x + i)));
+  x += i;
+  n -= i;
   if (dt == DType::BF16) {
     for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
   } else if (dt == DType::F16) {

@@ -3,32 +3,74 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
 
-#include "backend/cpu/ops.h"
+#include "backend/cpu/simd_math.h"
 #include "base/fp16.h"
 #include "base/status.h"
 
 namespace kestrel::cpu {
 namespace {
 
+// Query tokens of one sequence that share every K/V row read (a prefill tile). Each query's
+// arithmetic is the same whatever tile it is in, so outputs do not depend on the batch.
+constexpr int kQueryTile = 8;
+// Keys scored together: eight dot products reduce into one vector.
+constexpr int kKeyBlock = 8;
+
 size_t elem_size(DType t) {
   return t == DType::F32 ? 4 : 2;
 }
 
+int64_t round_up8(int64_t n) {
+  return (n + 7) & ~int64_t(7);
+}
+
+// Stores n floats converted to the cache dtype (round to nearest even, as f32_to_f16/bf16).
 void store_row(DType t, const float* src, void* dst, int64_t n) {
   if (t == DType::F32) {
     std::memcpy(dst, src, size_t(n) * 4);
-  } else if (t == DType::F16) {
-    auto* d = static_cast<uint16_t*>(dst);
-    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
-  } else {
-    auto* d = static_cast<uint16_t*>(dst);
-    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+    return;
   }
+  auto* d = static_cast<uint16_t*>(dst);
+  int64_t i = 0;
+  if (t == DType::F16) {
+    for (; i + 8 <= n; i += 8)
+      _mm_storeu_si128(
+          reinterpret_cast<__m128i*>(d + i),
+          _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; ++i) d[i] = f32_to_f16(src[i]);
+  } else {
+    for (; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+  }
+}
+
+// Widens n cached values to f32 and zero-fills dst up to the next multiple of 8.
+void widen_row(DType t, const uint8_t* src, float* dst, int n) {
+  int i = 0;
+  if (t == DType::F32) {
+    std::memcpy(dst, src, size_t(n) * 4);
+    i = n;
+  } else {
+    const auto* h = reinterpret_cast<const uint16_t*>(src);
+    if (t == DType::F16) {
+      for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i,
+                         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+      for (; i < n; ++i) dst[i] = f16_to_f32(h[i]);
+    } else {
+      for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(
+            dst + i,
+            _mm256_castsi256_ps(_mm256_slli_epi32(
+                _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))),
+                16)));
+      for (; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
+    }
+  }
+  for (; i < round_up8(n); ++i) dst[i] = 0.0f;
 }
 
 // Where one cached row (one token, one KV head) of K or V starts.
@@ -44,102 +86,134 @@ struct CacheRows {
   }
 };
 
-// One (token, kv head) unit of an all-f32 cache: the whole query group of that KV head attends
-// together so every K/V row read serves all of the group's heads; online softmax, one pass.
-void attend_group_f32(const float* q, const CacheRows& rows, int32_t pos, int group, int hd,
-                      float scale, float* out, float* m, float* l) {
-  for (int g = 0; g < group; ++g) {
-    m[g] = -std::numeric_limits<float>::infinity();
-    l[g] = 0.0f;
-    std::fill(out + g * hd, out + (g + 1) * hd, 0.0f);
-  }
-  for (int32_t j = 0; j <= pos; ++j) {
-    const float* kr = reinterpret_cast<const float*>(rows.at(rows.c.k, j));
-    const float* vr = reinterpret_cast<const float*>(rows.at(rows.c.v, j));
-    for (int g = 0; g < group; ++g) {
-      const float* qg = q + g * hd;
-      float s = 0.0f;
-      for (int d = 0; d < hd; ++d) s += qg[d] * kr[d];
-      s *= scale;
-      float* og = out + g * hd;
-      if (s > m[g]) {
-        const float corr = std::exp(m[g] - s);
-        l[g] *= corr;
-        for (int d = 0; d < hd; ++d) og[d] *= corr;
-        m[g] = s;
-      }
-      const float p = std::exp(s - m[g]);
-      l[g] += p;
-      for (int d = 0; d < hd; ++d) og[d] += p * vr[d];
-    }
-  }
-  for (int g = 0; g < group; ++g) {
-    const float inv = 1.0f / l[g];
-    for (int d = 0; d < hd; ++d) out[g * hd + d] *= inv;
-  }
-}
-
-// Widens one cached row to f32 (F16C for f16: the build baseline has it).
-void load_row(DType t, const uint8_t* src, float* dst, int n) {
-  if (t == DType::F32) {
-    std::memcpy(dst, src, size_t(n) * 4);
-    return;
-  }
-  const auto* h = reinterpret_cast<const uint16_t*>(src);
-  int i = 0;
-  if (t == DType::F16) {
-    for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(dst + i,
-                       _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
-    for (; i < n; ++i) dst[i] = f16_to_f32(h[i]);
-  } else {
-    for (; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
-  }
-}
-
-// Scratch for the reduced-precision path, reused across the units of one thread.
-struct Scratch {
-  std::vector<float> q, row, scores;
+// One unit of work: tokens [t0, t1) of one sequence (consecutive positions) and one KV head,
+// i.e. (t1 - t0) × group query rows.
+struct Unit {
+  int64_t t0, t1;
+  int seq;
+  int kv_head;
 };
 
-// One (token, kv head) unit with a half-precision cache and/or reduced-precision activations
-// (see the header). Each K and V row is widened once for the whole query group.
-void attend_group_rounded(const float* q_in, const CacheRows& rows, int32_t pos, int group, int hd,
-                          float scale, DType act, float* out, Scratch& s) {
-  const DType op = rows.c.dtype;
-  const int64_t len = int64_t(pos) + 1;
-  s.q.assign(q_in, q_in + int64_t(group) * hd);
-  round_to(op, s.q.data(), int64_t(group) * hd);
-  s.row.resize(hd);
-  s.scores.resize(size_t(group) * len);
-  for (int32_t j = 0; j <= pos; ++j) {
-    load_row(op, rows.at(rows.c.k, j), s.row.data(), hd);
-    for (int g = 0; g < group; ++g) {
-      const float* qg = s.q.data() + g * hd;
-      float dot = 0.0f;
-      for (int d = 0; d < hd; ++d) dot += qg[d] * s.row[d];
-      s.scores[g * len + j] = round_to(act, round_to(act, dot) * scale);
+// Per-thread buffers, grown as needed and reused across units.
+struct Scratch {
+  std::vector<float> q, out, scores, rows;
+};
+
+struct Params {
+  const KVLayer& cache;
+  const AttentionBatch& batch;
+  int num_heads, group, hd;
+  float scale;
+  DType act;
+};
+
+// Scores (two passes: every score of a row, then softmax), then P·V. Per query row the steps and
+// their order depend only on its own position and data:
+//   s_j = dot(q, k_j) (eight-lane partial sums in dimension order, then a fixed tree) · scale,
+//   p = softmax(s) (exact max; exp and sum over the row in blocks of eight),
+//   out = Σ_j p_j · v_j in key order.
+// With a half-precision cache, q and p are rounded to it (the operands of a half GEMM); with
+// reduced-precision activations the scores, scaled scores and output are rounded to `act`.
+void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, Scratch& s) {
+  const int hd = p.hd, group = p.group;
+  const int64_t hdp = round_up8(hd);
+  const DType op = p.cache.dtype;
+  const DType p_dtype = p.act != DType::F32 ? p.act : op;
+  const int nq = int(u.t1 - u.t0) * group;
+  const CacheRows rows{p.cache, p.batch.block_tables + int64_t(u.seq) * p.batch.max_blocks_per_seq,
+                       u.kv_head};
+  int32_t max_pos = 0;
+  for (int64_t t = u.t0; t < u.t1; ++t) max_pos = std::max(max_pos, p.batch.positions[t]);
+  const int64_t len = int64_t(max_pos) + 1, lenp = round_up8(len);
+
+  s.q.resize(size_t(nq) * hdp);
+  s.out.assign(size_t(nq) * hdp, 0.0f);
+  s.scores.resize(size_t(nq) * lenp);
+  s.rows.resize(size_t(kKeyBlock) * hdp);
+  auto pos_of = [&](int r) { return p.batch.positions[u.t0 + r / group]; };
+  for (int r = 0; r < nq; ++r) {
+    const int64_t t = u.t0 + r / group;
+    const float* src = q_all + (t * p.num_heads + int64_t(u.kv_head) * group + r % group) * hd;
+    float* dst = s.q.data() + r * hdp;
+    std::copy(src, src + hd, dst);
+    std::fill(dst + hd, dst + hdp, 0.0f);
+    for (int64_t d = 0; d < hdp; d += 8)
+      _mm256_storeu_ps(dst + d, simd::round_to8(op, _mm256_loadu_ps(dst + d)));
+  }
+
+  // Pass 1: scores, eight keys at a time.
+  const __m256 scale8 = _mm256_set1_ps(p.scale);
+  for (int64_t j0 = 0; j0 < len; j0 += kKeyBlock) {
+    const int nk = int(std::min<int64_t>(kKeyBlock, len - j0));
+    for (int jj = 0; jj < kKeyBlock; ++jj) {
+      float* dst = s.rows.data() + jj * hdp;
+      if (jj < nk) {
+        widen_row(op, rows.at(p.cache.k, int32_t(j0 + jj)), dst, hd);
+      } else {
+        std::fill(dst, dst + hdp, 0.0f);
+      }
+    }
+    for (int r = 0; r < nq; ++r) {
+      if (pos_of(r) < j0) continue;
+      const float* qr = s.q.data() + r * hdp;
+      __m256 acc[kKeyBlock];
+      for (__m256& a : acc) a = _mm256_setzero_ps();
+      for (int64_t d = 0; d < hdp; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(qr + d);
+#pragma GCC unroll 8
+        for (int jj = 0; jj < kKeyBlock; ++jj)
+          acc[jj] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(s.rows.data() + jj * hdp + d), acc[jj]);
+      }
+      __m256 sc = simd::round_to8(p.act, simd::hsum8x8(acc));
+      sc = simd::round_to8(p.act, _mm256_mul_ps(sc, scale8));
+      _mm256_storeu_ps(s.scores.data() + r * lenp + j0, sc);
     }
   }
-  const DType p_dtype = act != DType::F32 ? act : op;
-  for (int g = 0; g < group; ++g) {
-    float* sc = s.scores.data() + g * len;
-    const float mx = *std::max_element(sc, sc + len);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < len; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
-    const float inv = 1.0f / sum;
-    for (int64_t j = 0; j < len; ++j) sc[j] = round_to(p_dtype, sc[j] * inv);
+
+  // Pass 2: softmax of each row over its own keys; lanes past them are -inf, so exp gives 0.
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int r = 0; r < nq; ++r) {
+    float* sc = s.scores.data() + r * lenp;
+    const int64_t n = int64_t(pos_of(r)) + 1, np = round_up8(n);
+    std::fill(sc + n, sc + np, -std::numeric_limits<float>::infinity());
+    __m256 mx = neg_inf;
+    for (int64_t j = 0; j < np; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sc + j));
+    mx = _mm256_max_ps(mx, _mm256_permute2f128_ps(mx, mx, 1));
+    mx = _mm256_max_ps(mx, _mm256_shuffle_ps(mx, mx, _MM_SHUFFLE(1, 0, 3, 2)));
+    mx = _mm256_max_ps(mx, _mm256_shuffle_ps(mx, mx, _MM_SHUFFLE(2, 3, 0, 1)));
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t j = 0; j < np; j += 8) {
+      const __m256 e = simd::exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), mx));
+      _mm256_storeu_ps(sc + j, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / simd::hsum8(sum));
+    for (int64_t j = 0; j < np; j += 8)
+      _mm256_storeu_ps(sc + j,
+                       simd::round_to8(p_dtype, _mm256_mul_ps(_mm256_loadu_ps(sc + j), inv)));
   }
-  std::fill(out, out + int64_t(group) * hd, 0.0f);
-  for (int32_t j = 0; j <= pos; ++j) {
-    load_row(op, rows.at(rows.c.v, j), s.row.data(), hd);
-    for (int g = 0; g < group; ++g) {
-      const float p = s.scores[g * len + j];
-      float* og = out + g * hd;
-      for (int d = 0; d < hd; ++d) og[d] += p * s.row[d];
+
+  // Pass 3: out += p_j · v_j in key order; each V row is widened once for the whole unit.
+  float* vrow = s.rows.data();
+  for (int64_t j = 0; j < len; ++j) {
+    widen_row(op, rows.at(p.cache.v, int32_t(j)), vrow, hd);
+    for (int r = 0; r < nq; ++r) {
+      if (pos_of(r) < j) continue;
+      const __m256 pj = _mm256_broadcast_ss(s.scores.data() + r * lenp + j);
+      float* o = s.out.data() + r * hdp;
+      for (int64_t d = 0; d < hdp; d += 8)
+        _mm256_storeu_ps(o + d,
+                         _mm256_fmadd_ps(pj, _mm256_loadu_ps(vrow + d), _mm256_loadu_ps(o + d)));
     }
   }
-  round_to(act, out, int64_t(group) * hd);
+  for (int r = 0; r < nq; ++r) {
+    const int64_t t = u.t0 + r / group;
+    float* o = s.out.data() + r * hdp;
+    for (int64_t d = 0; d < hdp; d += 8)
+      _mm256_storeu_ps(o + d, simd::round_to8(p.act, _mm256_loadu_ps(o + d)));
+    std::copy(o, o + hd,
+              out_all + (t * p.num_heads + int64_t(u.kv_head) * group + r % group) * hd);
+  }
 }
 
 }  // namespace
@@ -158,34 +232,25 @@ void write_kv(const KVLayer& cache, const float* k, const float* v, const Attent
 void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch& batch,
                      int num_heads, float scale, float* out, ThreadPool& pool, DType act) {
   const int kvh = cache.num_kv_heads;
-  const int hd = cache.head_dim;
   KCHECK(num_heads % kvh == 0, "heads {} not a multiple of kv heads {}", num_heads, kvh);
   KCHECK(cache.dtype == DType::F32 || cache.dtype == DType::F16 || cache.dtype == DType::BF16,
          "unsupported KV cache dtype {}", dtype_name(cache.dtype));
-  const int group = num_heads / kvh;
-  const bool exact_f32 = cache.dtype == DType::F32 && act == DType::F32;
-  // Map each token to its sequence once.
-  std::vector<int32_t> seq_of(batch.num_tokens);
+  // Units: each sequence's tokens in tiles of kQueryTile, times the KV heads; the longest
+  // contexts (last tiles) first so the dynamic split ends evenly.
+  std::vector<Unit> units;
   for (int s = 0; s < batch.num_seqs; ++s)
-    for (int32_t t = batch.query_start_loc[s]; t < batch.query_start_loc[s + 1]; ++t) seq_of[t] = s;
-  const int64_t units = batch.num_tokens * kvh;
-  pool.parallel_for(units, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> m(group), l(group);
-    Scratch scratch;
-    for (int64_t u = begin; u < end; ++u) {
-      const int64_t t = u / kvh;
-      const int h = int(u % kvh);
-      const CacheRows rows{cache,
-                           batch.block_tables + int64_t(seq_of[t]) * batch.max_blocks_per_seq, h};
-      const int64_t off = (t * num_heads + int64_t(h) * group) * hd;
-      if (exact_f32) {
-        attend_group_f32(q + off, rows, batch.positions[t], group, hd, scale, out + off, m.data(),
-                         l.data());
-      } else {
-        attend_group_rounded(q + off, rows, batch.positions[t], group, hd, scale, act, out + off,
-                             scratch);
-      }
+    for (int64_t t0 = batch.query_start_loc[s]; t0 < batch.query_start_loc[s + 1];
+         t0 += kQueryTile) {
+      const int64_t t1 = std::min<int64_t>(t0 + kQueryTile, batch.query_start_loc[s + 1]);
+      for (int h = 0; h < kvh; ++h) units.push_back({t0, t1, s, h});
     }
+  std::stable_sort(units.begin(), units.end(), [&](const Unit& a, const Unit& b) {
+    return batch.positions[a.t1 - 1] > batch.positions[b.t1 - 1];
+  });
+  const Params params{cache, batch, num_heads, num_heads / kvh, cache.head_dim, scale, act};
+  pool.parallel_for(int64_t(units.size()), 1, [&](int64_t begin, int64_t end) {
+    thread_local Scratch scratch;
+    for (int64_t i = begin; i < end; ++i) attend(params, units[size_t(i)], q, out, scratch);
   });
 }
 

@@ -43,7 +43,8 @@ void write_kv(const KVLayer& cache, const float* k, const float* v, const Attent
 // half-precision GEMM does — q is rounded for Q·Kᵀ and the normalized probabilities for P·V —
 // with f32 accumulation. With act = BF16/F16 (a model whose activations are that dtype) the
 // scores, scaled scores and the output are also rounded to it, as an eager reference computes.
-// All-f32 runs one pass with online softmax; the others keep each row's scores (two passes).
+// Every query's arithmetic (order of sums included) depends only on its own position and data,
+// never on the other tokens of the batch or the thread split, so results are batch-invariant.
 void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch& batch,
                      int num_heads, float scale, float* out, ThreadPool& pool,
                      DType act = DType::F32);
