@@ -91,8 +91,8 @@ TEST(PackWeight, KeepsEveryValue) {
     for (int64_t r = 0; r < n; ++r) {
       dequantize_row(t, w.tensor.row(r), deq.data(), k);
       const uint8_t* row = w.packed.get() + r * stride;
-      const auto* d = reinterpret_cast<const float*>(row + codes);
-      const float* m = d + k / 32;
+      const auto* d = reinterpret_cast<const uint16_t*>(row + codes);
+      const uint16_t* m = d + k / 32;
       for (int64_t i = 0; i < k; ++i) {
         const int64_t b = i / 32, e = i % 32, h = b % 2;
         int u;
@@ -102,7 +102,11 @@ TEST(PackWeight, KeepsEveryValue) {
           const uint8_t byte = row[(b / 2) * 32 + h * 16 + e % 16];
           u = e < 16 ? byte & 0xF : byte >> 4;
         }
-        ASSERT_FLOAT_EQ(d[b] * float(u) + m[b], deq[i])
+        const float db = f16_to_f32(d[b]);
+        const float mb = t == DType::Q4_1   ? f16_to_f32(m[b])
+                         : t == DType::Q4_0 ? -8 * db
+                                            : -128 * db;
+        ASSERT_FLOAT_EQ(db * float(u) + mb, deq[i])
             << dtype_name(t) << " row " << r << " element " << i;
       }
     }

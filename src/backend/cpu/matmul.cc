@@ -87,11 +87,11 @@ struct Plan {
 Plan plan_for(DType w, const DotKernels& k) {
   switch (w) {
     case DType::F32:
-      return {k.f32, ActFormat::kF32};
+      return {k.f32, ActFormat::kF32, k.float_tile_rows};
     case DType::F16:
-      return {k.f16, ActFormat::kF32};
+      return {k.f16, ActFormat::kF32, k.float_tile_rows};
     case DType::BF16:
-      return {k.bf16, ActFormat::kF32};
+      return {k.bf16, ActFormat::kF32, k.float_tile_rows};
     case DType::Q4_0:
       return {k.q4_0, ActFormat::kQ8_0};
     case DType::Q4_1:
@@ -193,7 +193,14 @@ DotFn packed_kernel(const Tensor& w, Isa isa, QuantCompute mode) {
   if (w.packed == nullptr || isa != Isa::kAvx512 || mode != QuantCompute::kInt8) return nullptr;
   const PackedKernels* pk = avx512_packed_kernels();
   if (pk == nullptr) return nullptr;
-  return w.dtype == DType::Q8_0 ? pk->q8 : pk->q4;
+  switch (w.dtype) {
+    case DType::Q4_0:
+      return pk->q4_0;
+    case DType::Q4_1:
+      return pk->q4_1;
+    default:
+      return pk->q8_0;
+  }
 }
 
 // A thread's share must be at least this many multiply-adds, so small matrices stay on one
@@ -202,6 +209,8 @@ constexpr int64_t kMinMacsPerThread = int64_t(1) << 16;
 // Weight rows are walked in groups of about this many bytes when several activation tiles
 // revisit them, so a group stays in L2 between tiles.
 constexpr int64_t kWeightGroupBytes = int64_t(256) << 10;
+// Bytes of activation rows one kernel call may read: about half of a 48 KiB L1.
+constexpr int64_t kActivationTileBytes = int64_t(24) << 10;
 // Activation rows are quantized in parallel once a thread gets at least this many elements.
 constexpr int64_t kMinQuantElemsPerThread = int64_t(1) << 14;
 
@@ -266,12 +275,12 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
     KCHECK(k % info.block_elems == 0, "linear: K = {} is not a multiple of the {} block ({})", k,
            info.name, info.block_elems);
     Prepared& p = prep[i];
-    p = {plan_for(w.dtype, kernels), static_cast<const uint8_t*>(w.data), w.row_bytes(),
-         reinterpret_cast<const uint8_t*>(x), size_t(k) * sizeof(float), w.rows()};
+    p = {plan_for(w.dtype, kernels),          static_cast<const uint8_t*>(w.data), w.row_bytes(),
+         reinterpret_cast<const uint8_t*>(x), size_t(k) * sizeof(float),           w.rows()};
     if (mode == QuantCompute::kF32 && info.quantized)
       p.plan = {dequant_dot_for(w.dtype), ActFormat::kF32};
     if (DotFn fn = packed_kernel(w, isa, mode)) {
-      p.plan = {fn, ActFormat::kPacked, kMaxPackedTileRows};
+      p.plan = {fn, ActFormat::kPacked, kMaxWideTileRows};
       p.w = static_cast<const uint8_t*>(w.packed);
       p.row_bytes = packed_weight_row_bytes(w.dtype, k);
     }
@@ -309,13 +318,15 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       if (n0 >= n1) continue;
       float* y = jobs[i].y;
       const uint8_t* wb = p.w;
-      const int tile = p.plan.tile_rows;
+      // Activation tiles stay within half of L1, next to the weight row streaming past them.
+      const int tile =
+          int(std::clamp<int64_t>(kActivationTileBytes / int64_t(p.x_stride), 1, p.plan.tile_rows));
       // With several activation tiles, weight rows go in groups that stay in L2 while every
       // tile passes over them; with one tile each weight row is streamed exactly once.
       const int64_t group =
           m <= tile ? p.n
-                            : std::max<int64_t>(1, kWeightGroupBytes /
-                                                       std::max<int64_t>(1, int64_t(p.row_bytes)));
+                    : std::max<int64_t>(
+                          1, kWeightGroupBytes / std::max<int64_t>(1, int64_t(p.row_bytes)));
       for (int64_t g0 = n0; g0 < n1; g0 += group) {
         const int64_t g1 = std::min(n1, g0 + group);
         for (int64_t m0 = 0; m0 < m; m0 += tile) {

@@ -103,7 +103,7 @@ struct FloatDot {
   static void run(const void* w, const void* x, size_t xs, int64_t k, float* out, int64_t os) {
     const float* xr[NX];
     __m512 a0[NX], a1[NX];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < NX; ++r) {
       xr[r] = row<float>(x, xs, r);
       a0[r] = a1[r] = _mm512_setzero_ps();
@@ -111,7 +111,7 @@ struct FloatDot {
     int64_t i = 0;
     for (; i + 32 <= k; i += 32) {
       const __m512 w0 = Wide<W>::load16(w, i), w1 = Wide<W>::load16(w, i + 16);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int r = 0; r < NX; ++r) {
         a0[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xr[r] + i), a0[r]);
         a1[r] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xr[r] + i + 16), a1[r]);
@@ -119,19 +119,19 @@ struct FloatDot {
     }
     if (i + 16 <= k) {
       const __m512 w0 = Wide<W>::load16(w, i);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int r = 0; r < NX; ++r) a0[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xr[r] + i), a0[r]);
       i += 16;
     }
     if (i < k) {
       const __mmask16 m = __mmask16((1u << (k - i)) - 1);
       const __m512 wt = Wide<W>::load_tail(w, i, m);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int r = 0; r < NX; ++r) {
         a1[r] = _mm512_fmadd_ps(wt, _mm512_maskz_loadu_ps(m, xr[r] + i), a1[r]);
       }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < NX; ++r) out[r * os] = _mm512_reduce_add_ps(_mm512_add_ps(a0[r], a1[r]));
   }
 };
@@ -390,8 +390,16 @@ struct Q6KDot {
   }
 };
 
-constexpr DotKernels kAvx512Kernels =
-    make_dot_kernels<FloatDot, SymDot, MinDot, KQuantDot, Q6KDot>();
+// The float kernels take eight rows: their two accumulators per row fit the 32 registers.
+constexpr DotKernels make_avx512_kernels() {
+  DotKernels k = make_dot_kernels<FloatDot, SymDot, MinDot, KQuantDot, Q6KDot>();
+  k.f32 = dispatch_tile8<FloatDot<F32W>>;
+  k.f16 = dispatch_tile8<FloatDot<F16W>>;
+  k.bf16 = dispatch_tile8<FloatDot<BF16W>>;
+  k.float_tile_rows = kMaxWideTileRows;
+  return k;
+}
+constexpr DotKernels kAvx512Kernels = make_avx512_kernels();
 
 }  // namespace
 

@@ -23,6 +23,7 @@ using DotFn = void (*)(const void* w, const void* x, size_t x_stride, int nx, in
 
 struct DotKernels {
   DotFn f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k;
+  int float_tile_rows = kMaxTileRows;  // rows the f32/f16/bf16 kernels take per call
 };
 
 // Portable C++; always available.
@@ -32,10 +33,9 @@ const DotKernels* avx2_dot_kernels();
 const DotKernels* avx512_dot_kernels();
 
 // Kernels over packed rows (packed_matmul.h), with the DotFn contract: w is one packed weight
-// row, x packed activation rows x_stride bytes apart, up to kMaxPackedTileRows of them.
-constexpr int kMaxPackedTileRows = 8;
+// row, x packed activation rows x_stride bytes apart, up to kMaxWideTileRows of them.
 struct PackedKernels {
-  DotFn q4, q8;  // nibble codes (Q4_0, Q4_1) and byte codes (Q8_0)
+  DotFn q4_0, q4_1, q8_0;
 };
 // nullptr when this build has no AVX-512 VNNI code; callers check CPU support themselves.
 const PackedKernels* avx512_packed_kernels();
@@ -59,5 +59,27 @@ void dispatch_tile(const void* w, const void* x, size_t x_stride, int nx, int64_
 }
 
 static_assert(kMaxTileRows == 4, "dispatch_tile handles up to four rows");
+
+// The same for kernels that take up to eight rows (AVX-512 has the registers for them).
+constexpr int kMaxWideTileRows = 8;
+template <typename K>
+void dispatch_tile8(const void* w, const void* x, size_t x_stride, int nx, int64_t k, float* out,
+                    int64_t out_stride) {
+  switch (nx) {
+    case 1:
+    case 2:
+    case 3:
+    case 4:
+      return dispatch_tile<K>(w, x, x_stride, nx, k, out, out_stride);
+    case 5:
+      return K::template run<5>(w, x, x_stride, k, out, out_stride);
+    case 6:
+      return K::template run<6>(w, x, x_stride, k, out, out_stride);
+    case 7:
+      return K::template run<7>(w, x, x_stride, k, out, out_stride);
+    default:
+      return K::template run<8>(w, x, x_stride, k, out, out_stride);
+  }
+}
 
 }  // namespace kestrel::cpu

@@ -1,5 +1,5 @@
-// AVX-512 VNNI kernels over packed weights (layout in packed_matmul.h): per block pair one 64-byte code
-// vector, one _mm512_dpbusd_epi32 per activation row, and the pair's f32 scales expanded from
+// AVX-512 VNNI kernels over packed weights (layout in packed_matmul.h): per block pair one 64-byte
+// code vector, one _mm512_dpbusd_epi32 per activation row, and the pair's f32 scales expanded from
 // sixteen-block vectors by one permute. Same compile-flag rules as matmul_avx512.cc: intrinsics
 // and unnamed-namespace code only.
 #include "backend/cpu/matmul_kernels.h"
@@ -26,17 +26,44 @@ alignas(64) constexpr int32_t kPairIndex[8][16] = {KPAIR(0), KPAIR(1), KPAIR(2),
                                                    KPAIR(4), KPAIR(5), KPAIR(6), KPAIR(7)};
 #undef KPAIR
 
+// Sums the lanes of each of v[0..7] and stores sum r at out[r * os] for r < nx. The lanes of one
+// vector are added in a fixed tree whatever the other vectors hold, so a row's result does not
+// depend on nx; eight rows share the shuffles.
+void store_sums8(const __m512 v[8], int nx, float* out, int64_t os) {
+  __m512 t[4];
+  for (int i = 0; i < 4; ++i) {
+    // [a.q0 + a.q2, a.q1 + a.q3, b.q0 + b.q2, b.q1 + b.q3] for a = v[2i], b = v[2i + 1].
+    t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  __m512 u[2];
+  for (int i = 0; i < 2; ++i) {
+    // Quarter q holds row 4i + q's four partial sums.
+    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    u[i] = _mm512_add_ps(u[i], _mm512_permute_ps(u[i], _MM_SHUFFLE(1, 0, 3, 2)));
+    u[i] = _mm512_add_ps(u[i], _mm512_permute_ps(u[i], _MM_SHUFFLE(2, 3, 0, 1)));
+  }
+  alignas(64) float lanes[2][16];
+  _mm512_store_ps(lanes[0], u[0]);
+  _mm512_store_ps(lanes[1], u[1]);
+  for (int r = 0; r < nx; ++r) out[r * os] = lanes[r / 4][4 * (r % 4)];
+}
+
+// Where a block's m comes from: stored (Q4_1), or -8d (Q4_0) / -128d (Q8_0).
+enum class Min { kStored, kMinus8D, kMinus128D };
+
 // Per output: Σ over pairs (in order) of cvt(Σ u·q_x per lane) · d_x · d_w, accumulated in one
-// vector; plus Σ over blocks of m_w · s, in another; each reduced at the end. No step depends on
-// how many rows share the call.
-template <bool kNibbles>
+// vector; plus Σ over blocks of m_w · s, in another; their sum reduced at the end. No step depends
+// on how many rows share the call.
+template <bool kNibbles, Min kMin>
 struct PackedDot {
   template <int NX>
   static void run(const void* w, const void* x, size_t xs, int64_t k, float* out, int64_t os) {
     const int64_t nb = k / 32, np = nb / 2;
     const auto* wc = static_cast<const uint8_t*>(w);
-    const auto* wd = reinterpret_cast<const float*>(wc + np * (kNibbles ? 32 : 64));
-    const float* wm = wd + nb;
+    const auto* wd = reinterpret_cast<const uint16_t*>(wc + np * (kNibbles ? 32 : 64));
+    const uint16_t* wm = wd + nb;
     const uint8_t* xc[NX];
     const float* xd[NX];
     const float* xsum[NX];
@@ -54,8 +81,13 @@ struct PackedDot {
     for (int64_t c = 0; c < nb; c += 16) {
       const int nbc = int(nb - c < 16 ? nb - c : 16);
       const auto mask = __mmask16((1u << nbc) - 1);
-      const __m512 dw16 = _mm512_maskz_loadu_ps(mask, wd + c);
-      const __m512 mw16 = _mm512_maskz_loadu_ps(mask, wm + c);
+      const __m512 dw16 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, wd + c));
+      __m512 mw16;
+      if constexpr (kMin == Min::kStored) {
+        mw16 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, wm + c));
+      } else {
+        mw16 = _mm512_mul_ps(dw16, _mm512_set1_ps(kMin == Min::kMinus8D ? -8.0f : -128.0f));
+      }
 #pragma GCC unroll 8
       for (int r = 0; r < NX; ++r)
         accm[r] = _mm512_fmadd_ps(mw16, _mm512_maskz_loadu_ps(mask, xsum[r] + c), accm[r]);
@@ -79,37 +111,17 @@ struct PackedDot {
         }
       }
     }
+    __m512 sums[8];
 #pragma GCC unroll 8
-    for (int r = 0; r < NX; ++r)
-      out[r * os] = _mm512_reduce_add_ps(acc[r]) + _mm512_reduce_add_ps(accm[r]);
+    for (int r = 0; r < 8; ++r)
+      sums[r] = r < NX ? _mm512_add_ps(acc[r], accm[r]) : _mm512_setzero_ps();
+    store_sums8(sums, NX, out, os);
   }
 };
 
-template <typename K>
-void dispatch8(const void* w, const void* x, size_t xs, int nx, int64_t k, float* out, int64_t os) {
-  switch (nx) {
-    case 1:
-      return K::template run<1>(w, x, xs, k, out, os);
-    case 2:
-      return K::template run<2>(w, x, xs, k, out, os);
-    case 3:
-      return K::template run<3>(w, x, xs, k, out, os);
-    case 4:
-      return K::template run<4>(w, x, xs, k, out, os);
-    case 5:
-      return K::template run<5>(w, x, xs, k, out, os);
-    case 6:
-      return K::template run<6>(w, x, xs, k, out, os);
-    case 7:
-      return K::template run<7>(w, x, xs, k, out, os);
-    default:
-      return K::template run<8>(w, x, xs, k, out, os);
-  }
-}
-
-static_assert(kMaxPackedTileRows == 8, "dispatch8 handles up to eight rows");
-
-constexpr PackedKernels kKernels = {dispatch8<PackedDot<true>>, dispatch8<PackedDot<false>>};
+constexpr PackedKernels kKernels = {dispatch_tile8<PackedDot<true, Min::kMinus8D>>,
+                                    dispatch_tile8<PackedDot<true, Min::kStored>>,
+                                    dispatch_tile8<PackedDot<false, Min::kMinus128D>>};
 
 }  // namespace
 

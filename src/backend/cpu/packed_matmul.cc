@@ -42,7 +42,8 @@ bool packable(const Tensor& w) {
 
 size_t packed_weight_row_bytes(DType t, int64_t k) {
   const int64_t pairs = k / kPairElems;
-  return size_t(pairs) * code_bytes_per_pair(t) + size_t(k / QK) * 2 * sizeof(float);
+  const size_t scales = t == DType::Q4_1 ? 2 : 1;
+  return size_t(pairs) * code_bytes_per_pair(t) + size_t(k / QK) * scales * sizeof(uint16_t);
 }
 
 std::unique_ptr<uint8_t[]> pack_weight(const Tensor& w) {
@@ -53,8 +54,8 @@ std::unique_ptr<uint8_t[]> pack_weight(const Tensor& w) {
   auto out = std::make_unique<uint8_t[]>(size_t(n) * stride);
   for (int64_t r = 0; r < n; ++r) {
     uint8_t* dst = out.get() + size_t(r) * stride;
-    auto* d = reinterpret_cast<float*>(dst + codes);
-    float* m = d + nb;
+    auto* d = reinterpret_cast<uint16_t*>(dst + codes);
+    uint16_t* m = d + nb;  // Q4_1 only
     const uint8_t* src = w.row(r);
     for (int64_t b = 0; b < nb; ++b) {
       const int h = int(b % 2);
@@ -62,18 +63,16 @@ std::unique_ptr<uint8_t[]> pack_weight(const Tensor& w) {
       if (w.dtype == DType::Q4_0) {
         const auto& blk = reinterpret_cast<const BlockQ4_0*>(src)[b];
         std::memcpy(pair + h * 16, blk.qs, 16);
-        d[b] = f16_to_f32(blk.d);
-        m[b] = -8.0f * d[b];
+        d[b] = blk.d;
       } else if (w.dtype == DType::Q4_1) {
         const auto& blk = reinterpret_cast<const BlockQ4_1*>(src)[b];
         std::memcpy(pair + h * 16, blk.qs, 16);
-        d[b] = f16_to_f32(blk.d);
-        m[b] = f16_to_f32(blk.m);
+        d[b] = blk.d;
+        m[b] = blk.m;
       } else {
         const auto& blk = reinterpret_cast<const BlockQ8_0*>(src)[b];
         for (int e = 0; e < QK; ++e) pair[pair_offset(h, e)] = uint8_t(blk.qs[e]) ^ 0x80;
-        d[b] = f16_to_f32(blk.d);
-        m[b] = -128.0f * d[b];
+        d[b] = blk.d;
       }
     }
   }

@@ -3,13 +3,14 @@
 //
 // Why: in GGUF's layout every 32 weights carry their own f16 scales, so a dot product spends
 // most of its instructions converting and broadcasting scales rather than multiplying. Here the
-// codes of a row are contiguous and its scales are f32 arrays, so one 64-byte load feeds one
-// VNNI instruction and sixteen blocks' scales arrive in one load.
+// codes of a row are contiguous and its scales are arrays of their own, so one 64-byte load feeds
+// one VNNI instruction and sixteen blocks' scales arrive in one load and one conversion.
 //
 // Weights become unsigned codes u with w = d·u + m per block: Q4_1 as is; Q4_0 with m = -8d;
-// Q8_0 as u = q + 128 with m = -128d. Then Σ w·x = Σ_b d_b·d_x,b·(Σ u·q_x) + Σ_b m_b·s_b, where
-// activations are int8 codes q_x with scale d_x and s_b = d_x,b·Σ q_x over the block — one
-// activation format for all three weight types.
+// Q8_0 as u = q + 128 with m = -128d (so only Q4_1 stores m). Scales stay f16, as in the file:
+// decode reads as many bytes per token as the original. Then Σ w·x = Σ_b d_b·d_x,b·(Σ u·q_x) + Σ_b
+// m_b·s_b, where activations are int8 codes q_x with scale d_x and s_b = d_x,b·Σ q_x over the block
+// — one activation format for all three weight types.
 //
 // Element order within a pair of blocks (b0, b1), shared by weights and activations:
 //   b0[0..15], b1[0..15], b0[16..31], b1[16..31]
@@ -29,7 +30,7 @@ namespace kestrel::cpu {
 bool packable(const Tensor& w);
 
 // Packed row of a [N, K] weight: codes (32 bytes per block pair for Q4_x, 64 for Q8_0), then
-// d[K/32] and m[K/32] as f32.
+// d[K/32] as f16, then for Q4_1 m[K/32] as f16.
 size_t packed_weight_row_bytes(DType t, int64_t k);
 
 // The packed copy of `w` (which must be packable), N rows of packed_weight_row_bytes.

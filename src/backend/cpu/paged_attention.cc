@@ -19,6 +19,8 @@ namespace {
 constexpr int kQueryTile = 8;
 // Keys scored together: eight dot products reduce into one vector.
 constexpr int kKeyBlock = 8;
+// Below about this many multiply-adds per thread the work stays on the calling thread.
+constexpr int64_t kMinMacsPerThread = int64_t(1) << 15;
 
 size_t elem_size(DType t) {
   return t == DType::F32 ? 4 : 2;
@@ -193,17 +195,36 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
                        simd::round_to8(p_dtype, _mm256_mul_ps(_mm256_loadu_ps(sc + j), inv)));
   }
 
-  // Pass 3: out += p_j · v_j in key order; each V row is widened once for the whole unit.
-  float* vrow = s.rows.data();
-  for (int64_t j = 0; j < len; ++j) {
-    widen_row(op, rows.at(p.cache.v, int32_t(j)), vrow, hd);
+  // Pass 3: out += p_j · v_j in key order. V rows are widened eight at a time for the whole
+  // unit; each query keeps a 64-wide slice of its output in registers across the eight keys.
+  constexpr int64_t kSlice = 64;
+  for (int64_t j0 = 0; j0 < len; j0 += kKeyBlock) {
+    const int nk = int(std::min<int64_t>(kKeyBlock, len - j0));
+    for (int jj = 0; jj < nk; ++jj)
+      widen_row(op, rows.at(p.cache.v, int32_t(j0 + jj)), s.rows.data() + jj * hdp, hd);
     for (int r = 0; r < nq; ++r) {
-      if (pos_of(r) < j) continue;
-      const __m256 pj = _mm256_broadcast_ss(s.scores.data() + r * lenp + j);
+      const int64_t pos = pos_of(r);
+      if (pos < j0) continue;
+      const int keys = int(std::min<int64_t>(nk, pos - j0 + 1));
+      const float* pr = s.scores.data() + r * lenp + j0;
       float* o = s.out.data() + r * hdp;
-      for (int64_t d = 0; d < hdp; d += 8)
-        _mm256_storeu_ps(o + d,
-                         _mm256_fmadd_ps(pj, _mm256_loadu_ps(vrow + d), _mm256_loadu_ps(o + d)));
+      for (int64_t d0 = 0; d0 < hdp; d0 += kSlice) {
+        const int vecs = int(std::min<int64_t>(kSlice, hdp - d0) / 8);
+        __m256 acc[kSlice / 8];
+#pragma GCC unroll 8
+        for (int v = 0; v < kSlice / 8; ++v)
+          acc[v] = v < vecs ? _mm256_loadu_ps(o + d0 + 8 * v) : _mm256_setzero_ps();
+        for (int jj = 0; jj < keys; ++jj) {
+          const __m256 pj = _mm256_broadcast_ss(pr + jj);
+          const float* vr = s.rows.data() + jj * hdp + d0;
+#pragma GCC unroll 8
+          for (int v = 0; v < kSlice / 8; ++v)
+            if (v < vecs) acc[v] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8 * v), acc[v]);
+        }
+#pragma GCC unroll 8
+        for (int v = 0; v < kSlice / 8; ++v)
+          if (v < vecs) _mm256_storeu_ps(o + d0 + 8 * v, acc[v]);
+      }
     }
   }
   for (int r = 0; r < nq; ++r) {
@@ -211,8 +232,7 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
     float* o = s.out.data() + r * hdp;
     for (int64_t d = 0; d < hdp; d += 8)
       _mm256_storeu_ps(o + d, simd::round_to8(p.act, _mm256_loadu_ps(o + d)));
-    std::copy(o, o + hd,
-              out_all + (t * p.num_heads + int64_t(u.kv_head) * group + r % group) * hd);
+    std::copy(o, o + hd, out_all + (t * p.num_heads + int64_t(u.kv_head) * group + r % group) * hd);
   }
 }
 
@@ -248,7 +268,13 @@ void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch&
     return batch.positions[a.t1 - 1] > batch.positions[b.t1 - 1];
   });
   const Params params{cache, batch, num_heads, num_heads / kvh, cache.head_dim, scale, act};
-  pool.parallel_for(int64_t(units.size()), 1, [&](int64_t begin, int64_t end) {
+  // Short contexts (early decode steps) are cheaper than waking the workers.
+  int64_t work = 0;
+  for (const Unit& u : units) work += (u.t1 - u.t0) * (int64_t(batch.positions[u.t1 - 1]) + 1);
+  work *= int64_t(num_heads / kvh) * cache.head_dim;
+  const int64_t grain =
+      std::max<int64_t>(1, kMinMacsPerThread * int64_t(units.size()) / std::max<int64_t>(work, 1));
+  pool.parallel_for(int64_t(units.size()), grain, [&](int64_t begin, int64_t end) {
     thread_local Scratch scratch;
     for (int64_t i = begin; i < end; ++i) attend(params, units[size_t(i)], q, out, scratch);
   });

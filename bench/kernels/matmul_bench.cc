@@ -1,0 +1,144 @@
+// Microbenchmarks of cpu::linear (y = x · Wᵀ) for each weight type at representative shapes.
+//
+// Run:   bench/kernels/run.sh --benchmark_filter=linear
+//   or:  ./build-bench/bench/kernels/matmul_bench --benchmark_min_time=0.05
+// Case names read linear/<type>/<N>x<K>/M:<rows of x>/threads:<pool size>, e.g.
+// linear/q4_1_packed/1536x576/M:1/threads:2. Types: f16, bf16, q4_0, q4_1, q8_0, q4_k, q6_k, and
+// q4_0/q4_1/q8_0 with a packed copy ("_packed", only where packed_weights_supported()).
+// Shapes: SmolLM2-135M's projections (576x576, 1536x576, 576x1536) and LM head (49152x576), and a
+// 7B-like 4096x4096 (only 576x1536 and 4096x4096 for the K-quants, whose blocks are 256 wide);
+// M = 1 is a decode step, M = 8 a small decode batch, M = 32 and 256 are prefill chunks.
+//
+// Columns: Time is wall time per call. items/s = rows of x (tokens) per second. GB/s = weight
+// bytes read per call (the packed size for packed weights) over time — decode is bound by it.
+// GMAC/s = M·N·K multiply-accumulates per second — prefill is bound by it. The context line
+// "linear_isa" names the SIMD kernels linear() selected on this CPU.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/packed_matmul.h"
+#include "backend/cpu/quant.h"
+#include "base/thread_pool.h"
+#include "tensor/tensor.h"
+
+namespace kestrel::cpu {
+namespace {
+
+struct WeightType {
+  const char* label;
+  DType dtype;
+  bool packed;
+};
+
+struct MatShape {
+  int64_t n, k;
+};
+
+// A random [N, K] weight of one type, plus its packed copy when asked for.
+struct Weight {
+  HostBuffer data;
+  std::unique_ptr<uint8_t[]> packed;
+  Tensor tensor;
+  size_t bytes_per_call = 0;  // what one linear() call reads from the weight
+};
+
+std::unique_ptr<Weight> make_weight(const WeightType& type, const MatShape& shape) {
+  auto w = std::make_unique<Weight>();
+  w->data = HostBuffer(type.dtype, {shape.n, shape.k});
+  w->tensor = w->data.view();
+  std::vector<float> row(shape.k);
+  std::minstd_rand rng(uint32_t(shape.n * 7919 + shape.k));
+  std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
+  auto* dst = static_cast<uint8_t*>(w->data.data());
+  for (int64_t r = 0; r < shape.n; ++r) {
+    for (float& v : row) v = ud(rng);
+    quantize_row(type.dtype, row.data(), dst + size_t(r) * w->tensor.row_bytes(), shape.k);
+  }
+  w->bytes_per_call = w->tensor.nbytes();
+  if (type.packed) {
+    w->packed = pack_weight(w->tensor);
+    w->tensor.packed = w->packed.get();
+    w->bytes_per_call = packed_weight_row_bytes(type.dtype, shape.k) * size_t(shape.n);
+  }
+  return w;
+}
+
+// Cases are registered type by type and shape by shape, so keeping only the most recent weight
+// builds each one once while holding a single weight in memory (the LM head is 56 MB in f16).
+const Weight& cached_weight(const WeightType& type, const MatShape& shape) {
+  static std::string key;
+  static std::unique_ptr<Weight> weight;
+  const std::string want =
+      std::string(type.label) + "/" + std::to_string(shape.n) + "x" + std::to_string(shape.k);
+  if (want != key) {
+    weight.reset();
+    weight = make_weight(type, shape);
+    key = want;
+  }
+  return *weight;
+}
+
+void bm_linear(benchmark::State& state, WeightType type, MatShape shape) {
+  const int64_t m = state.range(0);
+  const Weight& w = cached_weight(type, shape);
+  ThreadPool pool(int(state.range(1)));
+  std::vector<float> x(size_t(m * shape.k)), y(size_t(m * shape.n));
+  std::minstd_rand rng{uint32_t(m)};
+  std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
+  for (float& v : x) v = ud(rng);
+  for (auto _ : state) {
+    linear(w.tensor, x.data(), m, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * m);
+  state.counters["GB/s"] = benchmark::Counter(double(w.bytes_per_call) * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GMAC/s"] = benchmark::Counter(double(m * shape.n * shape.k) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void register_all() {
+  const bool packed_ok = packed_weights_supported();
+  const WeightType types[] = {
+      {"f16", DType::F16, false},   {"bf16", DType::BF16, false},
+      {"q4_0", DType::Q4_0, false}, {"q4_0_packed", DType::Q4_0, true},
+      {"q4_1", DType::Q4_1, false}, {"q4_1_packed", DType::Q4_1, true},
+      {"q8_0", DType::Q8_0, false}, {"q8_0_packed", DType::Q8_0, true},
+      {"q4_k", DType::Q4_K, false}, {"q6_k", DType::Q6_K, false},
+  };
+  const MatShape shapes[] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}, {4096, 4096}};
+  for (const WeightType& type : types) {
+    if (type.packed && !packed_ok) continue;
+    for (const MatShape& shape : shapes) {
+      // K-quant super-blocks are 256 wide, so they cannot hold SmolLM2's 576-wide rows (GGUF
+      // files store those tensors in another type).
+      if (shape.k % dtype_info(type.dtype).block_elems != 0) continue;
+      const std::string name = std::string("linear/") + type.label + "/" + std::to_string(shape.n) +
+                               "x" + std::to_string(shape.k);
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), bm_linear, type, shape);
+      b->ArgNames({"M", "threads"})->UseRealTime()->Unit(benchmark::kMicrosecond);
+      for (int64_t m : {1, 8, 32, 256})
+        for (int64_t threads : {1, 2}) b->Args({m, threads});
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kestrel::cpu
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  kestrel::cpu::register_all();
+  benchmark::AddCustomContext("linear_isa", kestrel::cpu::linear_isa());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
