@@ -44,20 +44,21 @@ TEST(PackedActivation, SameCodesAsQ8_0InPairOrder) {
   quantize_row_q8_0(x.data(), ref.data(), k);
   std::vector<uint8_t> packed(packed_activation_row_bytes(k));
   quantize_row_packed(x.data(), packed.data(), k);
-  const auto* dexp = reinterpret_cast<const float*>(packed.data() + k);
-  const float* sums = dexp + (k / 64) * 16;
+  constexpr int64_t kPair = kPackedActivationPairBytes;
+  const auto* sums = reinterpret_cast<const float*>(packed.data() + (k / 64) * kPair);
   for (int64_t b = 0; b < k / 32; ++b) {
     const int h = int(b % 2);
     int sum = 0;
     for (int e = 0; e < 32; ++e) {
-      const auto code = int8_t(packed[(b / 2) * 64 + pair_offset(h, e)]);
+      const auto code = int8_t(packed[(b / 2) * kPair + pair_offset(h, e)]);
       ASSERT_EQ(code, ref[b].qs[e]) << "block " << b << " element " << e;
       sum += code;
     }
     const float d = f16_to_f32(ref[b].d);
+    const auto* lanes = reinterpret_cast<const float*>(packed.data() + (b / 2) * kPair + 64);
     for (int i = 0; i < 4; ++i) {
-      EXPECT_EQ(dexp[(b / 2) * 16 + 4 * h + i], d);
-      EXPECT_EQ(dexp[(b / 2) * 16 + 8 + 4 * h + i], d);
+      EXPECT_EQ(lanes[4 * h + i], d);
+      EXPECT_EQ(lanes[8 + 4 * h + i], d);
     }
     EXPECT_EQ(sums[b], d * float(sum));
   }

@@ -29,7 +29,8 @@ alignas(64) constexpr int32_t kPairIndex[8][16] = {KPAIR(0), KPAIR(1), KPAIR(2),
 // Sums the lanes of each of v[0..7] and stores sum r at out[r * os] for r < nx. The lanes of one
 // vector are added in a fixed tree whatever the other vectors hold, so a row's result does not
 // depend on nx; eight rows share the shuffles.
-void store_sums8(const __m512 v[8], int nx, float* out, int64_t os) {
+__attribute__((always_inline)) inline void store_sums8(const __m512 v[8], int nx, float* out,
+                                                       int64_t os) {
   __m512 t[4];
   for (int i = 0; i < 4; ++i) {
     // [a.q0 + a.q2, a.q1 + a.q3, b.q0 + b.q2, b.q1 + b.q3] for a = v[2i], b = v[2i + 1].
@@ -64,15 +65,13 @@ struct PackedDot {
     const auto* wc = static_cast<const uint8_t*>(w);
     const auto* wd = reinterpret_cast<const uint16_t*>(wc + np * (kNibbles ? 32 : 64));
     const uint16_t* wm = wd + nb;
-    const uint8_t* xc[NX];
-    const float* xd[NX];
-    const float* xsum[NX];
+    // Per pair of an activation row: 64 codes, then 16 f32 lanes of d_x; the sums follow the pairs.
+    constexpr int64_t kPairBytes = 64 + 16 * sizeof(float);
+    const uint8_t* xr[NX];
     __m512 acc[NX], accm[NX];
 #pragma GCC unroll 8
     for (int r = 0; r < NX; ++r) {
-      xc[r] = static_cast<const uint8_t*>(x) + size_t(r) * xs;
-      xd[r] = reinterpret_cast<const float*>(xc[r] + k);
-      xsum[r] = xd[r] + np * 16;
+      xr[r] = static_cast<const uint8_t*>(x) + size_t(r) * xs;
       acc[r] = accm[r] = _mm512_setzero_ps();
     }
     const __m512i low4 = _mm512_set1_epi8(0xF);
@@ -90,7 +89,11 @@ struct PackedDot {
       }
 #pragma GCC unroll 8
       for (int r = 0; r < NX; ++r)
-        accm[r] = _mm512_fmadd_ps(mw16, _mm512_maskz_loadu_ps(mask, xsum[r] + c), accm[r]);
+        accm[r] =
+            _mm512_fmadd_ps(mw16,
+                            _mm512_maskz_loadu_ps(
+                                mask, reinterpret_cast<const float*>(xr[r] + np * kPairBytes) + c),
+                            accm[r]);
       for (int j = 0; j < nbc / 2; ++j) {
         const int64_t p = c / 2 + j;
         __m512i u;
@@ -104,9 +107,11 @@ struct PackedDot {
         const __m512 dwe = _mm512_permutexvar_ps(_mm512_load_si512(kPairIndex[j]), dw16);
 #pragma GCC unroll 8
         for (int r = 0; r < NX; ++r) {
-          const __m512i isum =
-              _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(xc[r] + p * 64));
-          const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_loadu_ps(xd[r] + p * 16));
+          const __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u,
+                                                   _mm512_loadu_si512(xr[r] + p * kPairBytes));
+          const __m512 t = _mm512_mul_ps(
+              _mm512_cvtepi32_ps(isum),
+              _mm512_loadu_ps(reinterpret_cast<const float*>(xr[r] + p * kPairBytes + 64)));
           acc[r] = _mm512_fmadd_ps(t, dwe, acc[r]);
         }
       }

@@ -80,15 +80,13 @@ std::unique_ptr<uint8_t[]> pack_weight(const Tensor& w) {
 }
 
 size_t packed_activation_row_bytes(int64_t k) {
-  const int64_t pairs = k / kPairElems;
-  return size_t(k) + size_t(pairs) * 16 * sizeof(float) + size_t(k / QK) * sizeof(float);
+  return size_t(k / kPairElems) * kPackedActivationPairBytes + size_t(k / QK) * sizeof(float);
 }
 
 void quantize_row_packed(const float* x, uint8_t* dst, int64_t k) {
   KCHECK(k % kPairElems == 0, "packed activation row of {} elements is not whole block pairs", k);
   const int64_t nb = k / QK;
-  auto* dexp = reinterpret_cast<float*>(dst + k);
-  float* sums = dexp + (k / kPairElems) * 16;
+  auto* sums = reinterpret_cast<float*>(dst + (k / kPairElems) * kPackedActivationPairBytes);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   for (int64_t b = 0; b < nb; ++b, x += QK) {
     __m256 v[4];
@@ -109,7 +107,7 @@ void quantize_row_packed(const float* x, uint8_t* dst, int64_t k) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(codes + 8 * i), _mm256_cvttps_epi32(q));
     }
     const int h = int(b % 2);
-    uint8_t* pair = dst + (b / 2) * kPairElems;
+    uint8_t* pair = dst + (b / 2) * kPackedActivationPairBytes;
     int sum = 0;
     for (int e = 0; e < QK; ++e) {
       pair[pair_offset(h, e)] = uint8_t(int8_t(codes[e]));
@@ -117,7 +115,7 @@ void quantize_row_packed(const float* x, uint8_t* dst, int64_t k) {
     }
     const float dr = f16_to_f32(f32_to_f16(d));
     // Lanes 4h..4h+3 and 8+4h..8+4h+3 of the pair's scale vector hold this block's bytes.
-    float* lanes = dexp + (b / 2) * 16;
+    auto* lanes = reinterpret_cast<float*>(pair + kPairElems);
     for (int i = 0; i < 4; ++i) lanes[4 * h + i] = lanes[8 + 4 * h + i] = dr;
     sums[b] = dr * float(sum);
   }

@@ -36,8 +36,10 @@ size_t packed_weight_row_bytes(DType t, int64_t k);
 // The packed copy of `w` (which must be packable), N rows of packed_weight_row_bytes.
 std::unique_ptr<uint8_t[]> pack_weight(const Tensor& w);
 
-// Packed activation row of K elements: int8 codes in pair order (K bytes), then per block pair
-// sixteen f32 lanes of d_x (lane i belongs to the block of bytes 4i..4i+3), then s[K/32] f32.
+// Packed activation row of K elements: per block pair, its 64 int8 codes in pair order and then
+// sixteen f32 lanes of d_x (lane i belongs to the block of bytes 4i..4i+3); then s[K/32] f32.
+// Codes and scales of a pair sit together so a kernel needs one pointer per row.
+constexpr int64_t kPackedActivationPairBytes = 64 + 16 * sizeof(float);
 size_t packed_activation_row_bytes(int64_t k);
 
 // Quantizes one row as quantize_row_q8_0 does (same codes, d rounded to f16) into the packed
