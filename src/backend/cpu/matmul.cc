@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "backend/cpu/matmul_kernels.h"
@@ -57,8 +59,23 @@ Isa best_isa(Isa want) {
   return Isa::kScalar;
 }
 
+std::optional<Isa> parse_isa(const char* name) {
+  if (std::strcmp(name, "auto") == 0 || std::strcmp(name, "avx512") == 0) return Isa::kAvx512;
+  if (std::strcmp(name, "avx2") == 0) return Isa::kAvx2;
+  if (std::strcmp(name, "scalar") == 0) return Isa::kScalar;
+  return std::nullopt;
+}
+
+// The best ISA this CPU runs, capped by KESTREL_CPU_ISA when set: a way to run another CPU's code
+// path (an AVX2-only CI machine's, say) on this one.
+Isa initial_isa() {
+  const char* env = std::getenv("KESTREL_CPU_ISA");
+  const std::optional<Isa> want = env != nullptr ? parse_isa(env) : std::nullopt;
+  return best_isa(want.value_or(Isa::kAvx512));
+}
+
 std::atomic<Isa>& selected_isa() {
-  static std::atomic<Isa> isa{best_isa(Isa::kAvx512)};
+  static std::atomic<Isa> isa{initial_isa()};
   return isa;
 }
 
@@ -221,21 +238,13 @@ const char* linear_isa() {
 }
 
 bool packed_weights_supported() {
-  return cpu_supports(Isa::kAvx512) && avx512_packed_kernels() != nullptr;
+  return selected_isa().load() == Isa::kAvx512 && avx512_packed_kernels() != nullptr;
 }
 
 void set_linear_isa(const char* isa) {
-  Isa want;
-  if (std::strcmp(isa, "auto") == 0 || std::strcmp(isa, "avx512") == 0) {
-    want = Isa::kAvx512;
-  } else if (std::strcmp(isa, "avx2") == 0) {
-    want = Isa::kAvx2;
-  } else if (std::strcmp(isa, "scalar") == 0) {
-    want = Isa::kScalar;
-  } else {
-    KCHECK(false, "set_linear_isa: unknown ISA '{}' (auto, avx512, avx2, scalar)", isa);
-  }
-  selected_isa().store(best_isa(want));
+  const std::optional<Isa> want = parse_isa(isa);
+  KCHECK(want.has_value(), "set_linear_isa: unknown ISA '{}' (auto, avx512, avx2, scalar)", isa);
+  selected_isa().store(best_isa(*want));
 }
 
 void linear(const Tensor& w, const float* x, int64_t m, float* y, ThreadPool& pool,

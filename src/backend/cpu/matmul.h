@@ -33,11 +33,13 @@ struct LinearJob {
 void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, ThreadPool& pool,
                   QuantCompute mode = QuantCompute::kInt8);
 
-// Whether this CPU and build run the packed-weight kernels (packed_matmul.h): a weight with a
-// packed copy (Tensor::packed) is then read from it while the AVX-512 kernels are selected.
+// Whether the packed-weight kernels (packed_matmul.h) run now: this CPU and build have them and
+// the AVX-512 kernels are selected. A weight with a packed copy (Tensor::packed) is then read
+// from it.
 bool packed_weights_supported();
 
-// Which SIMD implementation linear() uses on this CPU ("avx512", "avx2", "scalar").
+// Which SIMD implementation linear() uses on this CPU ("avx512", "avx2", "scalar"): the best the
+// CPU runs, or at most the one named by the environment variable KESTREL_CPU_ISA.
 const char* linear_isa();
 
 // Forces an ISA for tests (falls back if the CPU lacks it); "auto" restores detection.
