@@ -68,6 +68,7 @@ int serve(ServeArgs& a) {
   ctx.sampling_defaults = generation_defaults(e.model->generation);
   ctx.max_logprobs = a.max_logprobs;
   ctx.api_key = a.api_key;
+  ctx.reasoning_parser = a.reasoning_parser;
   ctx.created = server::unix_time_now();
   auto source = chat::find_chat_template(a.engine.model, a.chat_template);
   if (source.ok()) {

@@ -24,7 +24,7 @@ constexpr std::string_view kReasoningParsers[] = {"qwen3", "deepseek_r1", "deeps
 constexpr std::string_view kKvConnectors[] = {"MooncakeConnectorV1", "MooncakeConnectorV2",
                                               "MooncakeHybridConnector"};
 constexpr std::string_view kKvRoles[] = {"kv_producer", "kv_consumer", "kv_both"};
-constexpr std::string_view kPlannedParsers = "(planned: tool calling and reasoning parsers)";
+constexpr std::string_view kPlannedParsers = "(planned: tool calling)";
 
 bool contains(std::span<const std::string_view> list, std::string_view s) {
   return std::find(list.begin(), list.end(), s) != list.end();
@@ -489,15 +489,12 @@ void check_tokenizer_mode_and_parsers(const ServeArgs& a, Findings& f) {
     f.refuse("--enable-auto-tool-choice: needs --tool-call-parser");
 }
 
-// Issue 8 brings the tool-call and reasoning parsers; until then a parser flag with a name
-// Kestrel will know is refused. When the parsers land, remove this function and its call.
+// Issue 8 brings the tool-call parsers; until then a tool-call flag with a name Kestrel will know
+// is refused. When the parsers land, remove this function and its call.
 void refuse_parser_flags_until_issue_8(const ServeArgs& a, Findings& f) {
   if (contains(kToolCallParsers, a.tool_call_parser))
     f.refuse(fmt::format("--tool-call-parser {}: tool-call parsing is not supported yet {}",
                          a.tool_call_parser, kPlannedParsers));
-  if (contains(kReasoningParsers, a.reasoning_parser))
-    f.refuse(fmt::format("--reasoning-parser {}: reasoning parsing is not supported yet {}",
-                         a.reasoning_parser, kPlannedParsers));
   if (a.enable_auto_tool_choice)
     f.refuse(fmt::format("--enable-auto-tool-choice: automatic tool choice is not supported yet {}",
                          kPlannedParsers));
@@ -672,7 +669,9 @@ void add_serve_args(CLI::App& app, ServeArgs& a) {
   app.add_option("--mm-encoder-tp-mode", a.mm_encoder_tp_mode, "no effect")
       ->check(CLI::IsMember(std::vector<std::string>{"weights", "data"}));
   app.add_option("--tool-call-parser", a.tool_call_parser, "planned (issue 8)");
-  app.add_option("--reasoning-parser", a.reasoning_parser, "planned (issue 8)");
+  app.add_option("--reasoning-parser", a.reasoning_parser,
+                 "split reasoning into message.reasoning: qwen3, deepseek_r1, deepseek_v3, "
+                 "deepseek_v31");
   add_bool(app, "enable-auto-tool-choice", a.enable_auto_tool_choice, "planned (issue 8)");
   app.add_option("--engram-config", a.engram_config, "refused (DeepSeek-V4.1)");
   add_bool(app, "swa-bounded-replay", a.swa_bounded_replay,

@@ -77,8 +77,10 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
  private:
   struct Choice {
     std::shared_ptr<RequestStream> stream;
-    RequestOutput meta;  // counts, finish and stop reason (text and logprobs live below)
-    std::string text;    // the choice's text as reported (echo included)
+    RequestOutput meta;     // counts, finish and stop reason (text and logprobs live below)
+    std::string text;       // the choice's text as reported (echo included; content only with a
+                            // reasoning parser)
+    std::string reasoning;  // with a reasoning parser: the reasoning text so far
     std::vector<TokenLogprobInfo> logprobs;                // as reported (prompt tokens first)
     std::vector<PromptPositionLogprobs> prompt_positions;  // the prompt_logprobs field
     bool finished = false;
@@ -181,6 +183,18 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
       text += out.text;
       for (const TokenLogprobs& t : out.logprobs) infos.push_back(info(t));
     }
+    std::string reasoning;
+    if (sc.reasoning) {
+      chat::ReasoningSplit split = sc.reasoning->feed(text);
+      if (out.finished()) {
+        chat::ReasoningSplit rest = sc.reasoning->finish();
+        split.reasoning += rest.reasoning;
+        split.content += rest.content;
+      }
+      text = std::move(split.content);
+      reasoning = std::move(split.reasoning);
+      c.reasoning += reasoning;
+    }
     c.text += text;
     if (spec_.logprobs) c.logprobs.insert(c.logprobs.end(), infos.begin(), infos.end());
     {
@@ -204,14 +218,14 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
       fail(out.error.empty() ? "the engine failed" : out.error);
       return;
     }
-    if (spec_.stream) send_delta(i, text, infos, out.finished());
+    if (spec_.stream) send_delta(i, text, reasoning, infos, out.finished());
     if (num_finished_ == choices_.size()) finish();
   }
 
-  void send_delta(size_t i, const std::string& text, const std::vector<TokenLogprobInfo>& infos,
-                  bool finished) {
+  void send_delta(size_t i, const std::string& text, const std::string& reasoning,
+                  const std::vector<TokenLogprobInfo>& infos, bool finished) {
     Choice& c = choices_[i];
-    if (text.empty() && infos.empty() && !finished) return;
+    if (text.empty() && reasoning.empty() && infos.empty() && !finished) return;
     std::optional<std::string> reason;
     if (finished) reason = finish_reason_name(*c.meta.finish_reason);
     std::optional<Usage> running;
@@ -233,7 +247,9 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
     } else {
       ChatStreamChoice ch;
       ch.index = int64_t(i);
-      ch.delta.content = text;
+      // With a reasoning parser only the parts that have text are sent, as vLLM does.
+      if (!text.empty() || reasoning.empty()) ch.delta.content = text;
+      if (!reasoning.empty()) ch.delta.reasoning = reasoning;
       if (spec_.logprobs) ch.logprobs = infos;
       ch.finish_reason = reason;
       if (reason) ch.stop_reason = api_stop_reason(c.meta.stop_reason);
@@ -281,6 +297,11 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
         ChatChoice ch;
         ch.index = int64_t(i);
         ch.message.content = c.text;
+        if (!c.reasoning.empty()) {
+          ch.message.reasoning = c.reasoning;
+          // Only reasoning so far (e.g. cut by max_tokens): no content, as vLLM reports it.
+          if (c.text.empty()) ch.message.content.reset();
+        }
         if (spec_.logprobs) ch.logprobs = c.logprobs;
         ch.finish_reason = finish_reason_name(*c.meta.finish_reason);
         ch.stop_reason = api_stop_reason(c.meta.stop_reason);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/reasoning_parser.h"
 #include "engine/engine_client.h"
 #include "server/http/responder.h"
 #include "server/protocol/responses.h"
@@ -24,6 +25,8 @@ struct SessionChoice {
   bool echo_logprobs = false;  // logprobs start with the prompt's tokens (echo + logprobs)
   int prompt_logprobs = -1;    // the prompt_logprobs field: -1 none, else top N per position
   bool drop_output = false;    // echo with max_tokens 0: report the prompt only
+  // Chat with --reasoning-parser: splits the output into reasoning and content.
+  std::shared_ptr<chat::ReasoningParser> reasoning;
 };
 
 struct SessionSpec {

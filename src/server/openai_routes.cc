@@ -226,6 +226,8 @@ void handle_chat(ServingContext& ctx, const HttpRequest& http, std::shared_ptr<R
     c.request = engine_request(ctx, req.sampling, ids.value(), max_tokens);
     c.request.engine.id = spec.id + "-" + std::to_string(k);
     if (req.sampling.seed) c.request.engine.seed += uint64_t(k);
+    if (!ctx.reasoning_parser.empty())
+      c.reasoning = chat::make_reasoning_parser(ctx.reasoning_parser, text.value());
     spec.choices.push_back(std::move(c));
   }
   start_generation(ctx, std::move(r), std::move(spec));

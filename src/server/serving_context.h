@@ -32,6 +32,7 @@ struct ServingContext {
   SamplingValues sampling_defaults;  // generation_config.json, as vLLM's --generation-config auto
   int64_t max_logprobs = 20;
   std::optional<std::string> api_key;
+  std::string reasoning_parser;  // --reasoning-parser; empty: reasoning stays in the content
   ServerMetrics* metrics = nullptr;
   int64_t created = 0;  // start-up time, /v1/models "created"
   std::atomic<bool> ready{false};

@@ -179,7 +179,7 @@ const std::string kReasoningV41 =
     "deepseek_v31)";
 const std::string kAutoTool =
     "--enable-auto-tool-choice: automatic tool choice is not supported yet (planned: tool "
-    "calling and reasoning parsers)";
+    "calling)";
 const std::string kEngram =
     "--engram-config: needs a model with Engram layers (DeepSeek-V4.1), which Kestrel does not "
     "support yet";
@@ -1024,16 +1024,14 @@ TEST_F(ServeArgsTest, Qwen35PdA2HubId) {
   EXPECT_EQ(decode.args->parallel.data_parallel_rank, 0);
 }
 
-// §6.1: the tool-calling options appended to a serve command (planned, issue 8).
+// §6.1: the tool-calling options appended to a serve command (tool calling planned, issue 8;
+// the reasoning parser is implemented).
 TEST_F(ServeArgsTest, Qwen35ToolCallingOptions) {
   const Outcome o = serve(
       "@MODEL@ --enable-auto-tool-choice --tool-call-parser qwen3_coder --reasoning-parser qwen3");
-  EXPECT_EQ(refusals(o),
-            (Lines{"--tool-call-parser qwen3_coder: tool-call parsing is not supported yet "
-                   "(planned: tool calling and reasoning parsers)",
-                   "--reasoning-parser qwen3: reasoning parsing is not supported yet (planned: "
-                   "tool calling and reasoning parsers)",
-                   kAutoTool}));
+  EXPECT_EQ(refusals(o), (Lines{"--tool-call-parser qwen3_coder: tool-call parsing is not "
+                                "supported yet (planned: tool calling)",
+                                kAutoTool}));
   EXPECT_EQ(o.args->tool_call_parser, "qwen3_coder");
   EXPECT_EQ(o.args->reasoning_parser, "qwen3");
 }
@@ -1304,7 +1302,9 @@ TEST_F(ServeArgsTest, RefusedParallelAndBackendValues) {
 TEST_F(ServeArgsTest, ParserFlags) {
   EXPECT_EQ(refusals(serve("@MODEL@ --tool-call-parser hermes")),
             Lines{"--tool-call-parser hermes: tool-call parsing is not supported yet (planned: "
-                  "tool calling and reasoning parsers)"});
+                  "tool calling)"});
+  for (const char* name : {"qwen3", "deepseek_r1", "deepseek_v3", "deepseek_v31"})
+    EXPECT_EQ(refusals(serve(std::string("@MODEL@ --reasoning-parser ") + name)), Lines{}) << name;
   EXPECT_EQ(refusals(serve("@MODEL@ --reasoning-parser granite")),
             Lines{"--reasoning-parser granite: not supported (qwen3, deepseek_r1, deepseek_v3, "
                   "deepseek_v31)"});
