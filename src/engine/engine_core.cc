@@ -37,9 +37,9 @@ Status EngineCore::add_request(const EngineRequest& request) {
   std::vector<int32_t> suppressed = rules.stop_token_ids;
   if (!request.ignore_eos)
     suppressed.insert(suppressed.end(), eos_token_ids_.begin(), eos_token_ids_.end());
-  runner_.add_request(request.id,
-                      RunnerRequestParams{request.sampling, request.seed, request.min_tokens,
-                                          std::move(suppressed), request.prompt_logprobs});
+  runner_.add_request(request.id, RunnerRequestParams{request.sampling, request.seed,
+                                                      request.min_tokens, std::move(suppressed),
+                                                      request.prompt_logprobs, request.constraint});
   request_state_[request.id] = std::move(rules);
   return {};
 }

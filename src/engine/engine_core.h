@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -15,6 +16,7 @@
 #include "base/status.h"
 #include "model/causal_lm.h"
 #include "runner/model_runner.h"
+#include "runner/token_constraint.h"
 #include "sched/scheduler.h"
 
 namespace kestrel {
@@ -31,6 +33,8 @@ struct EngineRequest {
   // -1: none; N >= 0: every prompt token after the first scored with the top N alternatives
   // (such requests never read the prefix cache).
   int prompt_logprobs = -1;
+  // Structured output: limits which tokens may be sampled (engine thread only).
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 enum class FinishReason { kStop, kLength, kAbort, kError };

@@ -89,8 +89,10 @@ Expected<StepOutput> ModelRunner::execute(const SchedulerOutput& output,
       for (int32_t t : st.params.min_tokens_suppressed)
         if (t >= 0 && t < vocab) last[size_t(t)] = -std::numeric_limits<float>::infinity();
     }
+    if (st.params.constraint) st.params.constraint->mask(last);
     cpu::SampleResult res =
         cpu::sample(last, st.params.sampling, req.prompt_token_ids, req.output_token_ids, st.rng);
+    if (st.params.constraint) st.params.constraint->accept(res.token);
     result.sampled[req.id] = SampledToken{res.token, res.logprob, std::move(res.top)};
   }
   return result;

@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include "backend/cpu/sampling.h"
 #include "model/batch_builder.h"
 #include "model/causal_lm.h"
+#include "runner/token_constraint.h"
 #include "sched/request.h"
 #include "sched/scheduler_output.h"
 
@@ -50,6 +52,7 @@ struct RunnerRequestParams {
   int64_t min_tokens = 0;
   std::vector<int32_t> min_tokens_suppressed;
   int prompt_logprobs = -1;  // -1 = none; N >= 0 = score each prompt token with the top N
+  std::shared_ptr<TokenConstraint> constraint;  // structured output; null = unconstrained
 };
 
 class ModelRunner {

@@ -11,6 +11,7 @@
 #include "server/protocol/completion_request.h"
 #include "server/protocol/responses.h"
 #include "server/protocol/tokenize_request.h"
+#include "server/structured_output.h"
 
 namespace kestrel::server {
 
@@ -52,10 +53,26 @@ uint64_t fresh_seed() {
 // Fields Kestrel cannot honour yet are refused rather than silently ignored, since ignoring them
 // would change the output.
 std::optional<ProtocolError> unsupported(const SamplingFields& s) {
-  if (s.response_format && s.response_format->constrains_output())
-    return bad_request("response_format '" + s.response_format->type +
-                           "' is not supported yet (planned: structured outputs)",
+  if (s.response_format && s.response_format->type == "structural_tag")
+    return bad_request(
+        "response_format 'structural_tag' is not supported yet (json_object and "
+        "json_schema are)",
+        "response_format");
+  return std::nullopt;
+}
+
+// response_format json_object / json_schema: every choice gets its own matcher of the request's
+// grammar. The error is the 400 to answer.
+std::optional<ProtocolError> constrain_choices(const ServingContext& ctx, const SamplingFields& s,
+                                               SessionSpec& spec) {
+  if (!s.response_format || !s.response_format->constrains_output()) return std::nullopt;
+  if (!ctx.token_trie)
+    return bad_request("response_format needs a tokenizer, which this model lacks",
                        "response_format");
+  auto grammar = response_format_grammar(*s.response_format);
+  if (!grammar.ok()) return bad_request(grammar.error().message, "response_format");
+  for (SessionChoice& c : spec.choices)
+    c.request.engine.constraint = grammar_constraint(grammar.value(), ctx.token_trie);
   return std::nullopt;
 }
 
@@ -179,6 +196,7 @@ void handle_completions(ServingContext& ctx, const HttpRequest& http,
       spec.choices.push_back(std::move(c));
     }
   }
+  if (auto e = constrain_choices(ctx, req.sampling, spec)) return reply_error(*r, *e);
   start_generation(ctx, std::move(r), std::move(spec));
 }
 
@@ -230,6 +248,7 @@ void handle_chat(ServingContext& ctx, const HttpRequest& http, std::shared_ptr<R
       c.reasoning = chat::make_reasoning_parser(ctx.reasoning_parser, text.value());
     spec.choices.push_back(std::move(c));
   }
+  if (auto e = constrain_choices(ctx, req.sampling, spec)) return reply_error(*r, *e);
   start_generation(ctx, std::move(r), std::move(spec));
 }
 

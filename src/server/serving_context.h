@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "engine/engine_client.h"
 #include "server/metrics.h"
 #include "server/protocol/sampling_fields.h"
+#include "structured/token_trie.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel::server {
@@ -32,7 +34,10 @@ struct ServingContext {
   SamplingValues sampling_defaults;  // generation_config.json, as vLLM's --generation-config auto
   int64_t max_logprobs = 20;
   std::optional<std::string> api_key;
-  std::string reasoning_parser;  // --reasoning-parser; empty: reasoning stays in the content
+  std::string reasoning_parser;
+  // Every token's bytes, for response_format grammars; null without a tokenizer.
+  std::shared_ptr<const structured::TokenTrie>
+      token_trie;  // --reasoning-parser; empty: reasoning stays in the content
   ServerMetrics* metrics = nullptr;
   int64_t created = 0;  // start-up time, /v1/models "created"
   std::atomic<bool> ready{false};

@@ -153,9 +153,9 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
     ("/v1/chat/completions", {"tools": TOOLS, "tool_choice": "auto"}),
     ("/v1/chat/completions", {"tools": TOOLS}),  # tool_choice defaults to "auto" when tools are given
     ("/v1/chat/completions", {"tools": TOOLS, "tool_choice": "required"}),
-    ("/v1/chat/completions", {"response_format": {"type": "json_object"}}),
+    ("/v1/chat/completions", {"response_format": {"type": "structural_tag"}}),
     ("/v1/chat/completions", {"response_format": {"type": "json_schema",
-                                                  "json_schema": {"name": "x", "schema": {"type": "object"}}}}),
+                                                  "json_schema": {"name": "x", "schema": {"not": {}}}}}),
     ("/v1/chat/completions", {"prompt_logprobs": 1}),
     ("/v1/completions", {"max_tokens": 0}),  # without echo there is nothing to return
     ("/v1/chat/completions", {"max_completion_tokens": 0}),

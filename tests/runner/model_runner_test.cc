@@ -193,3 +193,63 @@ TEST(ModelRunner, PromptLogprobsMatchTheReferenceLogits) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// Allows only the token `step` positions along `script`, and records what was accepted.
+class ScriptedConstraint final : public TokenConstraint {
+ public:
+  explicit ScriptedConstraint(std::vector<int32_t> script) : script_(std::move(script)) {}
+  void mask(std::span<float> logits) override {
+    ++masks;
+    for (size_t i = 0; i < logits.size(); ++i)
+      if (int32_t(i) != script_[accepted.size()]) logits[i] = -INFINITY;
+  }
+  void accept(int32_t token) override { accepted.push_back(token); }
+  int masks = 0;
+  std::vector<int32_t> accepted;
+
+ private:
+  std::vector<int32_t> script_;
+};
+
+// A constraint decides the sampled tokens (at temperature 1) and sees each of them once, in
+// order; a request without one in the same batch samples as it would alone.
+TEST(ModelRunner, ConstraintMasksLogitsAndSeesEveryToken) {
+  auto lm = load_fixture();
+  ASSERT_TRUE(lm);
+  const std::vector<int32_t> script = {11, 500, 3, 3, 42, 7};
+  auto constraint = std::make_shared<ScriptedConstraint>(script);
+  const SchedulerConfig config = small_config();
+  Scheduler sched(config);
+  ModelRunner runner(*lm->model, lm->model->make_kv_cache(config.num_blocks, config.block_size));
+  ASSERT_TRUE(sched.add_request("a", kPromptA, int64_t(script.size())).ok());
+  ASSERT_TRUE(sched.add_request("b", kPromptB, int64_t(script.size())).ok());
+  RunnerRequestParams pa = sampled_params(7);
+  pa.constraint = constraint;
+  runner.add_request("a", pa);
+  runner.add_request("b", sampled_params(9));
+  std::map<RequestId, std::vector<int32_t>> outputs;
+  while (sched.has_unfinished()) {
+    const SchedulerOutput out = sched.schedule();
+    auto sampled = runner.execute(out, [&](const RequestId& id) { return sched.request(id); });
+    ASSERT_TRUE(sampled.ok());
+    std::unordered_map<RequestId, int32_t> tokens;
+    for (const auto& [id, s] : sampled->sampled) {
+      tokens[id] = s.token;
+      outputs[id].push_back(s.token);
+    }
+    for (const RequestId& id : sched.update_from_output(out, tokens)) {
+      runner.remove_request(id);
+      sched.release(id);
+    }
+  }
+  EXPECT_EQ(outputs.at("a"), script);
+  EXPECT_EQ(constraint->accepted, script);
+  EXPECT_EQ(constraint->masks, int(script.size()));
+  EXPECT_EQ(outputs.at("b"), generate(*lm, {{"b", 9}}, int64_t(script.size())).at("b"));
+}
+
+}  // namespace
+}  // namespace kestrel
