@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "base/logging.h"
+#include "server/forced_tool_calls.h"
 #include "server/http/sse.h"
 #include "server/protocol/protocol_error.h"
 
@@ -218,7 +219,12 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
       fail(out.error.empty() ? "the engine failed" : out.error);
       return;
     }
-    if (spec_.stream) send_delta(i, text, reasoning, infos, out.finished());
+    if (spec_.stream && sc.forced_tools) {
+      // The calls are known once their JSON is complete: nothing is streamed before.
+      if (out.finished()) send_forced_tools(i, infos);
+    } else if (spec_.stream) {
+      send_delta(i, text, reasoning, infos, out.finished());
+    }
     if (num_finished_ == choices_.size()) finish();
   }
 
@@ -257,6 +263,37 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
           send_json(chat_stream_chunk(spec_.id, spec_.created, spec_.model, {ch}, running)));
     }
     c.streamed_bytes += int64_t(text.size());
+  }
+
+  // The forced calls of a finished choice, or nullopt when its JSON is incomplete (cut by
+  // max_tokens); then the text is reported as content.
+  std::optional<std::vector<ToolCallInfo>> forced_calls(size_t i) const {
+    const Choice& c = choices_[i];
+    if (c.meta.finish_reason != FinishReason::kStop) return std::nullopt;
+    return forced_tool_calls(*spec_.choices[i].forced_tools, c.text);
+  }
+
+  // vLLM reports "tool_calls" for tool_choice "required" and "stop" for a named function.
+  std::string forced_finish_reason(size_t i) const {
+    return spec_.choices[i].forced_tools->mode == ToolChoice::Mode::kRequired ? "tool_calls"
+                                                                              : "stop";
+  }
+
+  void send_forced_tools(size_t i, const std::vector<TokenLogprobInfo>& infos) {
+    const Choice& c = choices_[i];
+    const auto calls = forced_calls(i);
+    if (!calls) return send_delta(i, c.text, "", infos, true);
+    ChatStreamChoice ch;
+    ch.index = int64_t(i);
+    for (size_t k = 0; k < calls->size(); ++k)
+      ch.delta.tool_calls.push_back(
+          {int64_t(k), (*calls)[k].id, (*calls)[k].name, (*calls)[k].arguments});
+    if (spec_.logprobs) ch.logprobs = infos;
+    ch.finish_reason = forced_finish_reason(i);
+    std::optional<Usage> running;
+    if (spec_.continuous_usage) running = usage();
+    responder_->send_chunk(
+        send_json(chat_stream_chunk(spec_.id, spec_.created, spec_.model, {ch}, running)));
   }
 
   void finish() {
@@ -305,6 +342,13 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
         if (spec_.logprobs) ch.logprobs = c.logprobs;
         ch.finish_reason = finish_reason_name(*c.meta.finish_reason);
         ch.stop_reason = api_stop_reason(c.meta.stop_reason);
+        if (spec_.choices[i].forced_tools) {
+          if (auto calls = forced_calls(i)) {
+            ch.message.content.reset();
+            ch.message.tool_calls = std::move(*calls);
+            ch.finish_reason = forced_finish_reason(i);
+          }
+        }
         r.choices.push_back(std::move(ch));
       }
       body = chat_response(r);

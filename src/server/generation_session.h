@@ -12,6 +12,7 @@
 #include "chat/reasoning_parser.h"
 #include "engine/engine_client.h"
 #include "server/http/responder.h"
+#include "server/protocol/chat_messages.h"
 #include "server/protocol/responses.h"
 #include "server/serving_context.h"
 
@@ -27,6 +28,9 @@ struct SessionChoice {
   bool drop_output = false;    // echo with max_tokens 0: report the prompt only
   // Chat with --reasoning-parser: splits the output into reasoning and content.
   std::shared_ptr<chat::ReasoningParser> reasoning;
+  // tool_choice "required" or a named function: the output is the JSON the grammar forced,
+  // reported as tool_calls.
+  std::optional<ToolChoice> forced_tools;
 };
 
 struct SessionSpec {

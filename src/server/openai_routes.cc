@@ -4,6 +4,7 @@
 #include <random>
 
 #include "base/logging.h"
+#include "server/forced_tool_calls.h"
 #include "server/generation_session.h"
 #include "server/openai_server.h"
 #include "server/prompts.h"
@@ -213,9 +214,17 @@ void handle_chat(ServingContext& ctx, const HttpRequest& http, std::shared_ptr<R
     return reply_error(*r, bad_request("prompt_logprobs is not supported for chat yet; use "
                                        "/v1/completions",
                                        "prompt_logprobs"));
-  if (req.tools && req.tool_choice.mode != ToolChoice::Mode::kNone)
-    return reply_error(*r, bad_request("tool_choice other than \"none\" is not supported yet "
-                                       "(planned: tool calling); pass tool_choice \"none\"",
+  const ToolChoice::Mode tool_mode = req.tools ? req.tool_choice.mode : ToolChoice::Mode::kNone;
+  if (tool_mode == ToolChoice::Mode::kAuto)
+    return reply_error(*r, bad_request("\"auto\" tool choice requires --enable-auto-tool-choice "
+                                       "and --tool-call-parser to be set",
+                                       "tool_choice"));
+  const bool forced_tools =
+      tool_mode == ToolChoice::Mode::kRequired || tool_mode == ToolChoice::Mode::kNamed;
+  if (forced_tools && req.sampling.response_format &&
+      req.sampling.response_format->constrains_output())
+    return reply_error(*r, bad_request("tool_choice \"required\" or a named function cannot be "
+                                       "combined with a response_format",
                                        "tool_choice"));
   if (ctx.tokenizer == nullptr)
     return reply_error(*r, bad_request("chat needs a tokenizer, which this model lacks"));
@@ -249,6 +258,20 @@ void handle_chat(ServingContext& ctx, const HttpRequest& http, std::shared_ptr<R
     spec.choices.push_back(std::move(c));
   }
   if (auto e = constrain_choices(ctx, req.sampling, spec)) return reply_error(*r, *e);
+  if (forced_tools) {
+    if (!ctx.token_trie)
+      return reply_error(*r, bad_request("tool calls need a tokenizer", "tools"));
+    auto grammar = structured::compile_json_schema(
+        forced_tool_schema(req.tool_choice, *req.tools, req.parallel_tool_calls));
+    if (!grammar.ok())
+      return reply_error(
+          *r, bad_request("the tools' parameters cannot be enforced: " + grammar.error().message,
+                          "tools"));
+    for (SessionChoice& c : spec.choices) {
+      c.request.engine.constraint = grammar_constraint(grammar.value(), ctx.token_trie);
+      c.forced_tools = req.tool_choice;
+    }
+  }
   start_generation(ctx, std::move(r), std::move(spec));
 }
 

@@ -152,7 +152,6 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
 @pytest.mark.parametrize("path,extra", [
     ("/v1/chat/completions", {"tools": TOOLS, "tool_choice": "auto"}),
     ("/v1/chat/completions", {"tools": TOOLS}),  # tool_choice defaults to "auto" when tools are given
-    ("/v1/chat/completions", {"tools": TOOLS, "tool_choice": "required"}),
     ("/v1/chat/completions", {"response_format": {"type": "structural_tag"}}),
     ("/v1/chat/completions", {"response_format": {"type": "json_schema",
                                                   "json_schema": {"name": "x", "schema": {"not": {}}}}}),
