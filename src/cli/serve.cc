@@ -69,6 +69,8 @@ int serve(ServeArgs& a) {
   ctx.max_logprobs = a.max_logprobs;
   ctx.api_key = a.api_key;
   ctx.reasoning_parser = a.reasoning_parser;
+  ctx.tool_call_parser = a.tool_call_parser;
+  ctx.enable_auto_tool_choice = a.enable_auto_tool_choice;
   if (ctx.tokenizer != nullptr) ctx.token_trie = structured::TokenTrie::build(*ctx.tokenizer);
   ctx.created = server::unix_time_now();
   auto source = chat::find_chat_template(a.engine.model, a.chat_template);

@@ -24,7 +24,6 @@ constexpr std::string_view kReasoningParsers[] = {"qwen3", "deepseek_r1", "deeps
 constexpr std::string_view kKvConnectors[] = {"MooncakeConnectorV1", "MooncakeConnectorV2",
                                               "MooncakeHybridConnector"};
 constexpr std::string_view kKvRoles[] = {"kv_producer", "kv_consumer", "kv_both"};
-constexpr std::string_view kPlannedParsers = "(planned: tool calling)";
 
 bool contains(std::span<const std::string_view> list, std::string_view s) {
   return std::find(list.begin(), list.end(), s) != list.end();
@@ -489,17 +488,6 @@ void check_tokenizer_mode_and_parsers(const ServeArgs& a, Findings& f) {
     f.refuse("--enable-auto-tool-choice: needs --tool-call-parser");
 }
 
-// Issue 8 brings the tool-call parsers; until then a tool-call flag with a name Kestrel will know
-// is refused. When the parsers land, remove this function and its call.
-void refuse_parser_flags_until_issue_8(const ServeArgs& a, Findings& f) {
-  if (contains(kToolCallParsers, a.tool_call_parser))
-    f.refuse(fmt::format("--tool-call-parser {}: tool-call parsing is not supported yet {}",
-                         a.tool_call_parser, kPlannedParsers));
-  if (a.enable_auto_tool_choice)
-    f.refuse(fmt::format("--enable-auto-tool-choice: automatic tool choice is not supported yet {}",
-                         kPlannedParsers));
-}
-
 void check_deepseek_v41(const ServeArgs& a, Findings& f) {
   if (!a.engram_config.empty()) {
     checked_object("--engram-config", a.engram_config, kEngramKeys, f);
@@ -668,11 +656,13 @@ void add_serve_args(CLI::App& app, ServeArgs& a) {
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--mm-encoder-tp-mode", a.mm_encoder_tp_mode, "no effect")
       ->check(CLI::IsMember(std::vector<std::string>{"weights", "data"}));
-  app.add_option("--tool-call-parser", a.tool_call_parser, "planned (issue 8)");
+  app.add_option("--tool-call-parser", a.tool_call_parser,
+                 "hermes, qwen3_coder, deepseek_v3, deepseek_v31, llama3_json, mistral");
   app.add_option("--reasoning-parser", a.reasoning_parser,
                  "split reasoning into message.reasoning: qwen3, deepseek_r1, deepseek_v3, "
                  "deepseek_v31");
-  add_bool(app, "enable-auto-tool-choice", a.enable_auto_tool_choice, "planned (issue 8)");
+  add_bool(app, "enable-auto-tool-choice", a.enable_auto_tool_choice,
+           "tool_choice \"auto\": parse tool calls out of the output (needs --tool-call-parser)");
   app.add_option("--engram-config", a.engram_config, "refused (DeepSeek-V4.1)");
   add_bool(app, "swa-bounded-replay", a.swa_bounded_replay,
            "always on: a prefix hit replays the last sliding window");
@@ -715,7 +705,6 @@ Status finalize_serve_args(ServeArgs& a) {
   check_additional_config(a, f);
   check_multimodal(a, f);
   check_tokenizer_mode_and_parsers(a, f);
-  refuse_parser_flags_until_issue_8(a, f);
   check_deepseek_v41(a, f);
   if (f.refusals.empty()) return Status::Ok();
   std::string message;

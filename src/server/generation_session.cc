@@ -82,6 +82,7 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
     std::string text;       // the choice's text as reported (echo included; content only with a
                             // reasoning parser)
     std::string reasoning;  // with a reasoning parser: the reasoning text so far
+    bool streamed_tool_calls = false;                      // a parsed tool call was streamed
     std::vector<TokenLogprobInfo> logprobs;                // as reported (prompt tokens first)
     std::vector<PromptPositionLogprobs> prompt_positions;  // the prompt_logprobs field
     bool finished = false;
@@ -223,17 +224,32 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
       // The calls are known once their JSON is complete: nothing is streamed before.
       if (out.finished()) send_forced_tools(i, infos);
     } else if (spec_.stream) {
-      send_delta(i, text, reasoning, infos, out.finished());
+      std::vector<chat::ToolCallDelta> calls;
+      if (sc.tool_parser) {
+        chat::ToolStreamDelta d = sc.tool_parser->feed(text);
+        if (out.finished()) {
+          chat::ToolStreamDelta rest = sc.tool_parser->finish();
+          d.content += rest.content;
+          d.tool_calls.insert(d.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
+        }
+        text = std::move(d.content);
+        calls = std::move(d.tool_calls);
+        if (!calls.empty()) c.streamed_tool_calls = true;
+      }
+      send_delta(i, text, reasoning, calls, infos, out.finished());
     }
     if (num_finished_ == choices_.size()) finish();
   }
 
   void send_delta(size_t i, const std::string& text, const std::string& reasoning,
+                  const std::vector<chat::ToolCallDelta>& calls,
                   const std::vector<TokenLogprobInfo>& infos, bool finished) {
     Choice& c = choices_[i];
-    if (text.empty() && reasoning.empty() && infos.empty() && !finished) return;
+    if (text.empty() && reasoning.empty() && calls.empty() && infos.empty() && !finished) return;
     std::optional<std::string> reason;
     if (finished) reason = finish_reason_name(*c.meta.finish_reason);
+    if (finished && c.streamed_tool_calls && c.meta.finish_reason == FinishReason::kStop)
+      reason = "tool_calls";
     std::optional<Usage> running;
     if (spec_.continuous_usage) running = usage();
     if (spec_.kind == StreamKind::kCompletion) {
@@ -253,9 +269,14 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
     } else {
       ChatStreamChoice ch;
       ch.index = int64_t(i);
-      // With a reasoning parser only the parts that have text are sent, as vLLM does.
-      if (!text.empty() || reasoning.empty()) ch.delta.content = text;
+      // With a reasoning or tool parser only the parts that have something are sent, as vLLM
+      // does.
+      if (!text.empty() || (reasoning.empty() && calls.empty())) ch.delta.content = text;
       if (!reasoning.empty()) ch.delta.reasoning = reasoning;
+      for (const chat::ToolCallDelta& d : calls)
+        ch.delta.tool_calls.push_back(
+            {d.index, d.id, d.name,
+             d.arguments.empty() && d.id ? std::nullopt : std::optional(d.arguments)});
       if (spec_.logprobs) ch.logprobs = infos;
       ch.finish_reason = reason;
       if (reason) ch.stop_reason = api_stop_reason(c.meta.stop_reason);
@@ -282,7 +303,7 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
   void send_forced_tools(size_t i, const std::vector<TokenLogprobInfo>& infos) {
     const Choice& c = choices_[i];
     const auto calls = forced_calls(i);
-    if (!calls) return send_delta(i, c.text, "", infos, true);
+    if (!calls) return send_delta(i, c.text, "", {}, infos, true);
     ChatStreamChoice ch;
     ch.index = int64_t(i);
     for (size_t k = 0; k < calls->size(); ++k)
@@ -342,6 +363,17 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
         if (spec_.logprobs) ch.logprobs = c.logprobs;
         ch.finish_reason = finish_reason_name(*c.meta.finish_reason);
         ch.stop_reason = api_stop_reason(c.meta.stop_reason);
+        if (spec_.choices[i].tool_parser) {
+          chat::ParsedMessage m = spec_.choices[i].tool_parser->parse(c.text);
+          if (!m.tool_calls.empty()) {
+            ch.message.content = m.content;
+            if (m.content.empty()) ch.message.content.reset();
+            for (chat::ToolCall& t : m.tool_calls)
+              ch.message.tool_calls.push_back(
+                  {std::move(t.id), std::move(t.name), std::move(t.arguments)});
+            if (c.meta.finish_reason == FinishReason::kStop) ch.finish_reason = "tool_calls";
+          }
+        }
         if (spec_.choices[i].forced_tools) {
           if (auto calls = forced_calls(i)) {
             ch.message.content.reset();

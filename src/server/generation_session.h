@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "chat/reasoning_parser.h"
+#include "chat/tool_parsers/tool_parser.h"
 #include "engine/engine_client.h"
 #include "server/http/responder.h"
 #include "server/protocol/chat_messages.h"
@@ -31,6 +32,8 @@ struct SessionChoice {
   // tool_choice "required" or a named function: the output is the JSON the grammar forced,
   // reported as tool_calls.
   std::optional<ToolChoice> forced_tools;
+  // tool_choice "auto" with --tool-call-parser: tool calls are parsed out of the content.
+  std::shared_ptr<chat::ToolParser> tool_parser;
 };
 
 struct SessionSpec {

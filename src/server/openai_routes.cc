@@ -215,7 +215,8 @@ void handle_chat(ServingContext& ctx, const HttpRequest& http, std::shared_ptr<R
                                        "/v1/completions",
                                        "prompt_logprobs"));
   const ToolChoice::Mode tool_mode = req.tools ? req.tool_choice.mode : ToolChoice::Mode::kNone;
-  if (tool_mode == ToolChoice::Mode::kAuto)
+  if (tool_mode == ToolChoice::Mode::kAuto &&
+      (!ctx.enable_auto_tool_choice || ctx.tool_call_parser.empty()))
     return reply_error(*r, bad_request("\"auto\" tool choice requires --enable-auto-tool-choice "
                                        "and --tool-call-parser to be set",
                                        "tool_choice"));
@@ -270,6 +271,18 @@ void handle_chat(ServingContext& ctx, const HttpRequest& http, std::shared_ptr<R
     for (SessionChoice& c : spec.choices) {
       c.request.engine.constraint = grammar_constraint(grammar.value(), ctx.token_trie);
       c.forced_tools = req.tool_choice;
+    }
+  } else if (tool_mode == ToolChoice::Mode::kAuto) {
+    std::vector<chat::ToolSpec> specs;
+    for (const nlohmann::json& t : *req.tools) {
+      const nlohmann::json& fn = t.at("function");
+      specs.push_back(
+          {fn.at("name").get<std::string>(), fn.value("parameters", nlohmann::json::object())});
+    }
+    for (SessionChoice& c : spec.choices) {
+      c.tool_parser = chat::make_tool_parser(ctx.tool_call_parser, specs);
+      // Tool-call markers may be special tokens (Mistral's [TOOL_CALLS], DeepSeek's).
+      c.request.output.skip_special_tokens = false;
     }
   }
   start_generation(ctx, std::move(r), std::move(spec));

@@ -35,6 +35,8 @@ struct ServingContext {
   int64_t max_logprobs = 20;
   std::optional<std::string> api_key;
   std::string reasoning_parser;
+  std::string tool_call_parser;  // --tool-call-parser; empty: no tool-call parsing
+  bool enable_auto_tool_choice = false;
   // Every token's bytes, for response_format grammars; null without a tokenizer.
   std::shared_ptr<const structured::TokenTrie>
       token_trie;  // --reasoning-parser; empty: reasoning stays in the content

@@ -177,9 +177,6 @@ const std::string kToolV41 =
 const std::string kReasoningV41 =
     "--reasoning-parser deepseek_v41: not supported (qwen3, deepseek_r1, deepseek_v3, "
     "deepseek_v31)";
-const std::string kAutoTool =
-    "--enable-auto-tool-choice: automatic tool choice is not supported yet (planned: tool "
-    "calling)";
 const std::string kEngram =
     "--engram-config: needs a model with Engram layers (DeepSeek-V4.1), which Kestrel does not "
     "support yet";
@@ -414,8 +411,8 @@ TEST_F(ServeArgsTest, DeepSeekV41SingleNode) {
         "enable_flashcomm1":true,
         "enable_shared_expert_dp":true
     }')sh");
-  EXPECT_EQ(refusals(o), (Lines{tp(4), dp_size(4), kAscend, kTokenizerV41, kToolV41, kReasoningV41,
-                                kAutoTool, kEngram}));
+  EXPECT_EQ(refusals(o),
+            (Lines{tp(4), dp_size(4), kAscend, kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
   EXPECT_EQ(o.args->engine.block_size, 128);
   EXPECT_EQ(o.args->engine.max_model_len, 150000);
   EXPECT_TRUE(o.args->warnings.empty());
@@ -470,7 +467,7 @@ TEST_F(ServeArgsTest, DeepSeekV41PdPrefill) {
     }')sh");
   EXPECT_EQ(refusals(o),
             (Lines{tp(4), dp_size(4), kAscend, spec("dspark"), pd("MooncakeHybridConnector"),
-                   kTokenizerV41, kToolV41, kReasoningV41, kAutoTool, kEngram}));
+                   kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
   EXPECT_EQ(o.args->engine.max_model_len, 1048576);
 }
 
@@ -525,7 +522,7 @@ TEST_F(ServeArgsTest, DeepSeekV41PdDecode) {
     }')sh");
   EXPECT_EQ(refusals(o), (Lines{tp(2), dp_size(8), dp_rank(3), kAscend, spec("dspark"),
                                 pd("MooncakeHybridConnector"), recompute(false), kTokenizerV41,
-                                kToolV41, kReasoningV41, kAutoTool, kEngram}));
+                                kToolV41, kReasoningV41, kEngram}));
 }
 
 // §5.3, A2 multi-node: node 0 ("${HEADLESS_ARGS[@]}" empty) and node 1 (--headless
@@ -562,10 +559,10 @@ TEST_F(ServeArgsTest, DeepSeekV41MultiNode) {
   node0.replace(node0.find("HEADLESS_ARGS"), 13, "");
   node1.replace(node1.find("HEADLESS_ARGS"), 13, "--headless --data-parallel-start-rank 1");
   EXPECT_EQ(refusals(serve(node0)), (Lines{tp(8), dp_size(4), kAscend, spec("dspark"),
-                                           kTokenizerV41, kToolV41, kReasoningV41, kAutoTool}));
+                                           kTokenizerV41, kToolV41, kReasoningV41}));
   EXPECT_EQ(refusals(serve(node1)),
             (Lines{tp(8), dp_size(4), dp_start(1), kHeadless, kAscend, spec("dspark"),
-                   kTokenizerV41, kToolV41, kReasoningV41, kAutoTool}));
+                   kTokenizerV41, kToolV41, kReasoningV41}));
 }
 
 // §12.1, bounded-replay validation (the VLLM_USE_V2_MODEL_RUNNER=1 prefix is an environment
@@ -1024,14 +1021,12 @@ TEST_F(ServeArgsTest, Qwen35PdA2HubId) {
   EXPECT_EQ(decode.args->parallel.data_parallel_rank, 0);
 }
 
-// §6.1: the tool-calling options appended to a serve command (tool calling planned, issue 8;
-// the reasoning parser is implemented).
+// §6.1: the tool-calling options appended to a serve command: all implemented.
 TEST_F(ServeArgsTest, Qwen35ToolCallingOptions) {
   const Outcome o = serve(
       "@MODEL@ --enable-auto-tool-choice --tool-call-parser qwen3_coder --reasoning-parser qwen3");
-  EXPECT_EQ(refusals(o), (Lines{"--tool-call-parser qwen3_coder: tool-call parsing is not "
-                                "supported yet (planned: tool calling)",
-                                kAutoTool}));
+  EXPECT_EQ(refusals(o), Lines{});
+  EXPECT_TRUE(o.args->enable_auto_tool_choice);
   EXPECT_EQ(o.args->tool_call_parser, "qwen3_coder");
   EXPECT_EQ(o.args->reasoning_parser, "qwen3");
 }
@@ -1300,16 +1295,14 @@ TEST_F(ServeArgsTest, RefusedParallelAndBackendValues) {
 }
 
 TEST_F(ServeArgsTest, ParserFlags) {
-  EXPECT_EQ(refusals(serve("@MODEL@ --tool-call-parser hermes")),
-            Lines{"--tool-call-parser hermes: tool-call parsing is not supported yet (planned: "
-                  "tool calling)"});
+  EXPECT_EQ(refusals(serve("@MODEL@ --tool-call-parser hermes")), Lines{});
   for (const char* name : {"qwen3", "deepseek_r1", "deepseek_v3", "deepseek_v31"})
     EXPECT_EQ(refusals(serve(std::string("@MODEL@ --reasoning-parser ") + name)), Lines{}) << name;
   EXPECT_EQ(refusals(serve("@MODEL@ --reasoning-parser granite")),
             Lines{"--reasoning-parser granite: not supported (qwen3, deepseek_r1, deepseek_v3, "
                   "deepseek_v31)"});
   EXPECT_EQ(refusals(serve("@MODEL@ --enable-auto-tool-choice")),
-            (Lines{"--enable-auto-tool-choice: needs --tool-call-parser", kAutoTool}));
+            Lines{"--enable-auto-tool-choice: needs --tool-call-parser"});
 }
 
 TEST_F(ServeArgsTest, PrecisionAndFormatValues) {

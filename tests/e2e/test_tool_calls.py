@@ -85,3 +85,18 @@ def test_auto_needs_a_parser(client, model):
         client.chat.completions.create(model=model, messages=MESSAGES, tools=TOOLS,
                                        tool_choice="auto", max_completion_tokens=5)
     assert "--enable-auto-tool-choice" in str(e.value)
+
+
+def test_auto_with_a_parser_passes_plain_answers_through(start_server):
+    # SmolLM2 does not write <tool_call> markup, so the hermes parser finds no call: the answer
+    # stays content, streamed or not, and the finish reason is not "tool_calls".
+    srv = start_server("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+    client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="x")
+    args = dict(model=srv.model, messages=MESSAGES, tools=TOOLS, temperature=0,
+                max_completion_tokens=24)
+    whole = client.chat.completions.create(**args).choices[0]
+    assert whole.finish_reason in ("stop", "length")
+    assert not whole.message.tool_calls and whole.message.content
+    text = "".join(c.choices[0].delta.content or "" for c in
+                   client.chat.completions.create(stream=True, **args) if c.choices)
+    assert text == whole.message.content
