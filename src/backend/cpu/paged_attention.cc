@@ -257,14 +257,18 @@ void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch&
          "unsupported KV cache dtype {}", dtype_name(cache.dtype));
   // Units: each sequence's tokens in tiles of kQueryTile, times the KV heads; the longest
   // contexts (last tiles) first so the dynamic split ends evenly.
-  std::vector<Unit> units;
+  // Reused across calls: no allocation per layer once the largest batch has been seen. Named
+  // through a reference so the workers below see the caller's vector, not their own.
+  thread_local std::vector<Unit> reused;
+  std::vector<Unit>& units = reused;
+  units.clear();
   for (int s = 0; s < batch.num_seqs; ++s)
     for (int64_t t0 = batch.query_start_loc[s]; t0 < batch.query_start_loc[s + 1];
          t0 += kQueryTile) {
       const int64_t t1 = std::min<int64_t>(t0 + kQueryTile, batch.query_start_loc[s + 1]);
       for (int h = 0; h < kvh; ++h) units.push_back({t0, t1, s, h});
     }
-  std::stable_sort(units.begin(), units.end(), [&](const Unit& a, const Unit& b) {
+  std::sort(units.begin(), units.end(), [&](const Unit& a, const Unit& b) {
     return batch.positions[a.t1 - 1] > batch.positions[b.t1 - 1];
   });
   const Params params{cache, batch, num_heads, num_heads / kvh, cache.head_dim, scale, act};
