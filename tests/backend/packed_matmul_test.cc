@@ -1,5 +1,5 @@
 // Packed weights (packed_matmul.h): the activation quantizer gives quantize_row_q8_0's codes
-// and scales in pair order with exact sums; packing keeps every weight value; and linear() over
+// and scales in group order with exact sums; packing keeps every weight value; and linear() over
 // packed Q4_0/Q4_1/Q8_0 weights equals the dequantized weights times the quantized activations
 // (f32 rounding aside), does not depend on the batch or the thread count, and gives the same
 // numbers whichever ISA is forced (the packed copy is then ignored).
@@ -27,12 +27,46 @@ std::vector<float> randn(int64_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-int pair_offset(int h, int e) {
-  return e < 16 ? h * 16 + e : 32 + h * 16 + (e - 16);
+// Group of each block of a row of nb blocks: {first block of its group, group size}.
+std::vector<std::pair<int64_t, int>> groups_of(int64_t nb) {
+  std::vector<std::pair<int64_t, int>> out(nb);
+  for (int64_t first = 0; first < nb;) {
+    const int g = packed_group_blocks(nb, first);
+    for (int b = 0; b < g; ++b) out[first + b] = {first, g};
+    first += g;
+  }
+  return out;
 }
 
-TEST(PackedActivation, SameCodesAsQ8_0InPairOrder) {
-  const int64_t k = 192;
+TEST(PackedLayout, GroupsAreLargestFirstAndCodeOffsetsABijection) {
+  std::vector<int> sizes;
+  for (int64_t first = 0; first < 30; first += sizes.back())
+    sizes.push_back(packed_group_blocks(30, first));
+  EXPECT_EQ(sizes, (std::vector<int>{16, 8, 4, 2}));
+  for (int g : {16, 8, 4, 2}) {
+    std::vector<int> seen(32 * g, 0), nibble_seen(32 * g, 0);
+    for (int b = 0; b < g; ++b) {
+      for (int e = 0; e < 32; ++e) {
+        const int o = packed_code_offset(g, b, e);
+        ASSERT_GE(o, 0);
+        ASSERT_LT(o, 32 * g);
+        ++seen[o];
+        // Each 32-bit lane of a step holds codes of one block only.
+        EXPECT_EQ((o % 64) / 4 / (16 / g), b) << "g " << g << " element " << e;
+        const NibbleSlot slot = packed_nibble_slot(g, o);
+        ASSERT_LT(slot.byte, 16 * g);
+        ++nibble_seen[2 * slot.byte + slot.high];
+      }
+    }
+    for (int o = 0; o < 32 * g; ++o) {
+      EXPECT_EQ(seen[o], 1) << "g " << g << " offset " << o;
+      EXPECT_EQ(nibble_seen[o], 1) << "g " << g << " nibble " << o;
+    }
+  }
+}
+
+TEST(PackedActivation, SameCodesAsQ8_0InGroupOrder) {
+  const int64_t k = 30 * 32;  // groups of 16, 8, 4 and 2 blocks
   auto x = randn(k, 1, 3.0f);
   // Exact halves exercise round-half-away-from-zero; a zero block gives d = 0.
   x[5] = 0.5f * (x[0] > 0 ? 1.0f : -1.0f);
@@ -44,22 +78,24 @@ TEST(PackedActivation, SameCodesAsQ8_0InPairOrder) {
   quantize_row_q8_0(x.data(), ref.data(), k);
   std::vector<uint8_t> packed(packed_activation_row_bytes(k));
   quantize_row_packed(x.data(), packed.data(), k);
-  constexpr int64_t kPair = kPackedActivationPairBytes;
-  const auto* sums = reinterpret_cast<const float*>(packed.data() + (k / 64) * kPair);
+  const auto groups = groups_of(k / 32);
+  const auto* sums =
+      reinterpret_cast<const float*>(packed.data() + packed.size() - (k / 32) * sizeof(float));
   for (int64_t b = 0; b < k / 32; ++b) {
-    const int h = int(b % 2);
+    const auto [first, g] = groups[b];
+    size_t base = 0;
+    for (int64_t f = 0; f < first; f += packed_group_blocks(k / 32, f))
+      base += packed_activation_group_bytes(packed_group_blocks(k / 32, f));
+    const int bi = int(b - first);
     int sum = 0;
     for (int e = 0; e < 32; ++e) {
-      const auto code = int8_t(packed[(b / 2) * kPair + pair_offset(h, e)]);
+      const auto code = int8_t(packed[base + packed_code_offset(g, bi, e)]);
       ASSERT_EQ(code, ref[b].qs[e]) << "block " << b << " element " << e;
       sum += code;
     }
     const float d = f16_to_f32(ref[b].d);
-    const auto* lanes = reinterpret_cast<const float*>(packed.data() + (b / 2) * kPair + 64);
-    for (int i = 0; i < 4; ++i) {
-      EXPECT_EQ(lanes[4 * h + i], d);
-      EXPECT_EQ(lanes[8 + 4 * h + i], d);
-    }
+    const auto* lanes = reinterpret_cast<const float*>(packed.data() + base + 32 * g);
+    for (int i = 0; i < 16 / g; ++i) EXPECT_EQ(lanes[bi * (16 / g) + i], d) << "block " << b;
     EXPECT_EQ(sums[b], d * float(sum));
   }
 }
@@ -84,10 +120,12 @@ PackedWeights make_packed(DType t, int64_t n, int64_t k, uint32_t seed) {
 
 TEST(PackWeight, KeepsEveryValue) {
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-    const int64_t n = 3, k = 1088;  // 17 pairs: the last sixteen-block chunk is partial
+    const int64_t n = 3, k = 1920;  // 60 blocks: groups of 16, 16, 16, 8, 4
     const PackedWeights w = make_packed(t, n, k, 7);
     const size_t stride = packed_weight_row_bytes(t, k);
-    const size_t codes = t == DType::Q8_0 ? size_t(k) : size_t(k) / 2;
+    const bool q8 = t == DType::Q8_0;
+    const size_t codes = q8 ? size_t(k) : size_t(k) / 2;
+    const auto groups = groups_of(k / 32);
     std::vector<float> deq(k);
     for (int64_t r = 0; r < n; ++r) {
       dequantize_row(t, w.tensor.row(r), deq.data(), k);
@@ -95,13 +133,17 @@ TEST(PackWeight, KeepsEveryValue) {
       const auto* d = reinterpret_cast<const uint16_t*>(row + codes);
       const uint16_t* m = d + k / 32;
       for (int64_t i = 0; i < k; ++i) {
-        const int64_t b = i / 32, e = i % 32, h = b % 2;
+        const int64_t b = i / 32;
+        const int e = int(i % 32);
+        const auto [first, g] = groups[b];
+        const uint8_t* group = row + (q8 ? 32 : 16) * first;
+        const int o = packed_code_offset(g, int(b - first), e);
         int u;
-        if (t == DType::Q8_0) {
-          u = row[(b / 2) * 64 + pair_offset(int(h), int(e))];
+        if (q8) {
+          u = group[o];
         } else {
-          const uint8_t byte = row[(b / 2) * 32 + h * 16 + e % 16];
-          u = e < 16 ? byte & 0xF : byte >> 4;
+          const NibbleSlot slot = packed_nibble_slot(g, o);
+          u = slot.high ? group[slot.byte] >> 4 : group[slot.byte] & 0xF;
         }
         const float db = f16_to_f32(d[b]);
         const float mb = t == DType::Q4_1   ? f16_to_f32(m[b])
@@ -134,7 +176,7 @@ TEST_P(PackedLinear, EqualsDequantizedWeightsTimesQuantizedActivations) {
   const DType t = GetParam();
   ThreadPool pool(2);
   uint32_t seed = 40;
-  for (int64_t k : {64, 576, 1088}) {
+  for (int64_t k : {64, 128, 256, 576, 960, 1088}) {
     for (int64_t n : {1, 7, 33}) {
       const PackedWeights w = make_packed(t, n, k, seed++);
       std::vector<float> deq(n * k);

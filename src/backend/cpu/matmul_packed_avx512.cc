@@ -1,7 +1,8 @@
-// AVX-512 VNNI kernels over packed weights (layout in packed_matmul.h): per block pair one 64-byte
-// code vector, one _mm512_dpbusd_epi32 per activation row, and the pair's f32 scales expanded from
-// sixteen-block vectors by one permute. Same compile-flag rules as matmul_avx512.cc: intrinsics
-// and unnamed-namespace code only.
+// AVX-512 VNNI kernels over packed weights (layout in packed_matmul.h): per group of up to sixteen
+// blocks, its 64-code steps go through _mm512_dpbusd_epi32 into one integer vector per activation
+// row (each lane sums one block), and the group's scales are applied once. Same compile-flag
+// rules as matmul_avx512.cc: intrinsics and unnamed-namespace code only (so the group-size rule
+// of packed_matmul.h is restated here rather than called).
 #include "backend/cpu/matmul_kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
@@ -15,16 +16,25 @@
 namespace kestrel::cpu {
 namespace {
 
-// kPairIndex[j]: for the j-th pair of a sixteen-block chunk, lane i's block (2j or 2j + 1) in
-// the element order b0[0..15], b1[0..15], b0[16..31], b1[16..31] (four bytes per lane).
-#define KPAIR(j)                                                                                 \
-  {                                                                                              \
-    2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j, 2 * j, 2 * j, \
-        2 * j, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1                                        \
-  }
-alignas(64) constexpr int32_t kPairIndex[8][16] = {KPAIR(0), KPAIR(1), KPAIR(2), KPAIR(3),
-                                                   KPAIR(4), KPAIR(5), KPAIR(6), KPAIR(7)};
-#undef KPAIR
+// kLaneBlock[i][lane]: the block owning `lane` in a group of 8 >> i blocks (8, 4, 2).
+alignas(64) constexpr int32_t kLaneBlock[3][16] = {
+    {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7},
+    {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3},
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1}};
+
+// Blocks of the group starting at `first` (packed_group_blocks).
+inline int group_blocks(int64_t nb, int64_t first) {
+  const int64_t left = nb - first;
+  return left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : 2;
+}
+
+// The group's f16 weight scales, one per lane.
+inline __m512 group_scales(const uint16_t* d, int g) {
+  if (g == 16) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d)));
+  const __m512 v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(__mmask16((1u << g) - 1), d));
+  const int table = g == 8 ? 0 : g == 4 ? 1 : 2;
+  return _mm512_permutexvar_ps(_mm512_load_si512(kLaneBlock[table]), v);
+}
 
 // Sums the lanes of each of v[0..7] and stores sum r at out[r * os] for r < nx. The lanes of one
 // vector are added in a fixed tree whatever the other vectors hold, so a row's result does not
@@ -54,72 +64,109 @@ __attribute__((always_inline)) inline void store_sums8(const __m512 v[8], int nx
 // Where a block's m comes from: stored (Q4_1), or -8d (Q4_0) / -128d (Q8_0).
 enum class Min { kStored, kMinus8D, kMinus128D };
 
-// Per output: Σ over pairs (in order) of cvt(Σ u·q_x per lane) · d_x · d_w, accumulated in one
-// vector; plus Σ over blocks of m_w · s, in another; their sum reduced at the end. No step depends
-// on how many rows share the call.
+// isum[r] += the integer products of one group's S steps: weight codes at wg, activation codes
+// at byte xo of each row.
+template <bool kNibbles, int S, int NX>
+__attribute__((always_inline)) inline void group_dot(const uint8_t* wg, const uint8_t* const* xr,
+                                                     int64_t xo, __m512i* isum) {
+  const __m512i low4 = _mm512_set1_epi8(0xF);
+  if constexpr (kNibbles && S == 1) {
+    // 32 bytes: low nibbles are codes 0..31, high nibbles codes 32..63.
+    const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    const __m512i v =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg)));
+    const __m512i u = _mm512_and_si512(_mm512_srlv_epi16(v, shifts), low4);
+#pragma GCC unroll 8
+    for (int r = 0; r < NX; ++r)
+      isum[r] = _mm512_dpbusd_epi32(isum[r], u, _mm512_loadu_si512(xr[r] + xo));
+  } else if constexpr (kNibbles) {
+#pragma GCC unroll 4
+    for (int t = 0; t < S / 2; ++t) {
+      const __m512i v = _mm512_loadu_si512(wg + 64 * t);
+      const __m512i u0 = _mm512_and_si512(v, low4);
+      const __m512i u1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+#pragma GCC unroll 8
+      for (int r = 0; r < NX; ++r) {
+        isum[r] = _mm512_dpbusd_epi32(isum[r], u0, _mm512_loadu_si512(xr[r] + xo + 128 * t));
+        isum[r] = _mm512_dpbusd_epi32(isum[r], u1, _mm512_loadu_si512(xr[r] + xo + 128 * t + 64));
+      }
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      const __m512i u = _mm512_loadu_si512(wg + 64 * s);
+#pragma GCC unroll 8
+      for (int r = 0; r < NX; ++r)
+        isum[r] = _mm512_dpbusd_epi32(isum[r], u, _mm512_loadu_si512(xr[r] + xo + 64 * s));
+    }
+  }
+}
+
+// Per output: Σ over groups (in order) of cvt(integer lane sums) · d_x · d_w, then Σ over chunks
+// of sixteen blocks of m_w · s, all in one vector reduced at the end. No step depends on how many
+// rows share the call.
 template <bool kNibbles, Min kMin>
 struct PackedDot {
   template <int NX>
   static void run(const void* w, const void* x, size_t xs, int64_t k, float* out, int64_t os) {
-    const int64_t nb = k / 32, np = nb / 2;
+    const int64_t nb = k / 32;
     const auto* wc = static_cast<const uint8_t*>(w);
-    const auto* wd = reinterpret_cast<const uint16_t*>(wc + np * (kNibbles ? 32 : 64));
+    const auto* wd = reinterpret_cast<const uint16_t*>(wc + (kNibbles ? k / 2 : k));
     const uint16_t* wm = wd + nb;
-    // Per pair of an activation row: 64 codes, then 16 f32 lanes of d_x; the sums follow the pairs.
-    constexpr int64_t kPairBytes = 64 + 16 * sizeof(float);
     const uint8_t* xr[NX];
-    __m512 acc[NX], accm[NX];
+    __m512 acc[NX];
 #pragma GCC unroll 8
     for (int r = 0; r < NX; ++r) {
       xr[r] = static_cast<const uint8_t*>(x) + size_t(r) * xs;
-      acc[r] = accm[r] = _mm512_setzero_ps();
+      acc[r] = _mm512_setzero_ps();
     }
-    const __m512i low4 = _mm512_set1_epi8(0xF);
-    // Low 256 bits keep the low nibbles, high 256 bits get the high ones.
-    const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    int64_t xo = 0;  // the group's offset in an activation row
+    for (int64_t first = 0; first < nb;) {
+      const int g = group_blocks(nb, first);
+      __m512i isum[NX];
+#pragma GCC unroll 8
+      for (int r = 0; r < NX; ++r) isum[r] = _mm512_setzero_si512();
+      switch (g) {
+        case 16:
+          group_dot<kNibbles, 8, NX>(wc, xr, xo, isum);
+          break;
+        case 8:
+          group_dot<kNibbles, 4, NX>(wc, xr, xo, isum);
+          break;
+        case 4:
+          group_dot<kNibbles, 2, NX>(wc, xr, xo, isum);
+          break;
+        default:
+          group_dot<kNibbles, 1, NX>(wc, xr, xo, isum);
+      }
+      const __m512 dw = group_scales(wd + first, g);
+#pragma GCC unroll 8
+      for (int r = 0; r < NX; ++r) {
+        const __m512 dx = _mm512_loadu_ps(reinterpret_cast<const float*>(xr[r] + xo + 32 * g));
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum[r]), dx), dw, acc[r]);
+      }
+      wc += kNibbles ? 16 * g : 32 * g;
+      xo += 32 * g + 64;
+      first += g;
+    }
     for (int64_t c = 0; c < nb; c += 16) {
-      const int nbc = int(nb - c < 16 ? nb - c : 16);
-      const auto mask = __mmask16((1u << nbc) - 1);
-      const __m512 dw16 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, wd + c));
-      __m512 mw16;
+      const auto mask = __mmask16(nb - c >= 16 ? 0xFFFF : (1u << (nb - c)) - 1);
+      __m512 mw;
       if constexpr (kMin == Min::kStored) {
-        mw16 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, wm + c));
+        mw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, wm + c));
       } else {
-        mw16 = _mm512_mul_ps(dw16, _mm512_set1_ps(kMin == Min::kMinus8D ? -8.0f : -128.0f));
+        mw = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, wd + c)),
+                           _mm512_set1_ps(kMin == Min::kMinus8D ? -8.0f : -128.0f));
       }
 #pragma GCC unroll 8
-      for (int r = 0; r < NX; ++r)
-        accm[r] =
-            _mm512_fmadd_ps(mw16,
-                            _mm512_maskz_loadu_ps(
-                                mask, reinterpret_cast<const float*>(xr[r] + np * kPairBytes) + c),
-                            accm[r]);
-      for (int j = 0; j < nbc / 2; ++j) {
-        const int64_t p = c / 2 + j;
-        __m512i u;
-        if constexpr (kNibbles) {
-          const __m512i v = _mm512_broadcast_i64x4(
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wc + p * 32)));
-          u = _mm512_and_si512(_mm512_srlv_epi16(v, shifts), low4);
-        } else {
-          u = _mm512_loadu_si512(wc + p * 64);
-        }
-        const __m512 dwe = _mm512_permutexvar_ps(_mm512_load_si512(kPairIndex[j]), dw16);
-#pragma GCC unroll 8
-        for (int r = 0; r < NX; ++r) {
-          const __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u,
-                                                   _mm512_loadu_si512(xr[r] + p * kPairBytes));
-          const __m512 t = _mm512_mul_ps(
-              _mm512_cvtepi32_ps(isum),
-              _mm512_loadu_ps(reinterpret_cast<const float*>(xr[r] + p * kPairBytes + 64)));
-          acc[r] = _mm512_fmadd_ps(t, dwe, acc[r]);
-        }
+      for (int r = 0; r < NX; ++r) {
+        const auto* sums = reinterpret_cast<const float*>(xr[r] + xo);
+        acc[r] = _mm512_fmadd_ps(mw, _mm512_maskz_loadu_ps(mask, sums + c), acc[r]);
       }
     }
     __m512 sums[8];
 #pragma GCC unroll 8
-    for (int r = 0; r < 8; ++r)
-      sums[r] = r < NX ? _mm512_add_ps(acc[r], accm[r]) : _mm512_setzero_ps();
+    for (int r = 0; r < 8; ++r) sums[r] = r < NX ? acc[r] : _mm512_setzero_ps();
     store_sums8(sums, NX, out, os);
   }
 };

@@ -13,13 +13,12 @@ namespace {
 
 constexpr int64_t kPairElems = 2 * QK;
 
-// Offset in a pair's 64 codes of element e (0..31) of block h (0 or 1).
-int pair_offset(int h, int e) {
-  return e < 16 ? h * 16 + e : 32 + h * 16 + (e - 16);
-}
-
-size_t code_bytes_per_pair(DType t) {
-  return t == DType::Q8_0 ? 64 : 32;
+// Unsigned code e (0..31) of a block, as w = d·u + m.
+uint8_t weight_code(DType t, const uint8_t* src, int64_t b, int e) {
+  if (t == DType::Q8_0) return uint8_t(reinterpret_cast<const BlockQ8_0*>(src)[b].qs[e]) ^ 0x80;
+  const uint8_t* qs = t == DType::Q4_0 ? reinterpret_cast<const BlockQ4_0*>(src)[b].qs
+                                       : reinterpret_cast<const BlockQ4_1*>(src)[b].qs;
+  return e < 16 ? qs[e] & 0xF : qs[e - 16] >> 4;
 }
 
 // Round half away from zero, exactly as std::round.
@@ -41,83 +40,119 @@ bool packable(const Tensor& w) {
 }
 
 size_t packed_weight_row_bytes(DType t, int64_t k) {
-  const int64_t pairs = k / kPairElems;
   const size_t scales = t == DType::Q4_1 ? 2 : 1;
-  return size_t(pairs) * code_bytes_per_pair(t) + size_t(k / QK) * scales * sizeof(uint16_t);
+  const size_t codes = t == DType::Q8_0 ? size_t(k) : size_t(k) / 2;
+  return codes + size_t(k / QK) * scales * sizeof(uint16_t);
 }
 
 std::unique_ptr<uint8_t[]> pack_weight(const Tensor& w) {
   KCHECK(packable(w), "pack_weight: {} [{}] is not packable", dtype_name(w.dtype), w.shape.str());
   const int64_t n = w.rows(), k = w.cols(), nb = k / QK;
+  const bool q8 = w.dtype == DType::Q8_0;
   const size_t stride = packed_weight_row_bytes(w.dtype, k);
-  const size_t codes = size_t(k / kPairElems) * code_bytes_per_pair(w.dtype);
+  const size_t codes = q8 ? size_t(k) : size_t(k) / 2;
   auto out = std::make_unique<uint8_t[]>(size_t(n) * stride);
   for (int64_t r = 0; r < n; ++r) {
     uint8_t* dst = out.get() + size_t(r) * stride;
+    std::memset(dst, 0, codes);
     auto* d = reinterpret_cast<uint16_t*>(dst + codes);
     uint16_t* m = d + nb;  // Q4_1 only
     const uint8_t* src = w.row(r);
+    uint8_t* group = dst;
+    for (int64_t first = 0; first < nb;) {
+      const int g = packed_group_blocks(nb, first);
+      for (int b = 0; b < g; ++b) {
+        for (int e = 0; e < QK; ++e) {
+          const uint8_t u = weight_code(w.dtype, src, first + b, e);
+          const int o = packed_code_offset(g, b, e);
+          if (q8) {
+            group[o] = u;
+          } else {
+            const NibbleSlot slot = packed_nibble_slot(g, o);
+            group[slot.byte] |= slot.high ? uint8_t(u << 4) : u;
+          }
+        }
+      }
+      group += q8 ? 32 * g : 16 * g;
+      first += g;
+    }
     for (int64_t b = 0; b < nb; ++b) {
-      const int h = int(b % 2);
-      uint8_t* pair = dst + size_t(b / 2) * code_bytes_per_pair(w.dtype);
       if (w.dtype == DType::Q4_0) {
-        const auto& blk = reinterpret_cast<const BlockQ4_0*>(src)[b];
-        std::memcpy(pair + h * 16, blk.qs, 16);
-        d[b] = blk.d;
+        d[b] = reinterpret_cast<const BlockQ4_0*>(src)[b].d;
       } else if (w.dtype == DType::Q4_1) {
-        const auto& blk = reinterpret_cast<const BlockQ4_1*>(src)[b];
-        std::memcpy(pair + h * 16, blk.qs, 16);
-        d[b] = blk.d;
-        m[b] = blk.m;
+        d[b] = reinterpret_cast<const BlockQ4_1*>(src)[b].d;
+        m[b] = reinterpret_cast<const BlockQ4_1*>(src)[b].m;
       } else {
-        const auto& blk = reinterpret_cast<const BlockQ8_0*>(src)[b];
-        for (int e = 0; e < QK; ++e) pair[pair_offset(h, e)] = uint8_t(blk.qs[e]) ^ 0x80;
-        d[b] = blk.d;
+        d[b] = reinterpret_cast<const BlockQ8_0*>(src)[b].d;
       }
     }
   }
   return out;
 }
 
+size_t packed_activation_group_bytes(int g) {
+  return size_t(32 * g) + 16 * sizeof(float);
+}
+
 size_t packed_activation_row_bytes(int64_t k) {
-  return size_t(k / kPairElems) * kPackedActivationPairBytes + size_t(k / QK) * sizeof(float);
+  const int64_t nb = k / QK;
+  size_t bytes = size_t(nb) * sizeof(float);
+  for (int64_t first = 0; first < nb; first += packed_group_blocks(nb, first))
+    bytes += packed_activation_group_bytes(packed_group_blocks(nb, first));
+  return bytes;
 }
 
 void quantize_row_packed(const float* x, uint8_t* dst, int64_t k) {
   KCHECK(k % kPairElems == 0, "packed activation row of {} elements is not whole block pairs", k);
   const int64_t nb = k / QK;
-  auto* sums = reinterpret_cast<float*>(dst + (k / kPairElems) * kPackedActivationPairBytes);
+  auto* sums = reinterpret_cast<float*>(dst + packed_activation_row_bytes(k) - nb * sizeof(float));
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-  for (int64_t b = 0; b < nb; ++b, x += QK) {
-    __m256 v[4];
-    __m256 amax = _mm256_setzero_ps();
-    for (int i = 0; i < 4; ++i) {
-      v[i] = _mm256_loadu_ps(x + 8 * i);
-      amax = _mm256_max_ps(amax, _mm256_and_ps(v[i], abs_mask));
+  uint8_t* group = dst;
+  for (int64_t first = 0; first < nb;) {
+    const int g = packed_group_blocks(nb, first), lanes_per_block = 16 / g;
+    auto* lanes = reinterpret_cast<float*>(group + 32 * g);
+    for (int b = 0; b < g; ++b, x += QK) {
+      __m256 v[4];
+      __m256 amax = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        amax = _mm256_max_ps(amax, _mm256_and_ps(v[i], abs_mask));
+      }
+      amax = _mm256_max_ps(amax, _mm256_permute2f128_ps(amax, amax, 1));
+      amax = _mm256_max_ps(amax, _mm256_shuffle_ps(amax, amax, _MM_SHUFFLE(1, 0, 3, 2)));
+      amax = _mm256_max_ps(amax, _mm256_shuffle_ps(amax, amax, _MM_SHUFFLE(2, 3, 0, 1)));
+      const float d = _mm256_cvtss_f32(amax) / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      __m256i q32[4];
+      for (int i = 0; i < 4; ++i) {
+        __m256 q = round_away(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
+        q = _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+        q32[i] = _mm256_cvttps_epi32(q);
+      }
+      // Narrow to 32 int8 codes in element order (packs interleave 128-bit lanes; the permute
+      // undoes it).
+      const __m256i q16a = _mm256_packs_epi32(q32[0], q32[1]);
+      const __m256i q16b = _mm256_packs_epi32(q32[2], q32[3]);
+      const __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16a, q16b),
+                                                     _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      alignas(32) int32_t quads[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(quads), q8);
+      // Four consecutive elements stay together (packed_code_offset): one 4-byte store each.
+      for (int quad = 0; quad < 8; ++quad)
+        std::memcpy(group + (quad / lanes_per_block) * 64 +
+                        (b * lanes_per_block + quad % lanes_per_block) * 4,
+                    &quads[quad], 4);
+      __m256i acc =
+          _mm256_add_epi32(_mm256_add_epi32(q32[0], q32[1]), _mm256_add_epi32(q32[2], q32[3]));
+      acc = _mm256_hadd_epi32(acc, acc);
+      acc = _mm256_hadd_epi32(acc, acc);
+      const int sum = _mm256_extract_epi32(acc, 0) + _mm256_extract_epi32(acc, 4);
+      const float dr = f16_to_f32(f32_to_f16(d));
+      for (int i = 0; i < lanes_per_block; ++i) lanes[b * lanes_per_block + i] = dr;
+      sums[first + b] = dr * float(sum);
     }
-    amax = _mm256_max_ps(amax, _mm256_permute2f128_ps(amax, amax, 1));
-    amax = _mm256_max_ps(amax, _mm256_shuffle_ps(amax, amax, _MM_SHUFFLE(1, 0, 3, 2)));
-    amax = _mm256_max_ps(amax, _mm256_shuffle_ps(amax, amax, _MM_SHUFFLE(2, 3, 0, 1)));
-    const float d = _mm256_cvtss_f32(amax) / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    alignas(32) int32_t codes[QK];
-    for (int i = 0; i < 4; ++i) {
-      __m256 q = round_away(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
-      q = _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(codes + 8 * i), _mm256_cvttps_epi32(q));
-    }
-    const int h = int(b % 2);
-    uint8_t* pair = dst + (b / 2) * kPackedActivationPairBytes;
-    int sum = 0;
-    for (int e = 0; e < QK; ++e) {
-      pair[pair_offset(h, e)] = uint8_t(int8_t(codes[e]));
-      sum += codes[e];
-    }
-    const float dr = f16_to_f32(f32_to_f16(d));
-    // Lanes 4h..4h+3 and 8+4h..8+4h+3 of the pair's scale vector hold this block's bytes.
-    auto* lanes = reinterpret_cast<float*>(pair + kPairElems);
-    for (int i = 0; i < 4; ++i) lanes[4 * h + i] = lanes[8 + 4 * h + i] = dr;
-    sums[b] = dr * float(sum);
+    group += packed_activation_group_bytes(g);
+    first += g;
   }
 }
 
