@@ -2,41 +2,56 @@
 """Generates Kestrel's tiny reference checkpoints and their transformers goldens.
 
 Usage:
-    python3 tools/make_fixtures.py [--only NAME] [--out DIR]
+    python3 tools/make_fixtures.py [--only NAME]... [--out DIR]
 
 For each fixture NAME it writes tests/fixtures/models/NAME/:
   config.json, model.safetensors, generation_config.json   (save_pretrained output)
   golden.json         {"name", "dtype", "prompts": [[ids] x3], "greedy": [[16 ids] x3],
-                       "transformers", "torch"}
+                       "transformers", "torch"}  (+ "weight_format": "fp8_block128" for FP8)
   golden.safetensors  F32 "logits.i" = [len(prompt_i), vocab], the logits at every position of
-                      one full forward of prompt i (computed in the fixture dtype, then cast).
+                      one full forward of prompt i (computed in the fixture dtype, then cast);
+                      DeepSeek-V3 fixtures add F32 "mtp_logits.i" = [len(prompt_i) - 1, vocab],
+                      the multi-token-prediction layer's logits (see mtp_logits).
 
 Everything is seeded from the fixture's base name (the bf16 variant of a model has exactly the
 f32 weights cast to bf16, and the same prompts), so re-running reproduces the same files for
 the same library versions. Every parameter is randomized so that layout bugs in any tensor
-change the logits: embeddings N(0, 1) (0.05 when tied), linear weights std 0.1 (lm_head 0.2),
-biases std 0.1, norm weights 1 + 0.1 N(0, 1). The goldens come from the model reloaded from
-the saved files, after checking that those files reproduce the built model (rope scaling
-included). Greedy decoding uses model.generate with the KV cache, argmax only, no eos stop.
-Prompts are random ids in [3, vocab), redrawn until no greedy step is a near-tie
-(MIN_STEP_GAP).
+change the logits: embeddings N(0, 1) (0.05 when tied), linear and expert weights std 0.1
+(lm_head 0.2), biases std 0.1, norm weights 1 + 0.1 N(0, 1), DeepSeek's router score bias
+0.05 |N(0, 1)|. The goldens come from the model reloaded from the saved files, after checking
+that those files reproduce the built model (rope scaling included). Greedy decoding uses
+model.generate with the KV cache, argmax only, no eos stop. Prompts are random ids in
+[3, vocab), redrawn until no greedy step is a near-tie (MIN_STEP_GAP).
+
+MoE checkpoints are stored per expert (transformers' default on-disk format; it fuses experts
+only in memory). DeepSeek-V3 checkpoints also hold the MTP layer at index num_hidden_layers,
+which transformers neither creates nor loads: the script generates it and builds its
+reference from transformers' blocks. The FP8 fixture stores DeepSeek's 128x128 block-scaled
+float8_e4m3fn weights; its goldens run transformers in f32 on the dequantized weights.
 
 The script prints, per fixture, the smallest top1-top2 logit gap over all golden positions and
-over all greedy steps, to show how robust an exact argmax comparison is.
+over all greedy steps, to show how robust an exact argmax comparison is, and for MoE models
+the smallest margin of a routing decision.
 """
 
 import argparse
 import functools
 import json
+import math
 import pathlib
+import re
 import shutil
 import sys
 import tempfile
+import typing
 import zlib
 
 import safetensors.torch
 import torch
 import transformers
+from transformers.masking_utils import create_causal_mask
+from transformers.models.deepseek_v3 import modeling_deepseek_v3 as deepseek_v3
+from transformers.models.qwen3_moe import modeling_qwen3_moe as qwen3_moe
 
 VOCAB = 512
 PROMPT_LENGTHS = (7, 19, 40)
@@ -65,7 +80,41 @@ LLAMA3_ROPE = {
     "original_max_position_embeddings": 64,
 }
 
-# base name -> (config class, config kwargs). Fixture names are base + "_f32" / "_bf16".
+# DeepSeek-V3's yarn settings scaled down: mscale_all_dim scales the softmax by mscale^2.
+DEEPSEEK_YARN_ROPE = {
+    "rope_type": "yarn",
+    "factor": 4.0,
+    "original_max_position_embeddings": 64,
+    "beta_fast": 32,
+    "beta_slow": 1,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+}
+
+QWEN3_MOE = dict(
+    COMMON, num_hidden_layers=3, head_dim=16, rope_theta=10000.0, attention_bias=False,
+    use_sliding_window=False, tie_word_embeddings=False, num_experts=8, num_experts_per_tok=2,
+    moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[0],
+)
+
+# Layer 0 dense, layer 1 MoE, MTP layer 2 (MoE); 2 groups of 4 experts, one group kept.
+DEEPSEEK_V3 = dict(
+    COMMON, num_key_value_heads=4, num_hidden_layers=2, rms_norm_eps=1e-6,
+    q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+    moe_intermediate_size=32, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
+    n_group=2, topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+    first_k_dense_replace=1, num_nextn_predict_layers=1, rope_theta=10000.0,
+    rope_scaling=None, rope_interleave=True, attention_bias=False, tie_word_embeddings=False,
+)
+
+# Wide enough that FP8's 128x128 blocks tile most matrices 2-3 times per axis, with partial
+# edge blocks on both axes (e.g. q_a_proj [160, 192], mlp.down_proj [192, 320]).
+DEEPSEEK_V3_WIDE = dict(
+    DEEPSEEK_V3, hidden_size=192, intermediate_size=320, moe_intermediate_size=160,
+    q_lora_rank=160, kv_lora_rank=144, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32,
+)
+
+# base name -> (config class, config kwargs).
 MODELS = {
     "llama3": (
         transformers.LlamaConfig,
@@ -100,25 +149,73 @@ MODELS = {
         dict(COMMON, num_hidden_layers=2, head_dim=32, rope_theta=1000000.0,
              attention_bias=False, use_sliding_window=False, tie_word_embeddings=False),
     ),
+    "qwen3_moe": (transformers.Qwen3MoeConfig, QWEN3_MOE),
+    "deepseek_v3": (transformers.DeepseekV3Config,
+                    dict(DEEPSEEK_V3, rope_scaling=DEEPSEEK_YARN_ROPE)),
+    "deepseek_v3_nolora": (transformers.DeepseekV3Config, dict(DEEPSEEK_V3, q_lora_rank=None)),
+    "deepseek_v3_wide": (transformers.DeepseekV3Config, DEEPSEEK_V3_WIDE),
 }
 
+
+class Fixture(typing.NamedTuple):
+    base: str  # key of MODELS
+    dtype: torch.dtype  # of the golden forwards, and of the stored weights unless fp8
+    fp8: bool = False  # weights stored FP8 block-quantized; goldens run f32 on their dequantization
+
+
+# Fixture names are base + "_f32" / "_bf16", except the FP8 one.
 FIXTURES = {
-    "llama3_f32": ("llama3", torch.float32),
-    "llama3_bf16": ("llama3", torch.bfloat16),
-    "llama_linear_f32": ("llama_linear", torch.float32),
-    "llama_yarn_f32": ("llama_yarn", torch.float32),
-    "llama_tied_f32": ("llama_tied", torch.float32),
-    "qwen2_f32": ("qwen2", torch.float32),
-    "qwen2_bf16": ("qwen2", torch.bfloat16),
-    "qwen3_f32": ("qwen3", torch.float32),
-    "qwen3_bf16": ("qwen3", torch.bfloat16),
+    "llama3_f32": Fixture("llama3", torch.float32),
+    "llama3_bf16": Fixture("llama3", torch.bfloat16),
+    "llama_linear_f32": Fixture("llama_linear", torch.float32),
+    "llama_yarn_f32": Fixture("llama_yarn", torch.float32),
+    "llama_tied_f32": Fixture("llama_tied", torch.float32),
+    "qwen2_f32": Fixture("qwen2", torch.float32),
+    "qwen2_bf16": Fixture("qwen2", torch.bfloat16),
+    "qwen3_f32": Fixture("qwen3", torch.float32),
+    "qwen3_bf16": Fixture("qwen3", torch.bfloat16),
+    "qwen3_moe_f32": Fixture("qwen3_moe", torch.float32),
+    "qwen3_moe_bf16": Fixture("qwen3_moe", torch.bfloat16),
+    "deepseek_v3_f32": Fixture("deepseek_v3", torch.float32),
+    "deepseek_v3_bf16": Fixture("deepseek_v3", torch.bfloat16),
+    "deepseek_v3_nolora_f32": Fixture("deepseek_v3_nolora", torch.float32),
+    "deepseek_v3_fp8": Fixture("deepseek_v3_wide", torch.float32, fp8=True),
 }
 
 # Smallest accepted top1-top2 logit gap at each greedy step (see select_prompts).
 MIN_STEP_GAP = {torch.float32: 0.01, torch.bfloat16: 0.1}
+# Smallest accepted routing margin (see clear_decisions): about six bf16 ulps of a router logit
+# near 1 in softmax probability, a few in DeepSeek's sigmoid scores.
+MIN_ROUTING_MARGIN = {torch.float32: 1e-5, torch.bfloat16: 3e-3}
 MAX_PROMPT_TRIES = 1000
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
+
+# transformers 5.x fuses each MoE layer's experts in memory as experts.gate_up_proj
+# [E, 2 * I, H] (gate rows, then up rows) and experts.down_proj [E, H, I]; files hold them per
+# expert (see split_experts).
+FUSED_EXPERTS = re.compile(r"(.*\.experts)\.(gate_up_proj|down_proj)$")
+
+# Released DeepSeek-V3 checkpoints keep the router's score correction bias in F32 whatever the
+# other tensors' dtype (transformers also computes with it in F32).
+F32_ON_DISK = "e_score_correction_bias"
+
+# The tensors DeepSeek stores as FP8: every attention and FFN projection (dense, routed and
+# shared experts), the MTP block's included; not the router gate, eh_proj, norms, embeddings.
+FP8_TENSORS = re.compile(
+    r"\.(self_attn\.(q_a_proj|q_b_proj|q_proj|kv_a_proj_with_mqa|kv_b_proj|o_proj)"
+    r"|mlp\.(experts\.\d+\.|shared_experts\.)?(gate_proj|up_proj|down_proj))\.weight$")
+FP8_BLOCK = 128
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+FP8_QUANTIZATION_CONFIG = {
+    "quant_method": "fp8",
+    "fmt": "e4m3",
+    "activation_scheme": "dynamic",
+    "weight_block_size": [FP8_BLOCK, FP8_BLOCK],
+}
+DEQUANTIZED_SUFFIX = ".dequantized"  # staging directory of an FP8 fixture's f32 reference
+
+MTP_SMALL_TENSORS = ("enorm.weight", "hnorm.weight", "eh_proj.weight", "shared_head.norm.weight")
 
 
 def seed_of(text):
@@ -126,7 +223,8 @@ def seed_of(text):
 
 
 def randomize(model, gen, embed_std):
-    """Overwrites every parameter; logits get a std of about 1.6 (0.4 for the tied model)."""
+    """Overwrites every parameter and persistent buffer; logits get a std of about 1.6 (0.4 for
+    the tied model)."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
@@ -138,11 +236,25 @@ def randomize(model, gen, embed_std):
                 value = 0.1 * noise
             elif name == "lm_head.weight":
                 value = 0.2 * noise
-            elif p.dim() == 2:
+            elif p.dim() == 2 or FUSED_EXPERTS.match(name):
                 value = 0.1 * noise
             else:
                 raise ValueError(f"no randomization rule for parameter {name}")
             p.copy_(value)
+        persistent = model.state_dict().keys()
+        for name, b in model.named_buffers():
+            if name not in persistent:
+                continue  # derived values such as RoPE's inv_freq
+            noise = torch.randn(b.shape, generator=gen, dtype=torch.float32)
+            if name.endswith(F32_ON_DISK):
+                # Small against the sigmoid scores it corrects, so that it reorders experts
+                # only where their scores are close; non-negative so that every selection
+                # score sigmoid + bias stays positive, and masking the excluded groups' scores
+                # with 0 or with -inf selects the same experts.
+                value = 0.05 * noise.abs()
+            else:
+                raise ValueError(f"no randomization rule for buffer {name}")
+            b.copy_(value)
 
 
 def build_reference(base):
@@ -158,6 +270,160 @@ def build_reference(base):
         config, attn_implementation="eager", dtype=torch.float32)
     randomize(model, torch.Generator().manual_seed(seed_of(base)), embed_std)
     return model
+
+
+def has_mtp(config):
+    """Whether the checkpoint carries a DeepSeek-V3 multi-token-prediction layer."""
+    if config.model_type != "deepseek_v3" or config.num_nextn_predict_layers == 0:
+        return False
+    assert config.num_nextn_predict_layers == 1, "one MTP layer supported"
+    return True
+
+
+class MtpModule(torch.nn.Module):
+    """DeepSeek-V3's MTP layer (models.md 4.7) assembled from transformers' blocks, which have
+    no MTP module of their own. Parameter names are the checkpoint's under model.layers.L,
+    except that the decoder block's carry a "block." prefix (see mtp_checkpoint_tensors)."""
+
+    def __init__(self, config, block):
+        super().__init__()
+        hidden, eps = config.hidden_size, config.rms_norm_eps
+        self.enorm = deepseek_v3.DeepseekV3RMSNorm(hidden, eps=eps)
+        self.hnorm = deepseek_v3.DeepseekV3RMSNorm(hidden, eps=eps)
+        self.eh_proj = torch.nn.Linear(2 * hidden, hidden, bias=False)
+        self.block = block
+        self.shared_head = torch.nn.Module()
+        self.shared_head.norm = deepseek_v3.DeepseekV3RMSNorm(hidden, eps=eps)
+
+
+def build_mtp(base, model):
+    """Builds the seeded random f32 MTP layer that goes with base's main model."""
+    config = model.config
+    block = deepseek_v3.DeepseekV3DecoderLayer(config, layer_idx=config.num_hidden_layers)
+    mtp = MtpModule(config, block).to(torch.float32)
+    randomize(mtp, torch.Generator().manual_seed(seed_of(base + "/mtp")), embed_std=None)
+    return mtp
+
+
+def split_experts(state):
+    """Returns a state dict with fused expert tensors written per expert, as on disk:
+    experts.J.{gate,up}_proj.weight [I, H] and experts.J.down_proj.weight [H, I]."""
+    out = {}
+    for name, tensor in state.items():
+        match = FUSED_EXPERTS.match(name)
+        if not match:
+            out[name] = tensor
+            continue
+        prefix, kind = match.groups()
+        for j, expert in enumerate(tensor):
+            if kind == "down_proj":
+                out[f"{prefix}.{j}.down_proj.weight"] = expert
+            else:
+                gate, up = expert.chunk(2, dim=0)
+                out[f"{prefix}.{j}.gate_proj.weight"] = gate
+                out[f"{prefix}.{j}.up_proj.weight"] = up
+    return out
+
+
+def mtp_checkpoint_tensors(model, mtp):
+    """The MTP layer's tensors as DeepSeek names them, at layer index num_hidden_layers,
+    including its copies of the main embedding and lm_head."""
+    prefix = f"model.layers.{model.config.num_hidden_layers}."
+    state = {name.removeprefix("block."): t for name, t in mtp.state_dict().items()}
+    tensors = {prefix + name: t for name, t in split_experts(state).items()}
+    tensors[prefix + "embed_tokens.weight"] = model.model.embed_tokens.weight
+    tensors[prefix + "shared_head.head.weight"] = model.lm_head.weight
+    return tensors
+
+
+def cast_for_disk(tensors, dtype):
+    """Casts checkpoint tensors to dtype, except the ones released checkpoints keep in F32."""
+    return {name: t.detach().to(torch.float32 if name.endswith(F32_ON_DISK) else dtype)
+            .contiguous() for name, t in tensors.items()}
+
+
+def cast_model(model, dtype):
+    """Casts model to dtype like cast_for_disk casts its tensors."""
+    kept = {name: b.detach().clone() for name, b in model.named_buffers()
+            if name.endswith(F32_ON_DISK)}
+    model.to(dtype)
+    for name, b in kept.items():
+        module, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(module), attr, b)
+
+
+def quantize_fp8(weight):
+    """Returns (float8_e4m3fn weight, F32 weight_scale_inv [ceil(out/128), ceil(in/128)]) as
+    DeepSeek stores them: each 128x128 block (partial at the edges) is divided by its scale
+    amax / 448 and rounded to nearest; weight = fp8 * weight_scale_inv dequantizes."""
+    rows, cols = weight.shape
+    grid = (math.ceil(rows / FP8_BLOCK), math.ceil(cols / FP8_BLOCK))
+    quantized = torch.empty(weight.shape, dtype=torch.float8_e4m3fn)
+    scale = torch.empty(grid, dtype=torch.float32)
+    for bi in range(grid[0]):
+        for bj in range(grid[1]):
+            block = (slice(bi * FP8_BLOCK, (bi + 1) * FP8_BLOCK),
+                     slice(bj * FP8_BLOCK, (bj + 1) * FP8_BLOCK))
+            amax = weight[block].abs().max()
+            assert amax > 0, "an all-zero block has no scale"
+            scale[bi, bj] = amax / FP8_MAX
+            quantized[block] = (weight[block] / scale[bi, bj]).to(torch.float8_e4m3fn)
+    assert not quantized.float().isnan().any()
+    return quantized, scale
+
+
+def expand_scale(scale, shape):
+    """Each element's block scale: scale[i // 128, j // 128] over a [rows, cols] weight."""
+    rows, cols = shape
+    return scale.repeat_interleave(FP8_BLOCK, 0)[:rows].repeat_interleave(FP8_BLOCK, 1)[:, :cols]
+
+
+def dequantize_fp8(quantized, scale):
+    return quantized.float() * expand_scale(scale, quantized.shape)
+
+
+def fp8_checkpoint(tensors):
+    """Returns (FP8 file tensors, their f32 dequantization under the same names): FP8_TENSORS
+    become FP8 + weight_scale_inv, the rest bf16 (F32_ON_DISK stays F32)."""
+    stored = cast_for_disk(tensors, torch.bfloat16)
+    dequantized = {name: t.float() for name, t in stored.items()}
+    for name, weight in tensors.items():
+        if not FP8_TENSORS.search(name):
+            continue
+        quantized, scale = quantize_fp8(weight.detach().float())
+        stored[name] = quantized
+        stored[name + "_scale_inv"] = scale
+        dequantized[name] = dequantize_fp8(quantized, scale)
+        # Rounding to e4m3 (3 mantissa bits) errs by at most 1/16 of a normal value, and by
+        # half the subnormal step 2^-9 below 2^-6 (in units of the block's scale).
+        error = (dequantized[name] - weight).abs()
+        bound = weight.abs() / 16 + expand_scale(scale, weight.shape) * 2.0**-10
+        assert (error <= bound).all(), name
+    return stored, dequantized
+
+
+def write_tensors(path, tensors):
+    safetensors.torch.save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+
+
+def read_tensors(path):
+    return safetensors.torch.load_file(path / "model.safetensors")
+
+
+def write_config(path, **changes):
+    """Edits path/config.json, written as save_pretrained writes it."""
+    config = json.loads((path / "config.json").read_text())
+    config.update(changes)
+    (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def assert_same_tensors(actual, expected, what, exact_dtype=False):
+    """Same names and values, and unless exact_dtype the actual dtype may be wider (loading
+    upcasts DeepSeek's router to F32)."""
+    assert actual.keys() == expected.keys(), (what, actual.keys() ^ expected.keys())
+    for name, t in actual.items():
+        assert torch.equal(t.float(), expected[name].float()), (what, name)
+        assert not exact_dtype or t.dtype == expected[name].dtype, (what, name)
 
 
 def top2_gap(logits):
@@ -189,63 +455,155 @@ def greedy_generate(model, prompt):
     return new_ids, step_logits
 
 
-def load_checkpoint(path, dtype):
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        path, attn_implementation="eager", dtype=dtype).eval()
-    assert all(p.dtype == dtype for p in model.parameters()), path
-    return model
+def expected_dtype(model, name, dtype):
+    """transformers keeps some modules in F32 whatever the requested dtype (DeepSeek's router)."""
+    kept = model._keep_in_fp32_modules_strict or ()
+    return torch.float32 if any(key in name for key in kept) else dtype
 
 
-def save_checkpoint(name, path):
-    """Builds fixture NAME's model, saves it and checks that the files reproduce it."""
-    base, dtype = FIXTURES[name]
+def load_checkpoint(path, dtype, **config_changes):
+    """Loads path as a user would; the MTP keys of DeepSeek checkpoints are unexpected and
+    ignored, so config_changes={"num_hidden_layers": L + 1} loads the MTP block as layer L."""
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(
+        path, attn_implementation="eager", dtype=dtype, output_loading_info=True,
+        **config_changes)
+    assert not info["missing_keys"] and not info["mismatched_keys"], (path, info)
+    mtp_layer = f"model.layers.{transformers.AutoConfig.from_pretrained(path).num_hidden_layers}."
+    assert all(k.startswith(mtp_layer) for k in info["unexpected_keys"]), (path, info)
+    assert all(p.dtype == expected_dtype(model, n, dtype) for n, p in model.named_parameters())
+    return model.eval()
+
+
+def reference_dir(name, staging):
+    """The staged checkpoint the goldens run: an FP8 fixture's f32 dequantization."""
+    return staging / (name + DEQUANTIZED_SUFFIX if FIXTURES[name].fp8 else name)
+
+
+def save_checkpoint(name, staging):
+    """Builds fixture NAME's model (and MTP layer), saves it and checks that the files
+    reproduce it."""
+    base, dtype, fp8 = FIXTURES[name]
+    path, reference = staging / name, reference_dir(name, staging)
     built = build_reference(base).eval()
     probe = torch.arange(FIRST_PROMPT_ID, FIRST_PROMPT_ID + 50).unsqueeze(0)
     with torch.no_grad():
         built_logits = built(probe).logits
-    built.to(dtype)
-    built.config.dtype = dtype
-    built.save_pretrained(path, safe_serialization=True)
-    config = json.loads((path / "config.json").read_text())
-    for key in ("architectures", "model_type"):
-        assert key in config, f"{name}: config.json lacks {key}"
-    assert config.get("dtype", config.get("torch_dtype")) == DTYPE_NAMES[dtype], config
+    tensors = split_experts(built.state_dict())
+    if has_mtp(built.config):
+        tensors.update(mtp_checkpoint_tensors(built, build_mtp(base, built)))
+    tensors = {k: v.detach().clone() for k, v in tensors.items()}  # cast_model changes params
 
-    loaded = load_checkpoint(path, dtype)
+    save_with_transformers(built, torch.float32 if fp8 else dtype, reference)
+    if fp8:
+        stored, dequantized = fp8_checkpoint(tensors)
+        write_tensors(reference, dequantized)
+        shutil.copytree(reference, path)
+        write_tensors(path, stored)
+        write_config(path, dtype="bfloat16", quantization_config=FP8_QUANTIZATION_CONFIG)
+    elif has_mtp(built.config):
+        write_tensors(path, cast_for_disk(tensors, dtype))
+
+    loaded = load_checkpoint(reference, dtype)
     assert loaded.config.rope_parameters == built.config.rope_parameters, name
-    saved, original = loaded.state_dict(), built.state_dict()
-    assert all(torch.equal(saved[k], original[k]) for k in saved), name
-    if dtype == torch.float32:
+    if fp8:
+        on_disk = split_experts(loaded.state_dict())
+        assert_same_tensors(on_disk, {k: dequantized[k] for k in on_disk}, name)
+    else:
+        saved, original = loaded.state_dict(), built.state_dict()
+        assert all(torch.equal(saved[k].to(original[k].dtype), original[k]) for k in saved), name
+    if dtype == torch.float32 and not fp8:
         with torch.no_grad():
             assert torch.equal(loaded(probe).logits, built_logits), name
+    if has_mtp(built.config):
+        check_mtp_files(reference, dtype)
+
+
+def save_with_transformers(model, dtype, path):
+    """Casts model to dtype and saves it with save_pretrained, checking config.json and that
+    the file holds split_experts' layout (the one MTP and FP8 tensors are written in)."""
+    cast_model(model, dtype)
+    model.config.dtype = dtype
+    model.save_pretrained(path, safe_serialization=True)
+    config = json.loads((path / "config.json").read_text())
+    for key in ("architectures", "model_type"):
+        assert key in config, f"{path.name}: config.json lacks {key}"
+    assert config.get("dtype", config.get("torch_dtype")) == DTYPE_NAMES[dtype], config
+    written = read_tensors(path)
+    expected = split_experts(model.state_dict())
+    tied = {"lm_head.weight"} if model.config.tie_word_embeddings else set()
+    assert expected.keys() - written.keys() == tied, path
+    assert_same_tensors(written, {k: expected[k] for k in written}, path, exact_dtype=True)
+
+
+def load_mtp(path, dtype):
+    """Loads the MTP layer of the checkpoint at path in dtype: its decoder block through
+    transformers (as layer L of a model with L + 1 layers, so that expert fusion and F32 router
+    match the main layers'), the other tensors directly."""
+    layers = transformers.AutoConfig.from_pretrained(path).num_hidden_layers
+    block = load_checkpoint(path, dtype, num_hidden_layers=layers + 1).model.layers[layers]
+    mtp = MtpModule(block.self_attn.config, block)
+    tensors = read_tensors(path)
+    with torch.no_grad():
+        for name in MTP_SMALL_TENSORS:
+            param = mtp.get_parameter(name)
+            param.copy_(tensors[f"model.layers.{layers}.{name}"])
+            param.data = param.data.to(dtype)
+    return mtp.eval()
+
+
+def check_mtp_files(path, dtype):
+    """The MTP layer loaded by load_mtp holds the file's tensors, and its embedding and head
+    copies equal the main model's."""
+    tensors = read_tensors(path)
+    prefix = f"model.layers.{transformers.AutoConfig.from_pretrained(path).num_hidden_layers}."
+    for copy, original in (("embed_tokens.weight", "model.embed_tokens.weight"),
+                           ("shared_head.head.weight", "lm_head.weight")):
+        assert torch.equal(tensors[prefix + copy], tensors[original]), copy
+    state = {k.removeprefix("block."): v for k, v in load_mtp(path, dtype).state_dict().items()}
+    loaded = {prefix + k: v for k, v in split_experts(state).items()}
+    mtp_keys = {k for k in tensors if k.startswith(prefix)} - {
+        prefix + "embed_tokens.weight", prefix + "shared_head.head.weight"}
+    assert_same_tensors(loaded, {k: tensors[k] for k in mtp_keys}, path)
 
 
 def stage_checkpoint(name, staging):
     """Returns fixture NAME's model as loaded from its saved files, as a user would load it (a
     model cast in memory differs: .to(bf16) also rounds the RoPE inv_freq buffer)."""
-    path = staging / name
-    if not path.exists():
-        save_checkpoint(name, path)
-    return load_checkpoint(path, FIXTURES[name][1])
+    if not (staging / name).exists():
+        save_checkpoint(name, staging)
+    return load_checkpoint(reference_dir(name, staging), FIXTURES[name].dtype)
+
+
+def clear_decisions(model, prompt, dtype):
+    """Whether every greedy step has a top1-top2 gap of at least MIN_STEP_GAP[dtype] and, in MoE
+    models, every routing decision over prompt + continuation a margin of at least
+    MIN_ROUTING_MARGIN[dtype] (in bf16 a router logit one ulp away flips an expert choice)."""
+    new_ids, step_logits = greedy_generate(model, prompt)
+    if top2_gap(step_logits) < MIN_STEP_GAP[dtype]:
+        return False
+    monitor = RoutingMonitor(model)
+    with torch.no_grad():
+        model(torch.tensor([prompt + new_ids]), use_cache=False)
+    margin = monitor.remove()
+    return margin is None or margin >= MIN_ROUTING_MARGIN[dtype]
 
 
 @functools.cache  # the f32 and bf16 fixtures of a base share their prompts
 def select_prompts(base, staging):
-    """Draws seeded random prompts, keeping a candidate only when every greedy step of every
-    dtype variant of the model has a top1-top2 gap of at least MIN_STEP_GAP[dtype].
+    """Draws seeded random prompts, keeping a candidate only when every dtype variant of the
+    model decides clearly (clear_decisions).
 
     Near-ties would make an exact greedy comparison depend on rounding details (bf16 logits
     are themselves rounded to a 1/32 grid near |4|, so exact ties occur), not on correctness.
     """
-    models = {dtype: stage_checkpoint(name, staging)
-              for name, (fixture_base, dtype) in FIXTURES.items() if fixture_base == base}
+    models = {fixture.dtype: stage_checkpoint(name, staging)
+              for name, fixture in FIXTURES.items() if fixture.base == base}
     gen = torch.Generator().manual_seed(seed_of(base + "/prompts"))
     prompts = []
     for length in PROMPT_LENGTHS:
         for attempt in range(MAX_PROMPT_TRIES):
             candidate = torch.randint(FIRST_PROMPT_ID, VOCAB, (length,), generator=gen).tolist()
-            if all(top2_gap(greedy_generate(model, candidate)[1]) >= MIN_STEP_GAP[dtype]
-                   for dtype, model in models.items()):
+            if all(clear_decisions(model, candidate, dtype) for dtype, model in models.items()):
                 prompts.append(candidate)
                 break
         else:
@@ -255,16 +613,79 @@ def select_prompts(base, staging):
     return prompts
 
 
+def mtp_logits(model, mtp, prompt):
+    """The MTP layer's logits [n - 1, vocab] for a prompt of n tokens (models.md 4.7): row i
+    predicts token i + 2 from h_i, the main model's final-normed hidden state at i, and the
+    embedding of token i + 1, after a causal pass of the MTP block over rows 0..n-2."""
+    ids = torch.tensor([prompt])
+    hidden = model.model(ids, use_cache=False).last_hidden_state[:, :-1]
+    embeds = model.model.embed_tokens(ids[:, 1:])
+    z = mtp.eh_proj(torch.cat([mtp.enorm(embeds), mtp.hnorm(hidden)], dim=-1))
+    positions = torch.arange(z.shape[1]).unsqueeze(0)
+    mask = create_causal_mask(config=model.config, inputs_embeds=z, attention_mask=None,
+                              cache=None, position_ids=positions)
+    assert mask is not None  # eager attention applies no causal mask of its own
+    z = mtp.block(z, attention_mask=mask, position_ids=positions,
+                  position_embeddings=model.model.rotary_emb(z, positions))
+    return model.lm_head(mtp.shared_head.norm(z))[0]
+
+
+def routing_margin(router, logits):
+    """Per token, the smallest score difference that decided the router's expert choice (the
+    k-th vs (k+1)-th expert, and for DeepSeek the last kept vs first dropped group)."""
+    logits = logits.float()
+    if isinstance(router, qwen3_moe.Qwen3MoeTopKRouter):
+        top = logits.softmax(-1).topk(router.top_k + 1, dim=-1).values
+        return top[:, -2] - top[:, -1]
+    scores = logits.sigmoid() + router.e_score_correction_bias
+    assert (scores > 0).all(), "a negative selection score: engines masking groups with 0 differ"
+    groups = scores.view(len(scores), router.num_group, -1)
+    group_scores = groups.topk(2, dim=-1).values.sum(-1)  # sum of each group's best two
+    ranked = group_scores.sort(-1, descending=True).values
+    last_kept = ranked[:, router.topk_group - 1:router.topk_group]
+    group_margin = last_kept[:, 0] - ranked[:, router.topk_group]
+    kept = (group_scores >= last_kept).unsqueeze(-1).expand_as(groups)
+    candidates = groups.masked_fill(~kept, float("-inf")).flatten(1)
+    top = candidates.topk(router.top_k + 1, dim=-1).values
+    return torch.minimum(group_margin, top[:, -2] - top[:, -1])
+
+
+class RoutingMonitor:
+    """Records the smallest routing margin of every router forward while active."""
+
+    ROUTERS = (qwen3_moe.Qwen3MoeTopKRouter, deepseek_v3.DeepseekV3TopkRouter)
+
+    def __init__(self, *modules):
+        self.margin = float("inf")
+        self.hooks = [m.register_forward_hook(self.record)
+                      for module in modules for m in module.modules()
+                      if isinstance(m, self.ROUTERS)]
+
+    def record(self, router, _, output):
+        self.margin = min(self.margin, routing_margin(router, output[0]).min().item())
+
+    def remove(self):
+        for hook in self.hooks:
+            hook.remove()
+        return self.margin if self.hooks else None
+
+
 def make_fixture(name, root, staging):
-    base, dtype = FIXTURES[name]
+    base, dtype, fp8 = FIXTURES[name]
     prompts = select_prompts(base, staging)
     model = stage_checkpoint(name, staging)
+    mtp = load_mtp(reference_dir(name, staging), dtype) if has_mtp(model.config) else None
+    monitor = RoutingMonitor(model, *([mtp] if mtp else []))
     logits, greedy = {}, []
-    pos_gap, step_gap, mismatches = float("inf"), float("inf"), 0
+    pos_gap, step_gap, mtp_gap, mismatches = float("inf"), float("inf"), float("inf"), 0
     with torch.no_grad():
         for i, prompt in enumerate(prompts):
             full = model(torch.tensor([prompt]), use_cache=False).logits[0].float()
             logits[f"logits.{i}"] = full.contiguous()
+            if mtp:
+                draft = mtp_logits(model, mtp, prompt).float()
+                logits[f"mtp_logits.{i}"] = draft.contiguous()
+                mtp_gap = min(mtp_gap, top2_gap(draft))
             new_ids, step_logits = greedy_generate(model, prompt)
             assert new_ids[0] == int(full[-1].argmax()), (name, i)
             greedy.append(new_ids)
@@ -274,6 +695,7 @@ def make_fixture(name, root, staging):
             seq = torch.tensor([prompt + new_ids[:-1]])
             nocache = model(seq, use_cache=False).logits[0, len(prompt) - 1:].argmax(-1)
             mismatches += sum(a != b for a, b in zip(nocache.tolist(), new_ids))
+    routing = monitor.remove()
 
     out_dir = root / name
     if out_dir.exists():
@@ -288,16 +710,21 @@ def make_fixture(name, root, staging):
         "transformers": transformers.__version__,
         "torch": torch.__version__,
     }
+    if fp8:
+        golden["weight_format"] = "fp8_block128"
     (out_dir / "golden.json").write_text(json.dumps(golden) + "\n")
     size = sum(f.stat().st_size for f in out_dir.iterdir())
-    print(f"{name}: min top1-top2 gap: positions {pos_gap:.4f}, greedy steps {step_gap:.4f}; "
-          f"cache-free argmax mismatches {mismatches}/{NEW_TOKENS * len(prompts)}; "
+    extra = "" if mtp is None else f", MTP positions {mtp_gap:.4f}"
+    extra += "" if routing is None else f"; min routing margin {routing:.2e}"
+    print(f"{name}: min top1-top2 gap: positions {pos_gap:.4f}, greedy steps {step_gap:.4f}"
+          f"{extra}; cache-free argmax mismatches {mismatches}/{NEW_TOKENS * len(prompts)}; "
           f"{size / 1024:.0f} KiB", flush=True)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=sorted(FIXTURES), help="generate one fixture")
+    parser.add_argument("--only", action="append", choices=sorted(FIXTURES),
+                        help="generate this fixture (repeatable); default: all")
     parser.add_argument("--out", type=pathlib.Path,
                         default=pathlib.Path(__file__).resolve().parent.parent
                         / "tests" / "fixtures" / "models")
@@ -305,9 +732,10 @@ def main():
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)  # fixed reduction order, independent of the machine's core count
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as staging:
-        for name in [args.only] if args.only else FIXTURES:
+        for name in args.only or FIXTURES:
             make_fixture(name, args.out, pathlib.Path(staging))
     return 0
 

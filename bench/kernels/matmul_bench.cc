@@ -3,8 +3,9 @@
 // Run:   bench/kernels/run.sh --benchmark_filter=linear
 //   or:  ./build-bench/bench/kernels/matmul_bench --benchmark_min_time=0.05
 // Case names read linear/<type>/<N>x<K>/M:<rows of x>/threads:<pool size>, e.g.
-// linear/q4_1_packed/1536x576/M:1/threads:2. Types: f16, bf16, q4_0, q4_1, q8_0, q4_k, q6_k, and
-// q4_0/q4_1/q8_0 with a packed copy ("_packed", only where packed_weights_supported()).
+// linear/q4_1_packed/1536x576/M:1/threads:2. Types: f16, bf16, q4_0, q4_1, q8_0, q4_k, q6_k,
+// q4_0/q4_1/q8_0 with a packed copy ("_packed", only where packed_weights_supported()), and fp8
+// (F8_E4M3 with DeepSeek-V3's 128x128 block scales; random finite codes).
 // Shapes: SmolLM2-135M's projections (576x576, 1536x576, 576x1536) and LM head (49152x576), and a
 // 7B-like 4096x4096 (only 576x1536 and 4096x4096 for the K-quants, whose blocks are 256 wide);
 // M = 1 is a decode step, M = 8 a small decode batch, M = 32 and 256 are prefill chunks.
@@ -44,9 +45,29 @@ struct MatShape {
 struct Weight {
   HostBuffer data;
   std::unique_ptr<uint8_t[]> packed;
+  std::vector<float> block_scale;  // fp8 only
   Tensor tensor;
   size_t bytes_per_call = 0;  // what one linear() call reads from the weight
 };
+
+// Random finite FP8 codes (0x7F and 0xFF are NaN) and a scale per 128x128 block; the scales are
+// read per call too.
+void fill_fp8(Weight& w, const MatShape& shape, std::minstd_rand& rng) {
+  constexpr int64_t kBlock = 128;
+  std::uniform_int_distribution<int> code(0, 253);
+  auto* dst = static_cast<uint8_t*>(w.data.data());
+  for (int64_t i = 0; i < shape.n * shape.k; ++i) {
+    const int c = code(rng);
+    dst[i] = uint8_t(c < 0x7F ? c : c + 1);
+  }
+  std::uniform_real_distribution<float> scale(1e-3f, 1e-2f);
+  w.block_scale.resize(
+      size_t(((shape.n + kBlock - 1) / kBlock) * ((shape.k + kBlock - 1) / kBlock)));
+  for (float& s : w.block_scale) s = scale(rng);
+  w.tensor.block_scale = w.block_scale.data();
+  w.tensor.scale_block_rows = w.tensor.scale_block_cols = kBlock;
+  w.bytes_per_call = w.tensor.nbytes() + w.block_scale.size() * sizeof(float);
+}
 
 std::unique_ptr<Weight> make_weight(const WeightType& type, const MatShape& shape) {
   auto w = std::make_unique<Weight>();
@@ -56,6 +77,10 @@ std::unique_ptr<Weight> make_weight(const WeightType& type, const MatShape& shap
   std::minstd_rand rng(uint32_t(shape.n * 7919 + shape.k));
   std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
   auto* dst = static_cast<uint8_t*>(w->data.data());
+  if (type.dtype == DType::F8_E4M3) {
+    fill_fp8(*w, shape, rng);
+    return w;
+  }
   for (int64_t r = 0; r < shape.n; ++r) {
     for (float& v : row) v = ud(rng);
     quantize_row(type.dtype, row.data(), dst + size_t(r) * w->tensor.row_bytes(), shape.k);
@@ -107,11 +132,12 @@ void bm_linear(benchmark::State& state, WeightType type, MatShape shape) {
 void register_all() {
   const bool packed_ok = packed_weights_supported();
   const WeightType types[] = {
-      {"f16", DType::F16, false},   {"bf16", DType::BF16, false},
-      {"q4_0", DType::Q4_0, false}, {"q4_0_packed", DType::Q4_0, true},
-      {"q4_1", DType::Q4_1, false}, {"q4_1_packed", DType::Q4_1, true},
-      {"q8_0", DType::Q8_0, false}, {"q8_0_packed", DType::Q8_0, true},
-      {"q4_k", DType::Q4_K, false}, {"q6_k", DType::Q6_K, false},
+      {"f16", DType::F16, false},     {"bf16", DType::BF16, false},
+      {"q4_0", DType::Q4_0, false},   {"q4_0_packed", DType::Q4_0, true},
+      {"q4_1", DType::Q4_1, false},   {"q4_1_packed", DType::Q4_1, true},
+      {"q8_0", DType::Q8_0, false},   {"q8_0_packed", DType::Q8_0, true},
+      {"q4_k", DType::Q4_K, false},   {"q6_k", DType::Q6_K, false},
+      {"fp8", DType::F8_E4M3, false},
   };
   const MatShape shapes[] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}, {4096, 4096}};
   for (const WeightType& type : types) {

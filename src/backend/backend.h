@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/mla_attention.h"
 #include "backend/cpu/paged_attention.h"
 #include "backend/cpu/rope.h"
 #include "tensor/tensor.h"
@@ -41,6 +42,12 @@ class Backend {
   virtual void paged_attention(const float* q, const cpu::KVLayer& cache,
                                const cpu::AttentionBatch& batch, int num_heads, float scale,
                                float* out, DType act) = 0;
+  // MLA over a latent cache (cpu/mla_attention.h).
+  virtual void write_mla_cache(const cpu::MlaCacheLayer& cache, const float* latent,
+                               const float* k_rope, const cpu::AttentionBatch& batch) = 0;
+  virtual void mla_attention(const float* q_lat, const float* q_rope,
+                             const cpu::MlaCacheLayer& cache, const cpu::AttentionBatch& batch,
+                             int num_heads, float scale, float* out, DType act) = 0;
 };
 
 // The CPU backend with `threads` compute threads (0 = all cores); `quant_compute` says how

@@ -117,8 +117,15 @@ Expected<Engine> start_engine(const EngineArgs& a) {
   kr.activation_reserve_bytes = activation_reserve(mc, sc);
   kr.spec.num_layers = static_cast<int32_t>(mc.num_hidden_layers);
   kr.spec.block_size = sc.block_size;
-  kr.spec.num_kv_heads = static_cast<int32_t>(mc.num_key_value_heads);
-  kr.spec.head_dim = static_cast<int32_t>(mc.head_dim);
+  if (mc.mla.enabled()) {
+    // One latent row per token stands for K and V of every head.
+    kr.spec.kind = KVCacheKind::kMlaLatent;
+    kr.spec.num_kv_heads = 1;
+    kr.spec.head_dim = static_cast<int32_t>(mc.mla.cache_width());
+  } else {
+    kr.spec.num_kv_heads = static_cast<int32_t>(mc.num_key_value_heads);
+    kr.spec.head_dim = static_cast<int32_t>(mc.head_dim);
+  }
   kr.spec.dtype_bytes = static_cast<int32_t>(dtype_bytes(e.model->model->kv_cache_dtype(), 1));
   kr.max_model_len = sc.max_model_len;
   KASSIGN(MemoryInfo mem, read_memory_info());

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/mla_attention.h"
 #include "backend/cpu/paged_attention.h"
 #include "model/config.h"
 #include "tensor/tensor.h"
@@ -23,13 +24,18 @@ struct ForwardBatch {
   std::span<const int32_t> logits_indices;  // rows of T whose logits are wanted
 };
 
-// KV storage for every layer: one allocation, [layers][K|V][blocks, block_size, kv_heads, hd]
-// of `dtype` (F32, F16 or BF16).
+// KV storage for every layer: one allocation of `dtype` (F32, F16 or BF16). Attention layers:
+// [layers][K|V][blocks, block_size, kv_heads, head_dim]. Latent (MLA) caches keep one row per
+// token that stands for both K and V: [layers][blocks, block_size, head_dim] with head_dim =
+// kv_lora_rank + rope width and num_kv_heads = 1.
 class KVCacheStorage {
  public:
   KVCacheStorage(int num_layers, int64_t num_blocks, int block_size, int num_kv_heads, int head_dim,
-                 DType dtype);
+                 DType dtype, bool latent = false);
   cpu::KVLayer layer(int i) const;
+  // Layer i of a latent cache whose rows are [latent_dim | head_dim - latent_dim].
+  cpu::MlaCacheLayer mla_layer(int i, int latent_dim) const;
+  bool latent() const { return latent_; }
   int64_t num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
   size_t bytes() const { return buffer_.nbytes(); }
@@ -42,6 +48,7 @@ class KVCacheStorage {
   int block_size_;
   int num_kv_heads_;
   int head_dim_;
+  bool latent_;
 };
 
 class CausalLM {
@@ -54,11 +61,31 @@ class CausalLM {
   virtual size_t weight_bytes() const = 0;
   // The dtype KV caches of this model are stored in (--kv-cache-dtype).
   virtual DType kv_cache_dtype() const = 0;
-  // Builds KV storage sized for this model.
+  // Builds KV storage sized for this model's main layers.
   KVCacheStorage make_kv_cache(int64_t num_blocks, int block_size) const {
+    return make_kv_cache_for_layers(int(config().num_hidden_layers), num_blocks, block_size);
+  }
+  KVCacheStorage make_kv_cache_for_layers(int layers, int64_t num_blocks, int block_size) const {
     const auto& c = config();
-    return KVCacheStorage(int(c.num_hidden_layers), num_blocks, block_size,
-                          int(c.num_key_value_heads), int(c.head_dim), kv_cache_dtype());
+    if (c.mla.enabled())
+      return KVCacheStorage(layers, num_blocks, block_size, 1, int(c.mla.cache_width()),
+                            kv_cache_dtype(), true);
+    return KVCacheStorage(layers, num_blocks, block_size, int(c.num_key_value_heads),
+                          int(c.head_dim), kv_cache_dtype());
+  }
+
+  // Multi-token prediction modules stored with the model (DeepSeek's num_nextn_predict_layers).
+  virtual int num_mtp_modules() const { return 0; }
+  // The final-normed hidden states [logits_indices.size(), hidden] of the last forward(): the
+  // input an MTP module takes next to the following token.
+  virtual const float* last_hidden() const { return nullptr; }
+  // Runs MTP module 0: batch.token_ids are the next tokens t_{i+1}, batch.positions the positions
+  // i of the hidden states `hidden` ([T, hidden], one row per batch token); mtp_kv holds the
+  // module's own cache (make_kv_cache_for_layers(1, ...)). Writes logits of logits_indices rows.
+  virtual void mtp_forward(const ForwardBatch& batch, const float* hidden, KVCacheStorage& mtp_kv,
+                           float* logits) {
+    (void)batch, (void)hidden, (void)mtp_kv, (void)logits;
+    KCHECK(false, "this model has no MTP module");
   }
 };
 

@@ -73,6 +73,15 @@ class FieldReader {
     out = value;
     return Status::Ok();
   }
+  Status get(const char* key, std::vector<int64_t>& out) const {
+    const json* v = find(key);
+    if (!v) return Status::Ok();
+    if (!v->is_array()) return type_error(key, "a list of integers");
+    out.clear();
+    for (const auto& e : *v)
+      if (!as_int64(e, out.emplace_back())) return type_error(key, "a list of integers");
+    return Status::Ok();
+  }
   // An id or a list of ids (eos_token_id may be either).
   Status get_ids(const char* key, std::vector<int64_t>& out) const {
     const json* v = find(key);
@@ -156,6 +165,92 @@ Status parse_rope(const FieldReader& r, ModelConfig& c) {
   return Status::Ok();
 }
 
+// Qwen3-MoE keys (5.x writes num_local_experts, released configs num_experts).
+Status parse_qwen3_moe(const FieldReader& r, ModelConfig& c) {
+  MoeConfig& m = c.moe;
+  KTRY(r.get("num_local_experts", m.num_experts));
+  KTRY(r.get("num_experts", m.num_experts));
+  KTRY(r.get("num_experts_per_tok", m.num_experts_per_tok));
+  KTRY(r.get("moe_intermediate_size", m.moe_intermediate_size));
+  KTRY(r.get("norm_topk_prob", m.norm_topk_prob));
+  KTRY(r.get("decoder_sparse_step", m.decoder_sparse_step));
+  KTRY(r.get("mlp_only_layers", m.mlp_only_layers));
+  c.qk_norm = true;
+  return Status::Ok();
+}
+
+// DeepSeek-V3 keys. head_dim in 5.x files is a derived key (the rope width): ignored here.
+Status parse_deepseek_v3(const FieldReader& r, ModelConfig& c) {
+  MoeConfig& m = c.moe;
+  m.router = MoeConfig::Router::kGroupedSigmoid;
+  KTRY(r.get("n_routed_experts", m.num_experts));
+  KTRY(r.get("num_experts_per_tok", m.num_experts_per_tok));
+  KTRY(r.get("moe_intermediate_size", m.moe_intermediate_size));
+  KTRY(r.get("norm_topk_prob", m.norm_topk_prob));
+  KTRY(r.get("n_shared_experts", m.num_shared_experts));
+  KTRY(r.get("n_group", m.n_group));
+  KTRY(r.get("topk_group", m.topk_group));
+  KTRY(r.get("routed_scaling_factor", m.routed_scaling_factor));
+  KTRY(r.get("first_k_dense_replace", m.first_k_dense_replace));
+  int64_t moe_layer_freq = 1;
+  KTRY(r.get("moe_layer_freq", moe_layer_freq));
+  if (moe_layer_freq != 1)
+    return make_error("{}: moe_layer_freq {} is not supported (DeepSeek-V3 uses 1)", r.file(),
+                      moe_layer_freq);
+  std::string scoring = "sigmoid", topk_method = "noaux_tc";
+  KTRY(r.get("scoring_func", scoring));
+  KTRY(r.get("topk_method", topk_method));
+  if (scoring != "sigmoid" || topk_method != "noaux_tc")
+    return make_error(
+        "{}: router scoring_func '{}' with topk_method '{}' is not supported (DeepSeek-V3's "
+        "sigmoid with noaux_tc is)",
+        r.file(), scoring, topk_method);
+
+  MlaConfig& a = c.mla;
+  KTRY(r.get("q_lora_rank", a.q_lora_rank));
+  KTRY(r.get("kv_lora_rank", a.kv_lora_rank));
+  KTRY(r.get("qk_nope_head_dim", a.qk_nope_head_dim));
+  KTRY(r.get("qk_rope_head_dim", a.qk_rope_head_dim));
+  KTRY(r.get("v_head_dim", a.v_head_dim));
+  const std::pair<const char*, int64_t> widths[] = {{"kv_lora_rank", a.kv_lora_rank},
+                                                    {"qk_nope_head_dim", a.qk_nope_head_dim},
+                                                    {"qk_rope_head_dim", a.qk_rope_head_dim},
+                                                    {"v_head_dim", a.v_head_dim}};
+  for (const auto& [name, v] : widths)
+    if (v <= 0)
+      return make_error("{}: '{}' must be a positive integer (got {})", r.file(), name, v);
+  if (a.q_lora_rank < 0) return make_error("{}: 'q_lora_rank' must be positive or null", r.file());
+  // Attention runs over [nope | rope] query/key heads; RoPE covers the rope part only.
+  c.head_dim = a.qk_nope_head_dim + a.qk_rope_head_dim;
+  c.rope_dim = a.qk_rope_head_dim;
+  c.rope_interleaved = true;
+  KTRY(r.get("rope_interleave", c.rope_interleaved));
+  c.num_key_value_heads = c.num_attention_heads;
+  KTRY(r.get("num_nextn_predict_layers", c.num_nextn_predict_layers));
+  return Status::Ok();
+}
+
+Status parse_quantization(const FieldReader& r, ModelConfig& c) {
+  std::string method;
+  KTRY(r.get("quant_method", method));
+  if (method != "fp8")
+    return make_error("{}: quantization method '{}' is not supported (fp8 block-quantized is)",
+                      r.file(), method);
+  std::string fmt = "e4m3";
+  KTRY(r.get("fmt", fmt));
+  if (fmt != "e4m3")
+    return make_error("{}: fp8 format '{}' is not supported (e4m3 is)", r.file(), fmt);
+  std::vector<int64_t> block;
+  KTRY(r.get("weight_block_size", block));
+  if (block.size() != 2 || block[0] <= 0 || block[1] <= 0)
+    return make_error(
+        "{}: fp8 checkpoints need quantization_config.weight_block_size [rows, cols] (per-tensor "
+        "fp8 is not supported)",
+        r.file());
+  c.fp8 = {true, block[0], block[1]};
+  return Status::Ok();
+}
+
 Expected<ModelConfig> parse_config(const std::string& text, const std::string& file) {
   KASSIGN(json j, parse_object(text, file));
   FieldReader r(j, file);
@@ -200,6 +295,12 @@ Expected<ModelConfig> parse_config(const std::string& text, const std::string& f
 
   if (c.model_type == "qwen2") c.attention_bias = true;  // hard-coded q/k/v biases
   if (c.model_type == "qwen3") c.qk_norm = true;
+  if (c.model_type == "qwen3_moe") KTRY(parse_qwen3_moe(r, c));
+  if (c.model_type == "deepseek_v3") KTRY(parse_deepseek_v3(r, c));
+  if (const json* q = r.find("quantization_config")) {
+    if (!q->is_object()) return r.type_error("quantization_config", "an object");
+    KTRY(parse_quantization(FieldReader(*q, file, "quantization_config."), c));
+  }
 
   if (partial_rotary_factor) {
     const double f = *partial_rotary_factor;
@@ -229,6 +330,13 @@ Expected<GenerationDefaults> parse_generation(const std::string& text, const std
 }
 
 }  // namespace
+
+bool MoeConfig::is_moe_layer(int64_t layer) const {
+  if (num_experts <= 0 || layer < first_k_dense_replace) return false;
+  for (int64_t l : mlp_only_layers)
+    if (l == layer) return false;
+  return (layer + 1) % decoder_sparse_step == 0;
+}
 
 Status ModelConfig::finalize() {
   const std::pair<const char*, int64_t> required[] = {
@@ -266,6 +374,31 @@ Status ModelConfig::finalize() {
     return make_error("'rope_theta' must be positive (got {})", rope_theta);
   if (hidden_act != "silu")
     return make_error("unsupported hidden_act '{}' (only silu is supported)", hidden_act);
+
+  if (moe.num_experts > 0) {
+    const MoeConfig& m = moe;
+    if (m.num_experts_per_tok <= 0 || m.num_experts_per_tok > m.num_experts)
+      return make_error("num_experts_per_tok {} must be in [1, {}]", m.num_experts_per_tok,
+                        m.num_experts);
+    if (m.moe_intermediate_size <= 0)
+      return make_error("'moe_intermediate_size' must be a positive integer (got {})",
+                        m.moe_intermediate_size);
+    if (m.decoder_sparse_step <= 0)
+      return make_error("'decoder_sparse_step' must be positive (got {})", m.decoder_sparse_step);
+    if (m.num_shared_experts < 0)
+      return make_error("'n_shared_experts' must not be negative (got {})", m.num_shared_experts);
+    if (m.router == MoeConfig::Router::kGroupedSigmoid) {
+      if (m.n_group <= 0 || m.num_experts % m.n_group != 0 || m.num_experts / m.n_group < 2)
+        return make_error("n_group {} must divide n_routed_experts {} into groups of 2 or more",
+                          m.n_group, m.num_experts);
+      if (m.topk_group <= 0 || m.topk_group > m.n_group)
+        return make_error("topk_group {} must be in [1, n_group {}]", m.topk_group, m.n_group);
+      if (m.num_experts_per_tok > m.topk_group * (m.num_experts / m.n_group))
+        return make_error("num_experts_per_tok {} exceeds the {} experts of {} kept groups",
+                          m.num_experts_per_tok, m.topk_group * (m.num_experts / m.n_group),
+                          m.topk_group);
+    }
+  }
 
   const RopeScaling& s = rope_scaling;
   if (s.type != RopeScalingType::kNone) {

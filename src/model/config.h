@@ -30,6 +30,49 @@ struct RopeScaling {
   bool truncate = true;
 };
 
+// Mixture-of-experts FFN (Qwen3-MoE, DeepSeek-V3); num_experts == 0 in dense models.
+struct MoeConfig {
+  enum class Router {
+    kSoftmaxTopK,     // Qwen3-MoE: softmax over all experts, top-k
+    kGroupedSigmoid,  // DeepSeek-V3 noaux_tc: sigmoid + selection bias, group-limited top-k
+  };
+  int64_t num_experts = 0;  // routed experts
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  int64_t num_shared_experts = 0;  // DeepSeek: one SwiGLU of this many experts' width, every token
+  Router router = Router::kSoftmaxTopK;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  double routed_scaling_factor = 1.0;
+  // Which layers are sparse: Qwen3-MoE's decoder_sparse_step and mlp_only_layers, DeepSeek's
+  // first_k_dense_replace.
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  int64_t first_k_dense_replace = 0;
+
+  bool is_moe_layer(int64_t layer) const;
+};
+
+// Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank == 0 in other models.
+struct MlaConfig {
+  int64_t q_lora_rank = 0;  // 0: a plain q_proj
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  bool enabled() const { return kv_lora_rank > 0; }
+  // Values one token keeps per layer in the latent cache.
+  int64_t cache_width() const { return kv_lora_rank + qk_rope_head_dim; }
+};
+
+// quantization_config of FP8 block-quantized checkpoints (DeepSeek's format).
+struct Fp8WeightConfig {
+  bool enabled = false;
+  int64_t block_rows = 128;
+  int64_t block_cols = 128;
+};
+
 struct ModelConfig {
   std::string architecture;  // e.g. "LlamaForCausalLM"
   std::string model_type;    // e.g. "llama", "qwen2", "qwen3"
@@ -54,6 +97,10 @@ struct ModelConfig {
   std::string torch_dtype;  // as declared in config.json ("bfloat16", "float32", ...)
   std::vector<int64_t> eos_token_ids;
   std::optional<int64_t> bos_token_id;
+  MoeConfig moe;
+  MlaConfig mla;
+  Fp8WeightConfig fp8;
+  int64_t num_nextn_predict_layers = 0;  // MTP modules stored after the main layers
 
   // Checks required fields and divisibility; fills defaults (head_dim, rope_dim, kv heads).
   Status finalize();

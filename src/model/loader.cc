@@ -5,8 +5,8 @@
 
 #include "base/logging.h"
 #include "base/mmap_file.h"
-#include "model/llama.h"
 #include "model/safetensors.h"
+#include "model/transformer.h"
 
 namespace kestrel {
 namespace fs = std::filesystem;
@@ -14,7 +14,8 @@ namespace fs = std::filesystem;
 const std::vector<std::string>& supported_architectures() {
   // Mistral is left out until sliding-window attention exists (its first release uses it).
   static const std::vector<std::string> kArchs = {"LlamaForCausalLM", "Qwen2ForCausalLM",
-                                                  "Qwen3ForCausalLM"};
+                                                  "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
+                                                  "DeepseekV3ForCausalLM"};
   return kArchs;
 }
 
@@ -109,7 +110,8 @@ Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
     return make_error("unsupported --quant-compute '{}' (use int8 or f32)", o.quant_compute);
   }
   lm->backend = make_cpu_backend(o.threads, qc);
-  KASSIGN(lm->model, build_llama(lm->config, act_dtype, cache_dtype, *lm->weights, *lm->backend));
+  KASSIGN(lm->model,
+          build_transformer(lm->config, act_dtype, cache_dtype, *lm->weights, *lm->backend));
   KLOG_INFO("loaded {} ({}) from {} on {}, {} activations, {} KV cache", lm->config.architecture,
             lm->config.model_type, lm->weights->describe(), lm->backend->name(),
             dtype_name(act_dtype), dtype_name(cache_dtype));

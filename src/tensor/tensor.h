@@ -54,6 +54,11 @@ struct Tensor {
   // backend/cpu/packed_matmul.h), owned by the backend that made it; kernels that cannot read it
   // use `data`.
   const void* packed = nullptr;
+  // Block scales of an F8_E4M3 weight (DeepSeek-V3's `weight_scale_inv`, set by the loader):
+  // value[r][c] = fp8[r][c] · block_scale[(r / scale_block_rows) · ceil(cols / scale_block_cols)
+  // + c / scale_block_cols]. nullptr: every scale is 1.
+  const float* block_scale = nullptr;
+  int64_t scale_block_rows = 0, scale_block_cols = 0;
 
   int64_t numel() const { return shape.numel(); }
   size_t nbytes() const { return dtype_bytes(dtype, numel()); }

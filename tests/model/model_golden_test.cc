@@ -43,10 +43,14 @@ Golden read_golden(const std::string& dir) {
   return g;
 }
 
+// Loads a fixture with activations of its golden's dtype (the FP8 fixture's goldens are an f32
+// forward over its dequantized weights, though its config says bfloat16).
 std::unique_ptr<LoadedModel> load(const std::string& dir, int threads = 2) {
   LoadOptions o;
   o.model = dir;
   o.threads = threads;
+  auto text = read_text_file(dir + "/golden.json");
+  if (text.ok()) o.dtype = nlohmann::json::parse(*text).at("dtype").get<std::string>();
   auto m = load_model(o);
   EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
   return m.ok() ? std::move(*m) : nullptr;
@@ -73,8 +77,9 @@ int32_t argmax(const float* row, int64_t n) {
   return int32_t(std::max_element(row, row + n) - row);
 }
 
-// Per row: max |a − b| / max |b|.
-double max_rel_err(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
+// Per row: max |a − b| / max |b|; the worst row's index goes to *worst_row when given.
+double max_rel_err(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab,
+                   size_t* worst_row = nullptr) {
   double worst = 0;
   for (size_t r = 0; r < b.size() / vocab; ++r) {
     double diff = 0, mag = 0;
@@ -82,6 +87,7 @@ double max_rel_err(const std::vector<float>& a, const std::vector<float>& b, int
       diff = std::max(diff, std::fabs(double(a[r * vocab + i]) - b[r * vocab + i]));
       mag = std::max(mag, std::fabs(double(b[r * vocab + i])));
     }
+    if (diff / mag > worst && worst_row) *worst_row = r;
     worst = std::max(worst, diff / mag);
   }
   return worst;
@@ -103,8 +109,9 @@ TEST_P(ModelGolden, LogitsMatchReference) {
     const auto& prompt = g.prompts[p];
     auto logits = full_logits(*lm, kv, prompt, blocks(0, int(prompt.size() + kBlock - 1) / kBlock));
     ASSERT_EQ(logits.size(), g.logits[p].size());
-    const double err = max_rel_err(logits, g.logits[p], V);
-    EXPECT_LE(err, tol) << GetParam() << " prompt " << p;
+    size_t row = 0;
+    const double err = max_rel_err(logits, g.logits[p], V, &row);
+    EXPECT_LE(err, tol) << GetParam() << " prompt " << p << " position " << row;
     RecordProperty("max_rel_err_prompt" + std::to_string(p), std::to_string(err));
   }
 }

@@ -62,6 +62,15 @@ class CpuBackend final : public Backend {
                        int num_heads, float scale, float* out, DType act) override {
     cpu::paged_attention(q, cache, batch, num_heads, scale, out, pool_, act);
   }
+  void write_mla_cache(const cpu::MlaCacheLayer& cache, const float* latent, const float* k_rope,
+                       const cpu::AttentionBatch& batch) override {
+    cpu::write_mla_cache(cache, latent, k_rope, batch);
+  }
+  void mla_attention(const float* q_lat, const float* q_rope, const cpu::MlaCacheLayer& cache,
+                     const cpu::AttentionBatch& batch, int num_heads, float scale, float* out,
+                     DType act) override {
+    cpu::mla_attention(q_lat, q_rope, cache, batch, num_heads, scale, out, pool_, act);
+  }
 
  private:
   ThreadPool pool_;

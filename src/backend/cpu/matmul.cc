@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "backend/cpu/fp8_matmul.h"
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/packed_matmul.h"
 #include "backend/cpu/quant.h"
@@ -274,6 +275,7 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
   constexpr int kMaxJobs = 8;
   KCHECK(jobs.size() <= kMaxJobs, "linear_group: at most {} weights", kMaxJobs);
   Prepared prep[kMaxJobs];
+  Fp8Weight fp8[kMaxJobs];  // codes set: an FP8 job, whose kernel reads its rows as Fp8Row
   thread_local std::vector<uint8_t> scratch[kNumQuantFormats];
   bool quantized[kNumQuantFormats] = {};
   int64_t total_rows = 0;
@@ -292,6 +294,11 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       p.plan = {fn, ActFormat::kPacked, kMaxWideTileRows};
       p.w = static_cast<const uint8_t*>(w.packed);
       p.row_bytes = packed_weight_row_bytes(w.dtype, k);
+    }
+    if (w.dtype == DType::F8_E4M3) {
+      const Fp8Kernels& fk = fp8_kernels(isa_name(isa));
+      p.plan = {fk.dot, ActFormat::kF32, fk.tile_rows};
+      fp8[i] = fp8_weight(w);
     }
     KCHECK(p.plan.fn != nullptr, "linear: unsupported weight dtype {}", info.name);
     total_rows += p.n;
@@ -327,9 +334,14 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       if (n0 >= n1) continue;
       float* y = jobs[i].y;
       const uint8_t* wb = p.w;
-      // Activation tiles stay within half of L1, next to the weight row streaming past them.
-      const int tile =
-          int(std::clamp<int64_t>(kActivationTileBytes / int64_t(p.x_stride), 1, p.plan.tile_rows));
+      // Int8 activation tiles stay within half of L1, next to the weight row streaming past
+      // them. Float kernels take their full tile: they convert each weight vector once per
+      // call, and their f32 rows (4 bytes per element) would otherwise shrink the tile to one
+      // row at large K, converting every weight once per activation row.
+      const int tile = p.plan.act == ActFormat::kF32
+                           ? p.plan.tile_rows
+                           : int(std::clamp<int64_t>(kActivationTileBytes / int64_t(p.x_stride), 1,
+                                                     p.plan.tile_rows));
       // With several activation tiles, weight rows go in groups that stay in L2 while every
       // tile passes over them; with one tile each weight row is streamed exactly once.
       const int64_t group =
@@ -341,8 +353,15 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
         for (int64_t m0 = 0; m0 < m; m0 += tile) {
           const int nx = int(std::min<int64_t>(tile, m - m0));
           const uint8_t* xt = p.x + size_t(m0) * p.x_stride;
-          for (int64_t j = g0; j < g1; ++j)
-            p.plan.fn(wb + size_t(j) * p.row_bytes, xt, p.x_stride, nx, k, y + m0 * p.n + j, p.n);
+          for (int64_t j = g0; j < g1; ++j) {
+            float* out = y + m0 * p.n + j;
+            if (fp8[i].codes != nullptr) {
+              const Fp8Row row = fp8[i].row(j);
+              p.plan.fn(&row, xt, p.x_stride, nx, k, out, p.n);
+            } else {
+              p.plan.fn(wb + size_t(j) * p.row_bytes, xt, p.x_stride, nx, k, out, p.n);
+            }
+          }
         }
       }
     }

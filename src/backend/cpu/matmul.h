@@ -16,7 +16,8 @@ enum class QuantCompute {
   kF32,   // each weight block dequantized to f32 and multiplied with the f32 activations
 };
 
-// W: [N, K] (PyTorch [out, in]) of dtype F32/F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K.
+// W: [N, K] (PyTorch [out, in]) of dtype F32/F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K, or
+// F8_E4M3 with its block scales (Tensor::block_scale; always computed in f32, fp8_matmul.h).
 // x: [M, K] f32 row-major; y: [M, N] f32 row-major (overwritten). K must be a multiple of the
 // weight's block size. Work is split over `pool`.
 void linear(const Tensor& w, const float* x, int64_t m, float* y, ThreadPool& pool,

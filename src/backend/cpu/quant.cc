@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/fp8.h"
 #include "backend/cpu/quant_kscales.h"
 #include "base/fp16.h"
 #include "base/status.h"
@@ -330,6 +331,11 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::BF16: {
       const auto* h = static_cast<const uint16_t*>(src);
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
+      return;
+    }
+    case DType::F8_E4M3: {
+      const auto* c = static_cast<const uint8_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp8_e4m3_to_f32(c[i]);
       return;
     }
     case DType::Q4_0:

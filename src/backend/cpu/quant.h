@@ -70,7 +70,8 @@ static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(Blo
 static_assert(sizeof(BlockQ8_K) == 292);
 
 // Converts n elements (a multiple of the block size) of any supported dtype to f32:
-// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K.
+// F32, F16, BF16, F8_E4M3 (the codes' values, without block scales), Q4_0, Q4_1, Q5_0, Q5_1,
+// Q8_0, Q4_K, Q5_K, Q6_K, Q8_K.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 
 // Activation quantizers (round-to-nearest, as ggml's reference quantizers).

@@ -1,0 +1,135 @@
+#include "backend/cpu/moe_routing.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "base/status.h"
+
+namespace kestrel::cpu {
+namespace {
+
+// The routing order: higher score first, NaN after every number, ties to the lower index. A
+// strict total order, so the choice is deterministic even for NaN logits.
+bool ranks_before(const float* s, int32_t a, int32_t b) {
+  const float x = s[a], y = s[b];
+  const bool nx = std::isnan(x), ny = std::isnan(y);
+  if (nx != ny) return ny;
+  if (!nx && x != y) return x > y;
+  return a < b;
+}
+
+// The k best indices offered so far by ranks_before on s, best first (insertion into a list
+// kept sorted; k is small).
+struct TopK {
+  const float* s;
+  int k;
+  int32_t* best;
+  int n = 0;
+
+  void offer(int32_t c) {
+    if (n == k && !ranks_before(s, c, best[k - 1])) return;
+    int j = n < k ? n++ : k - 1;
+    for (; j > 0 && ranks_before(s, c, best[j - 1]); --j) best[j] = best[j - 1];
+    best[j] = c;
+  }
+};
+
+}  // namespace
+
+void route_softmax_topk(const float* logits, int64_t T, int E, int k, bool norm_topk_prob,
+                        int32_t* ids, float* weights) {
+  KCHECK(E >= 1 && k >= 1 && k <= E, "softmax router: top-{} of {} experts", k, E);
+  // Reused across calls: routing runs once per MoE layer.
+  thread_local std::vector<float> probs;
+  probs.resize(size_t(E));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* x = logits + t * E;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int e = 0; e < E; ++e) mx = std::fmax(mx, x[e]);
+    float sum = 0.0f;
+    for (int e = 0; e < E; ++e) sum += probs[size_t(e)] = std::exp(x[e] - mx);
+    for (int e = 0; e < E; ++e) probs[size_t(e)] /= sum;
+
+    int32_t* id = ids + t * k;
+    float* w = weights + t * k;
+    TopK top{probs.data(), k, id};
+    for (int e = 0; e < E; ++e) top.offer(e);
+    float total = 0.0f;
+    for (int j = 0; j < k; ++j) total += w[j] = probs[size_t(id[j])];
+    if (norm_topk_prob)
+      for (int j = 0; j < k; ++j) w[j] /= total;
+  }
+}
+
+void route_grouped_sigmoid(const float* logits, const float* bias, int64_t T, int E, int k,
+                           int n_group, int topk_group, bool norm_topk_prob,
+                           float routed_scaling_factor, int32_t* ids, float* weights) {
+  KCHECK(n_group >= 1 && E >= 2 * n_group && E % n_group == 0,
+         "grouped router: {} experts do not split into {} groups of at least two", E, n_group);
+  KCHECK(topk_group >= 1 && topk_group <= n_group, "grouped router: keeps {} of {} groups",
+         topk_group, n_group);
+  const int group_size = E / n_group;
+  KCHECK(k >= 1 && k <= topk_group * group_size,
+         "grouped router: top-{} of the {} experts in {} kept groups", k, topk_group * group_size,
+         topk_group);
+  // Reused across calls: routing runs once per MoE layer.
+  thread_local std::vector<float> u, sel, group_score;
+  thread_local std::vector<int32_t> kept;
+  u.resize(size_t(E));
+  sel.resize(size_t(E));
+  group_score.resize(size_t(n_group));
+  kept.resize(size_t(topk_group));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* x = logits + t * E;
+    for (int e = 0; e < E; ++e) {
+      u[size_t(e)] = 1.0f / (1.0f + std::exp(-x[e]));
+      sel[size_t(e)] = bias != nullptr ? u[size_t(e)] + bias[e] : u[size_t(e)];
+    }
+    for (int g = 0; g < n_group; ++g) {
+      int32_t two[2];
+      TopK top2{sel.data(), 2, two};
+      for (int e = g * group_size; e < (g + 1) * group_size; ++e) top2.offer(e);
+      group_score[size_t(g)] = sel[size_t(two[0])] + sel[size_t(two[1])];
+    }
+    TopK groups{group_score.data(), topk_group, kept.data()};
+    for (int g = 0; g < n_group; ++g) groups.offer(g);
+
+    int32_t* id = ids + t * k;
+    float* w = weights + t * k;
+    TopK top{sel.data(), k, id};
+    for (int32_t g : kept)
+      for (int e = g * group_size; e < (g + 1) * group_size; ++e) top.offer(e);
+    float total = 0.0f;
+    for (int j = 0; j < k; ++j) total += w[j] = u[size_t(id[j])];
+    const float denom = total + 1e-20f;
+    for (int j = 0; j < k; ++j)
+      w[j] = (norm_topk_prob ? w[j] / denom : w[j]) * routed_scaling_factor;
+  }
+}
+
+void group_by_expert(const int32_t* ids, int64_t T, int k, int E, ExpertGroups& out) {
+  KCHECK(T >= 0 && k >= 1 && E >= 1 && T * k <= std::numeric_limits<int32_t>::max(),
+         "group_by_expert: {} tokens × {} experts each over {} experts", T, k, E);
+  const int32_t n = int32_t(T * k);
+  // Counts go to offsets[e + 1]; after the prefix sum offsets[e] is where expert e starts and
+  // serves as its cursor while placing, which leaves it at the next expert's start; shifting
+  // by one restores the starts.
+  out.offsets.assign(size_t(E) + 1, 0);
+  for (int32_t i = 0; i < n; ++i) {
+    KCHECK(ids[i] >= 0 && ids[i] < E, "expert id {} out of range [0, {})", ids[i], E);
+    ++out.offsets[size_t(ids[i]) + 1];
+  }
+  for (int e = 0; e < E; ++e) out.offsets[size_t(e) + 1] += out.offsets[size_t(e)];
+  out.token.resize(size_t(n));
+  out.slot.resize(size_t(n));
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t at = out.offsets[size_t(ids[i])]++;
+    out.token[size_t(at)] = i / k;
+    out.slot[size_t(at)] = i;
+  }
+  for (int e = E; e > 0; --e) out.offsets[size_t(e)] = out.offsets[size_t(e) - 1];
+  out.offsets[0] = 0;
+}
+
+}  // namespace kestrel::cpu

@@ -1,0 +1,42 @@
+// backend/cpu/moe_routing.h — MoE routers (Qwen3-MoE softmax top-k, DeepSeek-V3 group-limited
+// sigmoid) and the grouping of routed tokens by expert (models.md §3, §4.6).
+//
+// Both routers work in f32 on router logits [T, E] and write, per token, k expert ids and
+// weights ([T, k] each). Order within a token is deterministic: descending selection score,
+// ties to the lower expert id. (HF's torch.topk leaves tie order, and with sorted=False all
+// order, unspecified; the set chosen is the same except among exact ties.)
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kestrel::cpu {
+
+// Qwen3-MoE: p = softmax(logits) over all E experts, the k largest p, and with norm_topk_prob
+// the k weights divided by their sum. Selection score: p.
+void route_softmax_topk(const float* logits, int64_t T, int E, int k, bool norm_topk_prob,
+                        int32_t* ids, float* weights);
+
+// DeepSeek-V3 "noaux_tc": u = sigmoid(logits); selection scores s = u + bias (bias [E], may be
+// null for none); the E experts form n_group groups of E / n_group consecutive experts, a
+// group's score is the sum of its two largest s; the topk_group best groups (ties to the lower
+// group) are kept and the k best s among their experts chosen — experts of other groups never
+// are (their scores are masked to -inf, as HF transformers 5.x and DeepSeek's reference do).
+// Weights: the unbiased u, with norm_topk_prob divided by (their sum + 1e-20), then multiplied
+// by routed_scaling_factor. Needs E % n_group == 0, at least two experts per group,
+// 1 ≤ topk_group ≤ n_group and 1 ≤ k ≤ topk_group · E / n_group.
+void route_grouped_sigmoid(const float* logits, const float* bias, int64_t T, int E, int k,
+                           int n_group, int topk_group, bool norm_topk_prob,
+                           float routed_scaling_factor, int32_t* ids, float* weights);
+
+// The T·k (token, slot) pairs of a routing grouped by expert (a stable counting sort).
+struct ExpertGroups {
+  std::vector<int32_t> offsets;  // [E + 1]: pairs of expert e are [offsets[e], offsets[e+1])
+  std::vector<int32_t> token;    // [T·k] token row of each pair, ascending within an expert
+  std::vector<int32_t> slot;     // [T·k] index into ids/weights (t·k + j)
+};
+
+// Groups ids ([T, k], each in [0, E)) by expert; reuses out's capacity.
+void group_by_expert(const int32_t* ids, int64_t T, int k, int E, ExpertGroups& out);
+
+}  // namespace kestrel::cpu

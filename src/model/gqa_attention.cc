@@ -1,0 +1,89 @@
+// Grouped-query attention over the paged KV cache (Llama, Qwen2, Qwen3 and Qwen3-MoE blocks).
+#include <cmath>
+
+#include "model/layers.h"
+
+namespace kestrel {
+namespace {
+
+class GqaAttention final : public AttentionLayer {
+ public:
+  Status load(const LoadContext& lc, const std::string& p) {
+    const ModelConfig& c = lc.cfg;
+    H_ = c.hidden_size;
+    nh_ = int(c.num_attention_heads);
+    nkv_ = int(c.num_key_value_heads);
+    hd_ = int(c.head_dim);
+    bias_ = c.attention_bias;
+    qk_norm_ = c.qk_norm;
+    const int64_t qd = int64_t(nh_) * hd_, kvd = int64_t(nkv_) * hd_;
+    KASSIGN(q_, load_linear(lc.src, p + "q_proj", qd, H_, c, lc.store));
+    KASSIGN(k_, load_linear(lc.src, p + "k_proj", kvd, H_, c, lc.store));
+    KASSIGN(v_, load_linear(lc.src, p + "v_proj", kvd, H_, c, lc.store));
+    KASSIGN(o_, load_linear(lc.src, p + "o_proj", H_, qd, c, lc.store));
+    if (bias_) {
+      KASSIGN(q_bias_, load_vector(lc.src, p + "q_proj.bias", qd));
+      KASSIGN(k_bias_, load_vector(lc.src, p + "k_proj.bias", kvd));
+      KASSIGN(v_bias_, load_vector(lc.src, p + "v_proj.bias", kvd));
+    }
+    if (qk_norm_) {
+      KASSIGN(q_norm_, load_vector(lc.src, p + "q_norm.weight", hd_));
+      KASSIGN(k_norm_, load_vector(lc.src, p + "k_norm.weight", hd_));
+    }
+    for (Tensor* t : {&q_, &k_, &v_, &o_}) lc.be.prepare_weight(*t);
+    return Status::Ok();
+  }
+
+  void forward(const LayerContext& ctx, int layer, const float* h, float* out) override {
+    const int64_t T = ctx.num_tokens;
+    const int64_t qd = int64_t(nh_) * hd_, kvd = int64_t(nkv_) * hd_;
+    Backend& be = ctx.be;
+    float* q = ctx.scratch.get(kSlotAttnQ, T * qd);
+    float* k = ctx.scratch.get(kSlotAttnK, T * kvd);
+    float* v = ctx.scratch.get(kSlotAttnV, T * kvd);
+    const cpu::LinearJob qkv[3] = {{&q_, q}, {&k_, k}, {&v_, v}};
+    be.linear_group(qkv, h, T);
+    if (bias_) {
+      be.add_bias(q, q_bias_.data(), T, qd);
+      be.add_bias(k, k_bias_.data(), T, kvd);
+      be.add_bias(v, v_bias_.data(), T, kvd);
+    }
+    ctx.round(q, T * qd);
+    ctx.round(k, T * kvd);
+    ctx.round(v, T * kvd);
+    if (qk_norm_) {
+      be.rms_norm(q, q_norm_.data(), ctx.eps, T * nh_, hd_, q, ctx.act);
+      be.rms_norm(k, k_norm_.data(), ctx.eps, T * nkv_, hd_, k, ctx.act);
+    }
+    be.rope(q, T, nh_, hd_, ctx.positions, ctx.rope);
+    be.rope(k, T, nkv_, hd_, ctx.positions, ctx.rope);
+    const cpu::KVLayer cache = ctx.kv.layer(layer);
+    be.write_kv(cache, k, v, ctx.attn);
+    float* attn = ctx.scratch.get(kSlotAttnOut, T * qd);
+    be.paged_attention(q, cache, ctx.attn, nh_, 1.0f / std::sqrt(float(hd_)), attn, ctx.act);
+    be.linear(o_, attn, T, out);
+    ctx.round(out, T * H_);
+  }
+
+  size_t weight_bytes() const override {
+    return q_.nbytes() + k_.nbytes() + v_.nbytes() + o_.nbytes();
+  }
+
+ private:
+  int64_t H_ = 0;
+  int nh_ = 0, nkv_ = 0, hd_ = 0;
+  bool bias_ = false, qk_norm_ = false;
+  Tensor q_, k_, v_, o_;
+  std::vector<float> q_bias_, k_bias_, v_bias_, q_norm_, k_norm_;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<AttentionLayer>> load_gqa_attention(const LoadContext& lc,
+                                                             const std::string& prefix) {
+  auto a = std::make_unique<GqaAttention>();
+  KTRY(a->load(lc, prefix));
+  return std::unique_ptr<AttentionLayer>(std::move(a));
+}
+
+}  // namespace kestrel

@@ -1,0 +1,53 @@
+// model/layers.h — the parts a decoder block is made of, behind two small interfaces so one
+// model class covers dense GQA models (Llama, Qwen2/3), Qwen3-MoE and DeepSeek-V3 (MLA + MoE).
+// Every forward takes the block's normed input h [T, hidden] and writes out [T, hidden], rounded
+// to the activation dtype.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/layer_context.h"
+#include "model/weights.h"
+
+namespace kestrel {
+
+class AttentionLayer {
+ public:
+  virtual ~AttentionLayer() = default;
+  // `layer` indexes the KV cache in ctx.kv.
+  virtual void forward(const LayerContext& ctx, int layer, const float* h, float* out) = 0;
+  virtual size_t weight_bytes() const = 0;
+};
+
+class FfnLayer {
+ public:
+  virtual ~FfnLayer() = default;
+  virtual void forward(const LayerContext& ctx, const float* h, float* out) = 0;
+  // Bytes one token's forward reads (MoE: the shared and the routed experts it uses).
+  virtual size_t weight_bytes_per_token() const = 0;
+};
+
+// What a layer loader needs besides the tensor names.
+struct LoadContext {
+  WeightSource& src;
+  const ModelConfig& cfg;
+  WeightStore& store;
+  Backend& be;
+};
+
+// Grouped-query attention with optional q/k/v biases and per-head q/k RMSNorm.
+Expected<std::unique_ptr<AttentionLayer>> load_gqa_attention(const LoadContext& lc,
+                                                             const std::string& prefix);
+// DeepSeek's multi-head latent attention over a latent cache (absorbed form).
+Expected<std::unique_ptr<AttentionLayer>> load_mla_attention(const LoadContext& lc,
+                                                             const std::string& prefix);
+
+// SwiGLU: down(silu(gate(h)) · up(h)), with `width` intermediate features.
+Expected<std::unique_ptr<FfnLayer>> load_dense_mlp(const LoadContext& lc, const std::string& prefix,
+                                                   int64_t width);
+// Routed experts (plus DeepSeek's shared experts) as cfg.moe describes.
+Expected<std::unique_ptr<FfnLayer>> load_moe(const LoadContext& lc, const std::string& prefix);
+
+}  // namespace kestrel

@@ -1,0 +1,160 @@
+// DeepSeek's multi-head latent attention (models.md §4.2–4.5). The cache keeps, per token, the
+// normalized latent c (kv_lora_rank) and the roped shared key kpe (qk_rope_head_dim); attention
+// runs in the absorbed form for every token: W_UK is folded into the query (q̃_h =
+// W_UK[h]ᵀ·q_nope_h) and W_UV applied to the attention-weighted latent (o_h = W_UV[h]·ō_h), so keys
+// and values are never expanded per head.
+#include <algorithm>
+#include <cmath>
+
+#include "model/layers.h"
+
+namespace kestrel {
+namespace {
+
+double yarn_mscale(double factor, double m) {
+  return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0;
+}
+
+class MlaAttention final : public AttentionLayer {
+ public:
+  Status load(const LoadContext& lc, const std::string& p) {
+    const ModelConfig& c = lc.cfg;
+    const MlaConfig& m = c.mla;
+    H_ = c.hidden_size;
+    nh_ = int(c.num_attention_heads);
+    qr_ = m.q_lora_rank;
+    r_ = m.kv_lora_rank;
+    dn_ = m.qk_nope_head_dim;
+    dr_ = m.qk_rope_head_dim;
+    dv_ = m.v_head_dim;
+    const int64_t qk = dn_ + dr_;
+    if (qr_ > 0) {
+      KASSIGN(q_a_, load_linear(lc.src, p + "q_a_proj", qr_, H_, c, lc.store));
+      KASSIGN(q_a_norm_, load_vector(lc.src, p + "q_a_layernorm.weight", qr_));
+      KASSIGN(q_b_, load_linear(lc.src, p + "q_b_proj", nh_ * qk, qr_, c, lc.store));
+    } else {
+      KASSIGN(q_b_, load_linear(lc.src, p + "q_proj", nh_ * qk, H_, c, lc.store));
+    }
+    KASSIGN(kv_a_, load_linear(lc.src, p + "kv_a_proj_with_mqa", r_ + dr_, H_, c, lc.store));
+    KASSIGN(kv_a_norm_, load_vector(lc.src, p + "kv_a_layernorm.weight", r_));
+    const int64_t kv_b_rows = nh_ * (dn_ + dv_);
+    KASSIGN(const Tensor kv_b, load_linear(lc.src, p + "kv_b_proj", kv_b_rows, r_, c, lc.store));
+    KASSIGN(o_, load_linear(lc.src, p + "o_proj", H_, nh_ * dv_, c, lc.store));
+    split_kv_b(kv_b, lc.store);
+    for (Tensor* t : {&q_a_, &q_b_, &kv_a_, &o_})
+      if (t->defined()) lc.be.prepare_weight(*t);
+
+    // Softmax scale of the (dn + dr)-wide heads, times mscale² under YaRN (as transformers).
+    scale_ = float(1.0 / std::sqrt(double(qk)));
+    const RopeScaling& rs = c.rope_scaling;
+    if (rs.type != RopeScalingType::kNone && rs.mscale_all_dim != 0.0) {
+      const double ms = yarn_mscale(rs.factor, rs.mscale_all_dim);
+      scale_ = float(scale_ * ms * ms);
+    }
+    return Status::Ok();
+  }
+
+  void forward(const LayerContext& ctx, int layer, const float* h, float* out) override {
+    const int64_t T = ctx.num_tokens, qk = dn_ + dr_;
+    Backend& be = ctx.be;
+    Scratch& s = ctx.scratch;
+    // Queries [T, nh, dn + dr].
+    float* q = s.get(kSlotAttnQ, T * nh_ * qk);
+    if (qr_ > 0) {
+      float* qa = s.get(kSlotMlaQa, T * qr_);
+      be.linear(q_a_, h, T, qa);
+      ctx.round(qa, T * qr_);
+      be.rms_norm(qa, q_a_norm_.data(), ctx.eps, T, qr_, qa, ctx.act);
+      be.linear(q_b_, qa, T, q);
+    } else {
+      be.linear(q_b_, h, T, q);
+    }
+    ctx.round(q, T * nh_ * qk);
+    // The compressed KV: [latent r | shared rope key dr] per token.
+    float* kva = s.get(kSlotMlaKvA, T * (r_ + dr_));
+    be.linear(kv_a_, h, T, kva);
+    ctx.round(kva, T * (r_ + dr_));
+    float* latent = s.get(kSlotMlaLatent, T * r_);
+    float* k_rope = s.get(kSlotMlaKRope, T * dr_);
+    float* q_rope = s.get(kSlotMlaQRope, T * nh_ * dr_);
+    for (int64_t t = 0; t < T; ++t) {
+      std::copy_n(kva + t * (r_ + dr_), r_, latent + t * r_);
+      std::copy_n(kva + t * (r_ + dr_) + r_, dr_, k_rope + t * dr_);
+      for (int hh = 0; hh < nh_; ++hh)
+        std::copy_n(q + (t * nh_ + hh) * qk + dn_, dr_, q_rope + (t * nh_ + hh) * dr_);
+    }
+    be.rms_norm(latent, kv_a_norm_.data(), ctx.eps, T, r_, latent, ctx.act);
+    be.rope(q_rope, T, nh_, int(dr_), ctx.positions, ctx.rope);
+    be.rope(k_rope, T, 1, int(dr_), ctx.positions, ctx.rope);
+    const cpu::MlaCacheLayer cache = ctx.kv.mla_layer(layer, int(r_));
+    be.write_mla_cache(cache, latent, k_rope, ctx.attn);
+
+    // q̃_h = W_UK[h]ᵀ · q_nope_h, head by head.
+    float* q_lat = s.get(kSlotMlaQLat, T * nh_ * r_);
+    float* head_in = s.get(kSlotMlaHeadIn, T * std::max(dn_, r_));
+    float* head_out = s.get(kSlotMlaHeadOut, T * std::max(dv_, r_));
+    for (int hh = 0; hh < nh_; ++hh) {
+      for (int64_t t = 0; t < T; ++t) std::copy_n(q + (t * nh_ + hh) * qk, dn_, head_in + t * dn_);
+      be.linear(uk_t_[hh], head_in, T, head_out);
+      for (int64_t t = 0; t < T; ++t)
+        std::copy_n(head_out + t * r_, r_, q_lat + (t * nh_ + hh) * r_);
+    }
+    float* o_lat = s.get(kSlotMlaOLat, T * nh_ * r_);
+    be.mla_attention(q_lat, q_rope, cache, ctx.attn, nh_, scale_, o_lat, ctx.act);
+
+    // o_h = W_UV[h] · ō_h into [T, nh, dv].
+    float* o = s.get(kSlotAttnOut, T * nh_ * dv_);
+    for (int hh = 0; hh < nh_; ++hh) {
+      for (int64_t t = 0; t < T; ++t)
+        std::copy_n(o_lat + (t * nh_ + hh) * r_, r_, head_in + t * r_);
+      be.linear(uv_[hh], head_in, T, head_out);
+      for (int64_t t = 0; t < T; ++t)
+        std::copy_n(head_out + t * dv_, dv_, o + (t * nh_ + hh) * dv_);
+    }
+    ctx.round(o, T * nh_ * dv_);
+    be.linear(o_, o, T, out);
+    ctx.round(out, T * H_);
+  }
+
+  size_t weight_bytes() const override {
+    size_t b = q_a_.nbytes() + q_b_.nbytes() + kv_a_.nbytes() + o_.nbytes();
+    for (const auto& t : uk_t_) b += t.nbytes();
+    for (const auto& t : uv_) b += t.nbytes();
+    return b;
+  }
+
+ private:
+  // kv_b_proj is [nh · (dn + dv), r], head-major, each head [dn rows of W_UK | dv rows of W_UV].
+  // Kept as f32 (exact for bf16 and dequantized FP8 alike): W_UK[h] transposed to [r, dn] so the
+  // fold is a plain x·Wᵀ, and W_UV[h] as its [dv, r] rows.
+  void split_kv_b(const Tensor& kv_b, WeightStore& store) {
+    const std::vector<float> w = dequantize_matrix(kv_b);
+    for (int hh = 0; hh < nh_; ++hh) {
+      const float* head = w.data() + size_t(hh) * (dn_ + dv_) * r_;
+      std::vector<float>& uk = store.f32.emplace_back(size_t(r_ * dn_));
+      for (int64_t i = 0; i < dn_; ++i)
+        for (int64_t j = 0; j < r_; ++j) uk[j * dn_ + i] = head[i * r_ + j];
+      uk_t_.push_back(Tensor{uk.data(), DType::F32, Shape{r_, dn_}});
+      std::vector<float>& uv = store.f32.emplace_back(head + dn_ * r_, head + (dn_ + dv_) * r_);
+      uv_.push_back(Tensor{uv.data(), DType::F32, Shape{dv_, r_}});
+    }
+  }
+
+  int64_t H_ = 0, qr_ = 0, r_ = 0, dn_ = 0, dr_ = 0, dv_ = 0;
+  int nh_ = 0;
+  float scale_ = 1.0f;
+  Tensor q_a_, q_b_, kv_a_, o_;
+  std::vector<float> q_a_norm_, kv_a_norm_;
+  std::vector<Tensor> uk_t_, uv_;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<AttentionLayer>> load_mla_attention(const LoadContext& lc,
+                                                             const std::string& prefix) {
+  auto a = std::make_unique<MlaAttention>();
+  KTRY(a->load(lc, prefix));
+  return std::unique_ptr<AttentionLayer>(std::move(a));
+}
+
+}  // namespace kestrel

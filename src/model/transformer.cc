@@ -1,0 +1,238 @@
+#include "model/transformer.h"
+
+#include <algorithm>
+
+#include "model/layers.h"
+#include "model/rope_table.h"
+
+namespace kestrel {
+namespace {
+
+struct Block {
+  std::vector<float> attn_norm, ffn_norm;
+  std::unique_ptr<AttentionLayer> attn;
+  std::unique_ptr<FfnLayer> ffn;
+};
+
+// DeepSeek's multi-token-prediction module: z = eh_proj([enorm(Emb(t_{i+1})) | hnorm(h_i)]),
+// one decoder block with its own KV cache, then its own final norm and head.
+struct MtpModule {
+  std::vector<float> enorm, hnorm, head_norm;
+  Tensor eh_proj, head;
+  Block block;
+};
+
+Expected<Block> load_block(const LoadContext& lc, int64_t layer) {
+  const ModelConfig& c = lc.cfg;
+  const std::string p = fmt::format("model.layers.{}.", layer);
+  Block b;
+  KASSIGN(b.attn_norm, load_vector(lc.src, p + "input_layernorm.weight", c.hidden_size));
+  KASSIGN(b.ffn_norm, load_vector(lc.src, p + "post_attention_layernorm.weight", c.hidden_size));
+  if (c.mla.enabled()) {
+    KASSIGN(b.attn, load_mla_attention(lc, p + "self_attn."));
+  } else {
+    KASSIGN(b.attn, load_gqa_attention(lc, p + "self_attn."));
+  }
+  if (c.moe.is_moe_layer(layer)) {
+    KASSIGN(b.ffn, load_moe(lc, p + "mlp."));
+  } else {
+    KASSIGN(b.ffn, load_dense_mlp(lc, p + "mlp.", c.intermediate_size));
+  }
+  return b;
+}
+
+class TransformerModel final : public CausalLM {
+ public:
+  TransformerModel(const ModelConfig& cfg, DType act_dtype, DType kv_dtype, Backend& backend)
+      : cfg_(cfg), act_(act_dtype), kv_dtype_(kv_dtype), be_(backend) {}
+
+  Status load(WeightSource& src) {
+    const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+    const LoadContext lc{src, cfg_, store_, be_};
+    KASSIGN(embed_, src.get("model.embed_tokens.weight", Shape{V, H}));
+    if (src.has("lm_head.weight") && !cfg_.tie_word_embeddings) {
+      KASSIGN(lm_head_, src.get("lm_head.weight", Shape{V, H}));
+    } else {
+      lm_head_ = embed_;
+    }
+    KASSIGN(final_norm_, load_vector(src, "model.norm.weight", H));
+    for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) {
+      KASSIGN(Block b, load_block(lc, i));
+      blocks_.push_back(std::move(b));
+    }
+    be_.prepare_weight(lm_head_);
+    rope_ = make_rope_table(cfg_, src.rope_freq_divisors());
+    const std::string mtp = fmt::format("model.layers.{}.", cfg_.num_hidden_layers);
+    if (cfg_.num_nextn_predict_layers > 0 && src.has(mtp + "eh_proj.weight")) {
+      KTRY(load_mtp(lc, mtp));
+    }
+    return Status::Ok();
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  DType kv_cache_dtype() const override { return kv_dtype_; }
+  int num_mtp_modules() const override { return mtp_ ? 1 : 0; }
+  const float* last_hidden() const override { return ws_.h.data(); }
+
+  size_t weight_bytes() const override {
+    size_t b = lm_head_.nbytes();
+    for (const Block& blk : blocks_)
+      b += blk.attn->weight_bytes() + blk.ffn->weight_bytes_per_token();
+    return b;
+  }
+
+  void forward(const ForwardBatch& fb, KVCacheStorage& kv, float* logits) override {
+    const int64_t T = int64_t(fb.token_ids.size()), H = cfg_.hidden_size;
+    KCHECK(fb.positions.size() == size_t(T) && fb.slot_mapping.size() == size_t(T),
+           "batch arrays disagree on token count");
+    ws_.ensure(T, H);
+    float* x = ws_.x.data();
+    const cpu::AttentionBatch ab = attention_batch(fb);
+    const cpu::RopeParams rp = rope_params();
+    const LayerContext ctx{be_, act_,    float(cfg_.rms_norm_eps), T, fb.positions.data(), ab, rp,
+                           kv,  scratch_};
+    be_.embedding(embed_, fb.token_ids.data(), T, x);
+    ctx.round(x, T * H);
+    for (size_t li = 0; li < blocks_.size(); ++li) run_block(ctx, blocks_[li], int(li), x);
+    head(fb, final_norm_, lm_head_, logits);
+  }
+
+  void mtp_forward(const ForwardBatch& fb, const float* hidden, KVCacheStorage& mtp_kv,
+                   float* logits) override {
+    KCHECK(mtp_ != nullptr, "this model has no MTP module");
+    const int64_t T = int64_t(fb.token_ids.size()), H = cfg_.hidden_size;
+    const float eps = float(cfg_.rms_norm_eps);
+    ws_.ensure(T, H);
+    float* x = ws_.x.data();
+    float* cat = ws_.cat.data();
+    // The embeddings go to y, so `hidden` may be last_hidden() itself.
+    float* e = ws_.y.data();
+    const cpu::AttentionBatch ab = attention_batch(fb);
+    const cpu::RopeParams rp = rope_params();
+    const LayerContext ctx{be_, act_, eps, T, fb.positions.data(), ab, rp, mtp_kv, scratch_};
+    be_.embedding(embed_, fb.token_ids.data(), T, e);
+    ctx.round(e, T * H);
+    for (int64_t t = 0; t < T; ++t) {
+      be_.rms_norm(e + t * H, mtp_->enorm.data(), eps, 1, H, cat + t * 2 * H, act_);
+      be_.rms_norm(hidden + t * H, mtp_->hnorm.data(), eps, 1, H, cat + t * 2 * H + H, act_);
+    }
+    be_.linear(mtp_->eh_proj, cat, T, x);
+    ctx.round(x, T * H);
+    run_block(ctx, mtp_->block, 0, x);
+    head(fb, mtp_->head_norm, mtp_->head, logits);
+  }
+
+ private:
+  Status load_mtp(const LoadContext& lc, const std::string& p) {
+    const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+    auto m = std::make_unique<MtpModule>();
+    KASSIGN(m->enorm, load_vector(lc.src, p + "enorm.weight", H));
+    KASSIGN(m->hnorm, load_vector(lc.src, p + "hnorm.weight", H));
+    KASSIGN(m->head_norm, load_vector(lc.src, p + "shared_head.norm.weight", H));
+    KASSIGN(m->eh_proj, lc.src.get(p + "eh_proj.weight", Shape{H, 2 * H}));
+    if (lc.src.has(p + "shared_head.head.weight")) {
+      KASSIGN(m->head, lc.src.get(p + "shared_head.head.weight", Shape{V, H}));
+      be_.prepare_weight(m->head);
+    } else {
+      m->head = lm_head_;
+    }
+    be_.prepare_weight(m->eh_proj);
+    KASSIGN(m->block, load_block(lc, cfg_.num_hidden_layers));
+    mtp_ = std::move(m);
+    return Status::Ok();
+  }
+
+  cpu::AttentionBatch attention_batch(const ForwardBatch& fb) const {
+    cpu::AttentionBatch ab;
+    ab.num_tokens = int64_t(fb.token_ids.size());
+    ab.num_seqs = int(fb.query_start_loc.size()) - 1;
+    ab.positions = fb.positions.data();
+    ab.slot_mapping = fb.slot_mapping.data();
+    ab.query_start_loc = fb.query_start_loc.data();
+    ab.block_tables = fb.block_tables.data();
+    ab.max_blocks_per_seq = fb.max_blocks_per_seq;
+    return ab;
+  }
+
+  cpu::RopeParams rope_params() const {
+    cpu::RopeParams rp;
+    rp.inv_freq = rope_.inv_freq.data();
+    rp.rot_dim = rope_.rot_dim;
+    rp.attention_factor = rope_.attention_factor;
+    rp.interleaved = rope_.interleaved;
+    rp.act = act_;
+    return rp;
+  }
+
+  // x += attn(norm(x)); x += ffn(norm(x)), rounding where the reference stores activations.
+  void run_block(const LayerContext& ctx, Block& b, int cache_layer, float* x) {
+    const int64_t T = ctx.num_tokens, H = cfg_.hidden_size;
+    float* h = ws_.h.data();
+    float* y = ws_.y.data();
+    be_.rms_norm(x, b.attn_norm.data(), ctx.eps, T, H, h, act_);
+    b.attn->forward(ctx, cache_layer, h, y);
+    be_.add_inplace(x, y, T * H);
+    ctx.round(x, T * H);
+    be_.rms_norm(x, b.ffn_norm.data(), ctx.eps, T, H, h, act_);
+    b.ffn->forward(ctx, h, y);
+    be_.add_inplace(x, y, T * H);
+    ctx.round(x, T * H);
+  }
+
+  // Only the requested rows go through the final norm and the head; their normed hidden
+  // states stay in ws_.h (last_hidden()).
+  void head(const ForwardBatch& fb, const std::vector<float>& norm, const Tensor& w,
+            float* logits) {
+    const int64_t T = int64_t(fb.token_ids.size()), H = cfg_.hidden_size;
+    const int64_t R = int64_t(fb.logits_indices.size());
+    const float* x = ws_.x.data();
+    float* h = ws_.h.data();
+    for (int64_t r = 0; r < R; ++r) {
+      const int32_t row = fb.logits_indices[r];
+      KCHECK(row >= 0 && row < T, "logits index {} out of range", row);
+      std::copy(x + int64_t(row) * H, x + int64_t(row + 1) * H, h + r * H);
+    }
+    be_.rms_norm(h, norm.data(), float(cfg_.rms_norm_eps), R, H, h, act_);
+    be_.linear(w, h, R, logits);
+    be_.round_to(act_, logits, R * cfg_.vocab_size);
+  }
+
+  // The residual stream and block-level buffers, grown to the largest batch seen.
+  struct Workspace {
+    std::vector<float> x, h, y, cat;
+    int64_t tokens = 0;
+    void ensure(int64_t T, int64_t H) {
+      if (T <= tokens) return;
+      tokens = T;
+      x.resize(T * H);
+      h.resize(T * H);
+      y.resize(T * H);
+      cat.resize(T * 2 * H);
+    }
+  };
+
+  ModelConfig cfg_;
+  DType act_;
+  DType kv_dtype_;
+  Backend& be_;
+  WeightStore store_;
+  Tensor embed_, lm_head_;
+  std::vector<float> final_norm_;
+  std::vector<Block> blocks_;
+  std::unique_ptr<MtpModule> mtp_;
+  RopeTable rope_;
+  Scratch scratch_;
+  Workspace ws_;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<CausalLM>> build_transformer(const ModelConfig& cfg, DType act_dtype,
+                                                      DType kv_dtype, WeightSource& src,
+                                                      Backend& backend) {
+  auto m = std::make_unique<TransformerModel>(cfg, act_dtype, kv_dtype, backend);
+  KTRY(m->load(src));
+  return std::unique_ptr<CausalLM>(std::move(m));
+}
+
+}  // namespace kestrel

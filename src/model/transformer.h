@@ -1,0 +1,22 @@
+// model/transformer.h — the decoder-only transformer every supported architecture is an instance
+// of: pre-norm blocks of (GQA or MLA attention) + (dense SwiGLU or MoE), RMSNorm, LM head.
+// Llama 2/3, SmolLM2, Qwen2 (q/k/v bias), Qwen3 (per-head q/k RMSNorm), Qwen3-MoE, and
+// DeepSeek-V3/V3.1 (MLA, DeepSeekMoE, and the MTP module stored after the main layers).
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "model/causal_lm.h"
+#include "model/weight_source.h"
+
+namespace kestrel {
+
+// Reads every tensor from `src` (checked against the config's shapes). The source must outlive
+// the model (tensors are views into it). `act_dtype` (F32, BF16 or F16) is the precision
+// activations are rounded to between ops; `kv_dtype` (F32, F16, BF16) that of the KV cache.
+Expected<std::unique_ptr<CausalLM>> build_transformer(const ModelConfig& cfg, DType act_dtype,
+                                                      DType kv_dtype, WeightSource& src,
+                                                      Backend& backend);
+
+}  // namespace kestrel

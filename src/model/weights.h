@@ -1,0 +1,30 @@
+// model/weights.h — loading a model's tensors: f32 vectors for norms and biases, and Linear
+// weights of any stored dtype, FP8 block scales included.
+#pragma once
+
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/weight_source.h"
+
+namespace kestrel {
+
+// Small vectors (norms, biases) are converted to f32 once at load.
+Expected<std::vector<float>> load_vector(WeightSource& src, const std::string& name, int64_t n);
+
+// Owns what loading had to convert (FP8 scales stored as bf16, dequantized matrices).
+struct WeightStore {
+  std::deque<std::vector<float>> f32;
+};
+
+// `prefix + ".weight"` of shape [rows, cols]. An F8_E4M3 weight gets its block scales from
+// `prefix + ".weight_scale_inv"` ([ceil(rows / br), ceil(cols / bc)], the config's block size).
+Expected<Tensor> load_linear(WeightSource& src, const std::string& prefix, int64_t rows,
+                             int64_t cols, const ModelConfig& cfg, WeightStore& store);
+
+// The values of a 2-D weight (any dtype, block scales applied) as f32, row-major.
+std::vector<float> dequantize_matrix(const Tensor& w);
+
+}  // namespace kestrel

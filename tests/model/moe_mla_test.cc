@@ -1,0 +1,221 @@
+// Qwen3-MoE and DeepSeek-V3 specifics: config parsing (which layers are sparse, MLA widths, FP8
+// block size, refusals), the latent KV cache's size per token against expanded multi-head KV,
+// and DeepSeek's MTP module against the fixtures' transformers-built goldens.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "base/mmap_file.h"
+#include "kv/kv_cache_spec.h"
+#include "model/batch_builder.h"
+#include "model/config.h"
+#include "model/loader.h"
+#include "model/safetensors.h"
+#include "test_paths.h"
+
+namespace kestrel {
+namespace {
+
+std::string fixture(const std::string& name) {
+  return test::fixtures_dir() + "/models/" + name;
+}
+
+nlohmann::json config_of(const std::string& name) {
+  auto text = read_text_file(fixture(name) + "/config.json");
+  EXPECT_TRUE(text.ok());
+  return nlohmann::json::parse(*text);
+}
+
+Expected<ModelConfig> parse(const nlohmann::json& j) {
+  return parse_config_json(j.dump());
+}
+
+TEST(MoeConfig, Qwen3MoeSparseLayersAndExpertCount) {
+  auto c = parse(config_of("qwen3_moe_f32"));
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->moe.num_experts, 8);
+  EXPECT_EQ(c->moe.num_experts_per_tok, 2);
+  EXPECT_EQ(c->moe.moe_intermediate_size, 32);
+  EXPECT_TRUE(c->moe.norm_topk_prob);
+  EXPECT_EQ(c->moe.router, MoeConfig::Router::kSoftmaxTopK);
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->moe.is_moe_layer(0));  // mlp_only_layers [0]
+  EXPECT_TRUE(c->moe.is_moe_layer(1));
+  EXPECT_TRUE(c->moe.is_moe_layer(2));
+
+  // Released configs name the count num_experts; decoder_sparse_step 2 makes odd layers sparse.
+  nlohmann::json j = config_of("qwen3_moe_f32");
+  j.erase("num_local_experts");
+  j["num_experts"] = 16;
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = nlohmann::json::array();
+  c = parse(j);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->moe.num_experts, 16);
+  EXPECT_FALSE(c->moe.is_moe_layer(0));
+  EXPECT_TRUE(c->moe.is_moe_layer(1));
+  EXPECT_FALSE(c->moe.is_moe_layer(2));
+
+  j["num_experts_per_tok"] = 17;
+  EXPECT_FALSE(parse(j).ok());
+}
+
+TEST(MoeConfig, DeepSeekMlaWidthsRouterAndDenseLayers) {
+  auto c = parse(config_of("deepseek_v3_f32"));
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_TRUE(c->mla.enabled());
+  EXPECT_EQ(c->mla.q_lora_rank, 48);
+  EXPECT_EQ(c->mla.kv_lora_rank, 32);
+  EXPECT_EQ(c->head_dim, 24);  // nope 16 + rope 8, not the file's derived head_dim
+  EXPECT_EQ(c->rope_dim, 8);
+  EXPECT_TRUE(c->rope_interleaved);
+  EXPECT_EQ(c->num_key_value_heads, c->num_attention_heads);
+  EXPECT_EQ(c->mla.cache_width(), 40);
+  EXPECT_EQ(c->moe.router, MoeConfig::Router::kGroupedSigmoid);
+  EXPECT_EQ(c->moe.num_shared_experts, 1);
+  EXPECT_EQ(c->moe.n_group, 2);
+  EXPECT_EQ(c->moe.topk_group, 1);
+  EXPECT_DOUBLE_EQ(c->moe.routed_scaling_factor, 2.5);
+  EXPECT_FALSE(c->moe.is_moe_layer(0));  // first_k_dense_replace 1
+  EXPECT_TRUE(c->moe.is_moe_layer(1));
+  EXPECT_EQ(c->num_nextn_predict_layers, 1);
+  EXPECT_FALSE(c->fp8.enabled);
+
+  auto nolora = parse(config_of("deepseek_v3_nolora_f32"));
+  ASSERT_TRUE(nolora.ok());
+  EXPECT_EQ(nolora->mla.q_lora_rank, 0);
+
+  auto fp8 = parse(config_of("deepseek_v3_fp8"));
+  ASSERT_TRUE(fp8.ok()) << fp8.error().message;
+  EXPECT_TRUE(fp8->fp8.enabled);
+  EXPECT_EQ(fp8->fp8.block_rows, 128);
+  EXPECT_EQ(fp8->fp8.block_cols, 128);
+}
+
+TEST(MoeConfig, UnsupportedVariantsAreRefusedByName) {
+  auto expect_refused = [](nlohmann::json j, const std::string& what) {
+    auto c = parse(j);
+    ASSERT_FALSE(c.ok()) << what;
+    EXPECT_NE(c.error().message.find(what), std::string::npos) << c.error().message;
+  };
+  nlohmann::json j = config_of("deepseek_v3_f32");
+  j["topk_method"] = "group_limited_greedy";
+  expect_refused(j, "group_limited_greedy");
+  j = config_of("deepseek_v3_f32");
+  j["n_group"] = 3;
+  expect_refused(j, "n_group 3");
+  j = config_of("deepseek_v3_f32");
+  j["num_experts_per_tok"] = 5;  // one kept group of 4 experts
+  expect_refused(j, "num_experts_per_tok 5");
+  j = config_of("deepseek_v3_fp8");
+  j["quantization_config"]["quant_method"] = "awq";
+  expect_refused(j, "'awq'");
+  j = config_of("deepseek_v3_fp8");
+  j["quantization_config"].erase("weight_block_size");
+  expect_refused(j, "weight_block_size");
+  j = config_of("deepseek_v3_f32");
+  j.erase("kv_lora_rank");
+  expect_refused(j, "kv_lora_rank");
+}
+
+std::unique_ptr<LoadedModel> load(const std::string& name, const std::string& dtype) {
+  LoadOptions o;
+  o.model = fixture(name);
+  o.threads = 2;
+  o.dtype = dtype;
+  auto m = load_model(o);
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+TEST(MlaCache, HoldsTheLatentAndRopeKeyPerTokenPerLayer) {
+  auto lm = load("deepseek_v3_f32", "auto");
+  ASSERT_TRUE(lm);
+  const ModelConfig& c = lm->config;
+  const int64_t blocks = 8, block = 16;
+  KVCacheStorage kv = lm->model->make_kv_cache(blocks, block);
+  EXPECT_TRUE(kv.latent());
+  const int64_t per_token_layer = c.mla.kv_lora_rank + c.mla.qk_rope_head_dim;  // 40 values
+  EXPECT_EQ(kv.bytes(), size_t(c.num_hidden_layers * blocks * block * per_token_layer * 4));
+  // Expanded multi-head K and V would hold heads · (nope + rope + v) values per token per layer.
+  const int64_t expanded =
+      c.num_attention_heads * (c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim + c.mla.v_head_dim);
+  EXPECT_EQ(expanded, 160);
+  EXPECT_EQ(expanded, 4 * per_token_layer);  // 4x less KV memory per token here
+  RecordProperty("latent_values_per_token_layer", std::to_string(per_token_layer));
+  RecordProperty("expanded_values_per_token_layer", std::to_string(expanded));
+  // The pool sizing prices the same bytes.
+  KVCacheSpec spec;
+  spec.kind = KVCacheKind::kMlaLatent;
+  spec.num_layers = int32_t(c.num_hidden_layers);
+  spec.block_size = int32_t(block);
+  spec.num_kv_heads = 1;
+  spec.head_dim = int32_t(per_token_layer);
+  spec.dtype_bytes = 4;
+  EXPECT_EQ(spec.bytes_per_block() * blocks, int64_t(kv.bytes()));
+}
+
+double max_rel_err(const float* a, const float* b, int64_t rows, int64_t vocab) {
+  double worst = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double diff = 0, mag = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      diff = std::max(diff, std::fabs(double(a[r * vocab + i]) - b[r * vocab + i]));
+      mag = std::max(mag, std::fabs(double(b[r * vocab + i])));
+    }
+    worst = std::max(worst, diff / mag);
+  }
+  return worst;
+}
+
+class MtpGolden : public ::testing::TestWithParam<std::string> {};
+
+// Main forward over the prompt, then the MTP module over (h_i, p[i+1]) for i < n-1.
+TEST_P(MtpGolden, LogitsMatchReference) {
+  const std::string name = GetParam();
+  auto text = read_text_file(fixture(name) + "/golden.json");
+  ASSERT_TRUE(text.ok());
+  const auto golden = nlohmann::json::parse(*text);
+  const std::string dtype = golden.at("dtype").get<std::string>();
+  auto lm = load(name, dtype);
+  ASSERT_TRUE(lm);
+  ASSERT_EQ(lm->model->num_mtp_modules(), 1);
+  auto gl = SafetensorsFile::open(fixture(name) + "/golden.safetensors");
+  ASSERT_TRUE(gl.ok());
+  const int64_t V = lm->config.vocab_size, H = lm->config.hidden_size;
+  const double tol = dtype == "float32" ? 1e-4 : 3e-2;
+  constexpr int kBlock = 16;
+  std::vector<int32_t> table = {3, 0, 2};
+  for (size_t p = 0; p < golden.at("prompts").size(); ++p) {
+    const auto prompt = golden.at("prompts")[p].get<std::vector<int32_t>>();
+    const int64_t n = int64_t(prompt.size());
+    KVCacheStorage kv = lm->model->make_kv_cache(4, kBlock);
+    KVCacheStorage mtp_kv = lm->model->make_kv_cache_for_layers(1, 4, kBlock);
+    BatchBuilder bb(kBlock);
+    bb.add(prompt, 0, table, BatchBuilder::Logits::kAll);
+    std::vector<float> logits(n * V);
+    lm->model->forward(bb.batch(), kv, logits.data());
+    std::vector<float> hidden(lm->model->last_hidden(), lm->model->last_hidden() + (n - 1) * H);
+
+    BatchBuilder mb(kBlock);
+    mb.add(std::span<const int32_t>(prompt.data() + 1, n - 1), 0, table,
+           BatchBuilder::Logits::kAll);
+    std::vector<float> draft((n - 1) * V);
+    lm->model->mtp_forward(mb.batch(), hidden.data(), mtp_kv, draft.data());
+    auto want = (*gl)->tensor("mtp_logits." + std::to_string(p));
+    ASSERT_TRUE(want.ok());
+    ASSERT_EQ(want->numel(), (n - 1) * V);
+    EXPECT_LE(max_rel_err(draft.data(), want->as<float>(), n - 1, V), tol)
+        << name << " prompt " << p;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DeepSeek, MtpGolden,
+                         ::testing::Values("deepseek_v3_f32", "deepseek_v3_bf16",
+                                           "deepseek_v3_nolora_f32", "deepseek_v3_fp8"));
+
+}  // namespace
+}  // namespace kestrel
