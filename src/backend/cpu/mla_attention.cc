@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/cache_rows.h"
 #include "backend/cpu/simd_math.h"
 #include "base/fp16.h"
 #include "base/status.h"
@@ -34,51 +35,6 @@ constexpr int kMaxRows = 64;
 constexpr int kMinHeads = 8;
 // Below about this many multiply-adds per thread the work stays on the calling thread.
 constexpr int64_t kMinMacsPerThread = int64_t(1) << 15;
-
-int64_t round_up8(int64_t n) {
-  return (n + 7) & ~int64_t(7);
-}
-
-size_t elem_size(DType t) {
-  return t == DType::F32 ? 4 : 2;
-}
-
-// Stores n floats converted to the cache dtype (round to nearest even, as f32_to_f16/bf16).
-void store_row(DType t, const float* src, uint8_t* dst, int64_t n) {
-  if (n == 0) return;  // src may be null (no rope part)
-  if (t == DType::F32) {
-    std::memcpy(dst, src, size_t(n) * 4);
-    return;
-  }
-  auto* d = reinterpret_cast<uint16_t*>(dst);
-  for (int64_t i = 0; i < n; ++i) d[i] = t == DType::F16 ? f32_to_f16(src[i]) : f32_to_bf16(src[i]);
-}
-
-// Widens n cached values to f32 and zero-fills dst up to the next multiple of 8.
-void widen_row(DType t, const uint8_t* src, float* dst, int n) {
-  int i = 0;
-  if (t == DType::F32) {
-    std::memcpy(dst, src, size_t(n) * 4);
-    i = n;
-  } else {
-    const auto* h = reinterpret_cast<const uint16_t*>(src);
-    if (t == DType::F16) {
-      for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i,
-                         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
-      for (; i < n; ++i) dst[i] = f16_to_f32(h[i]);
-    } else {
-      for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(
-            dst + i,
-            _mm256_castsi256_ps(_mm256_slli_epi32(
-                _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))),
-                16)));
-      for (; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
-    }
-  }
-  for (; i < round_up8(n); ++i) dst[i] = 0.0f;
-}
 
 struct Params {
   const MlaCacheLayer& cache;
@@ -134,7 +90,7 @@ void gather_keys(const Params& p, const int32_t* table, int64_t j0, int64_t len,
                  int count, Scratch& s, const float** row) {
   const MlaCacheLayer& c = p.cache;
   const int64_t row_elems = int64_t(c.latent_dim) + c.rope_dim;
-  const size_t es = elem_size(c.dtype);
+  const size_t es = cache_elem_size(c.dtype);
   for (int jj = 0; jj < count; ++jj) {
     const int64_t j = j0 + jj;
     if (j >= len) {
@@ -148,8 +104,8 @@ void gather_keys(const Params& p, const int32_t* table, int64_t j0, int64_t len,
       continue;
     }
     float* dst = s.rows + jj * p.kp;
-    widen_row(c.dtype, src, dst, c.latent_dim);
-    if (rope) widen_row(c.dtype, src + size_t(c.latent_dim) * es, dst + p.lp, c.rope_dim);
+    widen_cache_row(c.dtype, src, dst, c.latent_dim);
+    if (rope) widen_cache_row(c.dtype, src + size_t(c.latent_dim) * es, dst + p.lp, c.rope_dim);
     row[jj] = dst;
   }
 }
@@ -341,15 +297,15 @@ void write_mla_cache(const MlaCacheLayer& cache, const float* latent, const floa
                      const AttentionBatch& batch) {
   KCHECK(cache.dtype == DType::F32 || cache.dtype == DType::F16 || cache.dtype == DType::BF16,
          "unsupported MLA cache dtype {}", dtype_name(cache.dtype));
-  const size_t es = elem_size(cache.dtype);
+  const size_t es = cache_elem_size(cache.dtype);
   const int64_t row_elems = int64_t(cache.latent_dim) + cache.rope_dim;
   for (int64_t t = 0; t < batch.num_tokens; ++t) {
     const int64_t slot = batch.slot_mapping[t];
     KCHECK(slot >= 0 && slot < cache.num_blocks * cache.block_size, "slot {} out of range", slot);
     uint8_t* dst = static_cast<uint8_t*>(cache.data) + size_t(slot * row_elems) * es;
-    store_row(cache.dtype, latent + t * cache.latent_dim, dst, cache.latent_dim);
-    store_row(cache.dtype, k_rope + t * cache.rope_dim, dst + size_t(cache.latent_dim) * es,
-              cache.rope_dim);
+    store_cache_row(cache.dtype, latent + t * cache.latent_dim, dst, cache.latent_dim);
+    store_cache_row(cache.dtype, k_rope + t * cache.rope_dim, dst + size_t(cache.latent_dim) * es,
+                    cache.rope_dim);
   }
 }
 

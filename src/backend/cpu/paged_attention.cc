@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/cache_rows.h"
 #include "backend/cpu/simd_math.h"
 #include "base/fp16.h"
 #include "base/status.h"
@@ -22,59 +23,6 @@ constexpr int kKeyBlock = 8;
 // Below about this many multiply-adds per thread the work stays on the calling thread.
 constexpr int64_t kMinMacsPerThread = int64_t(1) << 15;
 
-size_t elem_size(DType t) {
-  return t == DType::F32 ? 4 : 2;
-}
-
-int64_t round_up8(int64_t n) {
-  return (n + 7) & ~int64_t(7);
-}
-
-// Stores n floats converted to the cache dtype (round to nearest even, as f32_to_f16/bf16).
-void store_row(DType t, const float* src, void* dst, int64_t n) {
-  if (t == DType::F32) {
-    std::memcpy(dst, src, size_t(n) * 4);
-    return;
-  }
-  auto* d = static_cast<uint16_t*>(dst);
-  int64_t i = 0;
-  if (t == DType::F16) {
-    for (; i + 8 <= n; i += 8)
-      _mm_storeu_si128(
-          reinterpret_cast<__m128i*>(d + i),
-          _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    for (; i < n; ++i) d[i] = f32_to_f16(src[i]);
-  } else {
-    for (; i < n; ++i) d[i] = f32_to_bf16(src[i]);
-  }
-}
-
-// Widens n cached values to f32 and zero-fills dst up to the next multiple of 8.
-void widen_row(DType t, const uint8_t* src, float* dst, int n) {
-  int i = 0;
-  if (t == DType::F32) {
-    std::memcpy(dst, src, size_t(n) * 4);
-    i = n;
-  } else {
-    const auto* h = reinterpret_cast<const uint16_t*>(src);
-    if (t == DType::F16) {
-      for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i,
-                         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
-      for (; i < n; ++i) dst[i] = f16_to_f32(h[i]);
-    } else {
-      for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(
-            dst + i,
-            _mm256_castsi256_ps(_mm256_slli_epi32(
-                _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))),
-                16)));
-      for (; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
-    }
-  }
-  for (; i < round_up8(n); ++i) dst[i] = 0.0f;
-}
-
 // Where one cached row (one token, one KV head) of K or V starts.
 struct CacheRows {
   const KVLayer& c;
@@ -84,7 +32,7 @@ struct CacheRows {
     const int64_t slot =
         int64_t(block_table[pos / c.block_size]) * c.block_size + pos % c.block_size;
     const int64_t elem = (slot * c.num_kv_heads + kv_head) * int64_t(c.head_dim);
-    return static_cast<const uint8_t*>(base) + elem * int64_t(elem_size(c.dtype));
+    return static_cast<const uint8_t*>(base) + elem * int64_t(cache_elem_size(c.dtype));
   }
 };
 
@@ -150,7 +98,7 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
     for (int jj = 0; jj < kKeyBlock; ++jj) {
       float* dst = s.rows.data() + jj * hdp;
       if (jj < nk) {
-        widen_row(op, rows.at(p.cache.k, int32_t(j0 + jj)), dst, hd);
+        widen_cache_row(op, rows.at(p.cache.k, int32_t(j0 + jj)), dst, hd);
       } else {
         std::fill(dst, dst + hdp, 0.0f);
       }
@@ -201,7 +149,7 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   for (int64_t j0 = 0; j0 < len; j0 += kKeyBlock) {
     const int nk = int(std::min<int64_t>(kKeyBlock, len - j0));
     for (int jj = 0; jj < nk; ++jj)
-      widen_row(op, rows.at(p.cache.v, int32_t(j0 + jj)), s.rows.data() + jj * hdp, hd);
+      widen_cache_row(op, rows.at(p.cache.v, int32_t(j0 + jj)), s.rows.data() + jj * hdp, hd);
     for (int r = 0; r < nq; ++r) {
       const int64_t pos = pos_of(r);
       if (pos < j0) continue;
@@ -240,12 +188,14 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
 
 void write_kv(const KVLayer& cache, const float* k, const float* v, const AttentionBatch& batch) {
   const int64_t row = int64_t(cache.num_kv_heads) * cache.head_dim;
-  const int64_t row_bytes = row * int64_t(elem_size(cache.dtype));
+  const int64_t row_bytes = row * int64_t(cache_elem_size(cache.dtype));
   for (int64_t t = 0; t < batch.num_tokens; ++t) {
     const int64_t slot = batch.slot_mapping[t];
     KCHECK(slot >= 0 && slot < cache.num_blocks * cache.block_size, "slot {} out of range", slot);
-    store_row(cache.dtype, k + t * row, static_cast<uint8_t*>(cache.k) + slot * row_bytes, row);
-    store_row(cache.dtype, v + t * row, static_cast<uint8_t*>(cache.v) + slot * row_bytes, row);
+    store_cache_row(cache.dtype, k + t * row, static_cast<uint8_t*>(cache.k) + slot * row_bytes,
+                    row);
+    store_cache_row(cache.dtype, v + t * row, static_cast<uint8_t*>(cache.v) + slot * row_bytes,
+                    row);
   }
 }
 

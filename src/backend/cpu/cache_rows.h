@@ -1,0 +1,26 @@
+// backend/cpu/cache_rows.h — converting rows between f32 and a KV cache's storage dtype (F32,
+// F16 or BF16), shared by the attention kernels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace kestrel::cpu {
+
+inline size_t cache_elem_size(DType t) {
+  return t == DType::F32 ? 4 : 2;
+}
+
+inline int64_t round_up8(int64_t n) {
+  return (n + 7) & ~int64_t(7);
+}
+
+// Stores n floats converted to the cache dtype (round to nearest even, as f32_to_f16/bf16).
+void store_cache_row(DType t, const float* src, void* dst, int64_t n);
+
+// Widens n cached values to f32 and zero-fills dst up to the next multiple of 8.
+void widen_cache_row(DType t, const uint8_t* src, float* dst, int n);
+
+}  // namespace kestrel::cpu
