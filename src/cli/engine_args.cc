@@ -13,11 +13,19 @@ namespace {
 constexpr int64_t kDefaultMaxNumBatchedTokens = 2048;
 
 // Workspace the forward pass keeps besides KV: per batched token the residual stream, attention
-// and MLP intermediates (f32), plus one logits row per sequence.
+// and MLP intermediates (f32) — MoE: router scores and each token's k expert results; MLA: the
+// per-head queries and latent outputs — plus one logits row per sequence.
 int64_t activation_reserve(const ModelConfig& m, const SchedulerConfig& s) {
-  const int64_t per_token = 4 * (6 * m.hidden_size + 3 * m.intermediate_size +
-                                 (m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim);
-  return s.max_num_batched_tokens * per_token + s.max_num_seqs * m.vocab_size * 4;
+  int64_t values = 6 * m.hidden_size + 3 * m.intermediate_size +
+                   (m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim;
+  if (m.moe.num_experts > 0)
+    values += (m.moe.num_experts_per_tok + 3) * m.hidden_size + m.moe.num_experts +
+              2 * std::max<int64_t>(1, m.moe.num_shared_experts) * m.moe.moe_intermediate_size;
+  if (m.mla.enabled())
+    values += m.num_attention_heads *
+                  (2 * m.mla.kv_lora_rank + m.mla.qk_rope_head_dim + m.mla.v_head_dim) +
+              m.mla.q_lora_rank + m.mla.cache_width();
+  return s.max_num_batched_tokens * 4 * values + s.max_num_seqs * m.vocab_size * 4;
 }
 
 }  // namespace
@@ -113,7 +121,7 @@ Expected<Engine> start_engine(const EngineArgs& a) {
     KASSIGN(kr.kv_cache_memory_bytes, parse_byte_count(*a.kv_cache_memory));
   }
   kr.memory_utilization = a.gpu_memory_utilization;
-  kr.weight_bytes = static_cast<int64_t>(e.model->model->weight_bytes());
+  kr.weight_bytes = static_cast<int64_t>(e.model->model->resident_weight_bytes());
   kr.activation_reserve_bytes = activation_reserve(mc, sc);
   kr.spec.num_layers = static_cast<int32_t>(mc.num_hidden_layers);
   kr.spec.block_size = sc.block_size;

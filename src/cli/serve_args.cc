@@ -388,11 +388,13 @@ void check_quantization(const ServeArgs& a, Findings& f) {
   } else if (q == "deepseek_v4_fp8") {
     f.refuse("--quantization deepseek_v4_fp8: DeepSeek-V4 FP8 checkpoints are not supported yet");
   } else if (q == "fp8") {
-    f.refuse("--quantization fp8: FP8 checkpoints are not supported yet");
+    // Accepted for FP8 block-quantized checkpoints (DeepSeek's format); serve checks the
+    // checkpoint once it is loaded.
   } else {
     f.refuse(fmt::format(
         "--quantization {}: not supported (Kestrel reads a GGUF file's quantization from the "
-        "file; planned: ascend, fp8, deepseek_v4_fp8)",
+        "file, and FP8 block-quantized checkpoints from config.json; planned: ascend, "
+        "deepseek_v4_fp8)",
         q));
   }
 }

@@ -59,6 +59,9 @@ class CausalLM {
   virtual void forward(const ForwardBatch& batch, KVCacheStorage& kv, float* logits) = 0;
   // Bytes of weights read by one decode step (for bandwidth figures).
   virtual size_t weight_bytes() const = 0;
+  // Bytes of weights held in memory (differs from weight_bytes() for MoE models, whose decode
+  // step reads only the experts it routes to).
+  virtual size_t resident_weight_bytes() const { return weight_bytes(); }
   // The dtype KV caches of this model are stored in (--kv-cache-dtype).
   virtual DType kv_cache_dtype() const = 0;
   // Builds KV storage sized for this model's main layers.

@@ -27,6 +27,8 @@ class FfnLayer {
   virtual void forward(const LayerContext& ctx, const float* h, float* out) = 0;
   // Bytes one token's forward reads (MoE: the shared and the routed experts it uses).
   virtual size_t weight_bytes_per_token() const = 0;
+  // Bytes held (MoE: every expert).
+  virtual size_t resident_bytes() const { return weight_bytes_per_token(); }
 };
 
 // What a layer loader needs besides the tensor names.

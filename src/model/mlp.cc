@@ -19,6 +19,15 @@ class DenseMlp final : public FfnLayer {
     for (Tensor* t : {&gate_, &up_, &down_}) lc.be.prepare_weight(*t);
     return Status::Ok();
   }
+  // From views into fused expert tensors.
+  void set(const LoadContext& lc, Tensor gate, Tensor up, Tensor down) {
+    H_ = lc.cfg.hidden_size;
+    I_ = gate.rows();
+    gate_ = gate;
+    up_ = up;
+    down_ = down;
+    for (Tensor* t : {&gate_, &up_, &down_}) lc.be.prepare_weight(*t);
+  }
 
   void forward(const LayerContext& ctx, const float* h, float* out) override {
     run(ctx, h, ctx.num_tokens, out);
@@ -46,6 +55,14 @@ class DenseMlp final : public FfnLayer {
   Tensor gate_, up_, down_;
 };
 
+// Rows [first, first + rows) of t viewed as a [rows, cols] matrix.
+Tensor rows_of(const Tensor& t, int64_t first, int64_t rows, int64_t cols) {
+  Tensor v = t;
+  v.shape = Shape{rows, cols};
+  v.data = static_cast<const uint8_t*>(t.data) + size_t(first) * dtype_bytes(t.dtype, cols);
+  return v;
+}
+
 Expected<std::unique_ptr<DenseMlp>> make_dense_mlp(const LoadContext& lc, const std::string& p,
                                                    int64_t width) {
   auto m = std::make_unique<DenseMlp>();
@@ -71,14 +88,44 @@ class MoeBlock final : public FfnLayer {
       KASSIGN(bias_, load_vector(lc.src, p + "gate.e_score_correction_bias", E_));
     }
     experts_.reserve(E_);
-    for (int e = 0; e < E_; ++e) {
-      const std::string name = fmt::format("{}experts.{}.", p, e);
-      KASSIGN(auto expert, make_dense_mlp(lc, name, m.moe_intermediate_size));
-      experts_.push_back(std::move(expert));
+    if (lc.src.has(p + "experts.gate_up_proj")) {
+      KTRY(load_fused_experts(lc, p));
+    } else {
+      KTRY(load_experts(lc, p));
     }
     if (m.num_shared_experts > 0) {
       const int64_t width = m.num_shared_experts * m.moe_intermediate_size;
       KASSIGN(shared_, make_dense_mlp(lc, p + "shared_experts.", width));
+    }
+    return Status::Ok();
+  }
+
+  // One checkpoint tensor per expert and projection (how transformers saves by default).
+  Status load_experts(const LoadContext& lc, const std::string& p) {
+    for (int e = 0; e < E_; ++e) {
+      const std::string name = fmt::format("{}experts.{}.", p, e);
+      KASSIGN(auto expert, make_dense_mlp(lc, name, cfg_.moe_intermediate_size));
+      experts_.push_back(std::move(expert));
+    }
+    return Status::Ok();
+  }
+
+  // transformers 5.x's in-memory layout, on disk in some checkpoints (Qwen3.5-MoE releases,
+  // save_original_format=False): experts.gate_up_proj [E, 2I, H] (each expert's gate rows, then
+  // its up rows) and experts.down_proj [E, H, I]. Experts become row views into them.
+  Status load_fused_experts(const LoadContext& lc, const std::string& p) {
+    const int64_t I = cfg_.moe_intermediate_size;
+    KASSIGN(const Tensor gate_up, lc.src.get(p + "experts.gate_up_proj", Shape{E_, 2 * I, H_}));
+    KASSIGN(const Tensor down, lc.src.get(p + "experts.down_proj", Shape{E_, H_, I}));
+    if (gate_up.block_scale != nullptr || down.block_scale != nullptr ||
+        gate_up.dtype == DType::F8_E4M3 || down.dtype == DType::F8_E4M3)
+      return make_error("{}experts: fused FP8 expert tensors are not supported", p);
+    for (int e = 0; e < E_; ++e) {
+      auto expert = std::make_unique<DenseMlp>();
+      expert->set(lc, rows_of(gate_up, int64_t(e) * 2 * I, I, H_),
+                  rows_of(gate_up, int64_t(e) * 2 * I + I, I, H_),
+                  rows_of(down, int64_t(e) * H_, H_, I));
+      experts_.push_back(std::move(expert));
     }
     return Status::Ok();
   }
@@ -124,6 +171,11 @@ class MoeBlock final : public FfnLayer {
 
   size_t weight_bytes_per_token() const override {
     size_t b = gate_.nbytes() + size_t(k_) * experts_[0]->weight_bytes_per_token();
+    if (shared_) b += shared_->weight_bytes_per_token();
+    return b;
+  }
+  size_t resident_bytes() const override {
+    size_t b = gate_.nbytes() + size_t(E_) * experts_[0]->weight_bytes_per_token();
     if (shared_) b += shared_->weight_bytes_per_token();
     return b;
   }

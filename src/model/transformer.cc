@@ -81,6 +81,17 @@ class TransformerModel final : public CausalLM {
     return b;
   }
 
+  size_t resident_weight_bytes() const override {
+    size_t b = lm_head_.nbytes() + (lm_head_.data == embed_.data ? 0 : embed_.nbytes());
+    for (const Block& blk : blocks_) b += blk.attn->weight_bytes() + blk.ffn->resident_bytes();
+    if (mtp_) {
+      b += mtp_->eh_proj.nbytes() + mtp_->block.attn->weight_bytes() +
+           mtp_->block.ffn->resident_bytes();
+      if (mtp_->head.data != lm_head_.data) b += mtp_->head.nbytes();
+    }
+    return b;
+  }
+
   void forward(const ForwardBatch& fb, KVCacheStorage& kv, float* logits) override {
     const int64_t T = int64_t(fb.token_ids.size()), H = cfg_.hidden_size;
     KCHECK(fb.positions.size() == size_t(T) && fb.slot_mapping.size() == size_t(T),

@@ -1,15 +1,17 @@
 """Qwen3-MoE and DeepSeek-V3 (MLA + MoE) fixtures served by `kestrel serve`: concurrent greedy
 requests reproduce transformers' greedy continuations (batching), a repeated prompt is served
-from the prefix cache with the same answer, and an FP8 block-quantized checkpoint serves too.
+from the prefix cache with the same answer, and an FP8 block-quantized checkpoint serves too
+(`--quantization fp8` names it; on a bf16 checkpoint that flag stops serve with a reason).
 The fixtures have no tokenizer, so prompts go in as token ids and logprobs name tokens
 "token_id:N"."""
 
 import concurrent.futures
 import json
+import subprocess
 
 import pytest
 
-from kestrel_e2e import REPO, metric, post_json, scrape
+from kestrel_e2e import KESTREL_BIN, REPO, metric, post_json, scrape
 
 FIXTURES = REPO / "tests" / "fixtures" / "models"
 
@@ -32,8 +34,9 @@ def prefix_hits(base_url):
 def test_concurrent_greedy_matches_transformers_and_prefix_cache_hits(start_server, fixture):
     golden = json.loads((FIXTURES / fixture / "golden.json").read_text())
     flags = ["--max-model-len", "256", "--block-size", "16"]
-    if golden["dtype"] == "float32":
-        flags += ["--dtype", "float32"]  # the FP8 goldens are an f32 forward
+    if golden.get("weight_format") == "fp8_block128":
+        # The goldens are an f32 forward; --quantization fp8 names what the checkpoint holds.
+        flags += ["--dtype", "float32", "--quantization", "fp8"]
     srv = start_server(*flags, model_path=FIXTURES / fixture)
     prompts, want = golden["prompts"], golden["greedy"]
     with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
@@ -46,3 +49,11 @@ def test_concurrent_greedy_matches_transformers_and_prefix_cache_hits(start_serv
     assert again == want[2]
     # The 40-token prompt's two full 16-token blocks come from the cache.
     assert prefix_hits(srv.base_url) - before >= 32
+
+
+def test_quantization_fp8_on_a_bf16_checkpoint_exits_naming_why():
+    r = subprocess.run([str(KESTREL_BIN), "serve", str(FIXTURES / "deepseek_v3_bf16"),
+                        "--quantization", "fp8", "--port", "0", "--threads", "1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "is not an FP8 block-quantized checkpoint" in r.stderr + r.stdout

@@ -6,11 +6,14 @@
 #include <random>
 
 #include "engine/engine_client.h"
+#include "engine_runs.h"
 #include "model/loader.h"
 #include "test_paths.h"
 
 namespace kestrel {
 namespace {
+
+using test::run_all;
 
 class DefaultModelEngine : public ::testing::Test {
  protected:
@@ -30,48 +33,6 @@ class DefaultModelEngine : public ::testing::Test {
   }
   void SetUp() override {
     if (model_ == nullptr) GTEST_SKIP() << "default model not fetched";
-  }
-
-  static EngineClient::Options options(int64_t budget, bool prefix_caching) {
-    EngineClient::Options o;
-    o.scheduler.block_size = 16;
-    o.scheduler.num_blocks = 1024;
-    o.scheduler.max_model_len = 2048;
-    o.scheduler.max_num_seqs = 64;
-    o.scheduler.max_num_batched_tokens = budget;
-    o.scheduler.enable_prefix_caching = prefix_caching;
-    return o;
-  }
-
-  static GenerateRequest greedy(const std::string& id, std::vector<int32_t> prompt,
-                                int64_t max_tokens) {
-    GenerateRequest r;
-    r.engine.id = id;
-    r.engine.prompt_token_ids = std::move(prompt);
-    r.engine.sampling.temperature = 0.0f;
-    r.engine.max_tokens = max_tokens;
-    r.engine.ignore_eos = true;
-    r.output.detokenize = false;
-    return r;
-  }
-
-  // Submits all prompts at once and returns each one's final output.
-  static std::vector<RequestOutput> run_all(EngineClient& client,
-                                            const std::vector<std::vector<int32_t>>& prompts,
-                                            int64_t max_tokens, const std::string& tag) {
-    std::vector<std::shared_ptr<RequestStream>> streams;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      auto s = client.add_request(greedy(tag + std::to_string(i), prompts[i], max_tokens));
-      EXPECT_TRUE(s.ok()) << s.error().message;
-      if (s.ok()) streams.push_back(*s);
-    }
-    std::vector<RequestOutput> outs;
-    for (auto& s : streams) {
-      RequestOutput all;
-      while (!all.finished()) all.merge(s->next());
-      outs.push_back(std::move(all));
-    }
-    return outs;
   }
 
   static std::vector<int32_t> random_tokens(std::mt19937& rng, int n) {
@@ -102,7 +63,7 @@ TEST_F(DefaultModelEngine, GreedyOutputsAreBatchInvariant) {
 
   std::vector<std::vector<int32_t>> alone;
   {
-    EngineClient client(*model_->model, nullptr, options(2048, false));
+    EngineClient client(*model_->model, nullptr, test::engine_options(2048, false));
     for (size_t i = 0; i < prompts.size(); ++i)
       alone.push_back(
           run_all(client, {prompts[i]}, kOut, "alone" + std::to_string(i))[0].token_ids);
@@ -113,7 +74,7 @@ TEST_F(DefaultModelEngine, GreedyOutputsAreBatchInvariant) {
       EXPECT_EQ(outs[i].token_ids, alone[i]) << mode << ": prompt " << i;
   };
   {
-    EngineClient client(*model_->model, nullptr, options(2048, true));
+    EngineClient client(*model_->model, nullptr, test::engine_options(2048, true));
     expect_same(run_all(client, prompts, kOut, "batch"), "batch of 32");
     // Second round: every prompt's full blocks are cached now.
     const std::vector<RequestOutput> warm = run_all(client, prompts, kOut, "warm");
@@ -123,7 +84,7 @@ TEST_F(DefaultModelEngine, GreedyOutputsAreBatchInvariant) {
     EXPECT_GT(cached, 0);
   }
   {
-    EngineClient client(*model_->model, nullptr, options(64, true));
+    EngineClient client(*model_->model, nullptr, test::engine_options(64, true));
     expect_same(run_all(client, prompts, kOut, "chunked"), "chunked, budget 64");
   }
 }
@@ -140,7 +101,7 @@ TEST_F(DefaultModelEngine, SharedSystemPromptIsComputedOnce) {
     submitted += int64_t(p.size());
     prompts.push_back(std::move(p));
   }
-  EngineClient client(*model_->model, nullptr, options(2048, true));
+  EngineClient client(*model_->model, nullptr, test::engine_options(2048, true));
   const std::vector<RequestOutput> outs = run_all(client, prompts, 1, "sys");
   // Every request but the first reuses the 62 full blocks (992 tokens) of the system prompt.
   int64_t cached = 0, zero = 0;

@@ -6,7 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <numeric>
+#include <regex>
 
 #include "base/mmap_file.h"
 #include "kv/kv_cache_spec.h"
@@ -211,6 +216,98 @@ TEST_P(MtpGolden, LogitsMatchReference) {
     EXPECT_LE(max_rel_err(draft.data(), want->as<float>(), n - 1, V), tol)
         << name << " prompt " << p;
   }
+}
+
+// Writes an F32 safetensors file (header as the format defines it: u64 length, JSON, data).
+void write_safetensors(
+    const std::string& path,
+    const std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>& tensors) {
+  nlohmann::json header = nlohmann::json::object();
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    const uint64_t bytes = t.second.size() * sizeof(float);
+    header[name] = {
+        {"dtype", "F32"}, {"shape", t.first}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::ofstream out(path, std::ios::binary);
+  const uint64_t n = text.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out.write(text.data(), std::streamsize(n));
+  for (const auto& [name, t] : tensors)
+    out.write(reinterpret_cast<const char*>(t.second.data()),
+              std::streamsize(t.second.size() * sizeof(float)));
+}
+
+// The same Qwen3-MoE weights saved with fused experts (experts.gate_up_proj [E, 2I, H],
+// experts.down_proj [E, H, I], as transformers 5.x holds them and some checkpoints store them)
+// give the per-expert checkpoint's logits bit for bit.
+TEST(MoeCheckpoint, FusedExpertTensorsLoadLikePerExpertOnes) {
+  const std::string src_dir = fixture("qwen3_moe_f32");
+  auto src = SafetensorsFile::open(src_dir + "/model.safetensors");
+  ASSERT_TRUE(src.ok());
+  auto cfg = parse(config_of("qwen3_moe_f32"));
+  ASSERT_TRUE(cfg.ok());
+  const int64_t E = cfg->moe.num_experts, I = cfg->moe.moe_intermediate_size, H = cfg->hidden_size;
+  const std::regex expert_re(
+      R"(model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight)");
+  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> out;
+  int fused_layers = 0;
+  for (const SafetensorsEntry& e : (*src)->entries()) {
+    auto t = (*src)->tensor(e.name);
+    ASSERT_TRUE(t.ok());
+    ASSERT_EQ(t->dtype, DType::F32);
+    const float* v = t->as<float>();
+    std::smatch m;
+    if (!std::regex_match(e.name, m, expert_re)) {
+      out[e.name] = {e.shape, std::vector<float>(v, v + t->numel())};
+      continue;
+    }
+    const std::string prefix = "model.layers." + m[1].str() + ".mlp.experts.";
+    const int64_t j = std::stoll(m[2].str());
+    const std::string which = m[3].str();
+    if (which == "down") {
+      auto& d = out[prefix + "down_proj"];
+      d.first = {E, H, I};
+      d.second.resize(size_t(E * H * I));
+      std::copy(v, v + H * I, d.second.begin() + j * H * I);
+    } else {
+      auto& gu = out[prefix + "gate_up_proj"];
+      if (gu.second.empty()) ++fused_layers;
+      gu.first = {E, 2 * I, H};
+      gu.second.resize(size_t(E * 2 * I * H));
+      const int64_t row0 = j * 2 * I + (which == "up" ? I : 0);
+      std::copy(v, v + I * H, gu.second.begin() + row0 * H);
+    }
+  }
+  ASSERT_EQ(fused_layers, 2);  // layers 1 and 2 are sparse
+  const std::string dir = ::testing::TempDir() + "/qwen3_moe_fused";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(src_dir + "/config.json", dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  write_safetensors(dir + "/model.safetensors", out);
+
+  LoadOptions o;
+  o.threads = 2;
+  o.model = dir;
+  auto fused = load_model(o);
+  ASSERT_TRUE(fused.ok()) << fused.error().message;
+  o.model = src_dir;
+  auto per_expert = load_model(o);
+  ASSERT_TRUE(per_expert.ok());
+  const std::vector<int32_t> prompt = {5, 99, 311, 42, 7, 500, 123, 64, 18, 250};
+  std::vector<int32_t> table = {0};
+  auto logits_of = [&](LoadedModel& lm) {
+    KVCacheStorage kv = lm.model->make_kv_cache(2, 16);
+    BatchBuilder bb(16);
+    bb.add(prompt, 0, table, BatchBuilder::Logits::kAll);
+    std::vector<float> l(prompt.size() * lm.config.vocab_size);
+    lm.model->forward(bb.batch(), kv, l.data());
+    return l;
+  };
+  EXPECT_EQ(logits_of(**fused), logits_of(**per_expert));
 }
 
 INSTANTIATE_TEST_SUITE_P(DeepSeek, MtpGolden,
