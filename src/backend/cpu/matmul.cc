@@ -334,14 +334,13 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       if (n0 >= n1) continue;
       float* y = jobs[i].y;
       const uint8_t* wb = p.w;
-      // Int8 activation tiles stay within half of L1, next to the weight row streaming past
-      // them. Float kernels take their full tile: they convert each weight vector once per
-      // call, and their f32 rows (4 bytes per element) would otherwise shrink the tile to one
-      // row at large K, converting every weight once per activation row.
-      const int tile = p.plan.act == ActFormat::kF32
-                           ? p.plan.tile_rows
-                           : int(std::clamp<int64_t>(kActivationTileBytes / int64_t(p.x_stride), 1,
-                                                     p.plan.tile_rows));
+      // Activation tiles stay within half of L1, next to the weight row streaming past them.
+      // Float kernels keep at least four rows: they convert each weight vector once per call,
+      // and at large K their f32 rows would otherwise shrink the tile to one row, converting
+      // every weight once per activation row (four rows from L2 beat that).
+      const int min_tile = p.plan.act == ActFormat::kF32 ? std::min(4, p.plan.tile_rows) : 1;
+      const int tile = int(std::clamp<int64_t>(kActivationTileBytes / int64_t(p.x_stride), min_tile,
+                                               p.plan.tile_rows));
       // With several activation tiles, weight rows go in groups that stay in L2 while every
       // tile passes over them; with one tile each weight row is streamed exactly once.
       const int64_t group =
