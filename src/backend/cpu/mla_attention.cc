@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "backend/cpu/cache_rows.h"
+#include "backend/cpu/attention_rows.h"
 #include "backend/cpu/simd_math.h"
 #include "base/fp16.h"
 #include "base/status.h"
@@ -227,28 +227,8 @@ void attend(const Params& p, const Unit& u, const float* q_lat, const float* q_r
     }
   }
 
-  // Lanes past a row's own keys are -inf, so exp gives 0.
-  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int r = 0; r < nq; ++r) {
-    float* sc = s.scores + r * lenp;
-    const int64_t n = int64_t(pos[r / nh]) + 1, np = round_up8(n);
-    std::fill(sc + n, sc + np, -std::numeric_limits<float>::infinity());
-    __m256 mx = neg_inf;
-    for (int64_t j = 0; j < np; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sc + j));
-    mx = _mm256_max_ps(mx, _mm256_permute2f128_ps(mx, mx, 1));
-    mx = _mm256_max_ps(mx, _mm256_shuffle_ps(mx, mx, _MM_SHUFFLE(1, 0, 3, 2)));
-    mx = _mm256_max_ps(mx, _mm256_shuffle_ps(mx, mx, _MM_SHUFFLE(2, 3, 0, 1)));
-    __m256 sum = _mm256_setzero_ps();
-    for (int64_t j = 0; j < np; j += 8) {
-      const __m256 e = simd::exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), mx));
-      _mm256_storeu_ps(sc + j, e);
-      sum = _mm256_add_ps(sum, e);
-    }
-    const __m256 inv = _mm256_set1_ps(1.0f / simd::hsum8(sum));
-    for (int64_t j = 0; j < np; j += 8)
-      _mm256_storeu_ps(sc + j,
-                       simd::round_to8(p_dtype, _mm256_mul_ps(_mm256_loadu_ps(sc + j), inv)));
-  }
+  // Softmax of each row over its own keys.
+  for (int r = 0; r < nq; ++r) softmax_row(s.scores + r * lenp, int64_t(pos[r / nh]) + 1, p_dtype);
 
   for (int64_t j0 = 0; j0 < len; j0 += kKeyBlock) {
     gather_keys(p, table, j0, len, false, kKeyBlock, s, rows);

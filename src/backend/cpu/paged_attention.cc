@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "backend/cpu/cache_rows.h"
+#include "backend/cpu/attention_rows.h"
 #include "backend/cpu/simd_math.h"
 #include "base/fp16.h"
 #include "base/status.h"
@@ -120,28 +120,9 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
     }
   }
 
-  // Pass 2: softmax of each row over its own keys; lanes past them are -inf, so exp gives 0.
-  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int r = 0; r < nq; ++r) {
-    float* sc = s.scores.data() + r * lenp;
-    const int64_t n = int64_t(pos_of(r)) + 1, np = round_up8(n);
-    std::fill(sc + n, sc + np, -std::numeric_limits<float>::infinity());
-    __m256 mx = neg_inf;
-    for (int64_t j = 0; j < np; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sc + j));
-    mx = _mm256_max_ps(mx, _mm256_permute2f128_ps(mx, mx, 1));
-    mx = _mm256_max_ps(mx, _mm256_shuffle_ps(mx, mx, _MM_SHUFFLE(1, 0, 3, 2)));
-    mx = _mm256_max_ps(mx, _mm256_shuffle_ps(mx, mx, _MM_SHUFFLE(2, 3, 0, 1)));
-    __m256 sum = _mm256_setzero_ps();
-    for (int64_t j = 0; j < np; j += 8) {
-      const __m256 e = simd::exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), mx));
-      _mm256_storeu_ps(sc + j, e);
-      sum = _mm256_add_ps(sum, e);
-    }
-    const __m256 inv = _mm256_set1_ps(1.0f / simd::hsum8(sum));
-    for (int64_t j = 0; j < np; j += 8)
-      _mm256_storeu_ps(sc + j,
-                       simd::round_to8(p_dtype, _mm256_mul_ps(_mm256_loadu_ps(sc + j), inv)));
-  }
+  // Pass 2: softmax of each row over its own keys.
+  for (int r = 0; r < nq; ++r)
+    softmax_row(s.scores.data() + r * lenp, int64_t(pos_of(r)) + 1, p_dtype);
 
   // Pass 3: out += p_j · v_j in key order. V rows are widened eight at a time for the whole
   // unit; each query keeps a 64-wide slice of its output in registers across the eight keys.

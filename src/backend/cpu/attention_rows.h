@@ -1,5 +1,6 @@
-// backend/cpu/cache_rows.h — converting rows between f32 and a KV cache's storage dtype (F32,
-// F16 or BF16), shared by the attention kernels.
+// backend/cpu/attention_rows.h — row helpers the attention kernels share: converting rows
+// between f32 and a KV cache's storage dtype (F32, F16 or BF16), and the softmax of one row of
+// scores.
 #pragma once
 
 #include <cstddef>
@@ -22,5 +23,10 @@ void store_cache_row(DType t, const float* src, void* dst, int64_t n);
 
 // Widens n cached values to f32 and zero-fills dst up to the next multiple of 8.
 void widen_cache_row(DType t, const uint8_t* src, float* dst, int n);
+
+// In place: softmax over sc[0..n) (exact max, exp and sum in blocks of eight, the same order
+// whatever n is padded to), the probabilities rounded to p_dtype; sc[n..round_up8(n)) is filled
+// with -inf first so those lanes come out 0.
+void softmax_row(float* sc, int64_t n, DType p_dtype);
 
 }  // namespace kestrel::cpu
