@@ -59,34 +59,8 @@ TEST_F(DefaultModelEngine, GreedyOutputsAreBatchInvariant) {
     p.insert(p.end(), own.begin(), own.end());
     prompts.push_back(std::move(p));
   }
-  constexpr int64_t kOut = 6;
-
-  std::vector<std::vector<int32_t>> alone;
-  {
-    EngineClient client(*model_->model, nullptr, test::engine_options(2048, false));
-    for (size_t i = 0; i < prompts.size(); ++i)
-      alone.push_back(
-          run_all(client, {prompts[i]}, kOut, "alone" + std::to_string(i))[0].token_ids);
-  }
-  auto expect_same = [&](const std::vector<RequestOutput>& outs, const char* mode) {
-    ASSERT_EQ(outs.size(), prompts.size());
-    for (size_t i = 0; i < outs.size(); ++i)
-      EXPECT_EQ(outs[i].token_ids, alone[i]) << mode << ": prompt " << i;
-  };
-  {
-    EngineClient client(*model_->model, nullptr, test::engine_options(2048, true));
-    expect_same(run_all(client, prompts, kOut, "batch"), "batch of 32");
-    // Second round: every prompt's full blocks are cached now.
-    const std::vector<RequestOutput> warm = run_all(client, prompts, kOut, "warm");
-    expect_same(warm, "warm prefix cache");
-    int64_t cached = 0;
-    for (const RequestOutput& o : warm) cached += o.num_cached_tokens;
-    EXPECT_GT(cached, 0);
-  }
-  {
-    EngineClient client(*model_->model, nullptr, test::engine_options(64, true));
-    expect_same(run_all(client, prompts, kOut, "chunked"), "chunked, budget 64");
-  }
+  test::expect_batch_invariant(*model_->model, prompts, /*max_tokens=*/6, /*max_model_len=*/2048,
+                               /*chunk_budget=*/64, "default model");
 }
 
 TEST_F(DefaultModelEngine, SharedSystemPromptIsComputedOnce) {

@@ -55,4 +55,40 @@ inline std::vector<RequestOutput> run_all(EngineClient& client,
   return outs;
 }
 
+// Greedy outputs of `prompts` are the same run one at a time, all at once, again from a warm
+// prefix cache (which must hit), and all at once under a token budget of `chunk_budget`.
+inline void expect_batch_invariant(CausalLM& model,
+                                   const std::vector<std::vector<int32_t>>& prompts,
+                                   int64_t max_tokens, int64_t max_model_len, int64_t chunk_budget,
+                                   const std::string& label) {
+  std::vector<std::vector<int32_t>> alone;
+  {
+    EngineClient client(model, nullptr, engine_options(2048, false, max_model_len));
+    for (size_t i = 0; i < prompts.size(); ++i)
+      alone.push_back(
+          run_all(client, {prompts[i]}, max_tokens, "alone" + std::to_string(i))[0].token_ids);
+  }
+  auto expect_same = [&](const std::vector<RequestOutput>& outs, const std::string& mode) {
+    ASSERT_EQ(outs.size(), prompts.size());
+    for (size_t i = 0; i < outs.size(); ++i)
+      EXPECT_EQ(outs[i].token_ids, alone[i]) << label << ", " << mode << ": prompt " << i;
+  };
+  {
+    EngineClient client(model, nullptr, engine_options(2048, true, max_model_len));
+    expect_same(run_all(client, prompts, max_tokens, "batch"),
+                "batch of " + std::to_string(prompts.size()));
+    // Second round: every prompt's full blocks are cached now.
+    const std::vector<RequestOutput> warm = run_all(client, prompts, max_tokens, "warm");
+    expect_same(warm, "warm prefix cache");
+    int64_t cached = 0;
+    for (const RequestOutput& o : warm) cached += o.num_cached_tokens;
+    EXPECT_GT(cached, 0) << label;
+  }
+  {
+    EngineClient client(model, nullptr, engine_options(chunk_budget, true, max_model_len));
+    expect_same(run_all(client, prompts, max_tokens, "chunked"),
+                "chunked, budget " + std::to_string(chunk_budget));
+  }
+}
+
 }  // namespace kestrel::test

@@ -15,9 +15,6 @@
 namespace kestrel {
 namespace {
 
-using test::engine_options;
-using test::run_all;
-
 class MoeEngine : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MoeEngine, GreedyOutputsAreBatchInvariant) {
@@ -49,33 +46,8 @@ TEST_P(MoeEngine, GreedyOutputsAreBatchInvariant) {
     p.insert(p.end(), own.begin(), own.end());
     prompts.push_back(std::move(p));
   }
-  constexpr int64_t kOut = 8, kMaxLen = 256;
-
-  std::vector<std::vector<int32_t>> alone;
-  {
-    EngineClient client(model, nullptr, engine_options(2048, false, kMaxLen));
-    for (size_t i = 0; i < prompts.size(); ++i)
-      alone.push_back(
-          run_all(client, {prompts[i]}, kOut, "alone" + std::to_string(i))[0].token_ids);
-  }
-  auto expect_same = [&](const std::vector<RequestOutput>& outs, const char* mode) {
-    ASSERT_EQ(outs.size(), prompts.size());
-    for (size_t i = 0; i < outs.size(); ++i)
-      EXPECT_EQ(outs[i].token_ids, alone[i]) << GetParam() << ", " << mode << ": prompt " << i;
-  };
-  {
-    EngineClient client(model, nullptr, engine_options(2048, true, kMaxLen));
-    expect_same(run_all(client, prompts, kOut, "batch"), "batch of 16");
-    const std::vector<RequestOutput> warm = run_all(client, prompts, kOut, "warm");
-    expect_same(warm, "warm prefix cache");
-    int64_t cached = 0;
-    for (const RequestOutput& r : warm) cached += r.num_cached_tokens;
-    EXPECT_GT(cached, 0);
-  }
-  {
-    EngineClient client(model, nullptr, engine_options(16, true, kMaxLen));
-    expect_same(run_all(client, prompts, kOut, "chunked"), "chunked, budget 16");
-  }
+  test::expect_batch_invariant(model, prompts, /*max_tokens=*/8, /*max_model_len=*/256,
+                               /*chunk_budget=*/16, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MoeEngine,
