@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "base/aligned_vector.h"
 #include "model/causal_lm.h"
 
 namespace kestrel {
@@ -41,13 +42,13 @@ enum ScratchSlot : int {
 class Scratch {
  public:
   float* get(ScratchSlot slot, int64_t n) {
-    std::vector<float>& b = bufs_[slot];
+    AlignedVector<float>& b = bufs_[slot];
     if (int64_t(b.size()) < n) b.resize(size_t(n));
     return b.data();
   }
 
  private:
-  std::vector<float> bufs_[kNumScratchSlots];
+  AlignedVector<float> bufs_[kNumScratchSlots];
 };
 
 struct LayerContext {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/aligned_vector.h"
 #include "model/layers.h"
 #include "model/rope_table.h"
 
@@ -210,7 +211,7 @@ class TransformerModel final : public CausalLM {
 
   // The residual stream and block-level buffers, grown to the largest batch seen.
   struct Workspace {
-    std::vector<float> x, h, y, cat;
+    AlignedVector<float> x, h, y, cat;
     int64_t tokens = 0;
     void ensure(int64_t T, int64_t H) {
       if (T <= tokens) return;

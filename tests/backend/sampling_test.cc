@@ -329,6 +329,16 @@ TEST(Sampling, FrequenciesMatchSoftmax) {
   EXPECT_LT(chi_square(counts, softmax(logits)), kChi2Critical[4]);
 }
 
+// Several groups of eight and a partial one, with masked tokens inside groups: the draw skips
+// whole groups by their sums, so every group boundary must still give softmax frequencies.
+TEST(Sampling, FrequenciesMatchSoftmaxAcrossGroups) {
+  std::vector<float> logits = random_logits(21, 61, 0.5f);
+  for (size_t i : {3u, 8u, 15u, 20u}) logits[i] = kNegInf;
+  const auto counts = histogram(logits, SamplingParams{}, 40000, 321);
+  // 17 tokens that can be drawn: 16 degrees of freedom, critical value 39.252 at 0.001.
+  EXPECT_LT(chi_square(counts, softmax(logits)), 39.252);
+}
+
 TEST(Sampling, TemperatureScalesTheDistribution) {
   const std::vector<float> logits = {1.0f, 0.5f, 0.0f, -0.5f, 2.0f};
   for (float t : {0.5f, 2.0f}) {

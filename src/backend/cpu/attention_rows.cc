@@ -55,6 +55,20 @@ void widen_cache_row(DType t, const uint8_t* src, float* dst, int n) {
   for (; i < round_up8(n); ++i) dst[i] = 0.0f;
 }
 
+void widen_cache_rows(DType t, const uint8_t* const* src, int count, float* dst, int64_t dst_stride,
+                      int n) {
+  if (t != DType::F16 || n % 8 != 0) {
+    for (int r = 0; r < count; ++r) widen_cache_row(t, src[r], dst + r * dst_stride, n);
+    return;
+  }
+  for (int r = 0; r < count; ++r) {
+    const auto* h = reinterpret_cast<const __m128i*>(src[r]);
+    float* d = dst + r * dst_stride;
+    for (int i = 0; i < n / 8; ++i)
+      _mm256_storeu_ps(d + 8 * i, _mm256_cvtph_ps(_mm_loadu_si128(h + i)));
+  }
+}
+
 void softmax_row(float* sc, int64_t n, DType p_dtype) {
   const int64_t np = round_up8(n);
   std::fill(sc + n, sc + np, -std::numeric_limits<float>::infinity());

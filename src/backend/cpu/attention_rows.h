@@ -24,6 +24,11 @@ void store_cache_row(DType t, const float* src, void* dst, int64_t n);
 // Widens n cached values to f32 and zero-fills dst up to the next multiple of 8.
 void widen_cache_row(DType t, const uint8_t* src, float* dst, int n);
 
+// widen_cache_row for `count` rows (src[i] to dst + i * dst_stride) in one call: attention widens
+// a block of keys at a time, and per-row calls cost as much as the conversion itself.
+void widen_cache_rows(DType t, const uint8_t* const* src, int count, float* dst, int64_t dst_stride,
+                      int n);
+
 // In place: softmax over sc[0..n) (exact max, exp and sum in blocks of eight, the same order
 // whatever n is padded to), the probabilities rounded to p_dtype; sc[n..round_up8(n)) is filled
 // with -inf first so those lanes come out 0.

@@ -91,6 +91,8 @@ const DotKernels& kernels_for(Isa isa) {
   }
 }
 
+constexpr size_t kCacheLine = 64;
+
 // How activations enter a kernel: as f32, or quantized to one of the int8 formats.
 enum class ActFormat { kF32, kQ8_0, kQ8_1, kQ8_K, kPacked };
 constexpr int kNumQuantFormats = 4;  // the formats after kF32, each with its own buffer
@@ -100,16 +102,17 @@ struct Plan {
   DotFn fn;
   ActFormat act;
   int tile_rows = kMaxTileRows;  // activation rows per kernel call
+  RowsDotFn rows_fn = nullptr;   // where set, used instead of fn, over many weight rows per call
 };
 
 Plan plan_for(DType w, const DotKernels& k) {
   switch (w) {
     case DType::F32:
-      return {k.f32, ActFormat::kF32, k.float_tile_rows};
+      return {k.f32, ActFormat::kF32, k.float_tile_rows, k.f32_rows};
     case DType::F16:
-      return {k.f16, ActFormat::kF32, k.float_tile_rows};
+      return {k.f16, ActFormat::kF32, k.float_tile_rows, k.f16_rows};
     case DType::BF16:
-      return {k.bf16, ActFormat::kF32, k.float_tile_rows};
+      return {k.bf16, ActFormat::kF32, k.float_tile_rows, k.bf16_rows};
     case DType::Q4_0:
       return {k.q4_0, ActFormat::kQ8_0};
     case DType::Q4_1:
@@ -186,7 +189,8 @@ size_t activation_row_bytes(ActFormat act, int64_t k) {
     case ActFormat::kQ8_K:
       return dtype_bytes(DType::Q8_K, k);
     case ActFormat::kPacked:
-      return packed_activation_row_bytes(k);
+      // Whole cache lines, so that no row's 64-byte loads straddle two (the buffer is aligned).
+      return (packed_activation_row_bytes(k) + kCacheLine - 1) / kCacheLine * kCacheLine;
     default:
       return size_t(k) * sizeof(float);
   }
@@ -307,9 +311,13 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
     const int f = int(act) - 1;
     p.x_stride = activation_row_bytes(act, k);
     std::vector<uint8_t>& buf = scratch[f];
+    // Rows start on a cache line: the buffer is over-allocated by one line and used from the
+    // first aligned byte.
+    if (buf.size() < size_t(m) * p.x_stride + kCacheLine)
+      buf.resize(size_t(m) * p.x_stride + kCacheLine);
+    uint8_t* q = buf.data() +
+                 (kCacheLine - reinterpret_cast<uintptr_t>(buf.data()) % kCacheLine) % kCacheLine;
     if (!quantized[f]) {
-      if (buf.size() < size_t(m) * p.x_stride) buf.resize(size_t(m) * p.x_stride);
-      uint8_t* q = buf.data();
       const size_t stride = p.x_stride;
       pool.parallel_for(m, kMinQuantElemsPerThread / std::max<int64_t>(k, 1) + 1,
                         [&](int64_t r0, int64_t r1) {
@@ -318,7 +326,7 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
                         });
       quantized[f] = true;
     }
-    p.x = buf.data();
+    p.x = q;
   }
   if (m <= 0 || total_rows <= 0) return;
 
@@ -352,6 +360,11 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
         for (int64_t m0 = 0; m0 < m; m0 += tile) {
           const int nx = int(std::min<int64_t>(tile, m - m0));
           const uint8_t* xt = p.x + size_t(m0) * p.x_stride;
+          if (p.plan.rows_fn != nullptr) {
+            p.plan.rows_fn(wb + size_t(g0) * p.row_bytes, p.row_bytes, g1 - g0, xt, p.x_stride, nx,
+                           k, y + m0 * p.n + g0, p.n);
+            continue;
+          }
           for (int64_t j = g0; j < g1; ++j) {
             float* out = y + m0 * p.n + j;
             if (fp8[i].codes != nullptr) {

@@ -61,13 +61,14 @@ const void* bsums(const BlockQ8_K& y) {
   return reinterpret_cast<const uint8_t*>(&y) + __builtin_offsetof(BlockQ8_K, bsums);
 }
 
-// ---- float weights: two accumulators per row, masked loads for the tail ----
+// ---- float weights: tiles of weight rows x activation rows, masked loads for the tail ----
 
 // Sixteen-wide forms of the common float decoders.
 template <typename W>
 struct Wide;
 template <>
 struct Wide<F32W> {
+  static constexpr int64_t kBytes = 4;
   static __m512 load16(const void* w, int64_t i) {
     return _mm512_loadu_ps(static_cast<const float*>(w) + i);
   }
@@ -77,6 +78,7 @@ struct Wide<F32W> {
 };
 template <>
 struct Wide<F16W> {
+  static constexpr int64_t kBytes = 2;
   static __m512 load16(const void* w, int64_t i) {
     return _mm512_cvtph_ps(load256(static_cast<const uint16_t*>(w) + i));
   }
@@ -86,6 +88,7 @@ struct Wide<F16W> {
 };
 template <>
 struct Wide<BF16W> {
+  static constexpr int64_t kBytes = 2;
   static __m512 widen(__m256i h) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
@@ -97,42 +100,136 @@ struct Wide<BF16W> {
   }
 };
 
+// The lane sums of sixteen vectors, every one by the same tree (lanes i + i+8, then i + i+4,
+// i + i+2, i + i+1), so an output's value does not depend on its slot. Lane 4 * (t % 4) + t / 4
+// of the result holds the sum of v[t]. About three shuffles or adds per sum instead of ten.
+__m512 hsum16x16(const __m512 (&v)[16]) {
+  __m512 a[8], b[4], c[2];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i)  // 256-bit halves: [v2i lo+hi, v2i+1 lo+hi]
+    a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)  // 128-bit quarters: quarter q holds v[4i + q]
+    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i)  // pairs within each quarter
+    c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Weight rows per call for a tile of NX activation rows: NW·NX accumulators, NW weight vectors
+// and one activation vector fit the 32 registers, and each activation vector loaded feeds NW
+// multiply-adds (one weight row per call left the loads, not the FMAs, as the limit).
+constexpr int float_weight_rows(int nx) {
+  constexpr int kRows[kMaxWideTileRows + 1] = {0, 8, 8, 6, 6, 4, 4, 3, 3};
+  return kRows[nx];
+}
+
+template <typename W>
+struct FloatRows {
+  static constexpr int64_t kPrefetchElems = 512;
+
+  // NW weight rows x NX activation rows. One accumulator per output, 16 elements per step in
+  // order, masked tail, then hsum16x16: the same arithmetic for an output whatever tile it is in.
+  template <int NW, int NX>
+  static void tile(const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, int64_t k, float* out,
+                   int64_t os) {
+    __m512 acc[NW][NX];
+#pragma GCC unroll 8
+    for (int n = 0; n < NW; ++n)
+#pragma GCC unroll 8
+      for (int r = 0; r < NX; ++r) acc[n][r] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+      __m512 wv[NW];
+#pragma GCC unroll 8
+      for (int n = 0; n < NW; ++n) {
+        // Several rows at once defeat the hardware's stream prefetch when weights come from
+        // L3 or DRAM (decode); fetch each row a few lines ahead.
+        _mm_prefetch(reinterpret_cast<const char*>(w + size_t(n) * ws) +
+                         (i + kPrefetchElems) * Wide<W>::kBytes,
+                     _MM_HINT_T0);
+        wv[n] = Wide<W>::load16(w + size_t(n) * ws, i);
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < NX; ++r) {
+        const __m512 xv = _mm512_loadu_ps(row<float>(x, xs, r) + i);
+#pragma GCC unroll 8
+        for (int n = 0; n < NW; ++n) acc[n][r] = _mm512_fmadd_ps(wv[n], xv, acc[n][r]);
+      }
+    }
+    if (i < k) {
+      const __mmask16 m = __mmask16((1u << (k - i)) - 1);
+      __m512 wv[NW];
+#pragma GCC unroll 8
+      for (int n = 0; n < NW; ++n) wv[n] = Wide<W>::load_tail(w + size_t(n) * ws, i, m);
+#pragma GCC unroll 8
+      for (int r = 0; r < NX; ++r) {
+        const __m512 xv = _mm512_maskz_loadu_ps(m, row<float>(x, xs, r) + i);
+#pragma GCC unroll 8
+        for (int n = 0; n < NW; ++n) acc[n][r] = _mm512_fmadd_ps(wv[n], xv, acc[n][r]);
+      }
+    }
+    // Outputs in order n * NX + r, reduced sixteen at a time.
+    constexpr int kOut = NW * NX;
+#pragma GCC unroll 2
+    for (int g = 0; g < kOut; g += 16) {
+      __m512 v[16];
+#pragma GCC unroll 16
+      for (int t = 0; t < 16; ++t)
+        v[t] = g + t < kOut ? acc[(g + t) / NX][(g + t) % NX] : _mm512_setzero_ps();
+      alignas(64) float sums[16];
+      _mm512_store_ps(sums, hsum16x16(v));
+      for (int t = 0; t < 16 && g + t < kOut; ++t)
+        out[(g + t) % NX * os + (g + t) / NX] = sums[4 * (t % 4) + t / 4];
+    }
+  }
+
+  // nw weight rows in tiles of float_weight_rows(NX), the last few one at a time.
+  template <int NX>
+  static void rows(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, int64_t k,
+                   float* out, int64_t os) {
+    constexpr int kNW = float_weight_rows(NX);
+    const auto* wb = static_cast<const uint8_t*>(w);
+    const auto* xb = static_cast<const uint8_t*>(x);
+    int64_t j = 0;
+    for (; j + kNW <= nw; j += kNW) tile<kNW, NX>(wb + size_t(j) * ws, ws, xb, xs, k, out + j, os);
+    for (; j < nw; ++j) tile<1, NX>(wb + size_t(j) * ws, ws, xb, xs, k, out + j, os);
+  }
+
+  static void dispatch(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, int nx,
+                       int64_t k, float* out, int64_t os) {
+    switch (nx) {
+      case 1:
+        return rows<1>(w, ws, nw, x, xs, k, out, os);
+      case 2:
+        return rows<2>(w, ws, nw, x, xs, k, out, os);
+      case 3:
+        return rows<3>(w, ws, nw, x, xs, k, out, os);
+      case 4:
+        return rows<4>(w, ws, nw, x, xs, k, out, os);
+      case 5:
+        return rows<5>(w, ws, nw, x, xs, k, out, os);
+      case 6:
+        return rows<6>(w, ws, nw, x, xs, k, out, os);
+      case 7:
+        return rows<7>(w, ws, nw, x, xs, k, out, os);
+      default:
+        return rows<8>(w, ws, nw, x, xs, k, out, os);
+    }
+  }
+};
+
+// The single-row DotFn form of FloatRows, for the table make_dot_kernels builds.
 template <typename W>
 struct FloatDot {
   template <int NX>
   static void run(const void* w, const void* x, size_t xs, int64_t k, float* out, int64_t os) {
-    const float* xr[NX];
-    __m512 a0[NX], a1[NX];
-#pragma GCC unroll 8
-    for (int r = 0; r < NX; ++r) {
-      xr[r] = row<float>(x, xs, r);
-      a0[r] = a1[r] = _mm512_setzero_ps();
-    }
-    int64_t i = 0;
-    for (; i + 32 <= k; i += 32) {
-      const __m512 w0 = Wide<W>::load16(w, i), w1 = Wide<W>::load16(w, i + 16);
-#pragma GCC unroll 8
-      for (int r = 0; r < NX; ++r) {
-        a0[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xr[r] + i), a0[r]);
-        a1[r] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xr[r] + i + 16), a1[r]);
-      }
-    }
-    if (i + 16 <= k) {
-      const __m512 w0 = Wide<W>::load16(w, i);
-#pragma GCC unroll 8
-      for (int r = 0; r < NX; ++r) a0[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xr[r] + i), a0[r]);
-      i += 16;
-    }
-    if (i < k) {
-      const __mmask16 m = __mmask16((1u << (k - i)) - 1);
-      const __m512 wt = Wide<W>::load_tail(w, i, m);
-#pragma GCC unroll 8
-      for (int r = 0; r < NX; ++r) {
-        a1[r] = _mm512_fmadd_ps(wt, _mm512_maskz_loadu_ps(m, xr[r] + i), a1[r]);
-      }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < NX; ++r) out[r * os] = _mm512_reduce_add_ps(_mm512_add_ps(a0[r], a1[r]));
+    FloatRows<W>::template rows<NX>(w, 0, 1, x, xs, k, out, os);
   }
 };
 
@@ -390,12 +487,15 @@ struct Q6KDot {
   }
 };
 
-// The float kernels take eight rows: their two accumulators per row fit the 32 registers.
+// The float kernels take eight activation rows and several weight rows per call.
 constexpr DotKernels make_avx512_kernels() {
   DotKernels k = make_dot_kernels<FloatDot, SymDot, MinDot, KQuantDot, Q6KDot>();
   k.f32 = dispatch_tile8<FloatDot<F32W>>;
   k.f16 = dispatch_tile8<FloatDot<F16W>>;
   k.bf16 = dispatch_tile8<FloatDot<BF16W>>;
+  k.f32_rows = FloatRows<F32W>::dispatch;
+  k.f16_rows = FloatRows<F16W>::dispatch;
+  k.bf16_rows = FloatRows<BF16W>::dispatch;
   k.float_tile_rows = kMaxWideTileRows;
   return k;
 }

@@ -21,8 +21,16 @@ constexpr int kMaxTileRows = 4;
 using DotFn = void (*)(const void* w, const void* x, size_t x_stride, int nx, int64_t k, float* out,
                        int64_t out_stride);
 
+// out[r * out_stride + j] = dot(weight row j, row r of x) for j < nw, r < nx: a DotFn over nw
+// weight rows w_stride bytes apart, so a kernel can keep several in registers and reuse each
+// activation load. Each output's arithmetic is the same whatever nw, nx and the row's place.
+using RowsDotFn = void (*)(const void* w, size_t w_stride, int64_t nw, const void* x,
+                           size_t x_stride, int nx, int64_t k, float* out, int64_t out_stride);
+
 struct DotKernels {
   DotFn f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k;
+  // Where set, the float weights' kernels over several weight rows (same results as f32/f16/bf16).
+  RowsDotFn f32_rows = nullptr, f16_rows = nullptr, bf16_rows = nullptr;
   int float_tile_rows = kMaxTileRows;  // rows the f32/f16/bf16 kernels take per call
 };
 

@@ -23,18 +23,22 @@ constexpr int kKeyBlock = 8;
 // Below about this many multiply-adds per thread the work stays on the calling thread.
 constexpr int64_t kMinMacsPerThread = int64_t(1) << 15;
 
-// Where one cached row (one token, one KV head) of K or V starts.
-struct CacheRows {
-  const KVLayer& c;
-  const int32_t* block_table;
-  int kv_head;
-  const uint8_t* at(const void* base, int32_t pos) const {
-    const int64_t slot =
-        int64_t(block_table[pos / c.block_size]) * c.block_size + pos % c.block_size;
-    const int64_t elem = (slot * c.num_kv_heads + kv_head) * int64_t(c.head_dim);
-    return static_cast<const uint8_t*>(base) + elem * int64_t(cache_elem_size(c.dtype));
+// Where each key's cached row (one token, one KV head) starts, in elements from the cache
+// base: the block table walked once per unit instead of a division per row read.
+void key_offsets(const KVLayer& c, const int32_t* block_table, int kv_head, int64_t len,
+                 std::vector<int64_t>& offs) {
+  offs.resize(size_t(len));
+  int64_t blk = 0, off = 0;
+  for (int64_t j = 0; j < len; ++j) {
+    offs[size_t(j)] =
+        ((int64_t(block_table[blk]) * c.block_size + off) * c.num_kv_heads + kv_head) *
+        int64_t(c.head_dim);
+    if (++off == c.block_size) {
+      off = 0;
+      ++blk;
+    }
   }
-};
+}
 
 // One unit of work: tokens [t0, t1) of one sequence (consecutive positions) and one KV head,
 // i.e. (t1 - t0) × group query rows.
@@ -47,6 +51,7 @@ struct Unit {
 // Per-thread buffers, grown as needed and reused across units.
 struct Scratch {
   std::vector<float> q, out, scores, rows;
+  std::vector<int64_t> offs;
 };
 
 struct Params {
@@ -70,11 +75,19 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   const DType op = p.cache.dtype;
   const DType p_dtype = p.act != DType::F32 ? p.act : op;
   const int nq = int(u.t1 - u.t0) * group;
-  const CacheRows rows{p.cache, p.batch.block_tables + int64_t(u.seq) * p.batch.max_blocks_per_seq,
-                       u.kv_head};
   int32_t max_pos = 0;
   for (int64_t t = u.t0; t < u.t1; ++t) max_pos = std::max(max_pos, p.batch.positions[t]);
   const int64_t len = int64_t(max_pos) + 1, lenp = round_up8(len);
+  key_offsets(p.cache, p.batch.block_tables + int64_t(u.seq) * p.batch.max_blocks_per_seq,
+              u.kv_head, len, s.offs);
+  const int64_t es = int64_t(cache_elem_size(op));
+  // The cached rows of keys j0 .. j0 + nk - 1 of K or V, widened into s.rows.
+  auto widen_block = [&](const void* base, int64_t j0, int nk) {
+    const uint8_t* src[kKeyBlock];
+    for (int jj = 0; jj < nk; ++jj)
+      src[jj] = static_cast<const uint8_t*>(base) + s.offs[size_t(j0 + jj)] * es;
+    widen_cache_rows(op, src, nk, s.rows.data(), hdp, hd);
+  };
 
   s.q.resize(size_t(nq) * hdp);
   s.out.assign(size_t(nq) * hdp, 0.0f);
@@ -95,14 +108,8 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   const __m256 scale8 = _mm256_set1_ps(p.scale);
   for (int64_t j0 = 0; j0 < len; j0 += kKeyBlock) {
     const int nk = int(std::min<int64_t>(kKeyBlock, len - j0));
-    for (int jj = 0; jj < kKeyBlock; ++jj) {
-      float* dst = s.rows.data() + jj * hdp;
-      if (jj < nk) {
-        widen_cache_row(op, rows.at(p.cache.k, int32_t(j0 + jj)), dst, hd);
-      } else {
-        std::fill(dst, dst + hdp, 0.0f);
-      }
-    }
+    widen_block(p.cache.k, j0, nk);
+    std::fill(s.rows.data() + nk * hdp, s.rows.data() + kKeyBlock * hdp, 0.0f);
     for (int r = 0; r < nq; ++r) {
       if (pos_of(r) < j0) continue;
       const float* qr = s.q.data() + r * hdp;
@@ -129,8 +136,7 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   constexpr int64_t kSlice = 64;
   for (int64_t j0 = 0; j0 < len; j0 += kKeyBlock) {
     const int nk = int(std::min<int64_t>(kKeyBlock, len - j0));
-    for (int jj = 0; jj < nk; ++jj)
-      widen_cache_row(op, rows.at(p.cache.v, int32_t(j0 + jj)), s.rows.data() + jj * hdp, hd);
+    widen_block(p.cache.v, j0, nk);
     for (int r = 0; r < nq; ++r) {
       const int64_t pos = pos_of(r);
       if (pos < j0) continue;

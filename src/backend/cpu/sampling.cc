@@ -2,12 +2,17 @@
 // then greedy or temperature → min-p → top-k → top-p → a draw from the softmax.
 #include "backend/cpu/sampling.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
 #include <functional>
+#include <iterator>
 #include <limits>
+
+#include "backend/cpu/simd_math.h"
 
 namespace kestrel::cpu {
 namespace {
@@ -206,6 +211,27 @@ void apply_top_p(std::span<float> logits, std::vector<Candidate>& cands, float t
   drop(logits, cands, static_cast<size_t>(keep_end - cands.begin()));
 }
 
+// w[i] = exp(logits[i] - max) (0 for -inf), eight lanes at a time, and the sum of each group of
+// eight in sums[i / 8]. The vocabulary-wide exp is most of a draw's cost.
+void exp_weights(std::span<const float> logits, float max, float* w, float* sums) {
+  const size_t n = logits.size();
+  const __m256 mx = _mm256_set1_ps(max);
+  for (size_t i = 0; i < n; i += 8) {
+    __m256 l;
+    if (i + 8 <= n) {
+      l = _mm256_loadu_ps(logits.data() + i);
+    } else {
+      alignas(32) float tail[8];
+      std::fill(std::begin(tail), std::end(tail), kNegInf);
+      std::copy(logits.begin() + ptrdiff_t(i), logits.end(), tail);
+      l = _mm256_load_ps(tail);
+    }
+    const __m256 e = simd::exp8(_mm256_sub_ps(l, mx));
+    _mm256_storeu_ps(w + i, e);
+    sums[i / 8] = simd::hsum8(e);
+  }
+}
+
 int32_t sample_random(std::span<float> logits, const SamplingParams& p, Rng& rng) {
   for (float& l : logits) l = std::isnan(l) ? kNegInf : l / p.temperature;
   const float max = logits[argmax(logits)];
@@ -222,24 +248,50 @@ int32_t sample_random(std::span<float> logits, const SamplingParams& p, Rng& rng
 
   if (p.top_k > 0) apply_top_k(logits, static_cast<size_t>(p.top_k));
 
-  std::vector<Candidate> cands;
-  cands.reserve(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (logits[i] > kNegInf) {
-      cands.push_back({logits[i], static_cast<int32_t>(i), std::exp(logits[i] - max)});
-    }
-  }
-  if (p.top_p < 1.0f) apply_top_p(logits, cands, p.top_p);
+  // Weights padded to whole groups of eight; reused by the thread, so a draw does not allocate.
+  thread_local std::vector<float> weights, group_sums;
+  const size_t n = logits.size(), groups = (n + 7) / 8;
+  weights.resize(groups * 8);
+  group_sums.resize(groups);
+  exp_weights(logits, max, weights.data(), group_sums.data());
 
+  if (p.top_p < 1.0f) {
+    std::vector<Candidate> cands;
+    cands.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (logits[i] > kNegInf) cands.push_back({logits[i], static_cast<int32_t>(i), weights[i]});
+    }
+    apply_top_p(logits, cands, p.top_p);
+    double total = 0.0;
+    for (const Candidate& c : cands) total += c.weight;
+    const double u = uniform01(rng) * total;
+    double cum = 0.0;
+    for (const Candidate& c : cands) {
+      cum += c.weight;
+      if (u < cum) return c.id;
+    }
+    return cands.back().id;  // u landed past the rounded sum
+  }
+
+  // Whole groups are skipped while the draw lies past them; the token is found inside its group.
   double total = 0.0;
-  for (const Candidate& c : cands) total += c.weight;
+  for (float g : group_sums) total += g;
   const double u = uniform01(rng) * total;
   double cum = 0.0;
-  for (const Candidate& c : cands) {
-    cum += c.weight;
-    if (u < cum) return c.id;
+  for (size_t g = 0; g < groups; ++g) {
+    if (cum + group_sums[g] <= u) {
+      cum += group_sums[g];
+      continue;
+    }
+    for (size_t i = g * 8; i < std::min(n, g * 8 + 8); ++i) {
+      cum += weights[i];
+      if (u < cum) return static_cast<int32_t>(i);
+    }
   }
-  return cands.back().id;  // u landed past the rounded sum
+  // u landed past the rounded sum: the last token that can be drawn.
+  size_t last = n - 1;
+  while (!(logits[last] > kNegInf)) --last;
+  return static_cast<int32_t>(last);
 }
 
 }  // namespace
