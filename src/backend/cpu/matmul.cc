@@ -211,7 +211,7 @@ void quantize_activation_row(ActFormat act, const float* x, void* dst, int64_t k
 
 // The packed-weight kernel for w, or nullptr when w has no packed copy or this ISA cannot read
 // it.
-DotFn packed_kernel(const Tensor& w, Isa isa, QuantCompute mode) {
+RowsDotFn packed_kernel(const Tensor& w, Isa isa, QuantCompute mode) {
   if (w.packed == nullptr || isa != Isa::kAvx512 || mode != QuantCompute::kInt8) return nullptr;
   const PackedKernels* pk = avx512_packed_kernels();
   if (pk == nullptr) return nullptr;
@@ -294,8 +294,8 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
          reinterpret_cast<const uint8_t*>(x), size_t(k) * sizeof(float),           w.rows()};
     if (mode == QuantCompute::kF32 && info.quantized)
       p.plan = {dequant_dot_for(w.dtype), ActFormat::kF32};
-    if (DotFn fn = packed_kernel(w, isa, mode)) {
-      p.plan = {fn, ActFormat::kPacked, kMaxWideTileRows};
+    if (RowsDotFn fn = packed_kernel(w, isa, mode)) {
+      p.plan = {nullptr, ActFormat::kPacked, kMaxWideTileRows, fn};
       p.w = static_cast<const uint8_t*>(w.packed);
       p.row_bytes = packed_weight_row_bytes(w.dtype, k);
     }
@@ -304,7 +304,8 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       p.plan = {fk.dot, ActFormat::kF32, fk.tile_rows};
       fp8[i] = fp8_weight(w);
     }
-    KCHECK(p.plan.fn != nullptr, "linear: unsupported weight dtype {}", info.name);
+    KCHECK(p.plan.fn != nullptr || p.plan.rows_fn != nullptr, "linear: unsupported weight dtype {}",
+           info.name);
     total_rows += p.n;
     if (p.plan.act == ActFormat::kF32 || m <= 0) continue;
     const ActFormat act = p.plan.act;

@@ -40,10 +40,10 @@ const DotKernels& scalar_dot_kernels();
 const DotKernels* avx2_dot_kernels();
 const DotKernels* avx512_dot_kernels();
 
-// Kernels over packed rows (packed_matmul.h), with the DotFn contract: w is one packed weight
-// row, x packed activation rows x_stride bytes apart, up to kMaxWideTileRows of them.
+// Kernels over packed rows (packed_matmul.h), with the RowsDotFn contract: w the first of nw
+// packed weight rows, x packed activation rows x_stride bytes apart, up to kMaxWideTileRows.
 struct PackedKernels {
-  DotFn q4_0, q4_1, q8_0;
+  RowsDotFn q4_0, q4_1, q8_0;
 };
 // nullptr when this build has no AVX-512 VNNI code; callers check CPU support themselves.
 const PackedKernels* avx512_packed_kernels();

@@ -10,6 +10,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
@@ -36,144 +38,236 @@ inline __m512 group_scales(const uint16_t* d, int g) {
   return _mm512_permutexvar_ps(_mm512_load_si512(kLaneBlock[table]), v);
 }
 
-// Sums the lanes of each of v[0..7] and stores sum r at out[r * os] for r < nx. The lanes of one
-// vector are added in a fixed tree whatever the other vectors hold, so a row's result does not
-// depend on nx; eight rows share the shuffles.
-__attribute__((always_inline)) inline void store_sums8(const __m512 v[8], int nx, float* out,
-                                                       int64_t os) {
+// The lane sums of v[0..7] in lanes[4 * i] (lanes[] of 32 floats). The lanes of one vector are
+// added in a fixed tree whatever the other vectors hold, so an output does not depend on which
+// slot it had; eight outputs share the shuffles.
+__attribute__((always_inline)) inline void sums8(const __m512 v[8], float* lanes) {
   __m512 t[4];
   for (int i = 0; i < 4; ++i) {
     // [a.q0 + a.q2, a.q1 + a.q3, b.q0 + b.q2, b.q1 + b.q3] for a = v[2i], b = v[2i + 1].
     t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                          _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
   }
-  __m512 u[2];
   for (int i = 0; i < 2; ++i) {
-    // Quarter q holds row 4i + q's four partial sums.
-    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    u[i] = _mm512_add_ps(u[i], _mm512_permute_ps(u[i], _MM_SHUFFLE(1, 0, 3, 2)));
-    u[i] = _mm512_add_ps(u[i], _mm512_permute_ps(u[i], _MM_SHUFFLE(2, 3, 0, 1)));
+    // Quarter q holds vector 4i + q's four partial sums.
+    __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    u = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(1, 0, 3, 2)));
+    u = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(2, 3, 0, 1)));
+    _mm512_storeu_ps(lanes + 16 * i, u);
   }
-  alignas(64) float lanes[2][16];
-  _mm512_store_ps(lanes[0], u[0]);
-  _mm512_store_ps(lanes[1], u[1]);
-  for (int r = 0; r < nx; ++r) out[r * os] = lanes[r / 4][4 * (r % 4)];
 }
 
 // Where a block's m comes from: stored (Q4_1), or -8d (Q4_0) / -128d (Q8_0).
 enum class Min { kStored, kMinus8D, kMinus128D };
 
-// isum[r] += the integer products of one group's S steps: weight codes at wg, activation codes
-// at byte xo of each row.
-template <bool kNibbles, int S, int NX>
-__attribute__((always_inline)) inline void group_dot(const uint8_t* wg, const uint8_t* const* xr,
-                                                     int64_t xo, __m512i* isum) {
+// An activation vector pinned to a register: without this GCC folds the load into every VNNI
+// instruction that reads it, loading it once per weight row instead of once.
+__attribute__((always_inline)) inline __m512i load_act(const uint8_t* p) {
+  __m512i v = _mm512_loadu_si512(p);
+  __asm__("" : "+v"(v));
+  return v;
+}
+
+// isum[n][r] += the integer products of one group's S steps: weight row n's codes at wg[n],
+// activation codes at byte xo of each row.
+template <bool kNibbles, int S, int NW, int NX>
+__attribute__((always_inline)) inline void group_dot(const uint8_t* const* wg,
+                                                     const uint8_t* const* xr, int64_t xo,
+                                                     __m512i (*isum)[NX]) {
   const __m512i low4 = _mm512_set1_epi8(0xF);
   if constexpr (kNibbles && S == 1) {
     // 32 bytes: low nibbles are codes 0..31, high nibbles codes 32..63.
     const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    const __m512i v =
-        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg)));
-    const __m512i u = _mm512_and_si512(_mm512_srlv_epi16(v, shifts), low4);
+    __m512i u[NW];
+#pragma GCC unroll 4
+    for (int n = 0; n < NW; ++n) {
+      const __m512i v =
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg[n])));
+      u[n] = _mm512_and_si512(_mm512_srlv_epi16(v, shifts), low4);
+    }
 #pragma GCC unroll 8
-    for (int r = 0; r < NX; ++r)
-      isum[r] = _mm512_dpbusd_epi32(isum[r], u, _mm512_loadu_si512(xr[r] + xo));
+    for (int r = 0; r < NX; ++r) {
+      const __m512i a = load_act(xr[r] + xo);
+#pragma GCC unroll 4
+      for (int n = 0; n < NW; ++n) isum[n][r] = _mm512_dpbusd_epi32(isum[n][r], u[n], a);
+    }
   } else if constexpr (kNibbles) {
 #pragma GCC unroll 4
     for (int t = 0; t < S / 2; ++t) {
-      const __m512i v = _mm512_loadu_si512(wg + 64 * t);
-      const __m512i u0 = _mm512_and_si512(v, low4);
-      const __m512i u1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      __m512i u0[NW], u1[NW];
+#pragma GCC unroll 4
+      for (int n = 0; n < NW; ++n) {
+        const __m512i v = _mm512_loadu_si512(wg[n] + 64 * t);
+        u0[n] = _mm512_and_si512(v, low4);
+        u1[n] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      }
 #pragma GCC unroll 8
       for (int r = 0; r < NX; ++r) {
-        isum[r] = _mm512_dpbusd_epi32(isum[r], u0, _mm512_loadu_si512(xr[r] + xo + 128 * t));
-        isum[r] = _mm512_dpbusd_epi32(isum[r], u1, _mm512_loadu_si512(xr[r] + xo + 128 * t + 64));
+        const __m512i a0 = load_act(xr[r] + xo + 128 * t);
+#pragma GCC unroll 4
+        for (int n = 0; n < NW; ++n) isum[n][r] = _mm512_dpbusd_epi32(isum[n][r], u0[n], a0);
+        const __m512i a1 = load_act(xr[r] + xo + 128 * t + 64);
+#pragma GCC unroll 4
+        for (int n = 0; n < NW; ++n) isum[n][r] = _mm512_dpbusd_epi32(isum[n][r], u1[n], a1);
       }
     }
   } else {
 #pragma GCC unroll 8
     for (int s = 0; s < S; ++s) {
-      const __m512i u = _mm512_loadu_si512(wg + 64 * s);
+      __m512i u[NW];
+#pragma GCC unroll 4
+      for (int n = 0; n < NW; ++n) u[n] = _mm512_loadu_si512(wg[n] + 64 * s);
 #pragma GCC unroll 8
-      for (int r = 0; r < NX; ++r)
-        isum[r] = _mm512_dpbusd_epi32(isum[r], u, _mm512_loadu_si512(xr[r] + xo + 64 * s));
+      for (int r = 0; r < NX; ++r) {
+        const __m512i a = load_act(xr[r] + xo + 64 * s);
+#pragma GCC unroll 4
+        for (int n = 0; n < NW; ++n) isum[n][r] = _mm512_dpbusd_epi32(isum[n][r], u[n], a);
+      }
     }
   }
 }
 
+// Weight rows per call for NX activation rows: NW·NX integer and NW·NX float accumulators fit
+// the registers, and each activation load feeds NW VNNI instructions (the kernel was bound by
+// those loads with one weight row). At one or two rows, more weight rows also give more
+// independent VNNI chains.
+constexpr int packed_weight_rows(int nx) {
+  return nx <= 2 ? 4 : 2;
+}
+
 // Per output: Σ over groups (in order) of cvt(integer lane sums) · d_x · d_w, then Σ over chunks
 // of sixteen blocks of m_w · s, all in one vector reduced at the end. No step depends on how many
-// rows share the call.
+// rows, weight or activation, share the call.
 template <bool kNibbles, Min kMin>
 struct PackedDot {
-  template <int NX>
-  static void run(const void* w, const void* x, size_t xs, int64_t k, float* out, int64_t os) {
+  template <int NW, int NX>
+  static void tile(const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, int64_t k, float* out,
+                   int64_t os) {
     const int64_t nb = k / 32;
-    const auto* wc = static_cast<const uint8_t*>(w);
-    const auto* wd = reinterpret_cast<const uint16_t*>(wc + (kNibbles ? k / 2 : k));
-    const uint16_t* wm = wd + nb;
+    const uint8_t* wc[NW];
+    const uint16_t *wd[NW], *wm[NW];
+#pragma GCC unroll 4
+    for (int n = 0; n < NW; ++n) {
+      wc[n] = w + size_t(n) * ws;
+      wd[n] = reinterpret_cast<const uint16_t*>(wc[n] + (kNibbles ? k / 2 : k));
+      wm[n] = wd[n] + nb;
+    }
     const uint8_t* xr[NX];
-    __m512 acc[NX];
+    __m512 acc[NW][NX];
 #pragma GCC unroll 8
     for (int r = 0; r < NX; ++r) {
-      xr[r] = static_cast<const uint8_t*>(x) + size_t(r) * xs;
-      acc[r] = _mm512_setzero_ps();
+      xr[r] = x + size_t(r) * xs;
+#pragma GCC unroll 4
+      for (int n = 0; n < NW; ++n) acc[n][r] = _mm512_setzero_ps();
     }
     int64_t xo = 0;  // the group's offset in an activation row
     for (int64_t first = 0; first < nb;) {
       const int g = group_blocks(nb, first);
-      __m512i isum[NX];
+      __m512i isum[NW][NX];
+#pragma GCC unroll 4
+      for (int n = 0; n < NW; ++n)
 #pragma GCC unroll 8
-      for (int r = 0; r < NX; ++r) isum[r] = _mm512_setzero_si512();
+        for (int r = 0; r < NX; ++r) isum[n][r] = _mm512_setzero_si512();
       switch (g) {
         case 16:
-          group_dot<kNibbles, 8, NX>(wc, xr, xo, isum);
+          group_dot<kNibbles, 8, NW, NX>(wc, xr, xo, isum);
           break;
         case 8:
-          group_dot<kNibbles, 4, NX>(wc, xr, xo, isum);
+          group_dot<kNibbles, 4, NW, NX>(wc, xr, xo, isum);
           break;
         case 4:
-          group_dot<kNibbles, 2, NX>(wc, xr, xo, isum);
+          group_dot<kNibbles, 2, NW, NX>(wc, xr, xo, isum);
           break;
         default:
-          group_dot<kNibbles, 1, NX>(wc, xr, xo, isum);
+          group_dot<kNibbles, 1, NW, NX>(wc, xr, xo, isum);
       }
-      const __m512 dw = group_scales(wd + first, g);
+#pragma GCC unroll 4
+      for (int n = 0; n < NW; ++n) {
+        const __m512 dw = group_scales(wd[n] + first, g);
 #pragma GCC unroll 8
-      for (int r = 0; r < NX; ++r) {
-        const __m512 dx = _mm512_loadu_ps(reinterpret_cast<const float*>(xr[r] + xo + 32 * g));
-        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum[r]), dx), dw, acc[r]);
+        for (int r = 0; r < NX; ++r) {
+          const __m512 dx = _mm512_loadu_ps(reinterpret_cast<const float*>(xr[r] + xo + 32 * g));
+          acc[n][r] =
+              _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum[n][r]), dx), dw, acc[n][r]);
+        }
+        wc[n] += kNibbles ? 16 * g : 32 * g;
       }
-      wc += kNibbles ? 16 * g : 32 * g;
       xo += 32 * g + 64;
       first += g;
     }
     for (int64_t c = 0; c < nb; c += 16) {
       const auto mask = __mmask16(nb - c >= 16 ? 0xFFFF : (1u << (nb - c)) - 1);
-      __m512 mw;
-      if constexpr (kMin == Min::kStored) {
-        mw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, wm + c));
-      } else {
-        mw = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, wd + c)),
-                           _mm512_set1_ps(kMin == Min::kMinus8D ? -8.0f : -128.0f));
-      }
+#pragma GCC unroll 4
+      for (int n = 0; n < NW; ++n) {
+        __m512 mw;
+        if constexpr (kMin == Min::kStored) {
+          mw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, wm[n] + c));
+        } else {
+          mw = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, wd[n] + c)),
+                             _mm512_set1_ps(kMin == Min::kMinus8D ? -8.0f : -128.0f));
+        }
 #pragma GCC unroll 8
-      for (int r = 0; r < NX; ++r) {
-        const auto* sums = reinterpret_cast<const float*>(xr[r] + xo);
-        acc[r] = _mm512_fmadd_ps(mw, _mm512_maskz_loadu_ps(mask, sums + c), acc[r]);
+        for (int r = 0; r < NX; ++r) {
+          const auto* sums = reinterpret_cast<const float*>(xr[r] + xo);
+          acc[n][r] = _mm512_fmadd_ps(mw, _mm512_maskz_loadu_ps(mask, sums + c), acc[n][r]);
+        }
       }
     }
-    __m512 sums[8];
+    // Outputs in order n * NX + r, reduced eight at a time.
+    constexpr int kOut = NW * NX;
+#pragma GCC unroll 2
+    for (int o0 = 0; o0 < kOut; o0 += 8) {
+      __m512 v[8];
 #pragma GCC unroll 8
-    for (int r = 0; r < 8; ++r) sums[r] = r < NX ? acc[r] : _mm512_setzero_ps();
-    store_sums8(sums, NX, out, os);
+      for (int t = 0; t < 8; ++t)
+        v[t] = o0 + t < kOut ? acc[(o0 + t) / NX][(o0 + t) % NX] : _mm512_setzero_ps();
+      alignas(64) float lanes[32];
+      sums8(v, lanes);
+      for (int t = 0; t < 8 && o0 + t < kOut; ++t)
+        out[(o0 + t) % NX * os + (o0 + t) / NX] = lanes[4 * t];
+    }
+  }
+
+  // nw weight rows against NX activation rows: tiles of packed_weight_rows(NX), the last one at
+  // a time.
+  template <int NX>
+  static void rows(const uint8_t* w, size_t ws, int64_t nw, const uint8_t* x, size_t xs, int64_t k,
+                   float* out, int64_t os) {
+    constexpr int kNW = packed_weight_rows(NX);
+    int64_t j = 0;
+    for (; j + kNW <= nw; j += kNW) tile<kNW, NX>(w + size_t(j) * ws, ws, x, xs, k, out + j, os);
+    for (; j < nw; ++j) tile<1, NX>(w + size_t(j) * ws, ws, x, xs, k, out + j, os);
+  }
+
+  // Up to eight activation rows, taken four at a time.
+  static void dispatch(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, int nx,
+                       int64_t k, float* out, int64_t os) {
+    const auto* wb = static_cast<const uint8_t*>(w);
+    const auto* xb = static_cast<const uint8_t*>(x);
+    for (int r0 = 0; r0 < nx; r0 += 4) {
+      const uint8_t* xt = xb + size_t(r0) * xs;
+      float* ot = out + r0 * os;
+      switch (std::min(4, nx - r0)) {
+        case 1:
+          rows<1>(wb, ws, nw, xt, xs, k, ot, os);
+          break;
+        case 2:
+          rows<2>(wb, ws, nw, xt, xs, k, ot, os);
+          break;
+        case 3:
+          rows<3>(wb, ws, nw, xt, xs, k, ot, os);
+          break;
+        default:
+          rows<4>(wb, ws, nw, xt, xs, k, ot, os);
+      }
+    }
   }
 };
 
-constexpr PackedKernels kKernels = {dispatch_tile8<PackedDot<true, Min::kMinus8D>>,
-                                    dispatch_tile8<PackedDot<true, Min::kStored>>,
-                                    dispatch_tile8<PackedDot<false, Min::kMinus128D>>};
+constexpr PackedKernels kKernels = {PackedDot<true, Min::kMinus8D>::dispatch,
+                                    PackedDot<true, Min::kStored>::dispatch,
+                                    PackedDot<false, Min::kMinus128D>::dispatch};
 
 }  // namespace
 

@@ -81,11 +81,17 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   key_offsets(p.cache, p.batch.block_tables + int64_t(u.seq) * p.batch.max_blocks_per_seq,
               u.kv_head, len, s.offs);
   const int64_t es = int64_t(cache_elem_size(op));
-  // The cached rows of keys j0 .. j0 + nk - 1 of K or V, widened into s.rows.
+  // The cached rows of keys j0 .. j0 + nk - 1 of K or V, widened into s.rows. Cached rows are
+  // scattered over the blocks and read once per step, so the next block's rows are prefetched:
+  // waiting on them was most of the widening time in batched decode.
+  const int64_t row_bytes = hd * es;
   auto widen_block = [&](const void* base, int64_t j0, int nk) {
+    const auto* b = static_cast<const uint8_t*>(base);
     const uint8_t* src[kKeyBlock];
-    for (int jj = 0; jj < nk; ++jj)
-      src[jj] = static_cast<const uint8_t*>(base) + s.offs[size_t(j0 + jj)] * es;
+    for (int jj = 0; jj < nk; ++jj) src[jj] = b + s.offs[size_t(j0 + jj)] * es;
+    for (int64_t j = j0 + kKeyBlock; j < std::min(len, j0 + 2 * kKeyBlock); ++j)
+      for (int64_t off = 0; off < row_bytes; off += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(b + s.offs[size_t(j)] * es + off), _MM_HINT_T0);
     widen_cache_rows(op, src, nk, s.rows.data(), hdp, hd);
   };
 

@@ -232,9 +232,31 @@ void exp_weights(std::span<const float> logits, float max, float* w, float* sums
   }
 }
 
+// logits[i] = logits[i] / temperature (NaN becomes -inf); returns the largest result. Eight
+// lanes at a time: over a large vocabulary these two passes cost more than the draw.
+float scale_logits(std::span<float> logits, float temperature) {
+  const size_t n = logits.size();
+  const __m256 t = _mm256_set1_ps(temperature), ninf = _mm256_set1_ps(kNegInf);
+  __m256 mx = ninf;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 l = _mm256_loadu_ps(logits.data() + i);
+    const __m256 s = _mm256_blendv_ps(_mm256_div_ps(l, t), ninf, _mm256_cmp_ps(l, l, _CMP_UNORD_Q));
+    _mm256_storeu_ps(logits.data() + i, s);
+    mx = _mm256_max_ps(mx, s);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, mx);
+  float max = *std::max_element(std::begin(lanes), std::end(lanes));
+  for (; i < n; ++i) {
+    logits[i] = std::isnan(logits[i]) ? kNegInf : logits[i] / temperature;
+    max = std::max(max, logits[i]);
+  }
+  return max;
+}
+
 int32_t sample_random(std::span<float> logits, const SamplingParams& p, Rng& rng) {
-  for (float& l : logits) l = std::isnan(l) ? kNegInf : l / p.temperature;
-  const float max = logits[argmax(logits)];
+  const float max = scale_logits(logits, p.temperature);
   if (!(max > kNegInf)) return 0;
 
   // min-p compares probabilities with the best one: p_i < min_p · p_max ⇔ l_i < max + log(min_p).
