@@ -157,15 +157,24 @@ TEST_F(EngineClientTest, TextDeltasAddUpToTheDecodedTokens) {
 
 TEST_F(EngineClientTest, AbortFromAnotherThreadFreesBlocks) {
   EngineClient client(*lm_->model, tokenizer_.get(), options());
-  auto stream = client.add_request(greedy("long", golden_.prompts[2], 200));
-  ASSERT_TRUE(stream.ok());
-  const RequestOutput first = (*stream)->next();
-  ASSERT_FALSE(first.finished());
-  std::thread([&] { client.abort("long"); }).join();
-  const RequestOutput rest = drain(**stream);
-  EXPECT_EQ(rest.finish_reason, FinishReason::kAbort);
-  EXPECT_LT(first.token_ids.size() + rest.token_ids.size(), 200u);
-  expect_idle(client);
+  // The core keeps generating while the abort is on its way, and the fixture model can finish
+  // its 200 tokens first when this thread is descheduled (a loaded CI machine): such a try
+  // proves nothing about abort, so a few are allowed; every one must leave the engine idle.
+  bool aborted = false;
+  for (int attempt = 0; attempt < 5 && !aborted; ++attempt) {
+    auto stream = client.add_request(greedy("long", golden_.prompts[2], 200));
+    ASSERT_TRUE(stream.ok());
+    const RequestOutput first = (*stream)->next();
+    if (first.finished()) continue;
+    std::thread([&] { client.abort("long"); }).join();
+    const RequestOutput rest = drain(**stream);
+    expect_idle(client);
+    if (rest.finish_reason == FinishReason::kLength) continue;
+    EXPECT_EQ(rest.finish_reason, FinishReason::kAbort);
+    EXPECT_LT(first.token_ids.size() + rest.token_ids.size(), 200u);
+    aborted = true;
+  }
+  EXPECT_TRUE(aborted) << "every request finished before its abort arrived";
   // The id is free again once the core let go of it.
   auto again = client.add_request(greedy("long", golden_.prompts[0], 2));
   ASSERT_TRUE(again.ok()) << again.error().message;

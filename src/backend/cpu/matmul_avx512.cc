@@ -157,7 +157,8 @@ struct FloatRows {
       }
 #pragma GCC unroll 8
       for (int r = 0; r < NX; ++r) {
-        const __m512 xv = _mm512_loadu_ps(row<float>(x, xs, r) + i);
+        __m512 xv = _mm512_loadu_ps(row<float>(x, xs, r) + i);
+        __asm__("" : "+v"(xv));  // one load for all NW rows, not one folded into each FMA
 #pragma GCC unroll 8
         for (int n = 0; n < NW; ++n) acc[n][r] = _mm512_fmadd_ps(wv[n], xv, acc[n][r]);
       }
