@@ -2,10 +2,10 @@
 
 #include <immintrin.h>
 
+#include <bit>
 #include <cstring>
 
 #include "backend/cpu/quant.h"
-#include "base/fp16.h"
 #include "base/status.h"
 
 namespace kestrel::cpu {
@@ -110,6 +110,8 @@ void quantize_row_packed(const float* x, uint8_t* dst, int64_t k) {
   uint8_t* group = dst;
   for (int64_t first = 0; first < nb;) {
     const int g = packed_group_blocks(nb, first), lanes_per_block = 16 / g;
+    // lanes_per_block is a power of two; shifts and masks instead of divisions by a variable.
+    const int lane_shift = std::countr_zero(unsigned(lanes_per_block));
     auto* lanes = reinterpret_cast<float*>(group + 32 * g);
     for (int b = 0; b < g; ++b, x += QK) {
       __m256 v[4];
@@ -139,15 +141,16 @@ void quantize_row_packed(const float* x, uint8_t* dst, int64_t k) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(quads), q8);
       // Four consecutive elements stay together (packed_code_offset): one 4-byte store each.
       for (int quad = 0; quad < 8; ++quad)
-        std::memcpy(group + (quad / lanes_per_block) * 64 +
-                        (b * lanes_per_block + quad % lanes_per_block) * 4,
+        std::memcpy(group + (quad >> lane_shift) * 64 +
+                        (b * lanes_per_block + (quad & (lanes_per_block - 1))) * 4,
                     &quads[quad], 4);
       __m256i acc =
           _mm256_add_epi32(_mm256_add_epi32(q32[0], q32[1]), _mm256_add_epi32(q32[2], q32[3]));
       acc = _mm256_hadd_epi32(acc, acc);
       acc = _mm256_hadd_epi32(acc, acc);
       const int sum = _mm256_extract_epi32(acc, 0) + _mm256_extract_epi32(acc, 4);
-      const float dr = f16_to_f32(f32_to_f16(d));
+      // d rounded to f16 as f32_to_f16 does (nearest even), in one F16C round trip.
+      const float dr = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
       for (int i = 0; i < lanes_per_block; ++i) lanes[b * lanes_per_block + i] = dr;
       sums[first + b] = dr * float(sum);
     }
