@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,6 +31,10 @@ class Backend {
   virtual void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t dim,
                         float* y, DType act) = 0;
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // Runs host work split in chunks of at least `grain` items on the backend's CPU threads (the
+  // per-sequence sampling of a step), so it does not keep them waiting.
+  virtual void parallel_for(int64_t n, int64_t grain,
+                            const std::function<void(int64_t, int64_t)>& fn) = 0;
   virtual void add_inplace(float* y, const float* x, int64_t n) = 0;
   virtual void add_bias(float* y, const float* bias, int64_t rows, int64_t n) = 0;
   // Rounds activations to `dt` in place (emulates bf16/f16 activation storage).

@@ -72,6 +72,10 @@ class TransformerModel final : public CausalLM {
 
   const ModelConfig& config() const override { return cfg_; }
   DType kv_cache_dtype() const override { return kv_dtype_; }
+  void parallel_for(int64_t n, int64_t grain,
+                    const std::function<void(int64_t, int64_t)>& fn) override {
+    be_.parallel_for(n, grain, fn);
+  }
   int num_mtp_modules() const override { return mtp_ ? 1 : 0; }
   const float* last_hidden() const override { return ws_.h.data(); }
 

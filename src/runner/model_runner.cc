@@ -65,6 +65,11 @@ Expected<StepOutput> ModelRunner::execute(const SchedulerOutput& output,
   logits_.resize(size_t(num_rows) * size_t(vocab));
   model_.forward(builder_.batch(), kv_, logits_.data());
 
+  struct Draw {
+    const Rows* rows;
+    std::span<float> logits;  // the row to sample, masked
+  };
+  std::vector<Draw> draws;
   for (const Rows& r : rows) {
     const Request& req = *r.req;
     State& st = *r.state;
@@ -90,10 +95,24 @@ Expected<StepOutput> ModelRunner::execute(const SchedulerOutput& output,
         if (t >= 0 && t < vocab) last[size_t(t)] = -std::numeric_limits<float>::infinity();
     }
     if (st.params.constraint) st.params.constraint->mask(last);
-    cpu::SampleResult res =
-        cpu::sample(last, st.params.sampling, req.prompt_token_ids, req.output_token_ids, st.rng);
-    if (st.params.constraint) st.params.constraint->accept(res.token);
-    result.sampled[req.id] = SampledToken{res.token, res.logprob, std::move(res.top)};
+    draws.push_back({&r, last});
+  }
+  // The draws touch only their own row, parameters and generator: they run on every thread
+  // (a vocabulary-wide pass per sequence is a visible share of a batched decode step).
+  samples_.resize(draws.size());
+  model_.parallel_for(int64_t(draws.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const Rows& r = *draws[size_t(i)].rows;
+      State& st = *r.state;
+      samples_[size_t(i)] = cpu::sample(draws[size_t(i)].logits, st.params.sampling,
+                                        r.req->prompt_token_ids, r.req->output_token_ids, st.rng);
+    }
+  });
+  for (size_t i = 0; i < draws.size(); ++i) {
+    const Rows& r = *draws[i].rows;
+    cpu::SampleResult& res = samples_[i];
+    if (r.state->params.constraint) r.state->params.constraint->accept(res.token);
+    result.sampled[r.req->id] = SampledToken{res.token, res.logprob, std::move(res.top)};
   }
   return result;
 }

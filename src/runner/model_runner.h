@@ -79,6 +79,7 @@ class ModelRunner {
   KVCacheStorage kv_;
   BatchBuilder builder_;
   std::vector<float> logits_;
+  std::vector<cpu::SampleResult> samples_;  // one per sampled request of a step
   std::unordered_map<RequestId, State> requests_;
 };
 

@@ -42,7 +42,16 @@ class CpuBackend final : public Backend {
     pool_.parallel_for(
         n, 1 << 14, [&](int64_t b, int64_t e) { cpu::silu_mul(gate + b, up + b, out + b, e - b); });
   }
-  void add_inplace(float* y, const float* x, int64_t n) override { cpu::add_inplace(y, x, n); }
+  void parallel_for(int64_t n, int64_t grain,
+                    const std::function<void(int64_t, int64_t)>& fn) override {
+    pool_.parallel_for(n, grain, fn);
+  }
+  // The small element-wise steps run on every thread too: left to the calling thread, the
+  // workers wait through them on every layer of a batched decode step.
+  void add_inplace(float* y, const float* x, int64_t n) override {
+    pool_.parallel_for(n, 1 << 13,
+                       [&](int64_t b, int64_t e) { cpu::add_inplace(y + b, x + b, e - b); });
+  }
   void add_bias(float* y, const float* bias, int64_t rows, int64_t n) override {
     cpu::add_bias(y, bias, rows, n);
   }
@@ -52,7 +61,9 @@ class CpuBackend final : public Backend {
   }
   void rope(float* x, int64_t n_tokens, int n_heads, int head_dim, const int32_t* positions,
             const cpu::RopeParams& p) override {
-    cpu::apply_rope(x, n_tokens, n_heads, head_dim, positions, p);
+    pool_.parallel_for(n_tokens, 4, [&](int64_t b, int64_t e) {
+      cpu::apply_rope(x + b * n_heads * head_dim, e - b, n_heads, head_dim, positions + b, p);
+    });
   }
   void write_kv(const cpu::KVLayer& cache, const float* k, const float* v,
                 const cpu::AttentionBatch& batch) override {
