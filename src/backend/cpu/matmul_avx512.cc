@@ -5,7 +5,7 @@
 // This file is compiled with AVX-512 flags, so it must not create out-of-line code the linker
 // could share with other files (an inline function or template of another header): it uses only
 // intrinsics, unnamed namespaces (its own and matmul_x86_common.h's) and the static helpers of
-// quant_kscales.h.
+// quant_kscales.h and tile_sums_avx512.h.
 #include "backend/cpu/matmul_kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
@@ -16,6 +16,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "backend/cpu/matmul_x86_common.h"
+#include "backend/cpu/tile_sums_avx512.h"
 
 namespace kestrel::cpu {
 namespace {
@@ -100,27 +101,6 @@ struct Wide<BF16W> {
   }
 };
 
-// The lane sums of sixteen vectors, every one by the same tree (lanes i + i+8, then i + i+4,
-// i + i+2, i + i+1), so an output's value does not depend on its slot. Lane 4 * (t % 4) + t / 4
-// of the result holds the sum of v[t]. About three shuffles or adds per sum instead of ten.
-__m512 hsum16x16(const __m512 (&v)[16]) {
-  __m512 a[8], b[4], c[2];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i)  // 256-bit halves: [v2i lo+hi, v2i+1 lo+hi]
-    a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i)  // 128-bit quarters: quarter q holds v[4i + q]
-    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-#pragma GCC unroll 2
-  for (int i = 0; i < 2; ++i)  // pairs within each quarter
-    c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
 // Weight rows per call for a tile of NX activation rows: NW·NX accumulators, NW weight vectors
 // and one activation vector fit the 32 registers, and each activation vector loaded feeds NW
 // multiply-adds (one weight row per call left the loads, not the FMAs, as the limit).
@@ -175,19 +155,7 @@ struct FloatRows {
         for (int n = 0; n < NW; ++n) acc[n][r] = _mm512_fmadd_ps(wv[n], xv, acc[n][r]);
       }
     }
-    // Outputs in order n * NX + r, reduced sixteen at a time.
-    constexpr int kOut = NW * NX;
-#pragma GCC unroll 2
-    for (int g = 0; g < kOut; g += 16) {
-      __m512 v[16];
-#pragma GCC unroll 16
-      for (int t = 0; t < 16; ++t)
-        v[t] = g + t < kOut ? acc[(g + t) / NX][(g + t) % NX] : _mm512_setzero_ps();
-      alignas(64) float sums[16];
-      _mm512_store_ps(sums, hsum16x16(v));
-      for (int t = 0; t < 16 && g + t < kOut; ++t)
-        out[(g + t) % NX * os + (g + t) / NX] = sums[4 * (t % 4) + t / 4];
-    }
+    avx512::store_tile_sums<16, NW, NX>(acc, out, os);
   }
 
   // nw weight rows in tiles of float_weight_rows(NX), the last few one at a time.
@@ -200,28 +168,6 @@ struct FloatRows {
     int64_t j = 0;
     for (; j + kNW <= nw; j += kNW) tile<kNW, NX>(wb + size_t(j) * ws, ws, xb, xs, k, out + j, os);
     for (; j < nw; ++j) tile<1, NX>(wb + size_t(j) * ws, ws, xb, xs, k, out + j, os);
-  }
-
-  static void dispatch(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, int nx,
-                       int64_t k, float* out, int64_t os) {
-    switch (nx) {
-      case 1:
-        return rows<1>(w, ws, nw, x, xs, k, out, os);
-      case 2:
-        return rows<2>(w, ws, nw, x, xs, k, out, os);
-      case 3:
-        return rows<3>(w, ws, nw, x, xs, k, out, os);
-      case 4:
-        return rows<4>(w, ws, nw, x, xs, k, out, os);
-      case 5:
-        return rows<5>(w, ws, nw, x, xs, k, out, os);
-      case 6:
-        return rows<6>(w, ws, nw, x, xs, k, out, os);
-      case 7:
-        return rows<7>(w, ws, nw, x, xs, k, out, os);
-      default:
-        return rows<8>(w, ws, nw, x, xs, k, out, os);
-    }
   }
 };
 
@@ -494,9 +440,9 @@ constexpr DotKernels make_avx512_kernels() {
   k.f32 = dispatch_tile8<FloatDot<F32W>>;
   k.f16 = dispatch_tile8<FloatDot<F16W>>;
   k.bf16 = dispatch_tile8<FloatDot<BF16W>>;
-  k.f32_rows = FloatRows<F32W>::dispatch;
-  k.f16_rows = FloatRows<F16W>::dispatch;
-  k.bf16_rows = FloatRows<BF16W>::dispatch;
+  k.f32_rows = dispatch_rows8<FloatRows<F32W>>;
+  k.f16_rows = dispatch_rows8<FloatRows<F16W>>;
+  k.bf16_rows = dispatch_rows8<FloatRows<BF16W>>;
   k.float_tile_rows = kMaxWideTileRows;
   return k;
 }

@@ -90,4 +90,19 @@ void dispatch_tile8(const void* w, const void* x, size_t x_stride, int nx, int64
   }
 }
 
+// A RowsDotFn from a kernel with K::rows<NX>(w, w_stride, nw, x, x_stride, k, out, out_stride)
+// for NX = 1..8 (local to its file, as for dispatch_tile).
+template <typename K>
+void dispatch_rows8(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, int nx,
+                    int64_t k, float* out, int64_t os) {
+  using Rows =
+      void (*)(const void*, size_t, int64_t, const void*, size_t, int64_t, float*, int64_t);
+  static constexpr Rows kRows[kMaxWideTileRows] = {
+      K::template rows<1>, K::template rows<2>, K::template rows<3>, K::template rows<4>,
+      K::template rows<5>, K::template rows<6>, K::template rows<7>, K::template rows<8>};
+  kRows[nx < 1                  ? 0
+        : nx > kMaxWideTileRows ? kMaxWideTileRows - 1
+                                : nx - 1](w, ws, nw, x, xs, k, out, os);
+}
+
 }  // namespace kestrel::cpu

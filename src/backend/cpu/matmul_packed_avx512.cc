@@ -10,7 +10,7 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
+#include "backend/cpu/tile_sums_avx512.h"
 
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -36,26 +36,6 @@ inline __m512 group_scales(const uint16_t* d, int g) {
   const __m512 v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(__mmask16((1u << g) - 1), d));
   const int table = g == 8 ? 0 : g == 4 ? 1 : 2;
   return _mm512_permutexvar_ps(_mm512_load_si512(kLaneBlock[table]), v);
-}
-
-// The lane sums of v[0..7] in lanes[4 * i] (lanes[] of 32 floats). The lanes of one vector are
-// added in a fixed tree whatever the other vectors hold, so an output does not depend on which
-// slot it had; eight outputs share the shuffles.
-__attribute__((always_inline)) inline void sums8(const __m512 v[8], float* lanes) {
-  __m512 t[4];
-  for (int i = 0; i < 4; ++i) {
-    // [a.q0 + a.q2, a.q1 + a.q3, b.q0 + b.q2, b.q1 + b.q3] for a = v[2i], b = v[2i + 1].
-    t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  }
-  for (int i = 0; i < 2; ++i) {
-    // Quarter q holds vector 4i + q's four partial sums.
-    __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    u = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(1, 0, 3, 2)));
-    u = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(2, 3, 0, 1)));
-    _mm512_storeu_ps(lanes + 16 * i, u);
-  }
 }
 
 // Where a block's m comes from: stored (Q4_1), or -8d (Q4_0) / -128d (Q8_0).
@@ -214,60 +194,32 @@ struct PackedDot {
         }
       }
     }
-    // Outputs in order n * NX + r, reduced eight at a time.
-    constexpr int kOut = NW * NX;
-#pragma GCC unroll 2
-    for (int o0 = 0; o0 < kOut; o0 += 8) {
-      __m512 v[8];
-#pragma GCC unroll 8
-      for (int t = 0; t < 8; ++t)
-        v[t] = o0 + t < kOut ? acc[(o0 + t) / NX][(o0 + t) % NX] : _mm512_setzero_ps();
-      alignas(64) float lanes[32];
-      sums8(v, lanes);
-      for (int t = 0; t < 8 && o0 + t < kOut; ++t)
-        out[(o0 + t) % NX * os + (o0 + t) / NX] = lanes[4 * t];
-    }
+    avx512::store_tile_sums<8, NW, NX>(acc, out, os);
   }
 
-  // nw weight rows against NX activation rows: tiles of packed_weight_rows(NX), the last one at
-  // a time.
+  // nw weight rows against NX <= 8 activation rows: four activation rows at a time, in tiles of
+  // packed_weight_rows weight rows, the last few one at a time.
   template <int NX>
-  static void rows(const uint8_t* w, size_t ws, int64_t nw, const uint8_t* x, size_t xs, int64_t k,
+  static void rows(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, int64_t k,
                    float* out, int64_t os) {
-    constexpr int kNW = packed_weight_rows(NX);
-    int64_t j = 0;
-    for (; j + kNW <= nw; j += kNW) tile<kNW, NX>(w + size_t(j) * ws, ws, x, xs, k, out + j, os);
-    for (; j < nw; ++j) tile<1, NX>(w + size_t(j) * ws, ws, x, xs, k, out + j, os);
-  }
-
-  // Up to eight activation rows, taken four at a time.
-  static void dispatch(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, int nx,
-                       int64_t k, float* out, int64_t os) {
     const auto* wb = static_cast<const uint8_t*>(w);
     const auto* xb = static_cast<const uint8_t*>(x);
-    for (int r0 = 0; r0 < nx; r0 += 4) {
-      const uint8_t* xt = xb + size_t(r0) * xs;
-      float* ot = out + r0 * os;
-      switch (std::min(4, nx - r0)) {
-        case 1:
-          rows<1>(wb, ws, nw, xt, xs, k, ot, os);
-          break;
-        case 2:
-          rows<2>(wb, ws, nw, xt, xs, k, ot, os);
-          break;
-        case 3:
-          rows<3>(wb, ws, nw, xt, xs, k, ot, os);
-          break;
-        default:
-          rows<4>(wb, ws, nw, xt, xs, k, ot, os);
-      }
+    if constexpr (NX > 4) {
+      rows<4>(w, ws, nw, x, xs, k, out, os);
+      rows<NX - 4>(w, ws, nw, xb + 4 * xs, xs, k, out + 4 * os, os);
+    } else {
+      constexpr int kNW = packed_weight_rows(NX);
+      int64_t j = 0;
+      for (; j + kNW <= nw; j += kNW)
+        tile<kNW, NX>(wb + size_t(j) * ws, ws, xb, xs, k, out + j, os);
+      for (; j < nw; ++j) tile<1, NX>(wb + size_t(j) * ws, ws, xb, xs, k, out + j, os);
     }
   }
 };
 
-constexpr PackedKernels kKernels = {PackedDot<true, Min::kMinus8D>::dispatch,
-                                    PackedDot<true, Min::kStored>::dispatch,
-                                    PackedDot<false, Min::kMinus128D>::dispatch};
+constexpr PackedKernels kKernels = {dispatch_rows8<PackedDot<true, Min::kMinus8D>>,
+                                    dispatch_rows8<PackedDot<true, Min::kStored>>,
+                                    dispatch_rows8<PackedDot<false, Min::kMinus128D>>};
 
 }  // namespace
 
