@@ -30,6 +30,9 @@ class Backend {
   virtual void linear_group(std::span<const cpu::LinearJob> jobs, const float* x, int64_t m) = 0;
   virtual void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t dim,
                         float* y, DType act) = 0;
+  // x += y (rounded to act), then out = rms_norm(x): a block's residual add and the next norm.
+  virtual void add_rms_norm(float* x, const float* y, const float* w, float eps, int64_t rows,
+                            int64_t dim, float* out, DType act) = 0;
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
   // Runs host work split in chunks of at least `grain` items on the backend's CPU threads (the
   // per-sequence sampling of a step), so it does not keep them waiting.

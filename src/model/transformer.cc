@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <span>
 
 #include "base/aligned_vector.h"
 #include "model/layers.h"
@@ -109,7 +110,7 @@ class TransformerModel final : public CausalLM {
                            kv,  scratch_};
     be_.embedding(embed_, fb.token_ids.data(), T, x);
     ctx.round(x, T * H);
-    for (size_t li = 0; li < blocks_.size(); ++li) run_block(ctx, blocks_[li], int(li), x);
+    run_blocks(ctx, blocks_, x);
     head(fb, final_norm_, lm_head_, logits);
   }
 
@@ -134,7 +135,7 @@ class TransformerModel final : public CausalLM {
     }
     be_.linear(mtp_->eh_proj, cat, T, x);
     ctx.round(x, T * H);
-    run_block(ctx, mtp_->block, 0, x);
+    run_blocks(ctx, std::span<Block>(&mtp_->block, 1), x);
     head(fb, mtp_->head_norm, mtp_->head, logits);
   }
 
@@ -180,19 +181,25 @@ class TransformerModel final : public CausalLM {
     return rp;
   }
 
-  // x += attn(norm(x)); x += ffn(norm(x)), rounding where the reference stores activations.
-  void run_block(const LayerContext& ctx, Block& b, int cache_layer, float* x) {
+  // Per block (cache layer = its index): x += attn(norm(x)); x += ffn(norm(x)), rounding where
+  // the reference stores activations. Each residual add runs fused with the norm after it.
+  void run_blocks(const LayerContext& ctx, std::span<Block> blocks, float* x) {
     const int64_t T = ctx.num_tokens, H = cfg_.hidden_size;
     float* h = ws_.h.data();
     float* y = ws_.y.data();
-    be_.rms_norm(x, b.attn_norm.data(), ctx.eps, T, H, h, act_);
-    b.attn->forward(ctx, cache_layer, h, y);
-    be_.add_inplace(x, y, T * H);
-    ctx.round(x, T * H);
-    be_.rms_norm(x, b.ffn_norm.data(), ctx.eps, T, H, h, act_);
-    b.ffn->forward(ctx, h, y);
-    be_.add_inplace(x, y, T * H);
-    ctx.round(x, T * H);
+    be_.rms_norm(x, blocks[0].attn_norm.data(), ctx.eps, T, H, h, act_);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      Block& b = blocks[i];
+      b.attn->forward(ctx, int(i), h, y);
+      be_.add_rms_norm(x, y, b.ffn_norm.data(), ctx.eps, T, H, h, act_);
+      b.ffn->forward(ctx, h, y);
+      if (i + 1 < blocks.size()) {
+        be_.add_rms_norm(x, y, blocks[i + 1].attn_norm.data(), ctx.eps, T, H, h, act_);
+      } else {
+        be_.add_inplace(x, y, T * H);
+        ctx.round(x, T * H);
+      }
+    }
   }
 
   // Only the requested rows go through the final norm and the head; their normed hidden

@@ -67,6 +67,21 @@ TEST(RmsNorm, InPlace) {
   EXPECT_EQ(x, y);
 }
 
+// The fused residual add + norm is, bit for bit, the add, the rounding and the norm in turn.
+TEST(AddRmsNorm, EqualsAddRoundThenNorm) {
+  for (DType act : {DType::F32, DType::BF16, DType::F16}) {
+    const int64_t rows = 5, dim = 77;
+    const auto x0 = randn(rows * dim, 11), y = randn(rows * dim, 12), w = randn(dim, 13);
+    std::vector<float> xf = x0, xs = x0, hf(rows * dim), hs(rows * dim);
+    add_rms_norm(xf.data(), y.data(), w.data(), 1e-5f, rows, dim, hf.data(), act);
+    add_inplace(xs.data(), y.data(), rows * dim);
+    round_to(act, xs.data(), rows * dim);
+    rms_norm(xs.data(), w.data(), 1e-5f, rows, dim, hs.data(), act);
+    EXPECT_EQ(xf, xs) << dtype_name(act);
+    EXPECT_EQ(hf, hs) << dtype_name(act);
+  }
+}
+
 TEST(SiluMul, MatchesFloat64) {
   auto g = randn(1001, 5, 3.0f);
   auto u = randn(1001, 6);

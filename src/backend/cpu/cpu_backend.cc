@@ -38,6 +38,12 @@ class CpuBackend final : public Backend {
       cpu::rms_norm(x + b * dim, w, eps, e - b, dim, y + b * dim, act);
     });
   }
+  void add_rms_norm(float* x, const float* y, const float* w, float eps, int64_t rows, int64_t dim,
+                    float* out, DType act) override {
+    pool_.parallel_for(rows, 4, [&](int64_t b, int64_t e) {
+      cpu::add_rms_norm(x + b * dim, y + b * dim, w, eps, e - b, dim, out + b * dim, act);
+    });
+  }
   void silu_mul(const float* gate, const float* up, float* out, int64_t n) override {
     pool_.parallel_for(
         n, 1 << 14, [&](int64_t b, int64_t e) { cpu::silu_mul(gate + b, up + b, out + b, e - b); });

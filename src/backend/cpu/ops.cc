@@ -40,6 +40,16 @@ void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t d
   }
 }
 
+void add_rms_norm(float* x, const float* y, const float* w, float eps, int64_t rows, int64_t dim,
+                  float* out, DType act) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* xr = x + r * dim;
+    add_inplace(xr, y + r * dim, dim);
+    round_to(act, xr, dim);
+    rms_norm(xr, w, eps, 1, dim, out + r * dim, act);
+  }
+}
+
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   int64_t i = 0;
   const __m256 one = _mm256_set1_ps(1.0f);

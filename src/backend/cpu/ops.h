@@ -15,6 +15,11 @@ namespace kestrel::cpu {
 void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t dim, float* y,
               DType act = DType::F32);
 
+// The residual add fused with the next norm: x[r] = round_to(act, x[r] + y[r]), then
+// out[r] = rms_norm(x[r]) — one pass over the rows instead of two.
+void add_rms_norm(float* x, const float* y, const float* w, float eps, int64_t rows, int64_t dim,
+                  float* out, DType act = DType::F32);
+
 // out[i] = silu(gate[i]) * up[i]; out may alias gate or up.
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 
