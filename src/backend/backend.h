@@ -58,9 +58,11 @@ class Backend {
                              int num_heads, float scale, float* out, DType act) = 0;
 };
 
-// The CPU backend with `threads` compute threads (0 = all cores); `quant_compute` says how
-// quantized weights are multiplied (see cpu::QuantCompute).
+// The CPU backend with `threads` compute threads (0 = all cores), bound one per CPU when
+// `pin_threads` (ThreadPool); `quant_compute` says how quantized weights are multiplied (see
+// cpu::QuantCompute).
 std::unique_ptr<Backend> make_cpu_backend(
-    int threads, cpu::QuantCompute quant_compute = cpu::QuantCompute::kInt8);
+    int threads, cpu::QuantCompute quant_compute = cpu::QuantCompute::kInt8,
+    bool pin_threads = false);
 
 }  // namespace kestrel

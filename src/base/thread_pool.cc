@@ -1,5 +1,8 @@
 #include "base/thread_pool.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 
 #if defined(__x86_64__)
@@ -21,12 +24,34 @@ constexpr int kSpinIterations = 20000;
 // Chunks per thread: a few, so a late or slow thread leaves work the others can take.
 constexpr int64_t kChunksPerThread = 4;
 
+// Binds the calling thread to the index-th CPU of the process's affinity mask (wrapping
+// around); does nothing where affinity cannot be read or set.
+void pin_to_cpu(int index) {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
+  const int count = CPU_COUNT(&allowed);
+  if (count == 0) return;
+  int seen = 0;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed) || seen++ != index % count) continue;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+    return;
+  }
+}
+
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) {
+ThreadPool::ThreadPool(int n_threads, bool pin) : pin_(pin) {
   if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
+  for (int i = 1; i < n_threads_; ++i)
+    workers_.emplace_back([this, i] {
+      if (pin_) pin_to_cpu(i);
+      worker_loop();
+    });
 }
 
 ThreadPool::~ThreadPool() {
@@ -83,6 +108,12 @@ void ThreadPool::worker_loop() {
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
+  if (pin_) {
+    // The caller is thread 0: bound on its first call (usually the engine's one compute thread).
+    thread_local bool pinned = false;
+    if (!pinned) pin_to_cpu(0);
+    pinned = true;
+  }
   grain = std::max<int64_t>(grain, 1);
   const int64_t max_chunks = (n + grain - 1) / grain;
   const int64_t chunks = std::min<int64_t>(max_chunks, int64_t(n_threads_) * kChunksPerThread);

@@ -16,8 +16,11 @@ namespace kestrel {
 
 class ThreadPool {
  public:
-  // n_threads includes the caller; 0 means hardware concurrency.
-  explicit ThreadPool(int n_threads = 0);
+  // n_threads includes the caller; 0 means hardware concurrency. With pin, thread i of the pool
+  // (the caller of parallel_for is 0) is bound to the i-th CPU this process may run on, where
+  // the OS allows it: no migrations between the kernels of a step. Off by default, since pools
+  // that share cores (tests, several engines) must stay free to move.
+  explicit ThreadPool(int n_threads = 0, bool pin = false);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -44,6 +47,7 @@ class ThreadPool {
   std::atomic<uint32_t> state_{kClosed};
 
   int n_threads_;
+  bool pin_ = false;
   std::vector<std::thread> workers_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};

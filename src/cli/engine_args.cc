@@ -47,6 +47,9 @@ void add_engine_args(CLI::App& app, EngineArgs& a, bool model_required) {
                  "(blocks dequantized against f32 activations)");
   app.add_option("--threads,-t", a.threads, "compute threads (0 = all cores)")
       ->check(CLI::Range(0, 1024));
+  app.add_flag("--pin-threads", a.pin_threads,
+               "bind each compute thread to one CPU of the process's affinity mask (a dedicated "
+               "machine: no migrations between kernels)");
   app.add_option("--seed", a.seed, "default sampling seed and dummy-weight seed");
   app.add_option("--max-model-len", a.max_model_len,
                  "context length (prompt + output); default: the model's")
@@ -99,6 +102,7 @@ Expected<Engine> start_engine(const EngineArgs& a) {
   lo.kv_cache_dtype = a.kv_cache_dtype;
   lo.quant_compute = a.quant_compute;
   lo.threads = a.threads;
+  lo.pin_threads = a.pin_threads;
   lo.seed = a.seed;
   Engine e;
   KASSIGN(e.model, load_model(lo));

@@ -24,6 +24,7 @@ struct EngineArgs {
   std::string kv_cache_dtype = "auto";
   std::string quant_compute = "int8";
   int threads = 0;
+  bool pin_threads = false;
   uint64_t seed = 0;
   std::optional<int64_t> max_model_len;
   int64_t max_num_seqs = 256;

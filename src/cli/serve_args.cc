@@ -540,7 +540,7 @@ void group_flags(CLI::App& app) {
       {"Scheduling and KV cache",
        {"--max-model-len", "--max-num-seqs", "--max-num-batched-tokens", "--block-size",
         "--enable-prefix-caching", "--enable-chunked-prefill", "--kv-cache-memory",
-        "--gpu-memory-utilization", "--kv-cache-dtype", "--threads",
+        "--gpu-memory-utilization", "--kv-cache-dtype", "--threads", "--pin-threads",
         "--disable-hybrid-kv-cache-manager", "--async-scheduling", "--enforce-eager",
         "--compilation-config", "--swa-bounded-replay"}},
       {"API server",

@@ -109,7 +109,7 @@ Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
   } else if (o.quant_compute != "int8") {
     return make_error("unsupported --quant-compute '{}' (use int8 or f32)", o.quant_compute);
   }
-  lm->backend = make_cpu_backend(o.threads, qc);
+  lm->backend = make_cpu_backend(o.threads, qc, o.pin_threads);
   KASSIGN(lm->model,
           build_transformer(lm->config, act_dtype, cache_dtype, *lm->weights, *lm->backend));
   KLOG_INFO("loaded {} ({}) from {} on {}, {} activations, {} KV cache", lm->config.architecture,

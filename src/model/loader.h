@@ -23,8 +23,9 @@ struct LoadOptions {
   // KV cache storage: auto (the activation dtype; f16 for GGUF files, as llama.cpp) | float32 |
   // fp32 | bfloat16 | bf16 | float16 | fp16.
   std::string kv_cache_dtype = "auto";
-  uint64_t seed = 0;  // dummy weights
-  int threads = 0;    // compute threads, 0 = all cores
+  uint64_t seed = 0;         // dummy weights
+  int threads = 0;           // compute threads, 0 = all cores
+  bool pin_threads = false;  // bind each compute thread to one CPU (ThreadPool)
   // Quantized weights: int8 (activations quantized per block, as llama.cpp) | f32 (weight
   // blocks dequantized against f32 activations, as a dequantized reference computes).
   std::string quant_compute = "int8";

@@ -1,9 +1,14 @@
 #include "base/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
+#include <chrono>
+#include <mutex>
 #include <numeric>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -66,4 +71,47 @@ TEST(ThreadPool, GrainLimitsChunks) {
 }
 
 }  // namespace
+// The CPUs the calling thread may run on.
+std::set<int> thread_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  pthread_getaffinity_np(pthread_self(), sizeof(set), &set);
+  std::set<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.insert(c);
+  return cpus;
+}
+
+// With pin, every thread that runs a chunk (the caller included) is bound to one CPU, and
+// different threads to different CPUs while there are enough. Runs on its own thread, so the
+// test binary's main thread stays free.
+TEST(ThreadPool, PinnedThreadsRunOnOneCpuEach) {
+  const size_t allowed = thread_cpus().size();
+  std::mutex mu;
+  std::vector<std::set<int>> seen;
+  std::set<std::thread::id> ids;
+  std::thread([&] {
+    ThreadPool pool(2, /*pin=*/true);
+    for (int round = 0; round < 50 && ids.size() < 2; ++round) {
+      pool.parallel_for(64, 1, [&](int64_t, int64_t) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        std::lock_guard<std::mutex> lock(mu);
+        if (ids.insert(std::this_thread::get_id()).second) seen.push_back(thread_cpus());
+      });
+    }
+  }).join();
+  ASSERT_FALSE(seen.empty());
+  for (const std::set<int>& cpus : seen) EXPECT_EQ(cpus.size(), 1u);
+  if (allowed >= 2 && seen.size() == 2) {
+    EXPECT_NE(*seen[0].begin(), *seen[1].begin());
+  }
+  // Unpinned pools leave affinity alone.
+  std::set<int> unpinned;
+  std::thread([&] {
+    ThreadPool pool(2);
+    pool.parallel_for(1, 1, [&](int64_t, int64_t) { unpinned = thread_cpus(); });
+  }).join();
+  EXPECT_EQ(unpinned.size(), allowed);
+}
+
 }  // namespace kestrel

@@ -13,7 +13,8 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int threads, cpu::QuantCompute qc) : pool_(threads), quant_compute_(qc) {}
+  CpuBackend(int threads, cpu::QuantCompute qc, bool pin)
+      : pool_(threads, pin), quant_compute_(qc) {}
   std::string name() const override {
     return fmt::format("cpu ({} threads, {}, {} quantized matmuls)", pool_.size(),
                        cpu::linear_isa(),
@@ -97,8 +98,9 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int threads, cpu::QuantCompute quant_compute) {
-  return std::make_unique<CpuBackend>(threads, quant_compute);
+std::unique_ptr<Backend> make_cpu_backend(int threads, cpu::QuantCompute quant_compute,
+                                          bool pin_threads) {
+  return std::make_unique<CpuBackend>(threads, quant_compute, pin_threads);
 }
 
 }  // namespace kestrel
