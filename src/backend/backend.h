@@ -45,8 +45,10 @@ class Backend {
   virtual void embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) = 0;
   virtual void rope(float* x, int64_t n_tokens, int n_heads, int head_dim, const int32_t* positions,
                     const cpu::RopeParams& p) = 0;
+  // Stores K and V at the batch's slots; with rope_k, K is rotated on its way in (cpu::write_kv).
   virtual void write_kv(const cpu::KVLayer& cache, const float* k, const float* v,
-                        const cpu::AttentionBatch& batch) = 0;
+                        const cpu::AttentionBatch& batch,
+                        const cpu::RopeParams* rope_k = nullptr) = 0;
   virtual void paged_attention(const float* q, const cpu::KVLayer& cache,
                                const cpu::AttentionBatch& batch, int num_heads, float scale,
                                float* out, DType act) = 0;

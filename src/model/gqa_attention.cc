@@ -56,9 +56,8 @@ class GqaAttention final : public AttentionLayer {
       be.rms_norm(k, k_norm_.data(), ctx.eps, T * nkv_, hd_, k, ctx.act);
     }
     be.rope(q, T, nh_, hd_, ctx.positions, ctx.rope);
-    be.rope(k, T, nkv_, hd_, ctx.positions, ctx.rope);
     const cpu::KVLayer cache = ctx.kv.layer(layer);
-    be.write_kv(cache, k, v, ctx.attn);
+    be.write_kv(cache, k, v, ctx.attn, &ctx.rope);  // K rotated on its way into the cache
     float* attn = ctx.scratch.get(kSlotAttnOut, T * qd);
     be.paged_attention(q, cache, ctx.attn, nh_, 1.0f / std::sqrt(float(hd_)), attn, ctx.act);
     be.linear(o_, attn, T, out);

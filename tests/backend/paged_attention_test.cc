@@ -257,6 +257,40 @@ void check_batch_invariance(DType cache_dtype, DType act, int threads) {
   }
 }
 
+// K rotated on its way into the cache gives the same cache bytes as rotating K first; V and the
+// caller's k stay as they were.
+TEST(PagedAttention, WriteKvWithRopeEqualsRopeThenWrite) {
+  const int kvh = 2, hd = 12, bs = 4, len = 7;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> k(len * kvh * hd), v(k.size()), inv_freq(5);
+  for (auto& x : k) x = nd(rng);
+  for (auto& x : v) x = nd(rng);
+  for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -float(i) / 5.0f);
+  std::vector<int32_t> positions(len), table = {2, 0}, qsl = {0, len};
+  std::vector<int64_t> slots(len);
+  for (int i = 0; i < len; ++i) {
+    positions[i] = 3 + 2 * i;
+    slots[i] = int64_t(table[i / bs]) * bs + i % bs;
+  }
+  const AttentionBatch batch{len, 1, positions.data(), slots.data(), qsl.data(), table.data(), 2};
+  for (DType dt : {DType::F32, DType::F16}) {
+    for (bool interleaved : {false, true}) {
+      const RopeParams rope{inv_freq.data(), 10, 1.0f, interleaved, DType::F32};
+      const size_t elems = size_t(3) * bs * kvh * hd, bytes = elems * (dt == DType::F32 ? 4 : 2);
+      std::vector<uint8_t> fk(bytes), fv(bytes), sk(bytes), sv(bytes);
+      const std::vector<float> k0 = k;
+      write_kv(KVLayer{fk.data(), fv.data(), dt, 3, bs, kvh, hd}, k.data(), v.data(), batch, &rope);
+      EXPECT_EQ(k, k0);
+      std::vector<float> rotated = k;
+      apply_rope(rotated.data(), len, kvh, hd, positions.data(), rope);
+      write_kv(KVLayer{sk.data(), sv.data(), dt, 3, bs, kvh, hd}, rotated.data(), v.data(), batch);
+      EXPECT_EQ(fk, sk) << dtype_name(dt) << " interleaved " << interleaved;
+      EXPECT_EQ(fv, sv) << dtype_name(dt);
+    }
+  }
+}
+
 TEST(PagedAttention, BatchInvariantF32) {
   check_batch_invariance(DType::F32, DType::F32, 2);
 }

@@ -73,8 +73,17 @@ class CpuBackend final : public Backend {
     });
   }
   void write_kv(const cpu::KVLayer& cache, const float* k, const float* v,
-                const cpu::AttentionBatch& batch) override {
-    cpu::write_kv(cache, k, v, batch);
+                const cpu::AttentionBatch& batch, const cpu::RopeParams* rope_k) override {
+    // Tokens split over the threads: each range is the batch view shifted to its first token
+    // (write_kv reads only num_tokens, slot_mapping and positions).
+    const int64_t row = int64_t(cache.num_kv_heads) * cache.head_dim;
+    pool_.parallel_for(batch.num_tokens, 8, [&](int64_t b, int64_t e) {
+      cpu::AttentionBatch part = batch;
+      part.num_tokens = e - b;
+      part.slot_mapping = batch.slot_mapping + b;
+      part.positions = batch.positions + b;
+      cpu::write_kv(cache, k + b * row, v + b * row, part, rope_k);
+    });
   }
   void paged_attention(const float* q, const cpu::KVLayer& cache, const cpu::AttentionBatch& batch,
                        int num_heads, float scale, float* out, DType act) override {

@@ -179,14 +179,22 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
 
 }  // namespace
 
-void write_kv(const KVLayer& cache, const float* k, const float* v, const AttentionBatch& batch) {
+void write_kv(const KVLayer& cache, const float* k, const float* v, const AttentionBatch& batch,
+              const RopeParams* rope_k) {
   const int64_t row = int64_t(cache.num_kv_heads) * cache.head_dim;
   const int64_t row_bytes = row * int64_t(cache_elem_size(cache.dtype));
+  thread_local std::vector<float> rotated;
   for (int64_t t = 0; t < batch.num_tokens; ++t) {
     const int64_t slot = batch.slot_mapping[t];
     KCHECK(slot >= 0 && slot < cache.num_blocks * cache.block_size, "slot {} out of range", slot);
-    store_cache_row(cache.dtype, k + t * row, static_cast<uint8_t*>(cache.k) + slot * row_bytes,
-                    row);
+    const float* kr = k + t * row;
+    if (rope_k != nullptr) {
+      rotated.assign(kr, kr + row);
+      apply_rope(rotated.data(), 1, cache.num_kv_heads, cache.head_dim, batch.positions + t,
+                 *rope_k);
+      kr = rotated.data();
+    }
+    store_cache_row(cache.dtype, kr, static_cast<uint8_t*>(cache.k) + slot * row_bytes, row);
     store_cache_row(cache.dtype, v + t * row, static_cast<uint8_t*>(cache.v) + slot * row_bytes,
                     row);
   }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "backend/cpu/rope.h"
 #include "base/thread_pool.h"
 #include "tensor/dtype.h"
 
@@ -33,8 +34,11 @@ struct AttentionBatch {
 };
 
 // Stores the new tokens' K and V ([num_tokens, num_kv_heads, head_dim], f32) at their slots,
-// converted to the cache dtype (round to nearest even).
-void write_kv(const KVLayer& cache, const float* k, const float* v, const AttentionBatch& batch);
+// converted to the cache dtype (round to nearest even). With rope_k, each K row is rotated
+// (apply_rope at batch.positions) on its way into the cache — one pass over K instead of two;
+// k itself is left as it was.
+void write_kv(const KVLayer& cache, const float* k, const float* v, const AttentionBatch& batch,
+              const RopeParams* rope_k = nullptr);
 
 // out[t, h, :] = softmax(q[t,h]·K[0..pos_t]ᵀ·scale)·V for each token t (keys of its own sequence
 // up to and including its position); q and out are [num_tokens, num_heads, head_dim] f32.
