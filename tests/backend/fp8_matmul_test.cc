@@ -15,6 +15,7 @@
 #include "backend/cpu/fp8.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quant.h"
+#include "backend/linear_checks.h"
 #include "base/fp16.h"
 
 namespace kestrel::cpu {
@@ -67,17 +68,6 @@ TEST(Fp8Conversion, F16BitsAreTheValueTimesTwoToTheMinusEight) {
     EXPECT_EQ(double(v) * kFp8F16Scale, reference_value(uint8_t(c)));
     EXPECT_EQ(std::signbit(v), c >= 0x80);
   }
-}
-
-// The ISAs this machine runs, scalar first.
-std::vector<std::string> available_isas() {
-  std::vector<std::string> out;
-  for (const char* isa : {"scalar", "avx2", "avx512"}) {
-    set_linear_isa(isa);
-    if (std::string(linear_isa()) == isa) out.push_back(isa);
-  }
-  set_linear_isa("auto");
-  return out;
 }
 
 std::vector<float> randn(int64_t n, uint32_t seed) {
@@ -151,24 +141,6 @@ Reference reference(const Fp8Weights& w, const std::vector<float>& x, int64_t m)
   }
   return r;
 }
-
-// Counts outputs with |got - want| > bound and describes the first.
-struct Mismatches {
-  int count = 0;
-  std::string first;
-  void check(const std::vector<float>& got, const std::vector<double>& want,
-             const std::vector<double>& bound, const char* what) {
-    for (size_t i = 0; i < got.size(); ++i) {
-      if (std::fabs(got[i] - want[i]) <= bound[i]) continue;
-      if (count++ == 0) {
-        std::ostringstream s;
-        s << what << ": output " << i << " got " << got[i] << " want " << want[i] << " bound "
-          << bound[i];
-        first = s.str();
-      }
-    }
-  }
-};
 
 class Fp8LinearTest : public ::testing::Test {
  protected:

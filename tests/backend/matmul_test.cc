@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/quant.h"
+#include "backend/linear_checks.h"
 #include "base/fp16.h"
 
 namespace kestrel::cpu {
@@ -21,17 +22,6 @@ namespace {
 const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,
                               DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
                               DType::Q4_K, DType::Q5_K, DType::Q6_K};
-
-// The ISAs this machine runs, scalar first.
-std::vector<std::string> available_isas() {
-  std::vector<std::string> out;
-  for (const char* isa : {"scalar", "avx2", "avx512"}) {
-    set_linear_isa(isa);
-    if (std::string(linear_isa()) == isa) out.push_back(isa);
-  }
-  set_linear_isa("auto");
-  return out;
-}
 
 std::vector<float> randn(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -166,24 +156,6 @@ Reference reference(const Weights& w, const std::vector<float>& x, int64_t m) {
   }
   return r;
 }
-
-// Counts outputs with |got - want| > bound and describes the first.
-struct Mismatches {
-  int count = 0;
-  std::string first;
-  void check(const std::vector<float>& got, const std::vector<double>& want,
-             const std::vector<double>& bound, const char* what) {
-    for (size_t i = 0; i < got.size(); ++i) {
-      if (std::fabs(got[i] - want[i]) <= bound[i]) continue;
-      if (count++ == 0) {
-        std::ostringstream s;
-        s << what << ": output " << i << " got " << got[i] << " want " << want[i] << " bound "
-          << bound[i];
-        first = s.str();
-      }
-    }
-  }
-};
 
 std::vector<double> scaled(const std::vector<double>& v, double f) {
   std::vector<double> out(v);

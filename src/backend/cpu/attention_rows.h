@@ -1,11 +1,13 @@
 // backend/cpu/attention_rows.h — row helpers the attention kernels share: converting rows
-// between f32 and a KV cache's storage dtype (F32, F16 or BF16), and the softmax of one row of
-// scores.
+// between f32 and a KV cache's storage dtype (F32, F16 or BF16), the softmax of one row of
+// scores, and the walk over a batch's query tiles.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/paged_attention.h"
 #include "tensor/dtype.h"
 
 namespace kestrel::cpu {
@@ -16,6 +18,15 @@ inline size_t cache_elem_size(DType t) {
 
 inline int64_t round_up8(int64_t n) {
   return (n + 7) & ~int64_t(7);
+}
+
+// Calls fn(seq, t0, t1) for every tile of at most `tile` consecutive query tokens of each
+// sequence, in batch order: the units the attention kernels split over threads.
+template <typename Fn>
+void for_each_query_tile(const AttentionBatch& batch, int tile, Fn&& fn) {
+  for (int s = 0; s < batch.num_seqs; ++s)
+    for (int64_t t0 = batch.query_start_loc[s]; t0 < batch.query_start_loc[s + 1]; t0 += tile)
+      fn(s, t0, std::min<int64_t>(t0 + tile, batch.query_start_loc[s + 1]));
 }
 
 // Stores n floats converted to the cache dtype (round to nearest even, as f32_to_f16/bf16).

@@ -302,9 +302,7 @@ void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer&
   // tiles up to kMaxRows rows, split further when there are too few units for the threads
   // (a lone long decode). Longest contexts first so the dynamic split ends evenly.
   int64_t tiles = 0;
-  for (int s = 0; s < batch.num_seqs; ++s)
-    tiles +=
-        (batch.query_start_loc[s + 1] - batch.query_start_loc[s] + kQueryTile - 1) / kQueryTile;
+  for_each_query_tile(batch, kQueryTile, [&](int, int64_t, int64_t) { ++tiles; });
   // Head splits giving about two units per thread.
   const int splits = int(std::clamp<int64_t>(
       (2 * int64_t(pool.size()) + tiles - 1) / std::max<int64_t>(tiles, 1), 1, num_heads));
@@ -314,15 +312,12 @@ void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer&
   thread_local std::vector<Unit> reused;
   std::vector<Unit>& units = reused;
   units.clear();
-  for (int s = 0; s < batch.num_seqs; ++s)
-    for (int64_t t0 = batch.query_start_loc[s]; t0 < batch.query_start_loc[s + 1];
-         t0 += kQueryTile) {
-      const int64_t t1 = std::min<int64_t>(t0 + kQueryTile, batch.query_start_loc[s + 1]);
-      int ht = std::min(split_heads, std::max(kMinHeads, kMaxRows / int(t1 - t0)));
-      ht = std::min(num_heads, (ht + kPvRows - 1) / kPvRows * kPvRows);
-      for (int h0 = 0; h0 < num_heads; h0 += ht)
-        units.push_back({t0, t1, s, h0, std::min(num_heads, h0 + ht)});
-    }
+  for_each_query_tile(batch, kQueryTile, [&](int s, int64_t t0, int64_t t1) {
+    int ht = std::min(split_heads, std::max(kMinHeads, kMaxRows / int(t1 - t0)));
+    ht = std::min(num_heads, (ht + kPvRows - 1) / kPvRows * kPvRows);
+    for (int h0 = 0; h0 < num_heads; h0 += ht)
+      units.push_back({t0, t1, s, h0, std::min(num_heads, h0 + ht)});
+  });
   std::sort(units.begin(), units.end(), [&](const Unit& a, const Unit& b) {
     return batch.positions[a.t1 - 1] > batch.positions[b.t1 - 1];
   });

@@ -213,12 +213,9 @@ void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch&
   thread_local std::vector<Unit> reused;
   std::vector<Unit>& units = reused;
   units.clear();
-  for (int s = 0; s < batch.num_seqs; ++s)
-    for (int64_t t0 = batch.query_start_loc[s]; t0 < batch.query_start_loc[s + 1];
-         t0 += kQueryTile) {
-      const int64_t t1 = std::min<int64_t>(t0 + kQueryTile, batch.query_start_loc[s + 1]);
-      for (int h = 0; h < kvh; ++h) units.push_back({t0, t1, s, h});
-    }
+  for_each_query_tile(batch, kQueryTile, [&](int s, int64_t t0, int64_t t1) {
+    for (int h = 0; h < kvh; ++h) units.push_back({t0, t1, s, h});
+  });
   std::sort(units.begin(), units.end(), [&](const Unit& a, const Unit& b) {
     return batch.positions[a.t1 - 1] > batch.positions[b.t1 - 1];
   });
