@@ -437,9 +437,6 @@ struct Q6KDot {
 // The float kernels take eight activation rows and several weight rows per call.
 constexpr DotKernels make_avx512_kernels() {
   DotKernels k = make_dot_kernels<FloatDot, SymDot, MinDot, KQuantDot, Q6KDot>();
-  k.f32 = dispatch_tile8<FloatDot<F32W>>;
-  k.f16 = dispatch_tile8<FloatDot<F16W>>;
-  k.bf16 = dispatch_tile8<FloatDot<BF16W>>;
   k.f32_rows = dispatch_rows8<FloatRows<F32W>>;
   k.f16_rows = dispatch_rows8<FloatRows<F16W>>;
   k.bf16_rows = dispatch_rows8<FloatRows<BF16W>>;

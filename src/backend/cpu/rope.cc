@@ -10,7 +10,10 @@ namespace kestrel::cpu {
 void apply_rope(float* x, int64_t n_tokens, int n_heads, int head_dim, const int32_t* positions,
                 const RopeParams& p) {
   const int half = p.rot_dim / 2;
-  std::vector<float> cos_t(half), sin_t(half);
+  // Per-thread tables: write_kv calls this once per token, on every layer.
+  thread_local std::vector<float> cos_t, sin_t;
+  cos_t.resize(size_t(half));
+  sin_t.resize(size_t(half));
   for (int64_t t = 0; t < n_tokens; ++t) {
     // Angles in f32 as the reference computes them (position × inv_freq, then cos/sin).
     const float pos = float(positions[t]);
