@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Builds and runs the kernel microbenchmarks (bench/kernels) in build-bench/.
 #   bench/kernels/run.sh                                   # everything, a few minutes on 2 cores
-#   bench/kernels/run.sh --benchmark_filter='q4_0.*M:1/'   # extra arguments go to both binaries
-# Both binaries accept the usual Google Benchmark flags (--benchmark_format=json, ...); a filter
-# that matches nothing in one binary just makes that one print no rows.
+#   bench/kernels/run.sh --benchmark_filter='q4_0.*M:1/'   # extra arguments go to every binary
+# The binaries accept the usual Google Benchmark flags (--benchmark_format=json, ...); a filter
+# that matches nothing in a binary just makes that one print no rows.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="$root/build-bench"
 cmake -S "$root" -B "$build" -G Ninja -DKESTREL_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release \
   > /dev/null
-ninja -C "$build" matmul_bench attention_bench
-for bin in matmul_bench attention_bench; do
+ninja -C "$build" matmul_bench attention_bench structured_bench
+for bin in matmul_bench attention_bench structured_bench; do
   "$build/bench/kernels/$bin" --benchmark_min_time=0.05 "$@"
 done

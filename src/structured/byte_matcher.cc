@@ -4,7 +4,14 @@
 #include <cstring>
 #include <utility>
 
+#include "structured/frames.h"
+
 namespace kestrel::structured {
+
+using frames::begin;
+using frames::child_done;
+using frames::make_frame;
+
 namespace {
 
 enum RootStage : uint8_t { kRootBefore, kRootValue, kRootDone };
@@ -34,19 +41,8 @@ enum NumberStage : uint8_t {
 // Frame fields: object a = first property still allowed, b = property being written;
 // array a = items started; string a = code points, b = hex digits seen or UTF-8 bytes still
 // due, c = allowed range of the next UTF-8 byte (lo | hi << 8) or "\u began with D";
-// number a = digits in the current part; literal [a, b) = candidate strings, c = bytes matched.
-Frame make_frame(FrameKind kind, uint8_t stage, int32_t id) {
-  Frame f;
-  f.kind = kind;
-  f.stage = stage;
-  f.ws = 0;
-  f.unused = 0;
-  f.id = id;
-  f.a = 0;
-  f.b = 0;
-  f.c = 0;
-  return f;
-}
+// number a = digits in the current part; literal [a, b) = candidate strings, c = bytes matched;
+// generic frames: see FrameKind.
 
 // Consumes c when it is whitespace the current gap still allows.
 bool gap(Frame& f, uint8_t c) {
@@ -60,33 +56,6 @@ bool gap(Frame& f, uint8_t c) {
     return true;
   }
   return false;
-}
-
-// The parent's bookkeeping once its key or value is complete.
-void child_done(const Grammar& g, Stack& s, int32_t payload) {
-  Frame& f = s.top();
-  f.ws = 0;
-  switch (f.kind) {
-    case FrameKind::kRoot:
-      f.stage = kRootDone;
-      break;
-    case FrameKind::kObject:
-      if (f.stage == kObjKey) {
-        if (g.nodes[f.id].free_value < 0) {
-          f.b = payload;
-          f.a = payload + 1;
-        }
-        f.stage = kObjColon;
-      } else {
-        f.stage = kObjAfterValue;
-      }
-      break;
-    case FrameKind::kArray:
-      f.stage = kArrAfterItem;
-      break;
-    default:
-      break;
-  }
 }
 
 // The top frame ended on the byte just consumed.
@@ -249,50 +218,11 @@ bool room_for_container(const Stack& s) {
   return s.depth() + 2 <= kMaxDepth;
 }
 
-// Starts value `id` with its first byte c on top of s (the parent already expects it).
-void begin(const Grammar& g, const Stack& s, int32_t id, uint8_t c, std::vector<Stack>& out) {
-  const Node& n = g.nodes[id];
-  if (n.kind == NodeKind::kUnion) {
-    for (const int32_t alt : n.alts) begin(g, s, alt, c, out);
-    return;
-  }
-  Stack t = s;
-  switch (n.kind) {
-    case NodeKind::kUnion:
-      return;
-    case NodeKind::kObject:
-      if (c != '{' || !room_for_container(s)) return;
-      t.push(make_frame(FrameKind::kObject, kObjOpen, id));
-      out.push_back(t);
-      return;
-    case NodeKind::kArray:
-      if (c != '[' || !room_for_container(s)) return;
-      t.push(make_frame(FrameKind::kArray, kArrOpen, id));
-      out.push_back(t);
-      return;
-    case NodeKind::kString:
-      if (c != '"' || !t.push(make_frame(FrameKind::kString, kStrChars, id))) return;
-      out.push_back(t);
-      return;
-    case NodeKind::kNumber:
-      if (!t.push(make_frame(FrameKind::kNumber, kNumStart, id))) return;
-      advance(g, t, c, out);
-      return;
-    case NodeKind::kLiteral: {
-      Frame f = make_frame(FrameKind::kLiteral, 0, n.table);
-      f.b = static_cast<int32_t>(g.tables[n.table].strings.size());
-      if (!t.push(f)) return;
-      advance(g, t, c, out);
-      return;
-    }
-  }
-}
-
 void advance_root(const Grammar& g, const Stack& s, uint8_t c, std::vector<Stack>& out) {
   Stack t = s;
   Frame& f = t.top();
   if (f.stage != kRootBefore) return;
-  if (gap(f, c)) {
+  if (g.json_whitespace && gap(f, c)) {
     out.push_back(t);
     return;
   }
@@ -323,7 +253,7 @@ void advance_object(const Grammar& g, const Stack& s, uint8_t c, std::vector<Sta
   const Node& n = g.nodes[f.id];
   const bool free = n.free_value >= 0;
   const bool gap_allowed = f.stage != kObjKey && f.stage != kObjValue;
-  if (gap_allowed && gap(f, c)) {
+  if (gap_allowed && g.json_whitespace && gap(f, c)) {
     out.push_back(t);
     return;
   }
@@ -367,7 +297,7 @@ void advance_array(const Grammar& g, const Stack& s, uint8_t c, std::vector<Stac
   Stack t = s;
   Frame& f = t.top();
   const Node& n = g.nodes[f.id];
-  if (f.stage != kArrItem && gap(f, c)) {
+  if (f.stage != kArrItem && g.json_whitespace && gap(f, c)) {
     out.push_back(t);
     return;
   }
@@ -465,6 +395,93 @@ void advance_literal(const Grammar& g, const Stack& s, uint8_t c, std::vector<St
 
 }  // namespace
 
+Frame frames::make_frame(FrameKind kind, uint8_t stage, int32_t id) {
+  Frame f;
+  f.kind = kind;
+  f.stage = stage;
+  f.ws = 0;
+  f.unused = 0;
+  f.id = id;
+  f.a = 0;
+  f.b = 0;
+  f.c = 0;
+  return f;
+}
+
+void frames::child_done(const Grammar& g, Stack& s, int32_t payload) {
+  Frame& f = s.top();
+  f.ws = 0;
+  switch (f.kind) {
+    case FrameKind::kRoot:
+      f.stage = kRootDone;
+      break;
+    case FrameKind::kObject:
+      if (f.stage == kObjKey) {
+        if (g.nodes[f.id].free_value < 0) {
+          f.b = payload;
+          f.a = payload + 1;
+        }
+        f.stage = kObjColon;
+      } else {
+        f.stage = kObjAfterValue;
+      }
+      break;
+    case FrameKind::kArray:
+      f.stage = kArrAfterItem;
+      break;
+    default:
+      generic_child_done(g, f);
+      break;
+  }
+}
+
+void frames::begin(const Grammar& g, const Stack& s, int32_t id, uint8_t c,
+                   std::vector<Stack>& out) {
+  const Node& n = g.nodes[id];
+  switch (n.kind) {
+    case NodeKind::kUnion:
+      for (const int32_t alt : n.alts) begin(g, s, alt, c, out);
+      return;
+    case NodeKind::kSequence:
+    case NodeKind::kRepeat:
+    case NodeKind::kCharClass:
+      begin_generic(g, s, id, c, out);
+      return;
+    default:
+      break;
+  }
+  Stack t = s;
+  switch (n.kind) {
+    case NodeKind::kObject:
+      if (c != '{' || !room_for_container(s)) return;
+      t.push(make_frame(FrameKind::kObject, kObjOpen, id));
+      out.push_back(t);
+      return;
+    case NodeKind::kArray:
+      if (c != '[' || !room_for_container(s)) return;
+      t.push(make_frame(FrameKind::kArray, kArrOpen, id));
+      out.push_back(t);
+      return;
+    case NodeKind::kString:
+      if (c != '"' || !t.push(make_frame(FrameKind::kString, kStrChars, id))) return;
+      out.push_back(t);
+      return;
+    case NodeKind::kNumber:
+      if (!t.push(make_frame(FrameKind::kNumber, kNumStart, id))) return;
+      advance(g, t, c, out);
+      return;
+    case NodeKind::kLiteral: {
+      Frame f = make_frame(FrameKind::kLiteral, 0, n.table);
+      f.b = static_cast<int32_t>(g.tables[n.table].strings.size());
+      if (!t.push(f)) return;
+      advance(g, t, c, out);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
 void Stack::copy_frames(const Stack& o) {
   std::memcpy(frames_.data(), o.frames_.data(), sizeof(Frame) * depth_);
 }
@@ -494,6 +511,10 @@ void advance(const Grammar& g, const Stack& s, uint8_t c, std::vector<Stack>& ou
       return advance_number(g, s, c, out);
     case FrameKind::kLiteral:
       return advance_literal(g, s, c, out);
+    case FrameKind::kSequence:
+    case FrameKind::kRepeat:
+    case FrameKind::kClass:
+      return frames::advance_generic(g, s, c, out);
   }
 }
 
@@ -507,18 +528,22 @@ void dedupe(std::vector<Stack>& stacks) {
     if (kept != i) stacks[kept] = stacks[i];
     ++kept;
   }
-  stacks.erase(stacks.begin() + kept, stacks.end());
+  stacks.erase(stacks.begin() + std::min(kept, kMaxStacks), stacks.end());
 }
 
 bool can_finish(const Grammar& g, const Stack& s) {
   Stack t = s;
   while (true) {
     const Frame& f = t.top();
-    if (f.kind == FrameKind::kRoot) return f.stage == kRootDone;
+    if (f.kind == FrameKind::kRoot) {
+      // A generic root may match the empty string.
+      return f.stage == kRootDone || (f.stage == kRootBefore && g.nodes[g.root].nullable);
+    }
     int32_t payload = -1;
     if (f.kind == FrameKind::kLiteral && literal_can_end(g, f)) {
       payload = g.tables[f.id].payloads[f.a];
-    } else if (f.kind != FrameKind::kNumber || !number_can_end(f)) {
+    } else if (!(f.kind == FrameKind::kNumber && number_can_end(f)) &&
+               !frames::generic_can_end(g, f)) {
       return false;
     }
     t.pop();

@@ -1,8 +1,13 @@
-// structured/byte_matcher.h — a pushdown automaton over bytes that accepts exactly the JSON
-// texts a Grammar allows (compact or lightly indented). Nondeterminism (anyOf, keys sharing a
-// prefix, a number or literal that may end here) is kept as a small set of stacks, each a
+// structured/byte_matcher.h — a pushdown automaton over bytes that accepts exactly the texts a
+// Grammar allows: JSON (compact or lightly indented) or, for the generic nodes, exactly the
+// strings of the regex / EBNF / choices. Nondeterminism (alternatives, keys sharing a prefix, a
+// number, literal or repetition that may end here) is kept as a small set of stacks, each a
 // fixed-size array of frames so that a copy is a short memcpy: the token mask explores tokens
 // by copying states byte by byte.
+//
+// Generic nodes enter a frame only when the stack has room for the node's Node::height, and a
+// sequence's last item replaces the sequence frame (a tail call), so every reachable state can
+// still be completed and right recursion does not grow the stack.
 #pragma once
 
 #include <array>
@@ -19,6 +24,10 @@ namespace kestrel::structured {
 // Frames per stack. Containers need room for one child, so JSON nests at most kMaxDepth - 2
 // containers deep (recursive schemas stop opening containers there).
 inline constexpr int kMaxDepth = 32;
+// Parses kept at once. A very ambiguous client grammar could otherwise multiply them without
+// bound on the engine thread; dropping the excess only narrows what may still be written, since
+// every kept stack can be completed on its own.
+inline constexpr size_t kMaxStacks = 256;
 // Between two tokens at most one space, or a newline followed by up to kMaxIndent spaces or
 // tabs, so a model cannot stall on whitespace. Nothing may follow the top-level value.
 inline constexpr int kMaxIndent = 32;
@@ -27,7 +36,17 @@ inline constexpr int kMaxIntDigits = 20;
 inline constexpr int kMaxFracDigits = 20;
 inline constexpr int kMaxExpDigits = 2;  // 1e99: far from overflowing a double
 
-enum class FrameKind : uint8_t { kRoot, kObject, kArray, kString, kNumber, kLiteral };
+enum class FrameKind : uint8_t {
+  kRoot,
+  kObject,
+  kArray,
+  kString,
+  kNumber,
+  kLiteral,
+  kSequence,  // a = the item in progress, or the next one once it is done
+  kRepeat,    // a = rounds done (capped at min_items when unbounded: more make no difference)
+  kClass,     // a = state of the class automaton inside a multi-byte character
+};
 
 // Trivial on purpose (no initializers): stacks copy only their live frames.
 struct Frame {
@@ -76,7 +95,7 @@ class Stack {
 Stack initial_stack(const Grammar& g);
 // Appends to `out` every stack `s` becomes after consuming byte c (none: c is rejected).
 void advance(const Grammar& g, const Stack& s, uint8_t c, std::vector<Stack>& out);
-// Drops repeated stacks.
+// Drops repeated stacks, and any beyond kMaxStacks.
 void dedupe(std::vector<Stack>& stacks);
 // Whether the text may end here (the top-level value is complete).
 bool can_finish(const Grammar& g, const Stack& s);

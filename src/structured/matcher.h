@@ -8,6 +8,7 @@
 
 #include "structured/byte_matcher.h"
 #include "structured/grammar.h"
+#include "structured/state_cache.h"
 #include "structured/token_trie.h"
 
 namespace kestrel::structured {
@@ -29,11 +30,16 @@ class Matcher {
   const ByteMatcher& byte_matcher() const { return bytes_; }
 
  private:
-  void walk(const ByteTrie& trie, std::vector<uint64_t>& bits);
+  void walk(const ByteTrie& trie, int32_t state, std::vector<uint64_t>& bits);
+  // Through the state cache; false when it filled up on the way (bits then hold a subset).
+  bool walk_cached(const ByteTrie& trie, int32_t state, std::vector<uint64_t>& bits);
+  void walk_direct(const ByteTrie& trie, std::vector<uint64_t>& bits);
 
   ByteMatcher bytes_;
   std::shared_ptr<const TokenTrie> trie_;
-  std::vector<std::vector<Stack>> levels_;  // walk state after each prefix depth
+  StateCache cache_;
+  std::vector<int32_t> ids_;                // cached walk: state after each prefix depth
+  std::vector<std::vector<Stack>> levels_;  // direct walk: the same as stacks
   bool ended_ = false;
 };
 

@@ -248,6 +248,18 @@ TEST(ByteMatcher, WhitespaceIsBounded) {
   expect_valid(any, R"({"a":1 , "b":2})");
 }
 
+// disable_any_whitespace: the same grammar with json_whitespace off admits no whitespace at all
+// between tokens, while strings keep their spaces.
+TEST(ByteMatcher, CompactJsonHasNoWhitespace) {
+  auto compact = std::make_shared<Grammar>(*json_object_grammar());
+  compact->json_whitespace = false;
+  expect_valid(compact, R"({"a":[1,2],"b":"x y"})");
+  expect_reject_at(compact, R"({"a": 1})", 5);
+  expect_reject_at(compact, R"({"a":[1, 2]})", 8);
+  expect_reject_at(compact, " {}", 0);
+  expect_reject_at(compact, "{\n}", 1);
+}
+
 TEST(PlainStringChars, CountsCodePoints) {
   EXPECT_EQ(plain_string_chars("abc"), 3);
   EXPECT_EQ(plain_string_chars(" \xC3\xA9t\xC3\xA9"), 4);
