@@ -126,6 +126,16 @@ const std::vector<std::string>& reasoning_parser_names() {
   return names;
 }
 
+ReasoningSplit feed_reasoning(ReasoningParser& parser, std::string_view delta, bool last) {
+  ReasoningSplit split = parser.feed(delta);
+  if (last) {
+    ReasoningSplit rest = parser.finish();
+    split.reasoning += rest.reasoning;
+    split.content += rest.content;
+  }
+  return split;
+}
+
 std::unique_ptr<ReasoningParser> make_reasoning_parser(std::string_view name,
                                                        std::string_view prompt) {
   const auto& names = reasoning_parser_names();

@@ -43,6 +43,9 @@ class ReasoningParser {
   virtual ReasoningSplit finish() = 0;
 };
 
+// feed(delta), and when `last` also what finish() held back: one streamed piece's split.
+ReasoningSplit feed_reasoning(ReasoningParser& parser, std::string_view delta, bool last);
+
 // `prompt` is the rendered chat prompt, generation prompt included. nullptr for unknown names.
 std::unique_ptr<ReasoningParser> make_reasoning_parser(std::string_view name,
                                                        std::string_view prompt);

@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string_view>
 
 #include "base/logging.h"
 #include "chat/template_source.h"
@@ -19,10 +22,15 @@
 #include "server/metrics.h"
 #include "server/openai_server.h"
 #include "server/protocol/responses.h"
+#include "server/responses_store.h"
 
 namespace kestrel::cli {
 
 namespace {
+
+// Responses kept for GET /v1/responses/{id} and previous_response_id before the oldest finished
+// one is dropped (vLLM keeps them all, and warns of the leak).
+constexpr size_t kResponsesStoreCapacity = 10000;
 
 int usage_error(const std::string& message) {
   size_t start = 0;
@@ -97,6 +105,14 @@ int serve(ServeArgs& a) {
     ctx.default_chat_template_kwargs = nlohmann::json::parse(a.default_chat_template_kwargs);
   server::ServerMetrics metrics(a.served_model_names.front(), ctx.max_model_len);
   ctx.metrics = &metrics;
+  // vLLM's switch for the Responses API store (off by default: stored responses take memory).
+  std::optional<server::ResponsesStore> responses_store;
+  if (const char* v = std::getenv("VLLM_ENABLE_RESPONSES_API_STORE");
+      v != nullptr && (std::string_view(v) == "1" || std::string_view(v) == "true")) {
+    responses_store.emplace(kResponsesStoreCapacity);
+    ctx.responses_store = &*responses_store;
+    KLOG_INFO("Responses API store on (at most {} responses kept)", kResponsesStoreCapacity);
+  }
 
   server::HttpServerOptions options;
   options.host = a.host;

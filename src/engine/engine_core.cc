@@ -30,16 +30,18 @@ Status EngineCore::add_request(const EngineRequest& request) {
     return make_error("request {}: min_tokens {} must be in [0, max_tokens {}]", request.id,
                       request.min_tokens, request.max_tokens);
   KTRY(scheduler_.add_request(request.id, request.prompt_token_ids, request.max_tokens,
-                              /*read_prefix_cache=*/request.prompt_logprobs < 0));
+                              /*read_prefix_cache=*/request.prompt_logprobs < 0,
+                              request.cache_keys));
   RequestState rules{request.min_tokens, request.stop_token_ids,
                      request.ignore_eos, request.sampling.logprobs >= 0,
                      std::nullopt,       0};
   std::vector<int32_t> suppressed = rules.stop_token_ids;
   if (!request.ignore_eos)
     suppressed.insert(suppressed.end(), eos_token_ids_.begin(), eos_token_ids_.end());
-  runner_.add_request(request.id, RunnerRequestParams{request.sampling, request.seed,
-                                                      request.min_tokens, std::move(suppressed),
-                                                      request.prompt_logprobs, request.constraint});
+  runner_.add_request(
+      request.id,
+      RunnerRequestParams{request.sampling, request.seed, request.min_tokens, std::move(suppressed),
+                          request.prompt_logprobs, request.constraint, request.logits_rules});
   request_state_[request.id] = std::move(rules);
   return {};
 }

@@ -35,6 +35,9 @@ struct EngineRequest {
   int prompt_logprobs = -1;
   // Structured output: limits which tokens may be sampled (engine thread only).
   std::shared_ptr<TokenConstraint> constraint;
+  LogitsRules logits_rules;  // applied to each sampled row before the constraint
+  // Mixed into the request's block hashes (a hashed cache_salt): prefix-cache isolation.
+  std::vector<uint64_t> cache_keys;
 };
 
 enum class FinishReason { kStop, kLength, kAbort, kError };

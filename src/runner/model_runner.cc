@@ -90,6 +90,8 @@ Expected<StepOutput> ModelRunner::execute(const SchedulerOutput& output,
     }
     if (!r.sample) continue;
     std::span<float> last = row(r.count - 1);
+    if (!st.params.logits_rules.empty())
+      apply_logits_rules(st.params.logits_rules, req.output_token_ids, last);
     if (req.num_output_tokens() < st.params.min_tokens) {
       for (int32_t t : st.params.min_tokens_suppressed)
         if (t >= 0 && t < vocab) last[size_t(t)] = -std::numeric_limits<float>::infinity();

@@ -12,6 +12,7 @@
 #include "backend/cpu/sampling.h"
 #include "model/batch_builder.h"
 #include "model/causal_lm.h"
+#include "runner/logits_rules.h"
 #include "runner/token_constraint.h"
 #include "sched/request.h"
 #include "sched/scheduler_output.h"
@@ -53,6 +54,7 @@ struct RunnerRequestParams {
   std::vector<int32_t> min_tokens_suppressed;
   int prompt_logprobs = -1;  // -1 = none; N >= 0 = score each prompt token with the top N
   std::shared_ptr<TokenConstraint> constraint;  // structured output; null = unconstrained
+  LogitsRules logits_rules;                     // logit_bias, allowed_token_ids, bad_words
 };
 
 class ModelRunner {

@@ -39,6 +39,9 @@ struct Request {
   // Prompt tokens served by the prefix cache at first admission (usage.cached_tokens).
   int64_t num_cached_tokens = 0;
   bool read_prefix_cache = true;  // false: never start from cached blocks
+  // Mixed into every block hash (a hashed cache_salt): requests with different keys never
+  // share cached blocks.
+  std::vector<uint64_t> cache_keys;
 
   int64_t num_tokens() const { return static_cast<int64_t>(all_token_ids.size()); }
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }

@@ -42,7 +42,7 @@ Scheduler::Scheduler(const SchedulerConfig& config)
 }
 
 Status Scheduler::add_request(const RequestId& id, std::vector<int32_t> prompt, int64_t max_tokens,
-                              bool read_prefix_cache) {
+                              bool read_prefix_cache, std::vector<uint64_t> cache_keys) {
   if (requests_.count(id) != 0) return make_error("request {}: duplicate id", id);
   if (prompt.empty()) return make_error("request {}: empty prompt", id);
   if (max_tokens < 1)
@@ -54,6 +54,7 @@ Status Scheduler::add_request(const RequestId& id, std::vector<int32_t> prompt, 
   }
   auto req = std::make_unique<Request>(id, std::move(prompt), max_tokens, next_arrival_++);
   req->read_prefix_cache = read_prefix_cache;
+  req->cache_keys = std::move(cache_keys);
   waiting_.push_back(req.get());
   requests_.emplace(id, std::move(req));
   return Status::Ok();
@@ -75,7 +76,8 @@ void Scheduler::publish_blocks(const Request& req, int64_t num_new_tokens) {
   // Published when scheduled, not when computed: the forward pass writes every token's K/V of a
   // layer before any attention of that layer reads, so a request admitted later in this same
   // step can already share these blocks (vLLM caches at allocation for the same reason).
-  kv_.cache_blocks(req.id, req.all_token_ids, req.num_computed_tokens + num_new_tokens);
+  kv_.cache_blocks(req.id, req.all_token_ids, req.num_computed_tokens + num_new_tokens,
+                   req.cache_keys);
 }
 
 Request* Scheduler::preempt_newest() {
@@ -122,7 +124,7 @@ SchedulerOutput Scheduler::schedule() {
     Request* req = waiting_.front();
     ComputedBlocks hit;
     if (config_.enable_prefix_caching && req->read_prefix_cache)
-      hit = kv_.get_computed_blocks(req->all_token_ids);
+      hit = kv_.get_computed_blocks(req->all_token_ids, req->cache_keys);
     const int64_t remaining = req->num_tokens() - hit.num_tokens;
     if (!config_.enable_chunked_prefill && remaining > budget) break;
     const int64_t num_new = std::min(remaining, budget);

@@ -40,8 +40,9 @@ class Scheduler {
   // that leaves no room for an output within max_model_len.
   // `read_prefix_cache` false: the prompt is always computed (prompt logprobs need every
   // position's logits); its blocks are still offered to the cache.
+  // `cache_keys` go into every block hash of the request (see Request::cache_keys).
   Status add_request(const RequestId& id, std::vector<int32_t> prompt, int64_t max_tokens,
-                     bool read_prefix_cache = true);
+                     bool read_prefix_cache = true, std::vector<uint64_t> cache_keys = {});
 
   // Picks this step's work: running requests first, then waiting ones in queue order.
   SchedulerOutput schedule();

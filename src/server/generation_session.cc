@@ -7,16 +7,13 @@
 #include "server/forced_tool_calls.h"
 #include "server/http/sse.h"
 #include "server/protocol/protocol_error.h"
+#include "server/request_timing.h"
 
 namespace kestrel::server {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds(Clock::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
 
 StopReason api_stop_reason(const kestrel::StopReason& r) {
   if (const auto* s = std::get_if<std::string>(&r)) return *s;
@@ -49,20 +46,9 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
       }
       choices_[i].stream = *stream;
     }
-    if (spec_.stream) {
+    if (spec_.stream)
       responder_->start_stream(200, "text/event-stream",
                                {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
-      if (spec_.kind == StreamKind::kChat) {
-        for (size_t i = 0; i < choices_.size(); ++i) {
-          ChatStreamChoice c;
-          c.index = int64_t(i);
-          c.delta.role = "assistant";
-          c.delta.content = "";
-          responder_->send_chunk(
-              send_json(chat_stream_chunk(spec_.id, spec_.created, spec_.model, {c})));
-        }
-      }
-    }
     // The session keeps itself alive until every choice has ended; callbacks hold it weakly.
     self_ = shared_from_this();
     std::weak_ptr<GenerationSession> weak = self_;
@@ -78,18 +64,17 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
  private:
   struct Choice {
     std::shared_ptr<RequestStream> stream;
-    RequestOutput meta;     // counts, finish and stop reason (text and logprobs live below)
-    std::string text;       // the choice's text as reported (echo included; content only with a
-                            // reasoning parser)
-    std::string reasoning;  // with a reasoning parser: the reasoning text so far
-    bool streamed_tool_calls = false;                      // a parsed tool call was streamed
-    std::vector<TokenLogprobInfo> logprobs;                // as reported (prompt tokens first)
+    RequestOutput meta;  // counts, finish and stop reason (text and logprobs live below)
+    std::string text;    // the choice's text as reported (completions echo included; content only
+                         // with a reasoning parser)
+    std::string reasoning;                   // with a reasoning parser: the reasoning text so far
+    bool streamed_tool_calls = false;        // a parsed tool call was streamed
+    std::vector<TokenLogprobInfo> logprobs;  // as reported (prompt tokens first)
     std::vector<PromptPositionLogprobs> prompt_positions;  // the prompt_logprobs field
     bool finished = false;
     bool started = false;        // the echo and the first prompt token were reported
     int64_t streamed_bytes = 0;  // text already streamed (completions logprobs text_offset)
-    std::optional<Clock::time_point> first_token, last_token;
-    std::vector<double> itls;
+    TokenTimer timer;
   };
 
   void abort_all() {
@@ -98,8 +83,32 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
       if (!c.finished) ctx_.engine->abort(c.stream->id());
   }
 
+  // Chat streams open with every choice's role chunk (and its echo) when the first output
+  // arrives, as vLLM sends them: a client that times the first chunk measures the first token.
+  void send_role_chunks() {
+    if (role_sent_ || !spec_.stream || spec_.kind != StreamKind::kChat) return;
+    role_sent_ = true;
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      ChatStreamChoice c;
+      c.index = int64_t(i);
+      c.delta.role = "assistant";
+      c.delta.content = "";
+      responder_->send_chunk(
+          send_json(chat_stream_chunk(spec_.id, spec_.created, spec_.model, {c})));
+    }
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      if (spec_.choices[i].echo.empty()) continue;
+      ChatStreamChoice c;
+      c.index = int64_t(i);
+      c.delta.content = spec_.choices[i].echo;
+      responder_->send_chunk(
+          send_json(chat_stream_chunk(spec_.id, spec_.created, spec_.model, {c})));
+    }
+  }
+
   void on_output(size_t i) {
     std::lock_guard lock(mu_);
+    send_role_chunks();
     Choice& c = choices_[i];
     while (!c.finished) {
       std::optional<RequestOutput> out = c.stream->try_next();
@@ -108,13 +117,11 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
     }
   }
 
+  // How logprob tokens are spelled: decoded, or "token_id:N" (return_tokens_as_token_ids).
+  const Tokenizer* token_spelling() const { return spec_.tokens_as_ids ? nullptr : ctx_.tokenizer; }
+
   TokenLogprobInfo info(const TokenLogprobs& t) const {
-    TokenLogprobInfo out;
-    out.token = logprob_token_text(ctx_.tokenizer, t.token);
-    out.logprob = t.logprob;
-    for (const auto& alt : t.top)
-      out.top.emplace_back(logprob_token_text(ctx_.tokenizer, alt.token), alt.logprob);
-    return out;
+    return token_logprob_info(token_spelling(), t);
   }
 
   // A scored prompt token for echo: its alternatives always include the token itself, as vLLM's.
@@ -129,11 +136,11 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
   // vLLM's prompt_logprobs entry: the prompt token with its rank, then the top alternatives.
   PromptPositionLogprobs position(const TokenLogprobs& t) const {
     PromptPositionLogprobs out;
-    out.push_back({t.token, t.logprob, t.rank, logprob_token_text(ctx_.tokenizer, t.token)});
+    out.push_back({t.token, t.logprob, t.rank, logprob_token_text(token_spelling(), t.token)});
     for (size_t k = 0; k < t.top.size(); ++k) {
       if (t.top[k].token == t.token) continue;
       out.push_back({t.top[k].token, t.top[k].logprob, int64_t(k) + 1,
-                     logprob_token_text(ctx_.tokenizer, t.top[k].token)});
+                     logprob_token_text(token_spelling(), t.top[k].token)});
     }
     return out;
   }
@@ -156,25 +163,18 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
 
   void handle(size_t i, RequestOutput out) {
     Choice& c = choices_[i];
-    const auto now = Clock::now();
-    if (!out.token_ids.empty()) {
-      if (!c.first_token) {
-        c.first_token = now;
-      } else {
-        c.itls.push_back(seconds(now - *c.last_token));
-      }
-      c.last_token = now;
-    }
+    c.timer.on_output(!out.token_ids.empty());
     const SessionChoice& sc = spec_.choices[i];
     std::string text;
     std::vector<TokenLogprobInfo> infos;
     if (!c.started) {
       c.started = true;
-      text = sc.echo;
+      // Chat's echo is content that no parser sees; it is sent on its own (see start()).
+      if (spec_.kind == StreamKind::kCompletion) text = sc.echo;
       // The first prompt token has nothing before it to be scored against.
       if (sc.echo_logprobs && !sc.prompt_ids.empty())
         infos.push_back(TokenLogprobInfo{
-            logprob_token_text(ctx_.tokenizer, sc.prompt_ids[0]), std::nullopt, {}});
+            logprob_token_text(token_spelling(), sc.prompt_ids[0]), std::nullopt, {}});
       if (sc.prompt_logprobs >= 0) c.prompt_positions.emplace_back();
     }
     for (const TokenLogprobs& t : out.prompt_logprobs) {
@@ -187,14 +187,9 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
     }
     std::string reasoning;
     if (sc.reasoning) {
-      chat::ReasoningSplit split = sc.reasoning->feed(text);
-      if (out.finished()) {
-        chat::ReasoningSplit rest = sc.reasoning->finish();
-        split.reasoning += rest.reasoning;
-        split.content += rest.content;
-      }
+      chat::ReasoningSplit split = chat::feed_reasoning(*sc.reasoning, text, out.finished());
       text = std::move(split.content);
-      reasoning = std::move(split.reasoning);
+      if (spec_.include_reasoning) reasoning = std::move(split.reasoning);
       c.reasoning += reasoning;
     }
     c.text += text;
@@ -226,12 +221,7 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
     } else if (spec_.stream) {
       std::vector<chat::ToolCallDelta> calls;
       if (sc.tool_parser) {
-        chat::ToolStreamDelta d = sc.tool_parser->feed(text);
-        if (out.finished()) {
-          chat::ToolStreamDelta rest = sc.tool_parser->finish();
-          d.content += rest.content;
-          d.tool_calls.insert(d.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
-        }
+        chat::ToolStreamDelta d = chat::feed_tool_calls(*sc.tool_parser, text, out.finished());
         text = std::move(d.content);
         calls = std::move(d.tool_calls);
         if (!calls.empty()) c.streamed_tool_calls = true;
@@ -381,6 +371,8 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
             ch.finish_reason = forced_finish_reason(i);
           }
         }
+        if (const std::string& echo = spec_.choices[i].echo; !echo.empty())
+          ch.message.content = echo + ch.message.content.value_or("");
         r.choices.push_back(std::move(ch));
       }
       body = chat_response(r);
@@ -409,24 +401,8 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
   void record_metrics(size_t i) {
     if (ctx_.metrics == nullptr) return;
     const Choice& c = choices_[i];
-    const RequestOutput& o = c.meta;
-    const auto now = Clock::now();
-    RequestMetricsSample s;
-    s.finished_reason = finish_reason_name(*o.finish_reason);
-    const auto scheduled = o.first_scheduled.value_or(arrival_);
-    s.queue_time_s = seconds(scheduled - arrival_);
-    if (c.first_token) {
-      s.ttft_s = seconds(*c.first_token - arrival_);
-      s.prefill_time_s = seconds(*c.first_token - scheduled);
-      s.decode_time_s = seconds(*c.last_token - *c.first_token);
-    }
-    s.e2e_s = seconds(now - arrival_);
-    s.inter_token_latencies_s = c.itls;
-    s.prompt_tokens = o.num_prompt_tokens;
-    s.generation_tokens = o.num_output_tokens;
-    s.max_tokens_param = spec_.max_tokens_param;
-    s.n = i == 0 ? spec_.n : 0;
-    ctx_.metrics->record_request(s);
+    ctx_.metrics->record_request(
+        c.timer.sample(c.meta, arrival_, spec_.max_tokens_param, i == 0 ? spec_.n : 0));
   }
 
   ServingContext& ctx_;
@@ -435,6 +411,7 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
   std::mutex mu_;
   std::vector<Choice> choices_;
   size_t num_finished_ = 0;
+  bool role_sent_ = false;
   bool done_ = false;
   Clock::time_point arrival_;
   std::shared_ptr<GenerationSession> self_;
@@ -446,6 +423,15 @@ std::string logprob_token_text(const Tokenizer* tokenizer, int32_t id) {
   if (tokenizer == nullptr) return "token_id:" + std::to_string(id);
   const int32_t one[1] = {id};
   return tokenizer->decode(one, /*skip_special_tokens=*/false);
+}
+
+TokenLogprobInfo token_logprob_info(const Tokenizer* tokenizer, const TokenLogprobs& t) {
+  TokenLogprobInfo out;
+  out.token = logprob_token_text(tokenizer, t.token);
+  out.logprob = t.logprob;
+  for (const auto& alt : t.top)
+    out.top.emplace_back(logprob_token_text(tokenizer, alt.token), alt.logprob);
+  return out;
 }
 
 void start_generation(ServingContext& ctx, std::shared_ptr<Responder> responder, SessionSpec spec) {

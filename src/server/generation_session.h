@@ -21,7 +21,8 @@ namespace kestrel::server {
 
 struct SessionChoice {
   GenerateRequest request;   // engine id must be unique
-  std::string echo;          // completions echo: the prompt text, sent before the output
+  std::string echo;          // echo: the prompt text (completions) or the last assistant
+                             // message (chat), sent before the output
   int64_t prompt_index = 0;  // choices of one prompt share its usage.prompt_tokens
   std::vector<int32_t> prompt_ids;
   bool echo_logprobs = false;  // logprobs start with the prompt's tokens (echo + logprobs)
@@ -44,8 +45,10 @@ struct SessionSpec {
   bool stream = false;
   bool include_usage = false;
   bool continuous_usage = false;
-  bool logprobs = false;         // report per-token logprobs
-  int64_t max_tokens_param = 0;  // for metrics; 0 when the client gave none
+  bool logprobs = false;          // report per-token logprobs
+  bool tokens_as_ids = false;     // logprob tokens spelled "token_id:N"
+  bool include_reasoning = true;  // false: a reasoning parser's reasoning is dropped
+  int64_t max_tokens_param = 0;   // for metrics; 0 when the client gave none
   int64_t n = 1;
   std::vector<SessionChoice> choices;
 };
@@ -57,5 +60,7 @@ void start_generation(ServingContext& ctx, std::shared_ptr<Responder> responder,
 // The token text reported in logprobs: the token decoded alone (partial UTF-8 allowed; the
 // response builders repair it), or "token_id:N" without a tokenizer.
 std::string logprob_token_text(const Tokenizer* tokenizer, int32_t id);
+// A sampled token's logprob and alternatives with their texts (logprob_token_text).
+TokenLogprobInfo token_logprob_info(const Tokenizer* tokenizer, const TokenLogprobs& t);
 
 }  // namespace kestrel::server

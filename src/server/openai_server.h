@@ -1,6 +1,6 @@
 // server/openai_server.h — the OpenAI-compatible API of `kestrel serve` on an HttpServer: routes
-// (/v1/completions, /v1/chat/completions, /v1/models, /tokenize, /detokenize, /health, /version,
-// /metrics), API-key checks and readiness.
+// (/v1/completions, /v1/chat/completions, /v1/responses, /v1/models, /tokenize, /detokenize,
+// /health, /version, /metrics), API-key checks and readiness.
 #pragma once
 
 #include "server/http/http_server.h"

@@ -2,42 +2,11 @@
 
 #include <algorithm>
 
+#include "server/chat_conversation.h"
+
 namespace kestrel::server {
 
 namespace {
-
-// vLLM's "string" content format: a list of text parts becomes one string, parts joined by
-// newlines, so templates written for plain-string content render it.
-nlohmann::ordered_json normalize_message(const nlohmann::json& message) {
-  nlohmann::ordered_json out = nlohmann::ordered_json::object();
-  for (const auto& [key, value] : message.items()) {
-    if (key == "content" && value.is_array()) {
-      std::string text;
-      for (const auto& part : value) {
-        if (!text.empty()) text += "\n";
-        text += part.value("text", "");
-      }
-      out[key] = text;
-    } else if (key == "tool_calls" && value.is_array()) {
-      // Templates index arguments as a mapping (HF convention); clients send a JSON string.
-      nlohmann::ordered_json calls = nlohmann::ordered_json::array();
-      for (const auto& call : value) {
-        nlohmann::ordered_json c = call;
-        if (c.contains("function") && c["function"].contains("arguments") &&
-            c["function"]["arguments"].is_string()) {
-          auto parsed = nlohmann::ordered_json::parse(c["function"]["arguments"].get<std::string>(),
-                                                      nullptr, /*allow_exceptions=*/false);
-          if (!parsed.is_discarded()) c["function"]["arguments"] = parsed;
-        }
-        calls.push_back(std::move(c));
-      }
-      out[key] = std::move(calls);
-    } else {
-      out[key] = nlohmann::ordered_json(value);
-    }
-  }
-  return out;
-}
 
 std::string special_token(const Tokenizer* tok, std::optional<int32_t> id) {
   if (tok == nullptr || !id) return "";
@@ -63,9 +32,7 @@ ParseResult<std::string> render_chat_prompt(const ServingContext& ctx, const Cha
   }
 
   nlohmann::ordered_json context = nlohmann::ordered_json::object();
-  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  for (const auto& m : *o.messages) messages.push_back(normalize_message(m));
-  context["messages"] = messages;
+  context["messages"] = template_conversation(*o.messages);
   if (o.tools) context["tools"] = nlohmann::ordered_json(*o.tools);
   if (o.documents) context["documents"] = nlohmann::ordered_json(*o.documents);
   context["add_generation_prompt"] = o.add_generation_prompt;
@@ -82,13 +49,19 @@ ParseResult<std::string> render_chat_prompt(const ServingContext& ctx, const Cha
       context[k] = nlohmann::ordered_json(v);
 
   auto rendered = tmpl->render(context);
+  if (!rendered.ok() && has_text_arguments(*o.messages)) {
+    // Some templates concatenate the arguments as text (DeepSeek-V3.1's): give them the JSON
+    // text the client sent.
+    context["messages"] = template_conversation(*o.messages, ArgumentsForm::kText);
+    auto as_text = tmpl->render(context);
+    if (as_text.ok()) rendered = std::move(as_text);
+  }
   if (!rendered.ok()) return bad_request("chat template error: " + rendered.error().message);
+  const nlohmann::ordered_json& messages = context["messages"];
   std::string text = std::move(*rendered);
   if (o.continue_final_message) {
     const auto& last = messages.back();
-    const std::string content = last.contains("content") && last["content"].is_string()
-                                    ? last["content"].get<std::string>()
-                                    : "";
+    const std::string content = last["content"].get<std::string>();
     const size_t at = content.empty() ? std::string::npos : text.rfind(content);
     if (at == std::string::npos)
       return bad_request(

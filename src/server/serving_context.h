@@ -16,6 +16,7 @@
 #include "engine/engine_client.h"
 #include "server/metrics.h"
 #include "server/protocol/sampling_fields.h"
+#include "server/responses_store.h"
 #include "structured/token_trie.h"
 #include "tokenizer/tokenizer.h"
 
@@ -34,13 +35,14 @@ struct ServingContext {
   SamplingValues sampling_defaults;  // generation_config.json, as vLLM's --generation-config auto
   int64_t max_logprobs = 20;
   std::optional<std::string> api_key;
-  std::string reasoning_parser;
+  std::string reasoning_parser;  // --reasoning-parser; empty: reasoning stays in the content
   std::string tool_call_parser;  // --tool-call-parser; empty: no tool-call parsing
   bool enable_auto_tool_choice = false;
-  // Every token's bytes, for response_format grammars; null without a tokenizer.
-  std::shared_ptr<const structured::TokenTrie>
-      token_trie;  // --reasoning-parser; empty: reasoning stays in the content
+  // Every token's bytes, for structured-output grammars; null without a tokenizer.
+  std::shared_ptr<const structured::TokenTrie> token_trie;
   ServerMetrics* metrics = nullptr;
+  // The Responses API's store (null: off, as vLLM without VLLM_ENABLE_RESPONSES_API_STORE=1).
+  ResponsesStore* responses_store = nullptr;
   int64_t created = 0;  // start-up time, /v1/models "created"
   std::atomic<bool> ready{false};
 };

@@ -3,7 +3,10 @@
 #include <limits>
 #include <vector>
 
+#include "structured/choice.h"
+#include "structured/ebnf.h"
 #include "structured/matcher.h"
+#include "structured/regex.h"
 
 namespace kestrel::server {
 namespace {
@@ -33,15 +36,40 @@ class GrammarConstraint final : public TokenConstraint {
 
 }  // namespace
 
-Expected<std::shared_ptr<const structured::Grammar>> response_format_grammar(
-    const ResponseFormat& format) {
-  if (format.type == "json_object") return structured::json_object_grammar();
-  if (format.type != "json_schema")
-    return make_error("response_format '{}' is not supported yet", format.type);
-  const nlohmann::json& spec = format.spec.at("json_schema");
-  if (!spec.is_object() || !spec.contains("schema") || !spec["schema"].is_object())
-    return make_error("response_format.json_schema.schema must be a JSON Schema object");
-  return structured::compile_json_schema(spec["schema"]);
+namespace {
+
+// disable_any_whitespace: the same JSON grammar without whitespace between tokens.
+std::shared_ptr<const structured::Grammar> compact(std::shared_ptr<const structured::Grammar> g) {
+  auto out = std::make_shared<structured::Grammar>(*g);
+  out->json_whitespace = false;
+  return out;
+}
+
+}  // namespace
+
+Expected<std::shared_ptr<const structured::Grammar>> output_constraint_grammar(
+    const OutputConstraint& c) {
+  using Kind = OutputConstraint::Kind;
+  switch (c.kind) {
+    case Kind::kJsonObject:
+      return c.any_whitespace ? structured::json_object_grammar()
+                              : compact(structured::json_object_grammar());
+    case Kind::kJsonSchema: {
+      KASSIGN(auto g, structured::compile_json_schema(c.schema));
+      return c.any_whitespace ? g : compact(std::move(g));
+    }
+    case Kind::kRegex:
+      return structured::compile_regex(c.text);
+    case Kind::kChoice:
+      return structured::choice_grammar(c.choices);
+    case Kind::kGrammar:
+      if (structured::looks_like_lark(c.text))
+        return make_error(
+            "Lark grammars are not supported; write the grammar in EBNF (GBNF) form, starting "
+            "with a rule `root ::= ...`");
+      return structured::compile_ebnf(c.text);
+  }
+  return make_error("unknown output constraint");
 }
 
 std::shared_ptr<TokenConstraint> grammar_constraint(

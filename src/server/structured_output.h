@@ -1,23 +1,22 @@
-// server/structured_output.h — response_format json_object / json_schema as a token constraint:
-// the grammar is compiled once per request, each choice gets its own matcher over the server's
-// token trie.
+// server/structured_output.h — a request's output constraint (response_format or
+// structured_outputs) as a token constraint: the grammar is compiled once per request, each
+// choice gets its own matcher over the server's token trie.
 #pragma once
 
 #include <memory>
 
 #include "base/status.h"
 #include "runner/token_constraint.h"
-#include "server/protocol/sampling_fields.h"
+#include "server/protocol/structured_outputs.h"
 #include "structured/grammar.h"
 #include "structured/token_trie.h"
 
 namespace kestrel::server {
 
-// The grammar of a json_object or json_schema response_format ({"type": "json_schema",
-// "json_schema": {"name": ..., "schema": {...}}}); the error (a schema Kestrel cannot enforce)
-// is the message of a 400.
-Expected<std::shared_ptr<const structured::Grammar>> response_format_grammar(
-    const ResponseFormat& format);
+// The grammar of a JSON Schema, any JSON object, a regular expression, a list of choices or an
+// EBNF grammar; the error (something Kestrel cannot enforce) is the message of a 400.
+Expected<std::shared_ptr<const structured::Grammar>> output_constraint_grammar(
+    const OutputConstraint& constraint);
 
 // A fresh constraint (one per choice) that keeps sampling inside `grammar`.
 std::shared_ptr<TokenConstraint> grammar_constraint(

@@ -19,9 +19,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def _start(extra_args, model_path=MODEL_PATH):
+def _start(extra_args, model_path=MODEL_PATH, env=None):
     assert KESTREL_BIN.is_file(), f"kestrel binary not found at {KESTREL_BIN} (set KESTREL_BIN)"
-    return Server(extra_args, model_path)
+    return Server(extra_args, model_path, env)
 
 
 def _stop(server):
@@ -57,13 +57,13 @@ def client(base_url):
 
 @pytest.fixture
 def start_server():
-    """Factory: start_server(*flags, model_path=...) starts another server with extra flags (on
-    the default model unless told); each is stopped (SIGTERM, exit code 0 asserted) when the test
-    ends."""
+    """Factory: start_server(*flags, model_path=..., env=...) starts another server with extra
+    flags (on the default model unless told) and environment variables; each is stopped (SIGTERM,
+    exit code 0 asserted) when the test ends."""
     started = []
 
-    def start(*flags, model_path=MODEL_PATH):
-        srv = _start(list(flags), model_path)
+    def start(*flags, model_path=MODEL_PATH, env=None):
+        srv = _start(list(flags), model_path, env)
         started.append(srv)
         return srv
 

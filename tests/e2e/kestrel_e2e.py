@@ -35,7 +35,7 @@ def free_port():
 class Server:
     """One `kestrel serve` process; stderr/stdout go to a temp file so a full pipe never blocks it."""
 
-    def __init__(self, extra_args=(), model_path=MODEL_PATH):
+    def __init__(self, extra_args=(), model_path=MODEL_PATH, env=None):
         self.port = free_port()
         self.host = "127.0.0.1"
         self.base_url = f"http://{self.host}:{self.port}"
@@ -43,7 +43,8 @@ class Server:
         self._log = tempfile.NamedTemporaryFile(prefix="kestrel-e2e-", suffix=".log", delete=False)
         cmd = [str(KESTREL_BIN), "serve", self.model, "--host", self.host, "--port",
                str(self.port), *BASE_FLAGS, *extra_args]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})
         self._wait_healthy()
 
     def log(self):

@@ -2,7 +2,7 @@
 
 import math
 
-from kestrel_e2e import post_json
+from kestrel_e2e import post_json, sse_post
 
 # Greedy answer "The capital city of France is Paris." with every top-2 margin above 1.
 QUESTION = [{"role": "user", "content": "Name the capital city of France."}]
@@ -90,3 +90,45 @@ def test_prefix_cache_reports_cached_tokens(client, model):
     # Only full blocks are shared, and at least one prompt token is always recomputed.
     assert cached < second.usage.prompt_tokens
     assert second.choices[0].message.content == first.choices[0].message.content
+
+
+def test_echo_prepends_the_continued_assistant_message(base_url, model):
+    msgs = [{"role": "user", "content": "What is the capital of France?"},
+            {"role": "assistant", "content": "The capital of France is"}]
+    body = {"model": model, "messages": msgs, "max_completion_tokens": 4, "temperature": 0,
+            "continue_final_message": True, "add_generation_prompt": False}
+    status, plain = post_json(base_url, "/v1/chat/completions", body)
+    assert status == 200, plain
+    status, echoed = post_json(base_url, "/v1/chat/completions", {**body, "echo": True})
+    assert status == 200, echoed
+    assert echoed["choices"][0]["message"]["content"] == \
+        "The capital of France is" + plain["choices"][0]["message"]["content"]
+    # Streamed: the echo is its own chunk after the role chunk.
+    status, _, events, done, _ = sse_post(base_url, "/v1/chat/completions",
+                                          {**body, "echo": True, "stream": True})
+    assert status == 200 and done
+    contents = [c["delta"].get("content") for e in events for c in e["choices"]]
+    assert contents[1] == "The capital of France is"
+    assert "".join(x or "" for x in contents) == echoed["choices"][0]["message"]["content"]
+
+
+def test_reasoning_effort_reaches_the_template(base_url, model):
+    template = ("{% for m in messages %}{{ m['content'] }}{% endfor %}"
+                "[effort={{ reasoning_effort }} thinking={{ enable_thinking }}]")
+    body = {"model": model, "messages": [{"role": "user", "content": "Hi"}],
+            "max_completion_tokens": 1, "chat_template": template}
+    for effort, rendered in (("none", "Hi[effort=none thinking=False]"),
+                             ("high", "Hi[effort=high thinking=True]")):
+        status, resp = post_json(base_url, "/v1/chat/completions",
+                                 {**body, "reasoning_effort": effort})
+        assert status == 200, resp
+        status, tok = post_json(base_url, "/tokenize", {"model": model, "prompt": rendered,
+                                                        "add_special_tokens": False})
+        assert resp["usage"]["prompt_tokens"] == tok["count"], (effort, rendered)
+    # The request's own enable_thinking wins over the one reasoning_effort implies.
+    status, resp = post_json(base_url, "/v1/chat/completions",
+                             {**body, "reasoning_effort": "high",
+                              "chat_template_kwargs": {"enable_thinking": False}})
+    status, tok = post_json(base_url, "/tokenize", {"model": model, "add_special_tokens": False,
+                                                    "prompt": "Hi[effort=high thinking=False]"})
+    assert resp["usage"]["prompt_tokens"] == tok["count"]

@@ -33,6 +33,19 @@ def test_deepseek_r1_parser_puts_unterminated_thinking_in_reasoning(start_server
     assert "".join(d.get("content") or "" for d in deltas) == ""
 
 
+def test_include_reasoning_false_drops_reasoning(start_server):
+    srv = start_server("--reasoning-parser", "deepseek_r1")
+    status, whole = post_json(srv.base_url, "/v1/chat/completions",
+                              chat(srv.model, include_reasoning=False))
+    assert status == 200, whole
+    msg = whole["choices"][0]["message"]
+    assert not msg.get("reasoning") and not msg.get("reasoning_content")
+    status, _, events, done, _ = sse_post(srv.base_url, "/v1/chat/completions",
+                                          chat(srv.model, stream=True, include_reasoning=False))
+    assert status == 200 and done
+    assert not any(c["delta"].get("reasoning") for e in events for c in e["choices"])
+
+
 def test_qwen3_parser_leaves_plain_answers_in_content(start_server):
     srv = start_server("--reasoning-parser", "qwen3")
     status, whole = post_json(srv.base_url, "/v1/chat/completions",

@@ -3,8 +3,10 @@ parses and validates, at temperature 1 over many seeds (a 135M model left alone 
 valid JSON); schemas Kestrel cannot enforce are a 400."""
 
 import json
+import re
 
 import jsonschema
+import pytest
 
 from kestrel_e2e import post_json, sse_post
 
@@ -82,3 +84,90 @@ def test_unenforceable_formats_are_400(base_url, model):
             "model": model, "messages": MESSAGES, "response_format": fmt})
         assert status == 400, (fmt, r)
         assert r["error"]["param"] == "response_format", r
+
+
+# --- structured_outputs (vLLM's field): choice, regex, EBNF grammar, json, json_object ---------
+
+def so_chat(base_url, model, so, **extra):
+    body = {"model": model, "messages": MESSAGES, "temperature": 1.0,
+            "max_completion_tokens": 60, "structured_outputs": so, **extra}
+    status, r = post_json(base_url, "/v1/chat/completions", body, timeout=600)
+    assert status == 200, r
+    return r["choices"]
+
+
+def test_choice_is_one_of_the_strings(base_url, model):
+    choices = ["yes", "no", "maybe not"]
+    for seed in range(4):
+        for c in so_chat(base_url, model, {"choice": choices}, n=4, seed=seed):
+            assert c["message"]["content"] in choices and c["finish_reason"] == "stop", c
+
+
+def test_regex_output_matches(base_url, model):
+    pattern = r"\(\d{3}\) \d{3}-\d{4}"
+    for c in so_chat(base_url, model, {"regex": pattern}, n=6, seed=1):
+        assert re.fullmatch(pattern, c["message"]["content"]), c
+    # Completions too, with a nullable-looking pattern and UTF-8 classes.
+    status, r = post_json(base_url, "/v1/completions", {
+        "model": model, "prompt": "Word:", "max_tokens": 30, "temperature": 1.0, "seed": 2, "n": 4,
+        "structured_outputs": {"regex": "[a-zé]{2,8}( [a-zé]{2,8})?"}})
+    assert status == 200, r
+    for c in r["choices"]:
+        assert re.fullmatch("[a-zé]{2,8}( [a-zé]{2,8})?", c["text"]), c
+
+
+def test_ebnf_grammar_output_parses(base_url, model):
+    grammar = '''
+root ::= expr
+expr ::= term (("+" | "-") term)*
+term ::= [0-9]{1,3} | "(" expr ")"
+'''
+    finished = 0
+    for c in so_chat(base_url, model, {"grammar": grammar}, n=8, seed=5, max_completion_tokens=40,
+                     messages=[{"role": "user", "content": "Write an arithmetic expression."}]):
+        text = c["message"]["content"]
+        if c["finish_reason"] == "stop":
+            finished += 1
+            # Reduce innermost parentheses until a flat sum remains: the grammar's language.
+            flat = text
+            while "(" in flat:
+                reduced = re.sub(r"\([0-9]{1,3}([+-][0-9]{1,3})*\)", "0", flat)
+                assert reduced != flat, text
+                flat = reduced
+            assert re.fullmatch(r"[0-9]{1,3}([+-][0-9]{1,3})*", flat), text
+    assert finished >= 2
+
+
+def test_json_schema_and_compact_json(base_url, model):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"},
+                                               "b": {"type": "array", "items": {"type": "integer"},
+                                                     "maxItems": 3}},
+              "required": ["a", "b"]}
+    finished = 0
+    for c in so_chat(base_url, model, {"json": schema, "disable_any_whitespace": True}, n=4,
+                     seed=7):
+        if c["finish_reason"] == "stop":
+            finished += 1
+            text = c["message"]["content"]
+            jsonschema.validate(json.loads(text), schema)
+            assert not any(ch.isspace() for ch in text), text
+    assert finished >= 2
+    for c in so_chat(base_url, model, {"json_object": True}, n=2, seed=3):
+        assert c["message"]["content"].lstrip().startswith("{")
+
+
+@pytest.mark.parametrize("so,words", [
+    ({"regex": "(a)\\1"}, "backreference"),
+    ({"regex": "(?=a)b"}, "look"),
+    ({"grammar": "start: \"a\""}, "Lark"),
+    ({"grammar": "root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\""}, "left"),
+    ({"grammar": "root ::= missing"}, "missing"),
+    ({"regex": "a", "choice": ["a"]}, "multiple"),
+])
+def test_refused_constraints_are_400(base_url, model, so, words):
+    status, r = post_json(base_url, "/v1/chat/completions", {
+        "model": model, "messages": MESSAGES, "max_completion_tokens": 4,
+        "structured_outputs": so})
+    assert status == 400, r
+    assert r["error"]["param"] == "structured_outputs", r
+    assert words.lower() in r["error"]["message"].lower(), r

@@ -168,6 +168,28 @@ TEST(Scheduler, PrefixCacheHitSchedulesFewerTokens) {
   EXPECT_EQ(s.request("b")->output_token_ids, reference_outputs(second, 3));
 }
 
+// cache_salt: requests share cached blocks only when their cache keys are equal.
+TEST(Scheduler, CacheKeysIsolatePrefixHits) {
+  Scheduler s(small_config());
+  const std::vector<int32_t> prompt = make_prompt(20, 6);
+  ASSERT_TRUE(s.add_request("salted", prompt, 2, true, {42}).ok());
+  run_to_completion(s);
+  // The budget (16 tokens) admits one request per step: each is looked up on its own.
+  auto cached_at_admission = [&](const RequestId& id, std::vector<uint64_t> keys) {
+    EXPECT_TRUE(s.add_request(id, prompt, 2, true, std::move(keys)).ok());
+    const SchedulerOutput out = fake_step(s);
+    const ScheduledRequest* r = find(out, id);
+    EXPECT_NE(r, nullptr);
+    const int64_t cached = r != nullptr ? r->num_cached_tokens : -1;
+    run_to_completion(s);
+    return cached;
+  };
+  EXPECT_EQ(cached_at_admission("plain", {}), 0);
+  EXPECT_EQ(cached_at_admission("other_salt", {43}), 0);
+  EXPECT_EQ(cached_at_admission("same_salt", {42}), 16);
+  EXPECT_EQ(cached_at_admission("plain_again", {}), 16);  // "plain" cached its own blocks
+}
+
 TEST(Scheduler, PreemptsNewestAndResumesWithSameOutputs) {
   SchedulerConfig c = small_config();
   c.max_model_len = 32;

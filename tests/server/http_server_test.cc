@@ -106,6 +106,41 @@ TEST(HttpServerTest, UnknownPathIs404AndWrongMethodIs405WithAllow) {
   EXPECT_EQ(error_of(wrong)["code"], 405);
 }
 
+TEST(HttpServerTest, TemplateRoutesPassTheirPlaceholders) {
+  auto params = [](const HttpRequest& req, std::shared_ptr<Responder> r) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [k, v] : req.path_params) j[k] = v;
+    r->respond(200, "application/json", j.dump());
+  };
+  auto server = start_server(test_options(), [&](HttpServer& s) {
+    s.route("GET", "/items/{id}", params);
+    s.route("POST", "/items/{id}/cancel", params);
+    s.route("GET", "/models/{name*}", params);
+    s.route("GET", "/items/fixed", echo_handler);
+  });
+  TestClient c(server->port());
+  Response one = c.request("GET", "/items/resp_1");
+  ASSERT_EQ(one.result_int(), 200);
+  EXPECT_EQ(nlohmann::json::parse(one.body())["id"], "resp_1");
+  Response cancel = c.request("POST", "/items/a%20b/cancel");
+  ASSERT_EQ(cancel.result_int(), 200);
+  EXPECT_EQ(nlohmann::json::parse(cancel.body())["id"], "a b");
+  // A trailing {name*} takes the rest of the path, slashes included, percent-decoded.
+  Response rest = c.request("GET", "/models/org/Model%2Dv1/x.gguf?q=1");
+  ASSERT_EQ(rest.result_int(), 200);
+  EXPECT_EQ(nlohmann::json::parse(rest.body())["name"], "org/Model-v1/x.gguf");
+  Response absolute = c.request("GET", "/models//abs/x.gguf");  // a name that is a path
+  EXPECT_EQ(nlohmann::json::parse(absolute.body())["name"], "/abs/x.gguf");
+  // Exact paths win; templates match whole segments only.
+  EXPECT_EQ(nlohmann::json::parse(c.request("GET", "/items/fixed").body())["path"], "/items/fixed");
+  EXPECT_EQ(c.request("GET", "/items/a/b").result_int(), 404);
+  EXPECT_EQ(c.request("GET", "/items").result_int(), 404);
+  EXPECT_EQ(c.request("GET", "/models").result_int(), 404);
+  Response wrong = c.request("DELETE", "/items/x/cancel");
+  EXPECT_EQ(wrong.result_int(), 405);
+  EXPECT_EQ(wrong[http::field::allow], "POST");
+}
+
 TEST(HttpServerTest, BodyOverLimitIs413) {
   HttpServerOptions o = test_options();
   o.max_body_bytes = 1024;

@@ -62,7 +62,7 @@ TEST(ProtocolChatRequest, ValidRequestDefaults) {
   EXPECT_FALSE(req.documents);
   EXPECT_FALSE(req.sampling.max_tokens);  // chat: up to the context window
   EXPECT_FALSE(req.sampling.logprobs);
-  EXPECT_TRUE(req.ignored_fields.empty());
+  EXPECT_TRUE(req.unread.ignored.empty() && req.unread.unknown.empty());
 }
 
 TEST(ProtocolChatRequest, MessagesKeptAsSent) {
@@ -303,16 +303,46 @@ TEST(ProtocolChatRequest, StructuredOutputRequestIsFlagged) {
   EXPECT_TRUE(r.value().sampling.response_format->constrains_output());
 }
 
-TEST(ProtocolChatRequest, UnknownFieldsCollected) {
-  json body = chat_with("reasoning_effort", "low");
-  body["metadata"] = {{"k", "v"}};
+TEST(ProtocolChatRequest, UnreadFieldsAreSortedForTheLog) {
+  json body = chat_with("metadata", {{"k", "v"}});
+  body["store"] = true;
+  body["frobnicate"] = 1;
   body["n"] = 2;
   const auto r = parse_chat_request(body);
   ASSERT_TRUE(r.ok());
-  std::vector<std::string> ignored = r.value().ignored_fields;
+  std::vector<std::string> ignored = r.value().unread.ignored;
   std::sort(ignored.begin(), ignored.end());
-  EXPECT_EQ(ignored, (std::vector<std::string>{"metadata", "reasoning_effort"}));
+  EXPECT_EQ(ignored, (std::vector<std::string>{"metadata", "store"}));
+  EXPECT_EQ(r.value().unread.unknown, (std::vector<std::string>{"frobnicate"}));
   EXPECT_EQ(r.value().sampling.n, 2);
+}
+
+TEST(ProtocolChatRequest, ChatOnlyRefusedFields) {
+  const std::vector<std::pair<std::string, json>> refused = {
+      {"functions", json::array({{{"name", "f"}}})},
+      {"function_call", "auto"},
+      {"modalities", {"text", "audio"}},
+      {"audio", {{"voice", "alloy"}}},
+      {"web_search_options", json::object()},
+      {"return_prompt_text", true}};
+  for (const auto& [key, value] : refused) {
+    const auto r = parse_chat_request(chat_with(key, value));
+    ASSERT_FALSE(r.ok()) << key;
+    EXPECT_EQ(r.error().param, key);
+  }
+  EXPECT_TRUE(parse_chat_request(chat_with("modalities", {"text"})).ok());
+}
+
+TEST(ProtocolChatRequest, ReasoningEffortIsCheckedAndKept) {
+  const auto r = parse_chat_request(chat_with("reasoning_effort", "low"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value().reasoning_effort, "low");
+  const auto bad = parse_chat_request(chat_with("reasoning_effort", "extreme"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().param, "reasoning_effort");
+  const auto off = parse_chat_request(chat_with("include_reasoning", false));
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off.value().include_reasoning);
 }
 
 TEST(ProtocolChatRequest, NullFieldsMeanDefaults) {
@@ -329,7 +359,7 @@ TEST(ProtocolChatRequest, NullFieldsMeanDefaults) {
   EXPECT_TRUE(r.value().parallel_tool_calls);
   EXPECT_EQ(r.value().tool_choice.mode, ToolChoice::Mode::kNone);
   EXPECT_FALSE(r.value().sampling.max_tokens);
-  EXPECT_TRUE(r.value().ignored_fields.empty());
+  EXPECT_TRUE(r.value().unread.ignored.empty() && r.value().unread.unknown.empty());
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ TEST(ProtocolCompletionRequest, ValidRequestDefaults) {
   const auto null_max = parse_completion_request({{"prompt", "x"}, {"max_tokens", nullptr}});
   ASSERT_TRUE(null_max.ok());
   EXPECT_FALSE(null_max.value().sampling.max_tokens.has_value()) << "null: the rest of the context";
-  EXPECT_TRUE(req.ignored_fields.empty());
+  EXPECT_TRUE(req.unread.ignored.empty() && req.unread.unknown.empty());
 }
 
 TEST(ProtocolCompletionRequest, ModelIsOptional) {
@@ -132,17 +132,42 @@ TEST(ProtocolCompletionRequest, AddSpecialTokens) {
   EXPECT_FALSE(r.value().add_special_tokens);
 }
 
-TEST(ProtocolCompletionRequest, UnknownFieldsCollectedNotRejected) {
+TEST(ProtocolCompletionRequest, UnreadFieldsAreSortedForTheLog) {
   const auto r = parse_completion_request({{"prompt", "x"},
-                                           {"logit_bias", {{"50256", -100}}},
+                                           {"user", "u"},
                                            {"use_beam_search", false},
                                            {"frobnicate", {1, 2}},
                                            {"temperature", 0.3}});
   ASSERT_TRUE(r.ok()) << r.error().message;
-  std::vector<std::string> ignored = r.value().ignored_fields;
+  std::vector<std::string> ignored = r.value().unread.ignored;
   std::sort(ignored.begin(), ignored.end());
-  EXPECT_EQ(ignored, (std::vector<std::string>{"frobnicate", "logit_bias", "use_beam_search"}));
+  EXPECT_EQ(ignored, (std::vector<std::string>{"use_beam_search"}));  // user is read
+  EXPECT_EQ(r.value().unread.unknown, (std::vector<std::string>{"frobnicate"}));
   EXPECT_EQ(r.value().sampling.temperature, 0.3);
+}
+
+// A field that would change the output and that Kestrel does not implement is a 400 naming it.
+TEST(ProtocolCompletionRequest, UnimplementedFieldsThatChangeTheOutputAreRefused) {
+  const std::vector<std::pair<std::string, json>> refused = {
+      {"use_beam_search", true},     {"logprob_token_ids", {1, 2}},
+      {"thinking_token_budget", 64}, {"repetition_detection", json::object()},
+      {"prompt_embeds", "AAAA"},     {"guided_json", {{"type", "object"}}},
+      {"guided_regex", "[a-z]+"},    {"guided_choice", {"a", "b"}},
+      {"return_token_ids", true},    {"watermarking", true}};
+  for (const auto& [key, value] : refused) {
+    const auto r = parse_completion_request({{"prompt", "x"}, {key, value}});
+    ASSERT_FALSE(r.ok()) << key;
+    EXPECT_EQ(r.error().code, 400);
+    EXPECT_EQ(r.error().param, key);
+    EXPECT_NE(r.error().message.find(key), std::string::npos) << r.error().message;
+  }
+  // Their no-op values are accepted.
+  const auto ok = parse_completion_request({{"prompt", "x"},
+                                            {"use_beam_search", false},
+                                            {"thinking_token_budget", -1},
+                                            {"guided_json", nullptr},
+                                            {"logprob_token_ids", nullptr}});
+  EXPECT_TRUE(ok.ok()) << ok.error().message;
 }
 
 TEST(ProtocolCompletionRequest, BodyMustBeAnObject) {

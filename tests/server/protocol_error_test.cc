@@ -51,9 +51,26 @@ TEST(ProtocolError, PromptTooLong) {
   EXPECT_EQ(e.code, 400);
   EXPECT_EQ(e.param, "input_tokens");
   EXPECT_EQ(e.message,
-            "You passed 4000 input tokens and requested 200 output tokens. However, the model's "
-            "context length is only 4096 tokens, resulting in a maximum input length of 3896 "
-            "tokens. Please reduce the length of the input prompt.");
+            "This model's maximum context length is 4096 tokens. However, you requested 200 "
+            "output tokens and your prompt contains 4000 input tokens, for a total of 4200 tokens. "
+            "Please reduce the length of the input prompt or the number of requested output "
+            "tokens.");
+}
+
+TEST(ProtocolError, PromptFillingTheContext) {
+  const ProtocolError e = prompt_too_long(5000, 16, 4096);
+  EXPECT_EQ(e.param, "input_tokens");
+  EXPECT_EQ(e.message,
+            "This model's maximum context length is 4096 tokens. However, your request has 5000 "
+            "input tokens. Please reduce the length of the input messages.");
+}
+
+// Regression: a huge max_tokens used to be reported as "a maximum input length of -9991808".
+TEST(ProtocolError, HugeMaxTokensIsReportedAsRequested) {
+  const ProtocolError e = prompt_too_long(8, 9223372036854775807, 2048);
+  EXPECT_NE(e.message.find("you requested 9223372036854775807 output tokens"), std::string::npos);
+  EXPECT_NE(e.message.find("for a total of 9223372036854775815 tokens"), std::string::npos);
+  EXPECT_EQ(e.message.find('-'), std::string::npos) << e.message;
 }
 
 }  // namespace

@@ -187,7 +187,7 @@ TEST(ProtocolSampling, NullMeansDefault) {
   EXPECT_FALSE(s.temperature);
   EXPECT_FALSE(s.stream_options);
   EXPECT_TRUE(r.value().add_special_tokens);
-  EXPECT_TRUE(r.value().ignored_fields.empty());
+  EXPECT_TRUE(r.value().unread.ignored.empty() && r.value().unread.unknown.empty());
 }
 
 TEST(ProtocolSampling, BoundaryValuesAccepted) {

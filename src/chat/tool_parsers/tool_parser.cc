@@ -119,6 +119,16 @@ class FormatToolParser : public ToolParser {
 
 }  // namespace
 
+ToolStreamDelta feed_tool_calls(ToolParser& parser, std::string_view delta, bool last) {
+  ToolStreamDelta d = parser.feed(delta);
+  if (last) {
+    ToolStreamDelta rest = parser.finish();
+    d.content += rest.content;
+    d.tool_calls.insert(d.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
+  }
+  return d;
+}
+
 std::unique_ptr<ToolParser> make_tool_parser(std::string_view name, std::vector<ToolSpec> tools) {
   const auto it = formats().find(name);
   if (it == formats().end()) return nullptr;

@@ -61,6 +61,9 @@ class ToolParser {
   virtual ToolStreamDelta finish() = 0;
 };
 
+// feed(delta), and when `last` also what finish() held back: one streamed piece's delta.
+ToolStreamDelta feed_tool_calls(ToolParser& parser, std::string_view delta, bool last);
+
 // nullptr for an unknown name. Ids are "call_" + 24 random alphanumerics.
 std::unique_ptr<ToolParser> make_tool_parser(std::string_view name, std::vector<ToolSpec> tools);
 

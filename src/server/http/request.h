@@ -19,6 +19,9 @@ bool iequals(std::string_view a, std::string_view b);
 // First value of the header `name` (case-insensitive), or nullopt.
 std::optional<std::string_view> find_header(const HeaderList& headers, std::string_view name);
 
+// Values of a route template's placeholders, e.g. {"id", "resp_1"}.
+using PathParams = std::vector<std::pair<std::string, std::string>>;
+
 struct HttpRequest {
   std::string method;  // "GET", "POST", ... exactly as sent
   std::string target;  // request-target as sent, e.g. "/v1/models?x=1"
@@ -30,8 +33,15 @@ struct HttpRequest {
   std::string remote_ip;
   uint16_t remote_port = 0;
 
+  PathParams path_params;  // set by the router for template routes
+
   std::optional<std::string_view> header(std::string_view name) const {
     return find_header(headers, name);
+  }
+  std::optional<std::string_view> path_param(std::string_view name) const {
+    for (const auto& [k, v] : path_params)
+      if (k == name) return v;
+    return std::nullopt;
   }
 };
 

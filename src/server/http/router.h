@@ -1,10 +1,15 @@
-// server/http/router.h — (method, exact path) → handler, with 404/405 and 500-on-throw.
+// server/http/router.h — (method, path) → handler, with 404/405 and 500-on-throw. A path is exact
+// ("/v1/models") or a template whose segments may be placeholders: "{id}" matches one segment,
+// a final "{id*}" the rest of the path (model names contain '/'). The handler reads the
+// percent-decoded values with HttpRequest::path_param(). Exact paths win over templates.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "server/http/request.h"
 #include "server/http/responder.h"
@@ -23,7 +28,20 @@ class Router {
   void dispatch(const HttpRequest& request, const std::shared_ptr<Responder>& responder) const;
 
  private:
-  std::map<std::string, std::map<std::string, Handler>, std::less<>> routes_;
+  using Methods = std::map<std::string, Handler>;
+  struct Template {
+    std::string path;
+    std::vector<std::string> segments;
+    Methods methods;
+  };
+
+  // The template matching `path`, with its placeholders' values.
+  const Template* match(std::string_view path, PathParams& params) const;
+  static void run(const Methods& methods, const HttpRequest& request,
+                  const std::shared_ptr<Responder>& responder);
+
+  std::map<std::string, Methods, std::less<>> routes_;
+  std::vector<Template> templates_;
 };
 
 }  // namespace kestrel::server

@@ -28,7 +28,11 @@ std::optional<ProtocolError> validate_content_part(const json& part, const std::
   } else if (part.contains("text")) {
     type = "text";  // vLLM infers the type from the keys when "type" is missing
   }
-  if (type == "text" || type == "refusal") {
+  // The text-like part types vLLM renders as text (Responses-style clients send input_text and
+  // output_text in chat requests too).
+  if (type == "text" || type == "input_text" || type == "output_text" || type == "refusal" ||
+      type == "thinking") {
+    if (type == "input_text" || type == "output_text") type = "text";
     const auto text = part.find(type);
     if (text == part.end() || !text->is_string()) {
       return message_error(fmt::format("{}.{} must be a string", where, type));

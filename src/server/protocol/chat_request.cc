@@ -1,5 +1,6 @@
 #include "server/protocol/chat_request.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <fmt/format.h>
@@ -100,12 +101,25 @@ ParseResult<ChatCompletionRequest> parse_chat_request(const json& body) {
     if (auto e = check_documents(*documents)) return *e;
     req.documents = *documents;
   }
+  reader.read_string("reasoning_effort", req.reasoning_effort);
+  reader.read_bool("include_reasoning", req.include_reasoning);
   if (auto e = read_logprobs(reader, req.sampling)) return *e;
   if (auto e = read_max_tokens(reader, req.sampling)) return *e;
   read_sampling_fields(reader, req.sampling);
   if (reader.failed()) return reader.error();
+  if (req.reasoning_effort) {
+    static constexpr const char* kEfforts[] = {"none", "minimal", "low", "medium",
+                                               "high", "xhigh",   "max"};
+    if (std::find(std::begin(kEfforts), std::end(kEfforts), *req.reasoning_effort) ==
+        std::end(kEfforts))
+      return bad_request(fmt::format("reasoning_effort must be one of none, minimal, low, medium, "
+                                     "high, xhigh, max; got '{}'",
+                                     *req.reasoning_effort),
+                         "reasoning_effort");
+  }
   if (auto e = validate_sampling_fields(req.sampling)) return *e;
-  req.ignored_fields = reader.unknown_keys();
+  if (auto e = check_unread_fields(body, reader.unknown_keys(), Endpoint::kChat, req.unread))
+    return *e;
   return req;
 }
 

@@ -10,6 +10,7 @@
 #include "server/protocol/chat_messages.h"
 #include "server/protocol/protocol_error.h"
 #include "server/protocol/sampling_fields.h"
+#include "server/protocol/unread_fields.h"
 
 namespace kestrel::server {
 
@@ -27,11 +28,15 @@ struct ChatCompletionRequest {
   bool add_special_tokens = false;
   bool echo = false;
   std::optional<nlohmann::json> documents;  // array of objects
+  // none | minimal | low | medium | high | xhigh | max: passed to the chat template (and
+  // enable_thinking = effort != "none" unless chat_template_kwargs sets it), as vLLM does.
+  std::optional<std::string> reasoning_effort;
+  bool include_reasoning = true;  // false: reasoning is dropped from the answer
   // logprobs (bool) + top_logprobs land in sampling.logprobs; max_completion_tokens, else
   // max_tokens, in sampling.max_tokens. Structured output asks appear in
   // sampling.response_format (constrains_output()).
   SamplingFields sampling;
-  std::vector<std::string> ignored_fields;
+  UnreadFields unread;
 };
 
 ParseResult<ChatCompletionRequest> parse_chat_request(const nlohmann::json& body);

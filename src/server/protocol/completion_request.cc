@@ -103,7 +103,8 @@ ParseResult<CompletionRequest> parse_completion_request(const json& body) {
                                    req.sampling.n, *req.best_of),
                        "best_of");
   }
-  req.ignored_fields = reader.unknown_keys();
+  if (auto e = check_unread_fields(body, reader.unknown_keys(), Endpoint::kCompletion, req.unread))
+    return *e;
   return req;
 }
 

@@ -11,6 +11,7 @@
 
 #include "server/protocol/protocol_error.h"
 #include "server/protocol/sampling_fields.h"
+#include "server/protocol/unread_fields.h"
 
 namespace kestrel::server {
 
@@ -30,7 +31,7 @@ struct CompletionRequest {
   // returns the prompt without generating.
   SamplingFields sampling;
   // Top-level keys Kestrel does not read, for the server to log.
-  std::vector<std::string> ignored_fields;
+  UnreadFields unread;
 };
 
 ParseResult<CompletionRequest> parse_completion_request(const nlohmann::json& body);

@@ -47,12 +47,21 @@ ProtocolError not_implemented(std::string message) {
 
 ProtocolError prompt_too_long(int64_t input_tokens, int64_t max_output_tokens,
                               int64_t context_length) {
+  if (input_tokens >= context_length)
+    return bad_request(
+        fmt::format("This model's maximum context length is {} tokens. However, your request has "
+                    "{} input tokens. Please reduce the length of the input messages.",
+                    context_length, input_tokens),
+        "input_tokens");
+  // Both are non-negative and bounded by int64, so the total is printed as a sum that cannot
+  // overflow: a max_tokens near INT64_MAX is a realistic client bug.
+  const uint64_t total = uint64_t(input_tokens) + uint64_t(max_output_tokens);
   return bad_request(
-      fmt::format("You passed {} input tokens and requested {} output tokens. However, the "
-                  "model's context length is only {} tokens, resulting in a maximum input length "
-                  "of {} tokens. Please reduce the length of the input prompt.",
-                  input_tokens, max_output_tokens, context_length,
-                  context_length - max_output_tokens),
+      fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
+                  "output tokens and your prompt contains {} input tokens, for a total of {} "
+                  "tokens. Please reduce the length of the input prompt or the number of "
+                  "requested output tokens.",
+                  context_length, max_output_tokens, input_tokens, total),
       "input_tokens");
 }
 

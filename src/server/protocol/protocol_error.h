@@ -27,7 +27,9 @@ ProtocolError not_found(std::string message);
 ProtocolError unauthorized(std::string message = "Unauthorized");
 ProtocolError internal_error(std::string message);
 ProtocolError not_implemented(std::string message);
-// 400 for prompt + requested output beyond the context window, worded as vLLM words it.
+// 400 for a prompt that fills the context window, or prompt + requested output beyond it, worded
+// as vLLM words it ("This model's maximum context length is N tokens. However, ..."); both counts
+// must be non-negative.
 ProtocolError prompt_too_long(int64_t input_tokens, int64_t max_output_tokens,
                               int64_t context_length);
 

@@ -138,16 +138,20 @@ ordered_json chunk_header(const std::string& id, StreamKind kind, int64_t create
 
 }  // namespace
 
-std::string make_request_id(std::string_view prefix) {
+std::string random_hex_id(std::string_view prefix, int hex_digits) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char kHex[] = "0123456789abcdef";
   std::string id(prefix);
-  id += '-';
-  for (int word = 0; word < 2; ++word) {
-    uint64_t bits = rng();
-    for (int i = 0; i < 16; ++i, bits >>= 4) id += kHex[bits & 0xF];
+  uint64_t bits = 0;
+  for (int i = 0; i < hex_digits; ++i, bits >>= 4) {
+    if (i % 16 == 0) bits = rng();
+    id += kHex[bits & 0xF];
   }
   return id;
+}
+
+std::string make_request_id(std::string_view prefix) {
+  return random_hex_id(std::string(prefix) + "-", 32);
 }
 
 int64_t unix_time_now() {

@@ -16,6 +16,8 @@ namespace kestrel::server {
 
 // "<prefix>-<32 random hex digits>", like vLLM's "cmpl-<uuid4 hex>".
 std::string make_request_id(std::string_view prefix);
+// `prefix` followed by `hex_digits` random hex digits ("resp_" + 16, as vLLM's Responses ids).
+std::string random_hex_id(std::string_view prefix, int hex_digits);
 int64_t unix_time_now();
 
 // `text` with every ill-formed UTF-8 sequence replaced by U+FFFD (as Python's

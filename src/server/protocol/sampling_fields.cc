@@ -108,6 +108,92 @@ void read_response_format(FieldReader& reader, std::optional<ResponseFormat>& ou
   out = std::move(format);
 }
 
+// OpenAI's logit_bias: {"<token id>": bias}; biases are clamped to [-100, 100] as vLLM does.
+void read_logit_bias(FieldReader& reader, std::vector<std::pair<int64_t, double>>& out) {
+  const json* v = reader.get("logit_bias");
+  if (v == nullptr) return;
+  if (!v->is_object()) return reader.fail(type_error("logit_bias", "an object"));
+  for (const auto& [key, bias] : v->items()) {
+    // Python's int(): optional surrounding whitespace and sign, then digits.
+    const size_t b = key.find_first_not_of(" \t");
+    const size_t e = key.find_last_not_of(" \t");
+    std::string digits = b == std::string::npos ? "" : key.substr(b, e - b + 1);
+    const bool negative = !digits.empty() && digits[0] == '-';
+    if (!digits.empty() && (digits[0] == '-' || digits[0] == '+')) digits.erase(0, 1);
+    const bool numeric =
+        !digits.empty() && digits.size() <= 18 &&
+        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!numeric)
+      return reader.fail(bad_request(
+          fmt::format("logit_bias keys must be token ids, got '{}'", key), "logit_bias"));
+    if (!bias.is_number())
+      return reader.fail(
+          bad_request(fmt::format("logit_bias['{}'] must be a number", key), "logit_bias"));
+    const int64_t id = std::stoll(digits) * (negative ? -1 : 1);
+    out.emplace_back(id, std::clamp(bias.get<double>(), -100.0, 100.0));
+  }
+}
+
+void read_allowed_token_ids(FieldReader& reader, std::optional<std::vector<int64_t>>& out) {
+  const json* v = reader.get("allowed_token_ids");
+  if (v == nullptr) return;
+  if (!v->is_array()) return reader.fail(type_error("allowed_token_ids", "an array of token ids"));
+  std::vector<int64_t> ids;
+  for (const json& item : *v) {
+    const std::optional<int64_t> id = json_to_int64(item);
+    if (!id) return reader.fail(type_error("allowed_token_ids", "an array of token ids"));
+    ids.push_back(*id);
+  }
+  if (ids.empty())
+    return reader.fail(
+        bad_request("allowed_token_ids is not None and empty!", "allowed_token_ids"));
+  out = std::move(ids);
+}
+
+void read_bad_words(FieldReader& reader, std::vector<std::string>& out) {
+  const json* v = reader.get("bad_words");
+  if (v == nullptr) return;
+  const bool all_strings = v->is_array() && std::all_of(v->begin(), v->end(), [](const json& s) {
+                             return s.is_string();
+                           });
+  if (!all_strings) return reader.fail(type_error("bad_words", "an array of strings"));
+  out.clear();
+  for (const json& s : *v) out.push_back(s.get<std::string>());
+}
+
+// truncate_prompt_tokens (>= -1) and truncation_side ("left" or "right").
+void read_truncation(FieldReader& reader, SamplingFields& out) {
+  reader.read_int("truncate_prompt_tokens", out.truncate_prompt_tokens);
+  std::optional<std::string> side;
+  reader.read_string("truncation_side", side);
+  if (reader.failed()) return;
+  if (out.truncate_prompt_tokens && *out.truncate_prompt_tokens < -1)
+    return reader.fail(
+        bad_request(fmt::format("truncate_prompt_tokens must be -1 or non-negative, got {}.",
+                                *out.truncate_prompt_tokens),
+                    "truncate_prompt_tokens"));
+  if (side && *side != "left" && *side != "right")
+    return reader.fail(bad_request("truncation_side must be 'left' or 'right'", "truncation_side"));
+  if (side) out.truncate_left = *side == "left";
+}
+
+// vLLM's check of cache_salt: a non-empty string of at most 128 characters without '@', '/', a
+// backslash or NUL.
+void read_cache_salt(FieldReader& reader, std::optional<std::string>& out) {
+  const json* v = reader.get("cache_salt");
+  if (v == nullptr) return;
+  const bool ok =
+      v->is_string() && !v->get_ref<const std::string&>().empty() &&
+      v->get_ref<const std::string&>().size() <= 128 &&
+      v->get_ref<const std::string&>().find_first_of(std::string("@/\\\0", 4)) == std::string::npos;
+  if (!ok)
+    return reader.fail(bad_request(
+        "Parameter 'cache_salt' must be a non-empty string of at most 128 characters and must "
+        "not contain '@', '/', '\\\\', or NUL.",
+        "cache_salt"));
+  out = v->get<std::string>();
+}
+
 ProtocolError range_error(std::string_view key, std::string_view rule, double value) {
   return bad_request(fmt::format("{} must be {}, got {}.", key, rule, value), std::string(key));
 }
@@ -135,6 +221,23 @@ void read_sampling_fields(FieldReader& reader, SamplingFields& out) {
   reader.read_bool("stream", out.stream);
   read_stream_options(reader, out.stream_options);
   read_response_format(reader, out.response_format);
+  {
+    const json* rf = out.response_format && out.response_format->constrains_output()
+                         ? &out.response_format->spec
+                         : nullptr;
+    auto constraint = read_output_constraint(reader, rf);
+    if (!constraint) {
+      reader.fail(constraint.error());
+    } else {
+      out.constraint = std::move(constraint).value();
+    }
+  }
+  read_logit_bias(reader, out.logit_bias);
+  read_allowed_token_ids(reader, out.allowed_token_ids);
+  read_bad_words(reader, out.bad_words);
+  read_truncation(reader, out);
+  reader.read_bool("return_tokens_as_token_ids", out.return_tokens_as_token_ids);
+  read_cache_salt(reader, out.cache_salt);
   reader.read_string("user", out.user);
   reader.read_int("priority", out.priority);
   reader.read_string("request_id", out.request_id);

@@ -11,6 +11,7 @@
 
 #include "server/protocol/field_reader.h"
 #include "server/protocol/protocol_error.h"
+#include "server/protocol/structured_outputs.h"
 
 namespace kestrel::server {
 
@@ -74,6 +75,19 @@ struct SamplingFields {
   bool stream = false;
   std::optional<StreamOptions> stream_options;
   std::optional<ResponseFormat> response_format;
+  // response_format (json_object / json_schema) and structured_outputs merged.
+  std::optional<OutputConstraint> constraint;
+  // logit_bias as (token id, bias clamped to [-100, 100]); ids are checked against the vocabulary
+  // by the server, which knows it.
+  std::vector<std::pair<int64_t, double>> logit_bias;
+  std::optional<std::vector<int64_t>> allowed_token_ids;  // non-empty when set
+  std::vector<std::string> bad_words;
+  // Keep only this many prompt tokens (-1: as many as the context allows), from the end
+  // (truncation_side "left", the default) or the start ("right").
+  std::optional<int64_t> truncate_prompt_tokens;
+  bool truncate_left = true;
+  bool return_tokens_as_token_ids = false;  // logprob tokens as "token_id:N"
+  std::optional<std::string> cache_salt;    // isolates the request's prefix-cache entries
   std::optional<std::string> user;
   int64_t priority = 0;
   std::optional<std::string> request_id;
