@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Cost of grammar-constrained decoding: streams the same chat request with a json_schema
-response_format and then without one (ignore_eos, the same token count), alternating, and prints
-the median inter-token latency of each. Run against `kestrel serve` on an idle machine:
+"""Cost of grammar-constrained decoding: streams the same chat request with a constraint and then
+without one (ignore_eos, the same token count), alternating, and prints the median inter-token
+latency of each. The constraint is a json_schema response_format (default), or a
+structured_outputs regex or EBNF grammar. Run against `kestrel serve` on an idle machine:
 
   python3 bench/structured_overhead.py --base-url http://127.0.0.1:8000 --model NAME [--pairs 5]
+      [--constraint schema|regex|grammar]
 """
 import argparse
 import http.client
@@ -16,6 +18,25 @@ SCHEMA = {"type": "object",
           "properties": {"name": {"type": "string", "maxLength": 40}, "age": {"type": "integer"},
                          "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8}},
           "required": ["name", "age", "tags"]}
+
+
+# A JSON grammar in EBNF, for the generic (non-JSON-Schema) matcher path.
+JSON_EBNF = r"""
+root   ::= object
+value  ::= object | array | string | number | "true" | "false" | "null"
+object ::= "{" ws (pair ("," ws pair)*)? ws "}"
+pair   ::= string ws ":" ws value
+array  ::= "[" ws (value ("," ws value)*)? ws "]"
+string ::= "\"" [^"\\\x00-\x1f]* "\""
+number ::= "-"? [0-9]+ ("." [0-9]+)?
+ws     ::= [ ]?
+"""
+CONSTRAINTS = {
+    "schema": {"response_format": {"type": "json_schema",
+                                   "json_schema": {"name": "p", "schema": SCHEMA}}},
+    "regex": {"structured_outputs": {"regex": "[A-Za-z ,.]{1,400}"}},
+    "grammar": {"structured_outputs": {"grammar": JSON_EBNF}},
+}
 
 
 def stream(base, body):
@@ -38,14 +59,14 @@ def main():
     ap.add_argument("--base-url", default="http://127.0.0.1:8000")
     ap.add_argument("--model", required=True)
     ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--constraint", choices=sorted(CONSTRAINTS), default="schema")
     a = ap.parse_args()
     msgs = [{"role": "user", "content": "Describe a person as JSON."}]
+    constraint = CONSTRAINTS[a.constraint]
     masked, plain = [], []
     for seed in range(a.pairs):
         n, itl = stream(a.base_url, {"model": a.model, "messages": msgs, "temperature": 1.0,
-                                     "seed": seed, "max_completion_tokens": 200,
-                                     "response_format": {"type": "json_schema", "json_schema": {
-                                         "name": "p", "schema": SCHEMA}}})
+                                     "seed": seed, "max_completion_tokens": 200, **constraint})
         masked.append(itl)
         _, itl2 = stream(a.base_url, {"model": a.model, "messages": msgs, "temperature": 1.0,
                                       "seed": seed, "max_completion_tokens": n, "ignore_eos": True})

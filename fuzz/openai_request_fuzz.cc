@@ -9,6 +9,7 @@
 
 #include "server/protocol/chat_request.h"
 #include "server/protocol/completion_request.h"
+#include "server/protocol/responses_request.h"
 #include "server/protocol/tokenize_request.h"
 
 namespace {
@@ -28,5 +29,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check(kestrel::server::parse_chat_request(body));
   check(kestrel::server::parse_tokenize_request(body));
   check(kestrel::server::parse_detokenize_request(body));
+  check(kestrel::server::parse_responses_request(body));
   return 0;
 }

@@ -10,6 +10,7 @@
 
 #include "server/protocol/chat_request.h"
 #include "server/protocol/completion_request.h"
+#include "server/protocol/responses_request.h"
 #include "server/protocol/tokenize_request.h"
 
 namespace kestrel::server {
@@ -61,6 +62,26 @@ const std::vector<std::string> kKeys = {"model",
                                         "kv_transfer_params",
                                         "presence_penalty",
                                         "repetition_penalty",
+                                        "logit_bias",
+                                        "allowed_token_ids",
+                                        "bad_words",
+                                        "structured_outputs",
+                                        "regex",
+                                        "choice",
+                                        "grammar",
+                                        "json",
+                                        "input",
+                                        "instructions",
+                                        "call_id",
+                                        "output",
+                                        "function_call",
+                                        "function_call_output",
+                                        "reasoning",
+                                        "max_output_tokens",
+                                        "include",
+                                        "store",
+                                        "background",
+                                        "truncation",
                                         "unknown_field"};
 
 std::vector<json> seeds() {
@@ -82,6 +103,18 @@ std::vector<json> seeds() {
                       "chat_template_kwargs":{"enable_thinking":false}})"),
       json::parse(R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":false,
                       "continue_final_message":true,"tokens":[1,2,3]})"),
+      json::parse(R"({"prompt":"x","logit_bias":{"7":-100},"allowed_token_ids":[1,2],
+                      "bad_words":["a"],"structured_outputs":{"choice":["a","b"]}})"),
+      json::parse(R"({"model":"m","instructions":"be brief","input":[
+                      {"role":"user","content":[{"type":"input_text","text":"hi"}]},
+                      {"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"r"}]},
+                      {"type":"function_call","call_id":"c","name":"f","arguments":"{}"},
+                      {"type":"function_call_output","call_id":"c","output":"ok"}],
+                      "tools":[{"type":"function","name":"f","parameters":{}}],
+                      "tool_choice":"auto","max_output_tokens":10,"stream":true,
+                      "text":{"format":{"type":"json_schema","name":"x","schema":{}}},
+                      "include":["message.output_text.logprobs"],"top_logprobs":2,
+                      "reasoning":{"effort":"low"},"store":true,"truncation":"auto"})"),
   };
 }
 
@@ -222,6 +255,7 @@ void run_all_parsers(const json& body, Tally& tally) {
     }
     check(parse_tokenize_request(body), tally);
     check(parse_detokenize_request(body), tally);
+    check(parse_responses_request(body), tally);
   }) << body.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
