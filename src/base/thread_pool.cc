@@ -24,6 +24,19 @@ constexpr int kSpinIterations = 20000;
 // Chunks per thread: a few, so a late or slow thread leaves work the others can take.
 constexpr int64_t kChunksPerThread = 4;
 
+// The pool whose job this thread is running chunks of, if any: a parallel_for from inside a
+// job must not replace the job the other participants are still reading.
+thread_local const ThreadPool* t_in_job = nullptr;
+
+class InJob {
+ public:
+  explicit InJob(const ThreadPool* pool) : saved_(t_in_job) { t_in_job = pool; }
+  ~InJob() { t_in_job = saved_; }
+
+ private:
+  const ThreadPool* saved_;
+};
+
 // Binds the calling thread to the index-th CPU of the process's affinity mask (wrapping
 // around); does nothing where affinity cannot be read or set.
 void pin_to_cpu(int index) {
@@ -65,6 +78,7 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::work() {
+  const InJob in_job(this);
   for (;;) {
     const int64_t begin = next_.fetch_add(chunk_, std::memory_order_relaxed);
     if (begin >= n_) return;
@@ -108,6 +122,10 @@ void ThreadPool::worker_loop() {
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
+  if (t_in_job == this) {
+    fn(0, n);
+    return;
+  }
   if (pin_) {
     // The caller is thread 0: bound on its first call (usually the engine's one compute thread).
     thread_local bool pinned = false;
@@ -118,9 +136,11 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   const int64_t max_chunks = (n + grain - 1) / grain;
   const int64_t chunks = std::min<int64_t>(max_chunks, int64_t(n_threads_) * kChunksPerThread);
   if (n_threads_ == 1 || chunks <= 1) {
+    const InJob in_job(this);
     fn(0, n);
     return;
   }
+  const std::lock_guard<std::mutex> turn(call_mu_);
   fn_ = &fn;
   n_ = n;
   chunk_ = (n + chunks - 1) / chunks;

@@ -28,7 +28,9 @@ class ThreadPool {
   int size() const { return n_threads_; }
 
   // Splits [0, n) into contiguous chunks of at least `grain` items; fn(begin, end) runs once per
-  // chunk on some participating thread. Returns when every chunk is done. Not reentrant.
+  // chunk on some participating thread. Returns when every chunk is done. Any thread may call
+  // it: calls from different threads take turns (one job at a time), and a call made from
+  // inside a job of this pool (fn calling parallel_for again) runs serially on that thread.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
@@ -52,6 +54,7 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
   std::mutex mu_;
+  std::mutex call_mu_;  // held by the one caller whose job is running
   std::condition_variable cv_;
   std::atomic<int> sleepers_{0};
 };

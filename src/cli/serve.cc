@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "base/logging.h"
+#include "base/task_pool.h"
 #include "chat/template_source.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
@@ -31,6 +32,8 @@ namespace {
 // Responses kept for GET /v1/responses/{id} and previous_response_id before the oldest finished
 // one is dropped (vLLM keeps them all, and warns of the leak).
 constexpr size_t kResponsesStoreCapacity = 10000;
+// Threads that prepare requests and build answers (the HTTP server has two I/O threads).
+constexpr int kRequestWorkers = 2;
 
 int usage_error(const std::string& message) {
   size_t start = 0;
@@ -114,6 +117,10 @@ int serve(ServeArgs& a) {
     KLOG_INFO("Responses API store on (at most {} responses kept)", kResponsesStoreCapacity);
   }
 
+  // Declared after everything its tasks use (destroyed, and so drained, before them) and before
+  // the HTTP server, which posts to it; the engine client is shut down before either goes.
+  TaskPool workers(kRequestWorkers);
+  ctx.workers = &workers;
   server::HttpServerOptions options;
   options.host = a.host;
   options.port = static_cast<uint16_t>(a.port);

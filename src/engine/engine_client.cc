@@ -227,7 +227,8 @@ void EngineClient::deliver(EngineCoreOutput&& out) {
       result = RequestOutput{};
       result->id = id;
       result->finish_reason = FinishReason::kError;
-      result->error = "the engine could not run this request";
+      result->error = out.error.empty() ? "the engine could not run this request" : out.error;
+      result->invalid_request = out.invalid_request;
     } else {
       result = processor_.process(std::move(out), &abort_in_core);
     }

@@ -81,6 +81,33 @@ void EngineCore::retire(const RequestId& id) {
   scheduler_.release(id);
 }
 
+Expected<StepOutput> EngineCore::run_step(const SchedulerOutput& sched) {
+  // A throwing constraint or an allocation failure mid-step fails the step, not the process.
+  try {
+    return runner_.execute(sched, [this](const RequestId& id) { return scheduler_.request(id); });
+  } catch (const std::exception& e) {
+    return make_error("{}", e.what());
+  }
+}
+
+void EngineCore::fail_step(const SchedulerOutput& sched, const std::string& error,
+                           std::vector<EngineCoreOutput>& outputs) {
+  scheduler_.fail_step(sched);
+  for (const ScheduledRequest& s : sched.scheduled) {
+    const Request* req = scheduler_.request(s.id);
+    EngineCoreOutput out;
+    out.id = s.id;
+    out.finish_reason = FinishReason::kError;
+    out.error = "the engine step running this request failed: " + error;
+    out.num_prompt_tokens = req->num_prompt_tokens();
+    out.num_cached_tokens = req->num_cached_tokens;
+    out.num_output_tokens = req->num_output_tokens();
+    out.first_scheduled = request_state_.at(s.id).first_scheduled;
+    retire(s.id);
+    outputs.push_back(std::move(out));
+  }
+}
+
 std::vector<TokenLogprobs> EngineCore::fresh_prompt_logprobs(const ScheduledRequest& s,
                                                              StepOutput& step) {
   const auto it = step.prompt_logprobs.find(s.id);
@@ -112,17 +139,26 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
     counters_.prompt_tokens_computed +=
         std::clamp<int64_t>(prompt_end - s.start_position, 0, s.num_new_tokens);
   }
-  KASSIGN(StepOutput step,
-          runner_.execute(sched, [this](const RequestId& id) { return scheduler_.request(id); }));
+  Expected<StepOutput> executed = run_step(sched);
+  if (!executed.ok()) {
+    fail_step(sched, executed.error().message, outputs);
+    return outputs;
+  }
+  StepOutput& step = *executed;
   std::unordered_map<RequestId, int32_t> tokens;
   for (const auto& [id, s] : step.sampled) tokens[id] = s.token;
   counters_.generation_tokens += static_cast<int64_t>(step.sampled.size());
+  // A request that got no token ends before the step is applied (the scheduler then skips it).
+  for (const auto& [id, ended] : step.ended)
+    scheduler_.finish(
+        id, ended.complete ? RequestStatus::kFinishedStopped : RequestStatus::kFinishedAborted);
   scheduler_.update_from_output(sched, tokens);
 
   for (const ScheduledRequest& s : sched.scheduled) {
     const auto it = step.sampled.find(s.id);
+    const auto ended = step.ended.find(s.id);
     std::vector<TokenLogprobs> prompt_logprobs = fresh_prompt_logprobs(s, step);
-    if (it == step.sampled.end() && prompt_logprobs.empty()) continue;
+    if (it == step.sampled.end() && ended == step.ended.end() && prompt_logprobs.empty()) continue;
     const Request* req = scheduler_.request(s.id);
     const RequestState& rules = request_state_.at(s.id);
     EngineCoreOutput out;
@@ -145,6 +181,10 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
       } else if (req->is_finished()) {
         out.finish_reason = FinishReason::kLength;
       }
+    } else if (ended != step.ended.end()) {
+      out.finish_reason = ended->second.complete ? FinishReason::kStop : FinishReason::kError;
+      out.error = ended->second.error;
+      out.invalid_request = ended->second.invalid_request;
     }
     if (out.finished()) retire(s.id);
     outputs.push_back(std::move(out));

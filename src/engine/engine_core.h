@@ -51,6 +51,10 @@ struct EngineCoreOutput {
   // Prompt tokens scored since the previous output (prompt positions 1, 2, …, in order).
   std::vector<TokenLogprobs> prompt_logprobs;
   std::optional<FinishReason> finish_reason;
+  std::string error;  // with FinishReason::kError: what went wrong for this request
+  // With FinishReason::kError: the request itself cannot be served (its constraints exclude
+  // every token), as opposed to a failure of the engine.
+  bool invalid_request = false;
   // Set when one of the request's own stop_token_ids (not an EOS id) ended it, as vLLM's
   // stop_reason reports it.
   std::optional<int32_t> stop_token_id;
@@ -79,7 +83,8 @@ class EngineCore {
   // Ends a request in any state; its "abort" output comes with the next step(). Unknown or
   // finished ids are ignored.
   void abort(const RequestId& id);
-  // Runs one scheduler step and returns what changed: new tokens and finished requests.
+  // Runs one scheduler step and returns what changed: new tokens and finished requests. A step
+  // whose forward pass fails ends the requests it scheduled with FinishReason::kError.
   Expected<std::vector<EngineCoreOutput>> step();
   bool has_unfinished() const { return scheduler_.has_unfinished() || !pending_.empty(); }
 
@@ -106,6 +111,11 @@ class EngineCore {
   std::vector<TokenLogprobs> fresh_prompt_logprobs(const ScheduledRequest& s, StepOutput& step);
   // Releases a finished request everywhere so no state or block outlives it.
   void retire(const RequestId& id);
+  // The runner's step; an exception from it becomes the error.
+  Expected<StepOutput> run_step(const SchedulerOutput& sched);
+  // A failed step ends only the requests it scheduled (with `error`); the engine keeps serving.
+  void fail_step(const SchedulerOutput& sched, const std::string& error,
+                 std::vector<EngineCoreOutput>& outputs);
 
   Scheduler scheduler_;
   ModelRunner runner_;

@@ -27,6 +27,7 @@ void RequestOutput::merge(RequestOutput&& later) {
     finish_reason = later.finish_reason;
     stop_reason = std::move(later.stop_reason);
     error = std::move(later.error);
+    invalid_request = later.invalid_request;
   }
   num_prompt_tokens = later.num_prompt_tokens;
   num_cached_tokens = later.num_cached_tokens;

@@ -36,7 +36,8 @@ struct RequestOutput {
   std::vector<TokenLogprobs> prompt_logprobs;  // prompt tokens 1, 2, … scored since the last output
   std::optional<FinishReason> finish_reason;
   StopReason stop_reason;
-  std::string error;  // set with FinishReason::kError
+  std::string error;             // set with FinishReason::kError
+  bool invalid_request = false;  // with kError: the request's own rules, not the engine, failed
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;
   int64_t num_output_tokens = 0;

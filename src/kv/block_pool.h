@@ -50,6 +50,9 @@ class BlockPool {
   bool cache_full_block(BlockId block, const BlockHash& hash, std::span<const int32_t> tokens);
   // The block cached under `hash` if its stored tokens equal `tokens`.
   std::optional<BlockId> lookup(const BlockHash& hash, std::span<const int32_t> tokens) const;
+  // Withdraws `block` from the prefix cache if it holds an entry (its contents were never
+  // written, e.g. the step that was to compute them failed). The block stays allocated.
+  void uncache(BlockId block);
 
   int32_t ref_count(BlockId block) const;
   bool is_cached(BlockId block) const;
@@ -63,7 +66,6 @@ class BlockPool {
 
   void push_tail(BlockId b);
   void unlink(BlockId b);
-  void uncache(BlockId b);
 
   std::vector<int32_t> ref_counts_;
   // Intrusive doubly linked free list over block ids; kNone ends it.

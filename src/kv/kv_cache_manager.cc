@@ -79,6 +79,17 @@ void KVCacheManager::cache_blocks(const RequestId& id, std::span<const int32_t> 
   }
 }
 
+void KVCacheManager::uncache_unwritten(const RequestId& id, int64_t num_written_tokens) {
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  RequestBlocks& req = it->second;
+  // Blocks below `written` were full before the step: computed earlier, or prefix hits.
+  const size_t written =
+      static_cast<size_t>(std::max<int64_t>(num_written_tokens, 0) / block_size_);
+  for (size_t i = written; i < req.hashes.size(); ++i) pool_.uncache(req.blocks[i]);
+  if (req.hashes.size() > written) req.hashes.resize(written);
+}
+
 void KVCacheManager::free(const RequestId& id) {
   const auto it = requests_.find(id);
   if (it == requests_.end()) return;

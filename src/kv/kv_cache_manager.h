@@ -1,7 +1,9 @@
 // kv/kv_cache_manager.h — per-request KV block tables over one BlockPool, with prefix caching.
 // One full-attention group for now. The scheduler's use per step: get_computed_blocks() for a new
-// request, allocate_slots() for the tokens it schedules, cache_blocks() once they are computed,
-// free() on every exit (finish, abort, preemption).
+// request, allocate_slots() for the tokens it schedules, cache_blocks() for them in the same step
+// (blocks are published when scheduled, before the forward pass writes them: within a step every
+// K/V of a layer is written before any attention of that layer reads), free() on every exit
+// (finish, abort, preemption).
 #pragma once
 
 #include <cstdint>
@@ -45,13 +47,18 @@ class KVCacheManager {
                       const ComputedBlocks& computed = {});
 
   // Publishes the request's blocks made full by its first num_computed_tokens tokens to the
-  // prefix cache. extra_keys must match those given to get_computed_blocks.
+  // prefix cache (num_computed_tokens counts the tokens of the step being scheduled too).
+  // extra_keys must match those given to get_computed_blocks.
   void cache_blocks(const RequestId& id, std::span<const int32_t> tokens,
                     int64_t num_computed_tokens, std::span<const uint64_t> extra_keys = {});
 
   // Returns all of the request's blocks; its cached ones stay hittable. Unknown ids are ignored,
   // so every exit path may call it.
   void free(const RequestId& id);
+  // Withdraws from the prefix cache the request's blocks that hold tokens past its first
+  // num_written_tokens: blocks published when a step was scheduled whose forward pass then
+  // failed. Call before free(). Unknown ids are ignored.
+  void uncache_unwritten(const RequestId& id, int64_t num_written_tokens);
 
   double usage() const { return pool_.usage(); }
   int64_t prefix_cache_queries() const { return queries_; }  // tokens looked up at admission

@@ -1,5 +1,6 @@
-// model/causal_lm.h — the contract between a model and whoever batches for it (CLI now, the
-// model runner later): a flat batch of tokens from several sequences in, logits of chosen rows out.
+// model/causal_lm.h — the contract between a model and whoever batches for it (the model runner,
+// and the CLI's generate): a flat batch of tokens from several sequences in, logits of chosen
+// rows out, with the K/V written to a KVCacheStorage as a side effect.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +59,11 @@ class CausalLM {
   virtual const ModelConfig& config() const = 0;
   // Writes [logits_indices.size(), vocab] f32 logits into `logits`.
   virtual void forward(const ForwardBatch& batch, KVCacheStorage& kv, float* logits) = 0;
+  // forward() in two phases, for callers that want the logits of many rows in bounded memory:
+  // the batch through every layer (batch.logits_indices unused), then the logits of any rows of
+  // it, [rows.size(), vocab], in as many calls as wanted until the next forward.
+  virtual void forward_hidden(const ForwardBatch& batch, KVCacheStorage& kv) = 0;
+  virtual void head_logits(std::span<const int32_t> rows, float* logits) = 0;
   // Bytes of weights read by one decode step (for bandwidth figures).
   virtual size_t weight_bytes() const = 0;
   // Bytes of weights held in memory (differs from weight_bytes() for MoE models, whose decode

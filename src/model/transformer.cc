@@ -99,6 +99,15 @@ class TransformerModel final : public CausalLM {
   }
 
   void forward(const ForwardBatch& fb, KVCacheStorage& kv, float* logits) override {
+    forward_hidden(fb, kv);
+    head(fb.logits_indices, final_norm_, lm_head_, logits);
+  }
+
+  void head_logits(std::span<const int32_t> rows, float* logits) override {
+    head(rows, final_norm_, lm_head_, logits);
+  }
+
+  void forward_hidden(const ForwardBatch& fb, KVCacheStorage& kv) override {
     const int64_t T = int64_t(fb.token_ids.size()), H = cfg_.hidden_size;
     KCHECK(fb.positions.size() == size_t(T) && fb.slot_mapping.size() == size_t(T),
            "batch arrays disagree on token count");
@@ -111,7 +120,7 @@ class TransformerModel final : public CausalLM {
     be_.embedding(embed_, fb.token_ids.data(), T, x);
     ctx.round(x, T * H);
     run_blocks(ctx, blocks_, x);
-    head(fb, final_norm_, lm_head_, logits);
+    tokens_ = T;
   }
 
   void mtp_forward(const ForwardBatch& fb, const float* hidden, KVCacheStorage& mtp_kv,
@@ -136,7 +145,8 @@ class TransformerModel final : public CausalLM {
     be_.linear(mtp_->eh_proj, cat, T, x);
     ctx.round(x, T * H);
     run_blocks(ctx, std::span<Block>(&mtp_->block, 1), x);
-    head(fb, mtp_->head_norm, mtp_->head, logits);
+    tokens_ = T;
+    head(fb.logits_indices, mtp_->head_norm, mtp_->head, logits);
   }
 
  private:
@@ -202,17 +212,17 @@ class TransformerModel final : public CausalLM {
     }
   }
 
-  // Only the requested rows go through the final norm and the head; their normed hidden
-  // states stay in ws_.h (last_hidden()).
-  void head(const ForwardBatch& fb, const std::vector<float>& norm, const Tensor& w,
+  // Only the requested rows of the last pass go through the final norm and the head; their
+  // normed hidden states stay in ws_.h (last_hidden()).
+  void head(std::span<const int32_t> rows, const std::vector<float>& norm, const Tensor& w,
             float* logits) {
-    const int64_t T = int64_t(fb.token_ids.size()), H = cfg_.hidden_size;
-    const int64_t R = int64_t(fb.logits_indices.size());
+    const int64_t H = cfg_.hidden_size;
+    const int64_t R = int64_t(rows.size());
     const float* x = ws_.x.data();
     float* h = ws_.h.data();
     for (int64_t r = 0; r < R; ++r) {
-      const int32_t row = fb.logits_indices[r];
-      KCHECK(row >= 0 && row < T, "logits index {} out of range", row);
+      const int32_t row = rows[r];
+      KCHECK(row >= 0 && row < tokens_, "logits index {} out of range", row);
       std::copy(x + int64_t(row) * H, x + int64_t(row + 1) * H, h + r * H);
     }
     be_.rms_norm(h, norm.data(), float(cfg_.rms_norm_eps), R, H, h, act_);
@@ -246,6 +256,7 @@ class TransformerModel final : public CausalLM {
   RopeTable rope_;
   Scratch scratch_;
   Workspace ws_;
+  int64_t tokens_ = 0;  // tokens of the last pass, whose residual stream ws_.x holds
 };
 
 }  // namespace

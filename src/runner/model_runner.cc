@@ -1,10 +1,18 @@
 #include "runner/model_runner.h"
 
+#include <algorithm>
+#include <exception>
 #include <limits>
 #include <span>
 #include <utility>
 
 namespace kestrel {
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+}  // namespace
 
 ModelRunner::ModelRunner(CausalLM& model, KVCacheStorage kv)
     : model_(model), kv_(std::move(kv)), builder_(kv_.block_size()) {}
@@ -62,41 +70,81 @@ Expected<StepOutput> ModelRunner::execute(const SchedulerOutput& output,
   if (output.scheduled.empty()) return result;
 
   const int64_t vocab = model_.config().vocab_size;
-  logits_.resize(size_t(num_rows) * size_t(vocab));
-  model_.forward(builder_.batch(), kv_, logits_.data());
+  const ForwardBatch batch = builder_.batch();
+  model_.forward_hidden(batch, kv_);
+  // The rows that are sampled (one per request, at most max_num_seqs) get their logits at once:
+  // they stay for the masks and draws. Prompt rows are scored in chunks of kScoreChunkRows, so a
+  // long chunk of prompt_logprobs costs bounded memory whatever the step's token budget.
+  std::vector<int32_t> sample_rows;
+  std::vector<int64_t> sample_slot(rows.size(), -1);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    if (!rows[k].sample) continue;
+    sample_slot[k] = int64_t(sample_rows.size());
+    sample_rows.push_back(batch.logits_indices[size_t(rows[k].first_row + rows[k].count - 1)]);
+  }
+  logits_.resize(sample_rows.size() * size_t(vocab));
+  if (!sample_rows.empty()) model_.head_logits(sample_rows, logits_.data());
+  for (const Rows& r : rows) {
+    const Request& req = *r.req;
+    // Row i holds the logits after position start + i, which score prompt token start + i + 1.
+    const int64_t scored_rows = std::min(r.count, req.num_prompt_tokens() - 1 - r.start_position);
+    if (scored_rows <= 0 || r.state->params.prompt_logprobs < 0) continue;
+    std::vector<TokenLogprobs>& scored = result.prompt_logprobs[req.id];
+    for (int64_t b = 0; b < scored_rows; b += kScoreChunkRows) {
+      const int64_t e = std::min(scored_rows, b + kScoreChunkRows);
+      score_logits_.resize(size_t(e - b) * size_t(vocab));
+      model_.head_logits(batch.logits_indices.subspan(size_t(r.first_row + b), size_t(e - b)),
+                         score_logits_.data());
+      for (int64_t i = b; i < e; ++i) {
+        const std::span<const float> row(score_logits_.data() + size_t(i - b) * size_t(vocab),
+                                         size_t(vocab));
+        cpu::ScoredToken t =
+            cpu::score_token(row, req.all_token_ids[size_t(r.start_position + i + 1)],
+                             r.state->params.prompt_logprobs);
+        scored.push_back(TokenLogprobs{t.token, t.logprob, t.rank, std::move(t.top)});
+      }
+    }
+  }
 
   struct Draw {
     const Rows* rows;
     std::span<float> logits;  // the row to sample, masked
   };
   std::vector<Draw> draws;
-  for (const Rows& r : rows) {
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const Rows& r = rows[k];
     const Request& req = *r.req;
     State& st = *r.state;
-    auto row = [&](int64_t i) {
-      return std::span<float>(logits_.data() + size_t(r.first_row + i) * size_t(vocab),
-                              size_t(vocab));
-    };
-    if (r.count > 1 || !r.sample) {
-      // Row i holds the logits after position start + i, which score prompt token start + i + 1.
-      std::vector<TokenLogprobs>& scored = result.prompt_logprobs[req.id];
-      for (int64_t i = 0; i < r.count; ++i) {
-        const int64_t target = r.start_position + i + 1;
-        if (target >= req.num_prompt_tokens()) break;
-        cpu::ScoredToken t =
-            cpu::score_token(row(i), req.all_token_ids[size_t(target)], st.params.prompt_logprobs);
-        scored.push_back(TokenLogprobs{t.token, t.logprob, t.rank, std::move(t.top)});
-      }
-    }
     if (!r.sample) continue;
-    std::span<float> last = row(r.count - 1);
+    const std::span<float> last(logits_.data() + size_t(sample_slot[k]) * size_t(vocab),
+                                size_t(vocab));
     if (!st.params.logits_rules.empty())
       apply_logits_rules(st.params.logits_rules, req.output_token_ids, last);
     if (req.num_output_tokens() < st.params.min_tokens) {
       for (int32_t t : st.params.min_tokens_suppressed)
         if (t >= 0 && t < vocab) last[size_t(t)] = -std::numeric_limits<float>::infinity();
     }
-    if (st.params.constraint) st.params.constraint->mask(last);
+    if (st.params.constraint) {
+      // A failing constraint is this request's problem only.
+      try {
+        st.params.constraint->mask(last);
+      } catch (const std::exception& e) {
+        result.ended[req.id] = EndedRequest{
+            false, std::string("the structured output constraint failed: ") + e.what()};
+        continue;
+      }
+    }
+    if (std::none_of(last.begin(), last.end(), [](float v) { return v > -kInf; })) {
+      const bool complete = st.params.constraint && st.params.constraint->complete();
+      result.ended[req.id] =
+          EndedRequest{complete,
+                       complete ? ""
+                                : "no token is allowed: the request's structured output, "
+                                  "allowed_token_ids, bad_words, logit_bias and min_tokens "
+                                  "together exclude every token",
+                       !complete};
+      continue;
+    }
     draws.push_back({&r, last});
   }
   // The draws touch only their own row, parameters and generator: they run on every thread
@@ -113,7 +161,20 @@ Expected<StepOutput> ModelRunner::execute(const SchedulerOutput& output,
   for (size_t i = 0; i < draws.size(); ++i) {
     const Rows& r = *draws[i].rows;
     cpu::SampleResult& res = samples_[i];
-    if (r.state->params.constraint) r.state->params.constraint->accept(res.token);
+    bool accepted = true;
+    if (r.state->params.constraint) {
+      try {
+        accepted = r.state->params.constraint->accept(res.token);
+      } catch (const std::exception&) {
+        accepted = false;
+      }
+    }
+    if (!accepted) {
+      result.ended[r.req->id] =
+          EndedRequest{false, "the structured output constraint refused sampled token " +
+                                  std::to_string(res.token)};
+      continue;
+    }
     result.sampled[r.req->id] = SampledToken{res.token, res.logprob, std::move(res.top)};
   }
   return result;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -34,9 +35,18 @@ struct TokenLogprobs {
   std::vector<cpu::TokenLogprob> top;  // best first
 };
 
+// A request that was due a token and got none: its masks left no token (complete: its constraint
+// was satisfied, so it may end with "stop"), or its constraint refused the sampled one (error).
+struct EndedRequest {
+  bool complete = false;
+  std::string error;             // why, when not complete
+  bool invalid_request = false;  // the request's own rules excluded every token
+};
+
 struct StepOutput {
-  // The sampled token of every request not in a prefill chunk.
+  // The sampled token of every request not in a prefill chunk, unless it is in `ended`.
   std::unordered_map<RequestId, SampledToken> sampled;
+  std::unordered_map<RequestId, EndedRequest> ended;
   // For requests that asked for prompt logprobs: one entry per prompt token this step scored
   // (the token at position p + 1 under the logits of position p), in prompt order.
   std::unordered_map<RequestId, std::vector<TokenLogprobs>> prompt_logprobs;
@@ -59,6 +69,10 @@ struct RunnerRequestParams {
 
 class ModelRunner {
  public:
+  // Prompt rows whose logits exist at once when a request scores its prompt (prompt_logprobs):
+  // 64 × a 152k vocabulary is 39 MB, whatever --max-num-batched-tokens allows in one step.
+  static constexpr int64_t kScoreChunkRows = 64;
+
   // `kv` must have the scheduler's num_blocks and block_size.
   ModelRunner(CausalLM& model, KVCacheStorage kv);
 
@@ -67,6 +81,10 @@ class ModelRunner {
   // Drops a request's sampling state (finish, abort); unknown ids are ignored.
   void remove_request(const RequestId& id);
   size_t num_requests() const { return requests_.size(); }
+  // Memory held for logits: the sampled rows of the largest step and one chunk of scored rows.
+  size_t logits_bytes() const {
+    return (logits_.capacity() + score_logits_.capacity()) * sizeof(float);
+  }
 
   // Computes the step: sampled tokens and prompt logprobs.
   Expected<StepOutput> execute(const SchedulerOutput& output, const RequestLookup& lookup);
@@ -80,7 +98,8 @@ class ModelRunner {
   CausalLM& model_;
   KVCacheStorage kv_;
   BatchBuilder builder_;
-  std::vector<float> logits_;
+  std::vector<float> logits_;        // the sampled rows of a step
+  std::vector<float> score_logits_;  // one chunk of prompt rows being scored
   std::vector<cpu::SampleResult> samples_;  // one per sampled request of a step
   std::unordered_map<RequestId, State> requests_;
 };

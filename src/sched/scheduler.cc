@@ -164,6 +164,13 @@ std::vector<RequestId> Scheduler::update_from_output(
   return finished;
 }
 
+void Scheduler::fail_step(const SchedulerOutput& output) {
+  for (const ScheduledRequest& s : output.scheduled) {
+    kv_.uncache_unwritten(s.id, s.start_position);
+    finish(s.id, RequestStatus::kFinishedAborted);
+  }
+}
+
 void Scheduler::remove_from_queues(Request* req) {
   const auto r = std::find(running_.begin(), running_.end(), req);
   if (r != running_.end()) running_.erase(r);

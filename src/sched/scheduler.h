@@ -58,6 +58,9 @@ class Scheduler {
   // frees its blocks at once. A no-op for unknown or already finished requests.
   void finish(const RequestId& id, RequestStatus status);
   void abort(const RequestId& id) { finish(id, RequestStatus::kFinishedAborted); }
+  // The forward pass of `output` failed: every request it scheduled ends (aborted), and the
+  // blocks published for it that were never written leave the prefix cache.
+  void fail_step(const SchedulerOutput& output);
 
   // Finished requests stay readable until released.
   const Request* request(const RequestId& id) const;

@@ -56,8 +56,11 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
       if (auto self = weak.lock()) self->abort_all();
     });
     for (size_t i = 0; i < choices_.size(); ++i)
-      choices_[i].stream->set_notify([weak, i] {
-        if (auto self = weak.lock()) self->on_output(i);
+      choices_[i].stream->set_notify([workers = ctx_.workers, weak, i] {
+        // Called on the engine client's output thread, which must not wait on parsers or JSON.
+        run_on_workers(workers, [weak, i] {
+          if (auto self = weak.lock()) self->on_output(i);
+        });
       });
   }
 
@@ -212,7 +215,7 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
       record_metrics(i);
     }
     if (out.finish_reason == FinishReason::kError) {
-      fail(out.error.empty() ? "the engine failed" : out.error);
+      fail(out.error.empty() ? "the engine failed" : out.error, out.invalid_request);
       return;
     }
     if (spec_.stream && sc.forced_tools) {
@@ -380,15 +383,16 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
     responder_->respond(200, "application/json", body.dump());
   }
 
-  // An engine failure: the other choices are dropped and the client told.
-  void fail(const std::string& message) {
+  // An engine failure, or a request whose own rules left nothing to sample (a 400): the other
+  // choices are dropped and the client told.
+  void fail(const std::string& message, bool invalid_request) {
     if (done_) return;
     done_ = true;
     self_.reset();
     for (Choice& c : choices_)
       if (!c.finished) ctx_.engine->abort(c.stream->id());
     KLOG_ERROR("request {} failed: {}", spec_.id, message);
-    const ProtocolError e = internal_error("The engine failed while running this request.");
+    const ProtocolError e = invalid_request ? bad_request(message) : failure_error(message);
     if (spec_.stream) {
       responder_->send_chunk(send_json(error_body(e)));
       responder_->send_chunk(std::string(kSseDone));

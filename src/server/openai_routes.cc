@@ -1,7 +1,11 @@
 // The route handlers. Each parses its body at the edge (server/protocol), turns it into engine
 // requests and hands them to a GenerationSession; nothing here touches engine state directly.
 #include <algorithm>
+#include <functional>
 
+#include "base/logging.h"
+
+#include "server/api_key.h"
 #include "server/openai_server.h"
 #include "server/prompts.h"
 #include "server/protocol/responses.h"
@@ -13,6 +17,7 @@ namespace kestrel::server {
 namespace {
 
 constexpr std::string_view kJson = "application/json";
+
 constexpr const char* kVersion = "0.1.0";
 
 }  // namespace
@@ -105,15 +110,24 @@ Handler guarded(ServingContext& ctx, std::string path,
   const bool needs_key = path.rfind("/v1", 0) == 0;
   return [&ctx, needs_key, h = std::move(h)](const HttpRequest& req, std::shared_ptr<Responder> r) {
     if (needs_key && ctx.api_key) {
-      const auto auth = req.header("Authorization");
-      if (!auth || *auth != "Bearer " + *ctx.api_key)
+      if (!bearer_matches(req.header("Authorization"), *ctx.api_key))
         return void(r->respond(401, kJson, api_key_rejection_body().dump()));
     }
     if (!ctx.ready.load())
       return reply_error(
           *r, ProtocolError{503, "ServiceUnavailableError",
                             "The server is starting up or shutting down.", std::nullopt});
-    h(req, std::move(r));
+    // Parsing, templating, tokenizing and grammar compilation are the handler's work: they run
+    // on the request workers, never on the I/O threads that every connection shares.
+    run_on_workers(ctx.workers, [h, req, r] {
+      try {
+        h(req, r);
+      } catch (const std::exception& e) {
+        KLOG_ERROR("handler for {} {} threw: {}", req.method, req.path, e.what());
+        if (!r->respond(500, kJson, error_body(internal_error("Internal server error")).dump()))
+          r->abort();
+      }
+    });
   };
 }
 

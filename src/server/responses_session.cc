@@ -60,8 +60,11 @@ class ResponsesSession : public std::enable_shared_from_this<ResponsesSession> {
         if (auto self = weak.lock()) self->ctx_.engine->abort(self->stream_->id());
       });
     }
-    stream_->set_notify([weak] {
-      if (auto self = weak.lock()) self->on_output();
+    stream_->set_notify([workers = ctx_.workers, weak] {
+      // Called on the engine client's output thread, which must not wait on parsers or JSON.
+      run_on_workers(workers, [weak] {
+        if (auto self = weak.lock()) self->on_output();
+      });
     });
   }
 
@@ -108,7 +111,7 @@ class ResponsesSession : public std::enable_shared_from_this<ResponsesSession> {
     reasoning_ += reasoning;
     content_ += text;
     logprobs_.insert(logprobs_.end(), infos.begin(), infos.end());
-    if (out.finish_reason == FinishReason::kError) return fail(out.error);
+    if (out.finish_reason == FinishReason::kError) return fail(out.error, out.invalid_request);
     if (spec_.stream) stream_delta(reasoning, text, infos, out.finished());
     if (out.finished()) finish();
   }
@@ -336,13 +339,13 @@ class ResponsesSession : public std::enable_shared_from_this<ResponsesSession> {
     }
   }
 
-  void fail(const std::string& message) {
+  void fail(const std::string& message, bool invalid_request) {
     if (done_) return;
     done_ = true;
     self_.reset();
     record_metrics();
     KLOG_ERROR("response {} failed: {}", spec_.header.id, message);
-    const ProtocolError e = internal_error("The engine failed while running this request.");
+    const ProtocolError e = invalid_request ? bad_request(message) : failure_error(message);
     if (spec_.background) {
       ResponseHeader header = spec_.header;
       header.status = "failed";

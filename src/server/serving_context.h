@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/task_pool.h"
 #include "chat/chat_template.h"
 #include "engine/engine_client.h"
 #include "server/metrics.h"
@@ -43,8 +45,18 @@ struct ServingContext {
   ServerMetrics* metrics = nullptr;
   // The Responses API's store (null: off, as vLLM without VLLM_ENABLE_RESPONSES_API_STORE=1).
   ResponsesStore* responses_store = nullptr;
+  // Request workers: route handlers (parsing, chat templates, tokenizing, grammar compilation)
+  // and sessions' answers (detokenized text through the reasoning and tool parsers into JSON)
+  // run here, off the HTTP I/O threads and the engine client's output thread. Null: inline.
+  TaskPool* workers = nullptr;
   int64_t created = 0;  // start-up time, /v1/models "created"
   std::atomic<bool> ready{false};
 };
+
+// Runs `task` on `workers`, or at once on this thread when there are none.
+inline void run_on_workers(TaskPool* workers, std::function<void()> task) {
+  if (workers != nullptr) return workers->post(std::move(task));
+  task();
+}
 
 }  // namespace kestrel::server

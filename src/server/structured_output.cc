@@ -27,7 +27,8 @@ class GrammarConstraint final : public TokenConstraint {
     }
   }
 
-  void accept(int32_t token) override { matcher_.accept(token); }
+  bool accept(int32_t token) override { return matcher_.accept(token); }
+  bool complete() const override { return matcher_.done() || matcher_.accepting(); }
 
  private:
   structured::Matcher matcher_;

@@ -35,6 +35,48 @@ TEST(ThreadPool, ManyRoundsCompleteAndEveryChunkRunsOnce) {
   EXPECT_EQ(total.load(), 5000 * 100);
 }
 
+// A parallel_for inside a job (a kernel calling a helper that parallelises too) runs serially on
+// the calling thread instead of replacing the job the other workers are still reading.
+TEST(ThreadPool, NestedCallsRunInline) {
+  ThreadPool pool(3);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<std::atomic<int>> hits(64 * 16);
+    pool.parallel_for(64, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        pool.parallel_for(16, 1, [&](int64_t ib, int64_t ie) {
+          for (int64_t j = ib; j < ie; ++j) hits[size_t(i * 16 + j)].fetch_add(1);
+        });
+    });
+    for (size_t k = 0; k < hits.size(); ++k) ASSERT_EQ(hits[k].load(), 1) << round << " " << k;
+  }
+}
+
+// Calls from two threads take turns: each job sees only its own fn and range.
+TEST(ThreadPool, ConcurrentCallersTakeTurns) {
+  ThreadPool pool(3);
+  constexpr int kRounds = 100;
+  auto caller = [&pool](int64_t n, int64_t* out) {
+    for (int round = 0; round < kRounds; ++round) {
+      std::atomic<int64_t> sum{0};
+      pool.parallel_for(n, 64, [&](int64_t b, int64_t e) {
+        int64_t local = 0;
+        for (int64_t i = b; i < e; ++i) local += i;
+        // Long enough chunks that the two callers' jobs overlap in time.
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        sum.fetch_add(local);
+      });
+      *out += sum.load() == n * (n - 1) / 2 ? 1 : 0;
+    }
+  };
+  int64_t good_a = 0, good_b = 0;
+  std::thread a(caller, 100003, &good_a);
+  std::thread b(caller, 65001, &good_b);
+  a.join();
+  b.join();
+  EXPECT_EQ(good_a, kRounds);
+  EXPECT_EQ(good_b, kRounds);
+}
+
 // More threads than cores: rounds must still complete (late workers' chunks are taken by
 // others, and a worker waking after its job closed must not touch it).
 TEST(ThreadPool, OversubscribedPoolsMakeProgress) {

@@ -171,3 +171,32 @@ def test_refused_constraints_are_400(base_url, model, so, words):
     assert status == 400, r
     assert r["error"]["param"] == "structured_outputs", r
     assert words.lower() in r["error"]["message"].lower(), r
+
+
+def test_complete_document_ends_even_with_ignore_eos(base_url, model):
+    # Regression: once the JSON was complete every token was masked (EOS too, under ignore_eos or
+    # min_tokens), the sampler returned token 0 and the output was garbage up to max_tokens.
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    for extra in ({"ignore_eos": True}, {"min_tokens": 150}):
+        status, r = post_json(base_url, "/v1/chat/completions", {
+            "model": model, "messages": MESSAGES, "max_completion_tokens": 200, "temperature": 0,
+            "response_format": schema_format(schema), **extra})
+        assert status == 200, r
+        c = r["choices"][0]
+        assert c["finish_reason"] == "stop", c
+        assert json.loads(c["message"]["content"]) in ({"ok": True}, {"ok": False}), c
+        assert r["usage"]["completion_tokens"] < 20, r["usage"]
+
+
+def test_contradictory_constraints_fail_cleanly(base_url, model):
+    # The grammar allows only "yes"/"no"; allowed_token_ids allows neither start.
+    status, tok = post_json(base_url, "/tokenize", {"model": model, "prompt": "Paris",
+                                                    "add_special_tokens": False})
+    status, r = post_json(base_url, "/v1/chat/completions", {
+        "model": model, "messages": MESSAGES, "max_completion_tokens": 5,
+        "structured_outputs": {"choice": ["yes", "no"]}, "allowed_token_ids": tok["tokens"][:1]})
+    assert status == 400, r
+    assert "no token is allowed" in r["error"]["message"], r
+    status, _ = post_json(base_url, "/v1/chat/completions", {
+        "model": model, "messages": MESSAGES, "max_completion_tokens": 2})
+    assert status == 200  # the server keeps serving

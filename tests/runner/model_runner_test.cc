@@ -6,13 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <string>
 
-#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "base/mmap_file.h"
 #include "model/loader.h"
 #include "model/safetensors.h"
+#include "runner/logprobs_reference.h"
 #include "sched/scheduler.h"
 #include "test_paths.h"
 
@@ -136,7 +137,8 @@ TEST(ModelRunner, InconsistentStepsAreErrors) {
 }
 
 // Prompt logprobs equal log-softmax of transformers' logits (the fixture's golden.safetensors) at
-// each position, for the next prompt token, whether the prompt runs whole or in chunks of 4.
+// each position, for the next prompt token and the top-2 alternatives (ids and values), whether
+// the prompt runs whole or in chunks of 4.
 TEST(ModelRunner, PromptLogprobsMatchTheReferenceLogits) {
   auto lm = load_fixture();
   ASSERT_TRUE(lm);
@@ -174,19 +176,11 @@ TEST(ModelRunner, PromptLogprobsMatchTheReferenceLogits) {
     }
     ASSERT_EQ(scored.size(), prompt.size() - 1) << "budget " << budget;
     for (size_t p = 0; p + 1 < prompt.size(); ++p) {
-      const float* row = golden + p * size_t(vocab);
-      double max = row[0];
-      for (int64_t v = 1; v < vocab; ++v) max = std::max<double>(max, row[v]);
-      double sum = 0.0;
-      for (int64_t v = 0; v < vocab; ++v) sum += std::exp(double(row[v]) - max);
-      const double want = double(row[prompt[p + 1]]) - max - std::log(sum);
-      int64_t rank = 1;
-      for (int64_t v = 0; v < vocab; ++v) rank += row[v] > row[prompt[p + 1]] ? 1 : 0;
       EXPECT_EQ(scored[p].token, prompt[p + 1]);
-      EXPECT_NEAR(scored[p].logprob, want, 1e-3) << "position " << p << ", budget " << budget;
-      EXPECT_EQ(scored[p].rank, rank) << "position " << p;
-      ASSERT_EQ(scored[p].top.size(), 2u);
-      EXPECT_GE(scored[p].top[0].logprob, scored[p].top[1].logprob);
+      test::expect_logprobs_match(
+          scored[p], golden + p * size_t(vocab), vocab, 2, test::Rank::kComputed,
+          test::kF32LogitsRelTol,
+          "position " + std::to_string(p) + ", budget " + std::to_string(budget));
     }
   }
 }
@@ -206,7 +200,11 @@ class ScriptedConstraint final : public TokenConstraint {
     for (size_t i = 0; i < logits.size(); ++i)
       if (int32_t(i) != script_[accepted.size()]) logits[i] = -INFINITY;
   }
-  void accept(int32_t token) override { accepted.push_back(token); }
+  bool accept(int32_t token) override {
+    accepted.push_back(token);
+    return true;
+  }
+  bool complete() const override { return accepted.size() == script_.size(); }
   int masks = 0;
   std::vector<int32_t> accepted;
 

@@ -24,10 +24,13 @@ struct TokenLogprob {
   float logprob = 0.0f;
 };
 
+// Logprobs are taken from the row as sample() receives it: after the runner's per-request
+// rules and masks (logit_bias, allowed_token_ids, bad_words, min_tokens, structured output), but
+// before penalties and temperature. vLLM reports logprobs of the raw logits, before all of these.
 struct SampleResult {
   int32_t token = 0;
-  float logprob = 0.0f;           // of the chosen token, from the raw (unpenalised) logits
-  std::vector<TokenLogprob> top;  // top-N by raw logprob, best first
+  float logprob = 0.0f;           // of the chosen token
+  std::vector<TokenLogprob> top;  // top-N by logprob, best first
 };
 
 // A seeded per-request generator (std::mt19937_64 so results are reproducible across builds).

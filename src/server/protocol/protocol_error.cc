@@ -45,6 +45,10 @@ ProtocolError not_implemented(std::string message) {
   return ProtocolError{501, "NotImplementedError", std::move(message), std::nullopt};
 }
 
+ProtocolError failure_error(const std::string& detail) {
+  return internal_error("The engine failed while running this request: " + detail);
+}
+
 ProtocolError prompt_too_long(int64_t input_tokens, int64_t max_output_tokens,
                               int64_t context_length) {
   if (input_tokens >= context_length)

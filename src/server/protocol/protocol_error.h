@@ -26,6 +26,9 @@ ProtocolError model_not_found(const std::string& model);
 ProtocolError not_found(std::string message);
 ProtocolError unauthorized(std::string message = "Unauthorized");
 ProtocolError internal_error(std::string message);
+// 500 for an engine failure while a request ran: "The engine failed while running this request:
+// <detail>".
+ProtocolError failure_error(const std::string& detail);
 ProtocolError not_implemented(std::string message);
 // 400 for a prompt that fills the context window, or prompt + requested output beyond it, worded
 // as vLLM words it ("This model's maximum context length is N tokens. However, ..."); both counts
