@@ -1,7 +1,9 @@
 // Matcher::fill_mask over the real Qwen3 vocabulary (151k tokens) for regex, EBNF and JSON
 // Schema grammars: per mask while decoding a whole document, and the first mask of a fresh
-// matcher (nothing cached). The vocabulary comes from
-// $KESTREL_SHARED/testdata/tokenizers/qwen3 (default: ../shared beside the checkout).
+// matcher (nothing cached); and TokenTrie::build, once per vocabulary, on Qwen3 and on the default
+// model's. The vocabularies come from $KESTREL_SHARED/testdata/tokenizers/qwen3 (default:
+// ../shared beside the checkout) and $KESTREL_MODELS/SmolLM2-135M-Instruct.Q4_1.gguf (default:
+// ~/.cache/kestrel/models, scripts/fetch-default-model.sh).
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -10,8 +12,10 @@
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "structured/ebnf.h"
+#include "structured/grammar.h"
 #include "structured/matcher.h"
 #include "structured/regex.h"
 #include "tokenizer/tokenizer.h"
@@ -36,17 +40,32 @@ struct Vocab {
   std::shared_ptr<const TokenTrie> trie;
 };
 
+std::shared_ptr<const Tokenizer> load(const std::string& path) {
+  auto t = load_tokenizer(path);
+  if (!t.ok()) return nullptr;
+  return std::shared_ptr<const Tokenizer>(std::move(t).value());
+}
+
+std::string qwen3_dir() {
+  const char* shared = std::getenv("KESTREL_SHARED");
+  return (shared != nullptr ? std::string(shared)
+                            : std::string(KESTREL_SOURCE_DIR) + "/../shared") +
+         "/testdata/tokenizers/qwen3";
+}
+
+std::string default_model_path() {
+  const char* models = std::getenv("KESTREL_MODELS");
+  const char* home = std::getenv("HOME");
+  return (models != nullptr ? std::string(models)
+                            : std::string(home != nullptr ? home : "") + "/.cache/kestrel/models") +
+         "/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
 const Vocab& qwen3() {
   static const Vocab v = [] {
-    const char* shared = std::getenv("KESTREL_SHARED");
-    const std::string dir =
-        (shared != nullptr ? std::string(shared) : std::string(KESTREL_SOURCE_DIR) + "/../shared") +
-        "/testdata/tokenizers/qwen3";
     Vocab x;
-    auto t = load_tokenizer(dir);
-    if (!t.ok()) return x;
-    x.tokenizer = std::shared_ptr<const Tokenizer>(std::move(t).value());
-    x.trie = TokenTrie::build(*x.tokenizer);
+    x.tokenizer = load(qwen3_dir());
+    if (x.tokenizer) x.trie = TokenTrie::build(*x.tokenizer);
     return x;
   }();
   return v;
@@ -70,6 +89,19 @@ std::shared_ptr<const Grammar> json_ebnf() {
   static const auto g = compile_ebnf(kJsonEbnf).value();
   return g;
 }
+// A typical record schema: bounded strings, an enum array, optional properties.
+std::shared_ptr<const Grammar> record_schema() {
+  static const auto g = compile_json_schema(nlohmann::ordered_json::parse(R"({
+      "type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},
+        "email": {"type": "string"},
+        "tags": {"type": "array", "items": {"enum": ["a", "bb", "ccc"]}, "minItems": 1,
+                 "maxItems": 3},
+        "active": {"type": "boolean"}, "score": {"type": "number"}},
+      "required": ["name", "tags"]})"))
+                            .value();
+  return g;
+}
 
 constexpr const char* kDocument =
     R"({"name": "Bob Smith", "age": 42, "tags": ["a", "b"], "note": "a longer string to write"})";
@@ -79,6 +111,9 @@ const Scenario kScenarios[] = {
     {"regex phone", phone, "(555) 123-4567"},
     {"EBNF JSON", json_ebnf, kDocument},
     {"JSON Schema object", json_object_grammar, kDocument},
+    {"JSON Schema record", record_schema,
+     R"({"name": "Bob Smith", "age": 42, "email": "bob@example.com", "tags": ["a", "ccc"],)"
+     R"( "active": true, "score": 0.5})"},
 };
 
 // Decoding one document: a mask before every token, as the runner asks for them.
@@ -135,12 +170,30 @@ void BM_FirstMask(benchmark::State& state) {
   state.counters["allowed"] = static_cast<double>(allowed);
 }
 
+// TokenTrie::build over a whole vocabulary, the one-time cost per tokenizer: 0 = Qwen3 (151k
+// tokens), 1 = the default model (SmolLM2-135M, 49k).
+void BM_TrieBuild(benchmark::State& state) {
+  static const std::shared_ptr<const Tokenizer> vocabs[2] = {qwen3().tokenizer,
+                                                             load(default_model_path())};
+  const std::shared_ptr<const Tokenizer>& tok = vocabs[state.range(0)];
+  if (!tok) {
+    state.SkipWithError(state.range(0) == 0
+                            ? "qwen3 tokenizer not found (set KESTREL_SHARED)"
+                            : "default model not found (scripts/fetch-default-model.sh)");
+    return;
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(TokenTrie::build(*tok));
+  state.SetLabel(fmt::format("{} ({} tokens)", state.range(0) == 0 ? "Qwen3" : "SmolLM2-135M",
+                             tok->vocab_size()));
+}
+
 BENCHMARK(BM_DecodeMasks)
     ->DenseRange(0, static_cast<int>(std::size(kScenarios)) - 1)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FirstMask)
     ->DenseRange(0, static_cast<int>(std::size(kScenarios)) - 1)
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_TrieBuild)->DenseRange(0, 1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace kestrel::structured

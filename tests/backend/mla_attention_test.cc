@@ -1,6 +1,7 @@
 // MLA over a paged latent cache against float64 references: the absorbed form itself (several
-// sequences, scattered block tables, prefill chunks and decodes, f32/f16/bf16 caches), batch
-// invariance, and the equivalence with the expanded per-head attention HF computes.
+// sequences, scattered block tables, prefill chunks and decodes, f32/f16/bf16 caches), the
+// rounding of bf16 caches and activations, batch invariance, and the equivalence with the
+// expanded per-head attention HF computes.
 #include "backend/cpu/mla_attention.h"
 
 #include <gtest/gtest.h>
@@ -10,8 +11,10 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "backend/attention_reference.h"
 #include "base/fp16.h"
 
 namespace kestrel::cpu {
@@ -216,26 +219,68 @@ TEST(MlaAttention, WriteStoresRoundedBits) {
   }
 }
 
-// bf16 activations: output representable in bf16 and close to the f32 path, not identical.
-TEST(MlaAttention, Bf16ActivationsStayCloseToF32) {
-  std::mt19937 rng(42);
+// Against the float64 reference that rounds where mla_attention.h says (cache `dtype`,
+// activations `act`; q as a model in `act` gives it): every output within the bounds the
+// remaining f32 arithmetic allows, bounds tight enough that dropping any step of `dropped` would
+// show (test::RoundingCheck).
+void check_rounding(DType dtype, DType act, const std::vector<test::AttentionRounding>& dropped) {
+  std::mt19937 rng(42 + int(dtype) * 7 + int(act));
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  LatentCache st(DType::BF16, 32, 8, 16, {37, 10}, {37, 1}, rng);
-  const int nh = 4;
+  const int nh = 5, L = 32, R = 8;
+  LatentCache st(dtype, L, R, 16, {37, 10}, {37, 1}, rng);
   const int64_t T = int64_t(st.positions.size());
-  std::vector<float> ql(size_t(T * nh * 32)), qr(size_t(T * nh * 8)), a(ql.size()), b(ql.size());
-  for (float& x : ql) x = nd(rng);
-  for (float& x : qr) x = nd(rng);
+  std::vector<float> ql(size_t(T * nh * L)), qr(size_t(T * nh * R)), out(ql.size());
+  for (float& x : ql) x = test::rounded(act, nd(rng));
+  for (float& x : qr) x = test::rounded(act, nd(rng));
+  const float scale = 0.2f;
   ThreadPool pool(2);
-  mla_attention(ql.data(), qr.data(), st.cache, st.batch(), nh, 0.2f, a.data(), pool);
-  mla_attention(ql.data(), qr.data(), st.cache, st.batch(), nh, 0.2f, b.data(), pool, DType::BF16);
-  bool any_differs = false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_EQ(b[i], bf16_to_f32(f32_to_bf16(b[i])));
-    ASSERT_NEAR(b[i], a[i], 3e-2 * (1 + std::fabs(a[i])));
-    any_differs |= a[i] != b[i];
+  mla_attention(ql.data(), qr.data(), st.cache, st.batch(), nh, scale, out.data(), pool, act);
+  test::RoundingCheck check(test::specified_rounding(dtype, act), dropped);
+  for (int64_t t = 0; t < T; ++t) {
+    const int s = st.seq_of(t), pos = st.positions[t];
+    // Each key [c | kpe] and value c as the kernel reads them from the cache.
+    std::vector<std::vector<float>> key_rows(size_t(pos) + 1), value_rows(size_t(pos) + 1);
+    std::vector<const float*> keys, values;
+    for (int j = 0; j <= pos; ++j) {
+      for (int i = 0; i < L; ++i) key_rows[j].push_back(test::rounded(dtype, st.c[s][j * L + i]));
+      value_rows[j] = key_rows[j];
+      for (int i = 0; i < R; ++i) key_rows[j].push_back(test::rounded(dtype, st.kpe[s][j * R + i]));
+      keys.push_back(key_rows[j].data());
+      values.push_back(value_rows[j].data());
+    }
+    for (int h = 0; h < nh; ++h) {
+      const int64_t row = t * nh + h;
+      std::vector<float> q(ql.begin() + row * L, ql.begin() + (row + 1) * L);
+      q.insert(q.end(), qr.begin() + row * R, qr.begin() + (row + 1) * R);
+      check.row(q.data(), L + R, keys, values, L, scale, &out[row * L],
+                "token " + std::to_string(t) + " head " + std::to_string(h));
+    }
   }
-  EXPECT_TRUE(any_differs);
+  check.finish();
+}
+
+TEST(MlaAttention, Bf16ActivationsRoundWhereSpecified) {
+  const test::AttentionRounding spec = test::specified_rounding(DType::F32, DType::BF16);
+  test::AttentionRounding unrounded_probs = spec, unrounded_scores = spec;
+  unrounded_probs.probs = DType::F32;
+  unrounded_scores.scores = DType::F32;
+  check_rounding(DType::F32, DType::BF16, {unrounded_probs, unrounded_scores});
+}
+
+TEST(MlaAttention, Bf16CacheRoundsTheOperands) {
+  const test::AttentionRounding spec = test::specified_rounding(DType::BF16, DType::F32);
+  test::AttentionRounding unrounded_q = spec, unrounded_probs = spec;
+  unrounded_q.q = DType::F32;
+  unrounded_probs.probs = DType::F32;
+  check_rounding(DType::BF16, DType::F32, {unrounded_q, unrounded_probs});
+}
+
+TEST(MlaAttention, Bf16CacheAndActivationsRoundWhereSpecified) {
+  const test::AttentionRounding spec = test::specified_rounding(DType::BF16, DType::BF16);
+  test::AttentionRounding unrounded_probs = spec, unrounded_scores = spec;
+  unrounded_probs.probs = DType::F32;
+  unrounded_scores.scores = DType::F32;
+  check_rounding(DType::BF16, DType::BF16, {unrounded_probs, unrounded_scores});
 }
 
 // A token's output is bit-identical whether computed in a batch (prefill tiles, another

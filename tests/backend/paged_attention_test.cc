@@ -1,5 +1,6 @@
 // Paged attention against a float64 dense reference, with scattered block tables, several
-// sequences of different lengths (prefill chunks and decodes mixed) and GQA.
+// sequences of different lengths (prefill chunks and decodes mixed) and GQA; the rounding of
+// f16/bf16 caches and bf16 activations; batch invariance.
 #include "backend/cpu/paged_attention.h"
 
 #include <gtest/gtest.h>
@@ -8,8 +9,10 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "backend/attention_reference.h"
 #include "base/fp16.h"
 
 namespace kestrel::cpu {
@@ -136,17 +139,23 @@ TEST(PagedAttention, MultiQueryAttention) {
 namespace kestrel::cpu {
 namespace {
 
-// The bf16-activation path: scores, scaled scores, probabilities and output rounded to bf16.
-// Compared with the f32 path on the same cache: close, representable in bf16, not identical.
-TEST(PagedAttention, Bf16ActivationPathStaysCloseToF32) {
-  const int nh = 4, kvh = 2, hd = 16, bs = 16, len = 37;
-  std::mt19937 rng(99);
+using test::AttentionRounding;
+
+// A prefill (scattered blocks, GQA) with q, K and V as a model in `act` gives them, against the
+// float64 reference that rounds where paged_attention.h says (cache `cache`, activations `act`):
+// every output lies within the bounds the remaining f32 arithmetic allows, and those bounds are
+// tight enough to tell each rounding step apart — a kernel that skipped one of the steps in
+// `dropped` would put a good share of the outputs outside them.
+void check_rounding(DType cache, DType act, const std::vector<AttentionRounding>& dropped) {
+  const int nh = 4, kvh = 2, hd = 32, bs = 16, len = 45;
+  std::mt19937 rng(99 + int(cache) * 7 + int(act));
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> kc(4 * bs * kvh * hd), vc(kc.size()), q(len * nh * hd);
-  for (auto& x : kc) x = bf16_to_f32(f32_to_bf16(nd(rng)));
-  for (auto& x : vc) x = bf16_to_f32(f32_to_bf16(nd(rng)));
-  for (auto& x : q) x = nd(rng);
-  KVLayer layer{kc.data(), vc.data(), DType::F32, 4, bs, kvh, hd};
+  std::vector<float> k(len * kvh * hd), v(k.size()), q(len * nh * hd), out(q.size());
+  for (auto& x : k) x = test::rounded(act, nd(rng));
+  for (auto& x : v) x = test::rounded(act, nd(rng));
+  for (auto& x : q) x = test::rounded(act, nd(rng));
+  std::vector<uint8_t> kc(size_t(4 * bs * kvh * hd) * 4), vc(kc.size());
+  KVLayer layer{kc.data(), vc.data(), cache, 4, bs, kvh, hd};
   std::vector<int32_t> positions(len), table = {2, 0, 3}, qsl = {0, len};
   std::vector<int64_t> slots(len);
   for (int i = 0; i < len; ++i) {
@@ -154,17 +163,59 @@ TEST(PagedAttention, Bf16ActivationPathStaysCloseToF32) {
     slots[i] = int64_t(table[i / bs]) * bs + i % bs;
   }
   AttentionBatch batch{len, 1, positions.data(), slots.data(), qsl.data(), table.data(), 3};
+  write_kv(layer, k.data(), v.data(), batch);
+  const float scale = 0.3f;  // not a power of two: the scaled scores round on their own
   ThreadPool pool(2);
-  std::vector<float> a(q.size()), b(q.size());
-  paged_attention(q.data(), layer, batch, nh, 0.25f, a.data(), pool, DType::F32);
-  paged_attention(q.data(), layer, batch, nh, 0.25f, b.data(), pool, DType::BF16);
-  bool any_differs = false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(b[i], bf16_to_f32(f32_to_bf16(b[i])));
-    EXPECT_NEAR(b[i], a[i], 3e-2 * (1 + std::fabs(a[i])));
-    any_differs |= a[i] != b[i];
+  paged_attention(q.data(), layer, batch, nh, scale, out.data(), pool, act);
+
+  // K and V as the kernel reads them from the cache.
+  std::vector<float> kr(k.size()), vr(v.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    kr[i] = test::rounded(cache, k[i]);
+    vr[i] = test::rounded(cache, v[i]);
   }
-  EXPECT_TRUE(any_differs);
+  test::RoundingCheck check(test::specified_rounding(cache, act), dropped);
+  for (int t = 0; t < len; ++t) {
+    for (int h = 0; h < nh; ++h) {
+      const int g = h / (nh / kvh);
+      std::vector<const float*> keys, values;
+      for (int j = 0; j <= t; ++j) {
+        keys.push_back(&kr[(j * kvh + g) * hd]);
+        values.push_back(&vr[(j * kvh + g) * hd]);
+      }
+      check.row(&q[(t * nh + h) * hd], hd, keys, values, hd, scale, &out[(t * nh + h) * hd],
+                "token " + std::to_string(t) + " head " + std::to_string(h));
+    }
+  }
+  check.finish();
+}
+
+// bf16 activations on an f32 cache: scores, scaled scores, probabilities and output in bf16.
+TEST(PagedAttention, Bf16ActivationsRoundWhereSpecified) {
+  const AttentionRounding spec = test::specified_rounding(DType::F32, DType::BF16);
+  AttentionRounding unrounded_probs = spec, unrounded_scores = spec;
+  unrounded_probs.probs = DType::F32;
+  unrounded_scores.scores = DType::F32;
+  check_rounding(DType::F32, DType::BF16, {unrounded_probs, unrounded_scores});
+}
+
+// A bf16 cache with f32 activations: q and the probabilities are the bf16 operands of the two
+// products, nothing else is rounded.
+TEST(PagedAttention, Bf16CacheRoundsTheOperands) {
+  const AttentionRounding spec = test::specified_rounding(DType::BF16, DType::F32);
+  AttentionRounding unrounded_q = spec, unrounded_probs = spec;
+  unrounded_q.q = DType::F32;
+  unrounded_probs.probs = DType::F32;
+  check_rounding(DType::BF16, DType::F32, {unrounded_q, unrounded_probs});
+}
+
+// A bf16 model with a bf16 cache (its default), q already bf16.
+TEST(PagedAttention, Bf16CacheAndActivationsRoundWhereSpecified) {
+  const AttentionRounding spec = test::specified_rounding(DType::BF16, DType::BF16);
+  AttentionRounding unrounded_probs = spec, unrounded_scores = spec;
+  unrounded_probs.probs = DType::F32;
+  unrounded_scores.scores = DType::F32;
+  check_rounding(DType::BF16, DType::BF16, {unrounded_probs, unrounded_scores});
 }
 
 // An f16 cache stores K/V as f16 bits and computes with f16 operands: the result equals an f64

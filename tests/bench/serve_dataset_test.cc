@@ -22,8 +22,13 @@
 namespace kestrel::bench {
 namespace {
 
+std::string tokenizer_dir(const std::string& name) {
+  return test::shared_dir() + "/testdata/tokenizers/" + name;
+}
+
+// Use after KESTREL_SKIP_IF_ABSENT(tokenizer_dir(name), ...): the tokenizer is shared test data.
 std::unique_ptr<Tokenizer> load(const std::string& name) {
-  auto tok = load_tokenizer(test::shared_dir() + "/testdata/tokenizers/" + name);
+  auto tok = load_tokenizer(tokenizer_dir(name));
   EXPECT_TRUE(tok.ok()) << name << ": " << (tok.ok() ? "" : tok.error().message);
   return tok.ok() ? std::move(tok).value() : nullptr;
 }
@@ -55,6 +60,7 @@ bool is_valid_utf8(const std::string& s) {
 class ServeDatasetRandom : public testing::TestWithParam<const char*> {};
 
 TEST_P(ServeDatasetRandom, ExactLengthsSharedPrefixAndBounds) {
+  KESTREL_SKIP_IF_ABSENT(tokenizer_dir(GetParam()), "the shared tokenizer");
   auto tok = load(GetParam());
   ASSERT_TRUE(tok);
   RandomDatasetSpec spec;
@@ -108,6 +114,7 @@ TEST_P(ServeDatasetRandom, ExactLengthsSharedPrefixAndBounds) {
 }
 
 TEST_P(ServeDatasetRandom, FixedLengthWithoutPrefix) {
+  KESTREL_SKIP_IF_ABSENT(tokenizer_dir(GetParam()), "the shared tokenizer");
   auto tok = load(GetParam());
   ASSERT_TRUE(tok);
   RandomDatasetSpec spec;
@@ -133,6 +140,7 @@ INSTANTIATE_TEST_SUITE_P(ServeDataset, ServeDatasetRandom,
                          });
 
 TEST(ServeDataset, RandomRejectsBadSpecs) {
+  KESTREL_SKIP_IF_ABSENT(tokenizer_dir("qwen3"), "the shared tokenizer");
   auto tok = load("qwen3");
   ASSERT_TRUE(tok);
   RandomDatasetSpec spec;
@@ -155,6 +163,7 @@ TEST(ServeDataset, RandomRejectsBadSpecs) {
 class ServeDatasetShareGpt : public testing::Test {
  protected:
   void SetUp() override {
+    KESTREL_SKIP_IF_ABSENT(tokenizer_dir("qwen3"), "the shared tokenizer");
     tok_ = load("qwen3");
     ASSERT_TRUE(tok_);
     dir_ = std::filesystem::path(testing::TempDir()) /

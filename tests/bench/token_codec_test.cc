@@ -24,8 +24,13 @@ namespace {
 
 using nlohmann::json;
 
+std::string tokenizer_dir(const std::string& name) {
+  return test::shared_dir() + "/testdata/tokenizers/" + name;
+}
+
+// Use after KESTREL_SKIP_IF_ABSENT(tokenizer_dir(name), ...): the tokenizer is shared test data.
 std::unique_ptr<Tokenizer> load(const std::string& name) {
-  auto tok = load_tokenizer(test::shared_dir() + "/testdata/tokenizers/" + name);
+  auto tok = load_tokenizer(tokenizer_dir(name));
   EXPECT_TRUE(tok.ok()) << name;
   return tok.ok() ? std::move(tok).value() : nullptr;
 }
@@ -77,6 +82,7 @@ struct TokenizingServer {
 };
 
 TEST(TokenCodec, LocalDrawsFromOrdinaryVocabulary) {
+  KESTREL_SKIP_IF_ABSENT(tokenizer_dir("qwen3"), "the shared tokenizer");
   auto tok = load("qwen3");
   ASSERT_TRUE(tok);
   auto codec = local_token_codec(*tok);
@@ -97,6 +103,7 @@ TEST(TokenCodec, LocalDrawsFromOrdinaryVocabulary) {
 class RemoteCodec : public testing::TestWithParam<std::tuple<const char*, Dialect>> {};
 
 TEST_P(RemoteCodec, RandomPromptsHaveExactLengthsUnderTheServersTokenizer) {
+  KESTREL_SKIP_IF_ABSENT(tokenizer_dir(std::get<0>(GetParam())), "the shared tokenizer");
   auto tok = load(std::get<0>(GetParam()));
   ASSERT_TRUE(tok);
   TokenizingServer server(*tok, std::get<1>(GetParam()));

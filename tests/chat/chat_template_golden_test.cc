@@ -24,8 +24,9 @@ std::string read_file(const std::string& path) {
 
 TEST(ChatTemplateGolden, AllCasesMatchJinja2) {
   const std::string dir = test::shared_dir() + "/testdata";
+  KESTREL_SKIP_IF_ABSENT(dir + "/goldens/chat_templates.jsonl", "the shared chat template goldens");
   std::ifstream lines(dir + "/goldens/chat_templates.jsonl");
-  if (!lines) GTEST_SKIP() << "shared test data not found under " << dir;
+  ASSERT_TRUE(lines) << "cannot read " << dir << "/goldens/chat_templates.jsonl";
   std::map<std::string, ChatTemplate> templates;
   std::map<std::string, std::pair<int, int>> tally;  // template → (passed, total)
   std::string line;

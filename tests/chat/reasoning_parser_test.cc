@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -54,9 +53,7 @@ std::string render_prompt(const std::string& file, const ojson& extra,
 class ReasoningParserTemplates : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(templates_dir() + "qwen3.jinja")) {
-      GTEST_SKIP() << "shared chat templates not found under " << templates_dir();
-    }
+    KESTREL_SKIP_IF_ABSENT(templates_dir() + "qwen3.jinja", "the shared chat templates");
   }
 };
 

@@ -65,7 +65,7 @@ TEST(TemplateSource, SharedTokenizerConfigsHoldTheSharedTemplates) {
                            {"gemma3", "gemma3.jinja"},
                            {"llama3_1", "llama3.1.jinja"}}) {
     const std::string tok = test::shared_dir() + "/testdata/tokenizers/" + dir;
-    if (!fs::exists(tok)) GTEST_SKIP() << "shared testdata missing";
+    KESTREL_SKIP_IF_ABSENT(tok, "the shared tokenizer");
     auto t = find_chat_template(tok);
     ASSERT_TRUE(t.ok()) << t.error().message;
     auto want = read_text_file(test::shared_dir() + "/testdata/chat_templates/" + file);
@@ -77,13 +77,15 @@ TEST(TemplateSource, SharedTokenizerConfigsHoldTheSharedTemplates) {
 // The default model's GGUF template renders every smollm2 golden conversation as jinja2 does.
 TEST(TemplateSource, DefaultModelGgufTemplateMatchesJinja2Goldens) {
   const std::string model = test::default_model_path();
-  if (model.empty()) GTEST_SKIP() << "default model not fetched";
+  KESTREL_SKIP_IF_ABSENT(model, "the default model");
   auto source = find_chat_template(model);
   ASSERT_TRUE(source.ok()) << source.error().message;
   auto tmpl = ChatTemplate::parse(*source);
   ASSERT_TRUE(tmpl.ok()) << tmpl.error().message;
-  auto goldens = read_text_file(test::shared_dir() + "/testdata/goldens/chat_templates.jsonl");
-  if (!goldens.ok()) GTEST_SKIP() << "shared testdata missing: " << goldens.error().message;
+  const std::string goldens_path = test::shared_dir() + "/testdata/goldens/chat_templates.jsonl";
+  KESTREL_SKIP_IF_ABSENT(goldens_path, "the shared chat template goldens");
+  auto goldens = read_text_file(goldens_path);
+  ASSERT_TRUE(goldens.ok()) << goldens.error().message;
   std::istringstream lines(*goldens);
   int checked = 0;
   for (std::string line; std::getline(lines, line);) {

@@ -26,7 +26,7 @@ std::string join(const std::vector<int32_t>& v, const char* sep) {
 TEST(GenerateCli, GreedyIdsMatchFixtureGolden) {
   const std::string dir = test::fixtures_dir() + "/models/qwen3_f32";
   auto text = read_text_file(dir + "/golden.json");
-  if (!text.ok()) GTEST_SKIP() << "fixture missing";
+  ASSERT_TRUE(text.ok()) << text.error().message;
   auto g = nlohmann::json::parse(*text);
   const auto prompt = g["prompts"][1].get<std::vector<int32_t>>();
   const auto want = g["greedy"][1].get<std::vector<int32_t>>();
@@ -47,7 +47,7 @@ TEST(GenerateCli, GreedyIdsMatchFixtureGolden) {
 
 TEST(GenerateCli, SeededSamplingIsReproducible) {
   const std::string dir = test::fixtures_dir() + "/models/llama3_f32";
-  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "fixture missing";
+  ASSERT_TRUE(std::filesystem::exists(dir)) << dir << ": committed fixture missing";
   const std::string args = "generate --model " + dir +
                            " --prompt-ids 5,6,7 --max-tokens 12 --temperature 1.0 --top-p 0.9 "
                            "--ignore-eos --print-ids --seed ";
@@ -59,7 +59,7 @@ TEST(GenerateCli, SeededSamplingIsReproducible) {
 
 TEST(GenerateCli, BadInputGivesClearErrors) {
   const std::string dir = test::fixtures_dir() + "/models/llama3_f32";
-  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "fixture missing";
+  ASSERT_TRUE(std::filesystem::exists(dir)) << dir << ": committed fixture missing";
   CliRun r = run_kestrel("generate --model " + dir + " --prompt-ids 1,x,3");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("not an integer"), std::string::npos) << r.err;
@@ -81,7 +81,7 @@ TEST(GenerateCli, BadInputGivesClearErrors) {
 
 TEST(GenerateCli, DefaultModelAnswersATextPrompt) {
   const std::string model = test::default_model_path();
-  if (model.empty()) GTEST_SKIP() << "default model not fetched";
+  KESTREL_SKIP_IF_ABSENT(model, "the default model");
   CliRun r = run_kestrel(
       "generate --model " + model +
       " --prompt 'The capital of France is' --max-tokens 8 --temperature 0 --threads 2");
@@ -91,7 +91,7 @@ TEST(GenerateCli, DefaultModelAnswersATextPrompt) {
 
 TEST(GenerateCli, StopStringEndsTheContinuationBeforeIt) {
   const std::string model = test::default_model_path();
-  if (model.empty()) GTEST_SKIP() << "default model not fetched";
+  KESTREL_SKIP_IF_ABSENT(model, "the default model");
   const std::string base = "generate --model " + model +
                            " --prompt 'The capital of France is' --max-tokens 8 --temperature 0 "
                            "--threads 2";

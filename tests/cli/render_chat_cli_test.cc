@@ -44,7 +44,7 @@ TEST(RenderChatCli, RendersAndReportsErrorsPerLine) {
 
 TEST(RenderChatCli, TakesTheTemplateOfTheDefaultModel) {
   const std::string model = test::default_model_path();
-  if (model.empty()) GTEST_SKIP() << "default model not fetched";
+  KESTREL_SKIP_IF_ABSENT(model, "the default model");
   const test::CliRun r = test::run_kestrel(
       "render-chat --model " + model,
       R"({"context": {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true}})"

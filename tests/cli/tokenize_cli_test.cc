@@ -5,7 +5,6 @@
 
 #include <array>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -34,7 +33,7 @@ CliResult run_tokenize(const std::string& args, const std::string& input) {
 
 TEST(TokenizeCli, DefaultModelMatchesTransformers) {
   const std::string model = test::default_model_path();
-  if (model.empty()) GTEST_SKIP() << "default model absent (scripts/fetch-default-model.sh)";
+  KESTREL_SKIP_IF_ABSENT(model, "the default model (scripts/fetch-default-model.sh)");
   auto text = read_text_file(test::fixtures_dir() + "/smollm2/tokenize_golden.json");
   ASSERT_TRUE(text.ok());
   const auto golden = nlohmann::json::parse(*text);
@@ -52,7 +51,7 @@ TEST(TokenizeCli, DefaultModelMatchesTransformers) {
 
 TEST(TokenizeCli, BadLinesGiveErrorsAndTheRestContinues) {
   const std::string model = test::default_model_path();
-  if (model.empty()) GTEST_SKIP() << "default model absent (scripts/fetch-default-model.sh)";
+  KESTREL_SKIP_IF_ABSENT(model, "the default model (scripts/fetch-default-model.sh)");
   const std::string input =
       "{\"text\": \"Hello world\"}\n"
       "{\"text\": \n"
@@ -75,10 +74,10 @@ TEST(TokenizeCli, BadLinesGiveErrorsAndTheRestContinues) {
 
 TEST(TokenizeCli, SpecialTokensFlag) {
   const std::string dir = test::shared_dir() + "/testdata/tokenizers/llama3_1";
-  if (!std::filesystem::exists(dir + "/tokenizer.json")) GTEST_SKIP() << dir << " absent";
+  KESTREL_SKIP_IF_ABSENT(dir + "/tokenizer.json", "the shared llama3_1 tokenizer");
   const std::string input = "{\"text\": \"Hello world\"}\n";
   const CliResult with = run_tokenize("--tokenizer " + dir, input);
-  if (with.code != 0) GTEST_SKIP() << "tokenizer.json not loadable: " << with.err;
+  ASSERT_EQ(with.code, 0) << with.err;
   const CliResult without = run_tokenize("--tokenizer " + dir + " --no-special-tokens", input);
   ASSERT_EQ(without.code, 0) << without.err;
   ASSERT_EQ(with.lines.size(), 1u);

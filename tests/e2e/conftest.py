@@ -2,21 +2,27 @@
 
 Run: KESTREL_BIN=/path/to/kestrel python3 -m pytest -q tests/e2e
 Env: KESTREL_BIN (default <repo>/build/src/kestrel), KESTREL_SHARED (default <repo>/../shared),
-KESTREL_MODELS (directory holding SmolLM2-135M-Instruct.Q4_1.gguf; default ~/.cache/kestrel/models).
-Every test is skipped when the model file is missing.
+KESTREL_MODELS (directory holding SmolLM2-135M-Instruct.Q4_1.gguf; default ~/.cache/kestrel/models),
+KESTREL_REQUIRE_TEST_DATA.
+Every test is skipped when the model file is missing, and the session fails instead when
+KESTREL_REQUIRE_TEST_DATA is set (to anything but "" or "0"), as scripts/test.sh does.
 """
 
 import openai
 import pytest
 
-from kestrel_e2e import KESTREL_BIN, MODEL_PATH, Server
+from kestrel_e2e import KESTREL_BIN, MODEL_PATH, Server, is_test_data_required
 
 
 def pytest_collection_modifyitems(config, items):
-    if not MODEL_PATH.is_file():
-        skip = pytest.mark.skip(reason=f"model file {MODEL_PATH} is missing")
-        for item in items:
-            item.add_marker(skip)
+    if MODEL_PATH.is_file():
+        return
+    if is_test_data_required():
+        pytest.exit(f"model file {MODEL_PATH} is missing and KESTREL_REQUIRE_TEST_DATA is set: "
+                    "no e2e test can run (scripts/fetch-default-model.sh)", returncode=1)
+    skip = pytest.mark.skip(reason=f"model file {MODEL_PATH} is missing")
+    for item in items:
+        item.add_marker(skip)
 
 
 def _start(extra_args, model_path=MODEL_PATH, env=None):

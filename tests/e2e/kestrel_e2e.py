@@ -20,6 +20,14 @@ MODELS_DIR = Path(os.environ.get("KESTREL_MODELS", Path.home() / ".cache" / "kes
 MODEL_PATH = MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
 OPENAPI_YAML = KESTREL_SHARED / "testdata" / "openai" / "openapi.yaml"
 
+
+def is_test_data_required():
+    """KESTREL_REQUIRE_TEST_DATA set, non-empty and not "0" (scripts/test.sh, hence CI): data from
+    outside the repository (the default model, KESTREL_SHARED) must be there, so a test missing it
+    fails instead of skipping."""
+    return os.environ.get("KESTREL_REQUIRE_TEST_DATA", "") not in ("", "0")
+
+
 # Every server in the suite: small context and KV pool, two compute threads (CI has two cores).
 BASE_FLAGS = ["--max-model-len", "2048", "--kv-cache-memory", "512M", "--threads", "2"]
 STARTUP_TIMEOUT_S = 60

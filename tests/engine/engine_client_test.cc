@@ -39,6 +39,8 @@ struct Golden {
 class EngineClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    const std::string tokenizer_dir = test::shared_dir() + "/testdata/tokenizers/qwen3";
+    KESTREL_SKIP_IF_ABSENT(tokenizer_dir, "the shared qwen3 tokenizer");
     const std::string dir = test::fixtures_dir() + "/models/llama3_f32";
     LoadOptions o;
     o.model = dir;
@@ -52,7 +54,7 @@ class EngineClientTest : public ::testing::Test {
     golden_.prompts = j.at("prompts").get<std::vector<std::vector<int32_t>>>();
     golden_.greedy = j.at("greedy").get<std::vector<std::vector<int32_t>>>();
     // Any byte-level BPE vocabulary decodes the fixture's 512 ids.
-    auto tok = load_tokenizer(test::shared_dir() + "/testdata/tokenizers/qwen3");
+    auto tok = load_tokenizer(tokenizer_dir);
     ASSERT_TRUE(tok.ok()) << tok.error().message;
     tokenizer_ = std::move(*tok);
   }

@@ -1,15 +1,20 @@
 // EngineCore on the tiny fixture checkpoints: greedy runs match the transformers reference
 // (tests/fixtures/models/*/golden.json) however the engine batches, chunks, caches or preempts
-// them; aborts free everything; stop ids and min_tokens end generation where they should.
+// them; aborts free everything; stop ids and min_tokens end generation where they should; sampled
+// tokens' logprobs and top alternatives equal the log-softmax of the reference logits.
 #include "engine/engine_core.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <string>
 
 #include "base/mmap_file.h"
+#include "model/batch_builder.h"
 #include "model/loader.h"
+#include "model/safetensors.h"
+#include "runner/logprobs_reference.h"
 #include "test_paths.h"
 
 namespace kestrel {
@@ -96,6 +101,17 @@ class EngineGolden : public ::testing::TestWithParam<std::string> {
     lm_ = std::move(*m);
     golden_ = read_golden(dir_);
     ASSERT_EQ(golden_.prompts.size(), 3u);
+  }
+
+  // transformers' logits at every position of golden prompt p (golden.safetensors), [len, vocab].
+  std::vector<float> golden_logits(size_t p) const {
+    auto st = SafetensorsFile::open(dir_ + "/golden.safetensors");
+    EXPECT_TRUE(st.ok()) << st.error().message;
+    if (!st.ok()) return {};
+    auto t = (*st)->tensor("logits." + std::to_string(p));
+    EXPECT_TRUE(t.ok()) << t.error().message;
+    if (!t.ok()) return {};
+    return std::vector<float>(t->as<float>(), t->as<float>() + t->numel());
   }
 
   SchedulerConfig config() const {
@@ -302,7 +318,7 @@ TEST_P(EngineGolden, LogprobsOnlyWhenAskedWithTopAlternatives) {
   with.sampling.logprobs = 3;
   ASSERT_TRUE(engine.add_request(with).ok());
   ASSERT_TRUE(engine.add_request(greedy_request("without", golden_.prompts[0], 5)).ok());
-  int with_outputs = 0;
+  std::vector<TokenLogprobs> scored;
   while (engine.has_unfinished()) {
     auto outs = engine.step();
     ASSERT_TRUE(outs.ok());
@@ -311,20 +327,83 @@ TEST_P(EngineGolden, LogprobsOnlyWhenAskedWithTopAlternatives) {
         EXPECT_TRUE(o.new_logprobs.empty());
         continue;
       }
-      ++with_outputs;
       ASSERT_EQ(o.new_logprobs.size(), o.new_token_ids.size());
-      const TokenLogprobs& lp = o.new_logprobs[0];
-      EXPECT_EQ(lp.token, o.new_token_ids[0]);
-      ASSERT_EQ(lp.top.size(), 3u);
-      // Greedy: the chosen token is the most likely one.
-      EXPECT_EQ(lp.top[0].token, lp.token);
-      EXPECT_FLOAT_EQ(lp.top[0].logprob, lp.logprob);
-      EXPECT_LE(lp.logprob, 0.0f);
-      EXPECT_GE(lp.top[0].logprob, lp.top[1].logprob);
-      EXPECT_GE(lp.top[1].logprob, lp.top[2].logprob);
+      EXPECT_EQ(o.new_logprobs[0].token, o.new_token_ids[0]);
+      scored.insert(scored.end(), o.new_logprobs.begin(), o.new_logprobs.end());
     }
   }
-  EXPECT_EQ(with_outputs, 5);
+  ASSERT_EQ(scored.size(), 5u);
+  // The first token against transformers' logits at the last prompt position. The goldens hold no
+  // logits past the prompt, so the later ones are checked against Kestrel's own single forward
+  // over the prompt and the tokens so far (which model_golden_test holds to transformers'
+  // logits): decode steps and the engine's batching must not change what is reported.
+  const int64_t V = lm_->config.vocab_size;
+  const std::vector<int32_t>& prompt = golden_.prompts[0];
+  const std::vector<float> golden = golden_logits(0);
+  ASSERT_EQ(golden.size(), prompt.size() * size_t(V));
+  std::vector<int32_t> seq = prompt;
+  for (size_t i = 0; i + 1 < scored.size(); ++i) seq.push_back(scored[i].token);
+  KVCacheStorage kv = lm_->model->make_kv_cache(4, 16);
+  BatchBuilder bb(16);
+  bb.add(seq, 0, std::vector<int32_t>{0, 1}, BatchBuilder::Logits::kAll);
+  std::vector<float> forward(seq.size() * size_t(V));
+  lm_->model->forward(bb.batch(), kv, forward.data());
+  for (size_t i = 0; i < scored.size(); ++i) {
+    ASSERT_EQ(scored[i].top.size(), 3u) << "output " << i;
+    // Greedy: the chosen token is the most likely one.
+    EXPECT_EQ(scored[i].top[0].token, scored[i].token) << "output " << i;
+    EXPECT_FLOAT_EQ(scored[i].top[0].logprob, scored[i].logprob) << "output " << i;
+    const size_t row = prompt.size() - 1 + i;
+    test::expect_logprobs_match(scored[i], (i == 0 ? golden.data() : forward.data()) + row * V, V,
+                                3, test::Rank::kNone, test::kF32LogitsRelTol,
+                                "output " + std::to_string(i));
+  }
+}
+
+// The first sampled token of every prefix of the longest golden prompt (and of the two other
+// prompts), all in one engine: its logprob, rank and top-5 alternatives (ids and values) equal
+// the log-softmax of transformers' logits at the prefix's last position, with near-ties allowed
+// in either order.
+TEST_P(EngineGolden, SampleLogprobsMatchTheReferenceLogits) {
+  EngineCore engine(*lm_->model, config(), eos_ids(*lm_));
+  const std::vector<int32_t>& longest = golden_.prompts[2];
+  struct Ref {
+    size_t prompt, row;
+  };
+  std::map<RequestId, Ref> refs;
+  for (size_t k = 1; k <= longest.size(); ++k) {
+    EngineRequest r = greedy_request("prefix" + std::to_string(k),
+                                     std::vector<int32_t>(longest.begin(), longest.begin() + k), 1);
+    r.sampling.logprobs = 5;
+    ASSERT_TRUE(engine.add_request(r).ok());
+    refs[r.id] = {2, k - 1};
+  }
+  for (size_t p = 0; p < 2; ++p) {
+    EngineRequest r = greedy_request("prompt" + std::to_string(p), golden_.prompts[p], 1);
+    r.sampling.logprobs = 5;
+    ASSERT_TRUE(engine.add_request(r).ok());
+    refs[r.id] = {p, golden_.prompts[p].size() - 1};
+  }
+  const std::vector<float> golden[3] = {golden_logits(0), golden_logits(1), golden_logits(2)};
+  const int64_t V = lm_->config.vocab_size;
+  std::map<RequestId, int> checked;
+  for (int steps = 0; engine.has_unfinished() && steps < 1000; ++steps) {
+    auto outs = engine.step();
+    ASSERT_TRUE(outs.ok()) << outs.error().message;
+    for (const EngineCoreOutput& o : *outs) {
+      ASSERT_EQ(o.new_logprobs.size(), o.new_token_ids.size()) << o.id;
+      for (const TokenLogprobs& lp : o.new_logprobs) {
+        const Ref& ref = refs.at(o.id);
+        ASSERT_EQ(golden[ref.prompt].size(), golden_.prompts[ref.prompt].size() * size_t(V));
+        test::expect_logprobs_match(lp, golden[ref.prompt].data() + ref.row * V, V, 5,
+                                    test::Rank::kNone, test::kF32LogitsRelTol, o.id);
+        ++checked[o.id];
+      }
+    }
+  }
+  EXPECT_EQ(checked.size(), refs.size());
+  for (const auto& [id, n] : checked) EXPECT_EQ(n, 1) << id;
+  expect_drained(engine);
 }
 
 // Prompt logprobs arrive once per prompt token, in order, however the prompt is chunked, cached

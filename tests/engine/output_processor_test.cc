@@ -68,10 +68,10 @@ struct Fed {
 
 class OutputProcessorTest : public ::testing::Test {
  protected:
+  static std::string tokenizer_dir() { return test::shared_dir() + "/testdata/tokenizers/qwen3"; }
   static void SetUpTestSuite() {
-    const std::string dir = test::shared_dir() + "/testdata/tokenizers/qwen3";
-    if (!std::filesystem::is_directory(dir)) return;
-    auto tok = load_tokenizer(dir);
+    if (!std::filesystem::exists(tokenizer_dir())) return;  // SetUp skips or fails
+    auto tok = load_tokenizer(tokenizer_dir());
     ASSERT_TRUE(tok.ok()) << tok.error().message;
     tokenizer_ = std::move(*tok).release();
   }
@@ -80,7 +80,8 @@ class OutputProcessorTest : public ::testing::Test {
     tokenizer_ = nullptr;
   }
   void SetUp() override {
-    if (tokenizer_ == nullptr) GTEST_SKIP() << "shared qwen3 tokenizer absent";
+    KESTREL_SKIP_IF_ABSENT(tokenizer_dir(), "the shared qwen3 tokenizer");
+    ASSERT_NE(tokenizer_, nullptr) << "the shared qwen3 tokenizer is present but did not load";
   }
 
   static const Tokenizer& tok() { return *tokenizer_; }

@@ -572,7 +572,7 @@ TEST(GgufConfig, Errors) {
 
 TEST(GgufConfig, DefaultModel) {
   const std::string path = test::default_model_path();
-  if (path.empty()) GTEST_SKIP() << "default model not downloaded";
+  KESTREL_SKIP_IF_ABSENT(path, "the default model");
   auto g = GgufFile::open(path);
   ASSERT_TRUE(g.ok()) << g.error().message;
   EXPECT_EQ((*g)->tensors().size(), 272u);

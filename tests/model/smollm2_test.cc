@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "base/mmap_file.h"
 #include "model/batch_builder.h"
@@ -27,7 +28,7 @@ class SmolLM2 : public ::testing::Test {
  protected:
   static LoadedModel* load(const std::string& quant_compute) {
     const std::string path = test::default_model_path();
-    if (path.empty()) return nullptr;
+    if (!std::filesystem::exists(path)) return nullptr;  // SetUp skips or fails
     LoadOptions o;
     o.model = path;
     o.threads = 2;
@@ -42,7 +43,9 @@ class SmolLM2 : public ::testing::Test {
     lm_ = nullptr;
   }
   void SetUp() override {
-    if (!lm_) GTEST_SKIP() << "default model not fetched (scripts/fetch-default-model.sh)";
+    KESTREL_SKIP_IF_ABSENT(test::default_model_path(),
+                           "the default model (scripts/fetch-default-model.sh)");
+    ASSERT_TRUE(lm_) << "the default model is present but did not load";
   }
   static nlohmann::json read(const std::string& name) {
     auto text = read_text_file(test::fixtures_dir() + "/smollm2/" + name);

@@ -63,7 +63,7 @@ class ToolRoundTrip : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ToolRoundTrip, RendersTheCallAndItsResult) {
   const std::string path = test::shared_dir() + "/testdata/chat_templates/" + GetParam().file;
-  if (!std::ifstream(path)) GTEST_SKIP() << path << " is absent";
+  KESTREL_SKIP_IF_ABSENT(path, "the shared chat template");
   auto tmpl = chat::ChatTemplate::parse(read_file(path));
   ASSERT_TRUE(tmpl.ok()) << tmpl.error().message;
   ServingContext ctx;

@@ -1,7 +1,6 @@
 // IncrementalDetokenizer: streamed deltas are always whole UTF-8 characters and add up to
 // decode() of all the ids, on byte-level vocabularies (the default model, tokenizer.json files)
 // and on SentencePiece ones whose decode drops the first token's leading space.
-#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -274,7 +273,7 @@ TEST(Detokenizer, SentencePieceByteFallback) {
 
 TEST(Detokenizer, DefaultModelTokenizer) {
   const std::string path = test::default_model_path();
-  if (path.empty()) GTEST_SKIP() << "default model absent (scripts/fetch-default-model.sh)";
+  KESTREL_SKIP_IF_ABSENT(path, "the default model (scripts/fetch-default-model.sh)");
   auto gguf = GgufFile::open(path);
   ASSERT_TRUE(gguf.ok()) << gguf.error().message;
   auto tok = load_gguf_tokenizer(**gguf);
@@ -290,18 +289,15 @@ TEST(Detokenizer, DefaultModelTokenizer) {
 
 TEST(Detokenizer, SharedTokenizerJsonFiles) {
   const std::string root = test::shared_dir() + "/testdata/tokenizers";
-  if (!std::filesystem::is_directory(root)) GTEST_SKIP() << root << " absent";
-  int loaded = 0;
   for (const char* name : {"qwen3", "deepseek_v3", "llama3_1", "gemma3"}) {
+    KESTREL_SKIP_IF_ABSENT(root + "/" + name + "/tokenizer.json", "the shared tokenizer");
     auto tok = load_hf_tokenizer(root + "/" + name);
     if (!tok.ok()) {
-      std::printf("skipping %s: %s\n", name, tok.error().message.c_str());
+      ADD_FAILURE() << name << ": " << tok.error().message;
       continue;
     }
-    ++loaded;
     check_texts(**tok, name);
   }
-  if (loaded == 0) GTEST_SKIP() << "no tokenizer.json could be loaded";
 }
 
 }  // namespace

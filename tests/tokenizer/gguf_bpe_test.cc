@@ -1,5 +1,6 @@
 // The default model's GGUF tokenizer against ids from transformers
 // (tools/make_tokenizer_goldens.py → tests/fixtures/smollm2/tokenize_golden.json).
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -48,7 +49,7 @@ class GgufBpe : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     const std::string path = test::default_model_path();
-    if (path.empty()) return;
+    if (!std::filesystem::exists(path)) return;  // SetUp skips or fails
     auto gguf = GgufFile::open(path);
     ASSERT_TRUE(gguf.ok()) << gguf.error().message;
     auto tok = load_gguf_tokenizer(**gguf);
@@ -63,8 +64,9 @@ class GgufBpe : public ::testing::Test {
     golden_ = nullptr;
   }
   void SetUp() override {
-    if (tokenizer_ == nullptr)
-      GTEST_SKIP() << "default model absent (scripts/fetch-default-model.sh)";
+    KESTREL_SKIP_IF_ABSENT(test::default_model_path(),
+                           "the default model (scripts/fetch-default-model.sh)");
+    ASSERT_NE(tokenizer_, nullptr) << "the default model is present but its tokenizer did not load";
     ASSERT_FALSE(golden_->cases.empty());
   }
 

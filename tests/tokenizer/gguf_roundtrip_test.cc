@@ -16,7 +16,7 @@ namespace {
 
 TEST(GgufRoundTrip, DefaultModelOnSharedCorpus) {
   const std::string model = test::default_model_path();
-  if (model.empty()) GTEST_SKIP() << "default model not fetched";
+  KESTREL_SKIP_IF_ABSENT(model, "the default model");
   auto tok = load_tokenizer(model);
   ASSERT_TRUE(tok.ok()) << tok.error().message;
   // Bytes with a single-byte token; a byte-level BPE can spell exactly these.
@@ -25,8 +25,10 @@ TEST(GgufRoundTrip, DefaultModelOnSharedCorpus) {
     const std::string b = (*tok)->token_bytes(id);
     if (b.size() == 1 && !(*tok)->is_special(id)) spellable.set(static_cast<unsigned char>(b[0]));
   }
-  auto corpus = read_text_file(test::shared_dir() + "/testdata/goldens/tokenize.jsonl");
-  if (!corpus.ok()) GTEST_SKIP() << "shared testdata missing: " << corpus.error().message;
+  const std::string corpus_path = test::shared_dir() + "/testdata/goldens/tokenize.jsonl";
+  KESTREL_SKIP_IF_ABSENT(corpus_path, "the shared tokenizer corpus");
+  auto corpus = read_text_file(corpus_path);
+  ASSERT_TRUE(corpus.ok()) << corpus.error().message;
   std::istringstream lines(*corpus);
   int checked = 0, unspellable = 0;
   for (std::string line; std::getline(lines, line);) {

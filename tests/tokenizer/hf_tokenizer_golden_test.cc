@@ -2,7 +2,6 @@
 // ../shared/testdata/goldens/tokenize.jsonl, produced by the reference Rust `tokenizers` library.
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -23,9 +22,13 @@ std::string testdata() {
   return test::shared_dir() + "/testdata";
 }
 
+std::string goldens_path() {
+  return testdata() + "/goldens/tokenize.jsonl";
+}
+
 std::vector<json> golden_lines(const std::string& tokenizer) {
   std::vector<json> lines;
-  std::ifstream in(testdata() + "/goldens/tokenize.jsonl");
+  std::ifstream in(goldens_path());
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
@@ -40,7 +43,8 @@ class HfGoldenTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(HfGoldenTest, MatchesReferenceIdsAndDecoding) {
   const std::string name = GetParam();
   const std::string dir = testdata() + "/tokenizers/" + name;
-  if (!std::filesystem::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "no " << dir;
+  KESTREL_SKIP_IF_ABSENT(dir + "/tokenizer.json", "the shared tokenizer");
+  KESTREL_SKIP_IF_ABSENT(goldens_path(), "the shared tokenizer goldens");
   auto tok = load_hf_tokenizer(dir);
   ASSERT_TRUE(tok.ok()) << tok.error().message;
   const std::vector<json> lines = golden_lines(name);
@@ -76,7 +80,7 @@ TEST_P(HfGoldenTest, MatchesReferenceIdsAndDecoding) {
 TEST_P(HfGoldenTest, InvalidUtf8RoundTripsThroughTokenBytes) {
   const std::string name = GetParam();
   const std::string dir = testdata() + "/tokenizers/" + name;
-  if (!std::filesystem::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "no " << dir;
+  KESTREL_SKIP_IF_ABSENT(dir + "/tokenizer.json", "the shared tokenizer");
   auto tok = load_hf_tokenizer(dir);
   ASSERT_TRUE(tok.ok()) << tok.error().message;
   using namespace std::string_literals;
@@ -93,7 +97,8 @@ TEST_P(HfGoldenTest, InvalidUtf8RoundTripsThroughTokenBytes) {
 TEST_P(HfGoldenTest, ThroughputWithWarmCacheIsConsistent) {
   const std::string name = GetParam();
   const std::string dir = testdata() + "/tokenizers/" + name;
-  if (!std::filesystem::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "no " << dir;
+  KESTREL_SKIP_IF_ABSENT(dir + "/tokenizer.json", "the shared tokenizer");
+  KESTREL_SKIP_IF_ABSENT(goldens_path(), "the shared tokenizer goldens");
   const auto t0 = std::chrono::steady_clock::now();
   auto tok = load_hf_tokenizer(dir);
   ASSERT_TRUE(tok.ok()) << tok.error().message;
@@ -101,6 +106,7 @@ TEST_P(HfGoldenTest, ThroughputWithWarmCacheIsConsistent) {
   std::vector<std::string> texts;
   size_t bytes = 0;
   const std::vector<json> lines = golden_lines(name);
+  ASSERT_FALSE(lines.empty());
   while (bytes < (1u << 20)) {
     for (const json& g : lines) {
       if (g["add_special_tokens"].get<bool>()) continue;
