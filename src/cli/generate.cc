@@ -54,8 +54,8 @@ Expected<std::vector<int32_t>> parse_ids(const std::string& s, int64_t vocab) {
   return ids;
 }
 
-cpu::SamplingParams sampling_params(const Args& a, const GenerationDefaults& g) {
-  cpu::SamplingParams p;
+SamplingParams sampling_params(const Args& a, const GenerationDefaults& g) {
+  SamplingParams p;
   p.temperature = a.temperature.value_or(float(g.temperature.value_or(1.0)));
   p.top_p = a.top_p.value_or(float(g.top_p.value_or(1.0)));
   p.top_k = a.top_k.value_or(int(g.top_k.value_or(0)));

@@ -1,6 +1,7 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <exception>
 #include <utility>
 
 namespace kestrel {
@@ -21,105 +22,169 @@ const char* finish_reason_name(FinishReason reason) {
 
 EngineCore::EngineCore(CausalLM& model, const SchedulerConfig& config,
                        std::vector<int32_t> eos_token_ids)
+    : EngineCore(std::make_unique<InProcessExecutor>(model, config.num_blocks, config.block_size),
+                 config, std::move(eos_token_ids)) {}
+
+EngineCore::EngineCore(std::unique_ptr<Executor> executor, const SchedulerConfig& config,
+                       std::vector<int32_t> eos_token_ids)
     : scheduler_(config),
-      runner_(model, model.make_kv_cache(config.num_blocks, config.block_size)),
+      executor_(std::move(executor)),
       eos_token_ids_(std::move(eos_token_ids)) {}
 
 Status EngineCore::add_request(const EngineRequest& request) {
   if (request.min_tokens < 0 || request.min_tokens > request.max_tokens)
     return make_error("request {}: min_tokens {} must be in [0, max_tokens {}]", request.id,
                       request.min_tokens, request.max_tokens);
-  KTRY(scheduler_.add_request(request.id, request.prompt_token_ids, request.max_tokens,
-                              /*read_prefix_cache=*/request.prompt_logprobs < 0,
-                              request.cache_keys));
-  RequestState rules{request.min_tokens, request.stop_token_ids,
-                     request.ignore_eos, request.sampling.logprobs >= 0,
-                     std::nullopt,       0};
-  std::vector<int32_t> suppressed = rules.stop_token_ids;
-  if (!request.ignore_eos)
-    suppressed.insert(suppressed.end(), eos_token_ids_.begin(), eos_token_ids_.end());
-  runner_.add_request(
-      request.id,
-      RunnerRequestParams{request.sampling, request.seed, request.min_tokens, std::move(suppressed),
-                          request.prompt_logprobs, request.constraint, request.logits_rules});
-  request_state_[request.id] = std::move(rules);
+  RequestSpec spec;
+  spec.id = request.id;
+  spec.prompt = request.prompt_token_ids;
+  spec.max_tokens = request.max_tokens;
+  spec.stop.eos_token_ids = request.ignore_eos ? std::vector<int32_t>{} : eos_token_ids_;
+  spec.stop.stop_token_ids = request.stop_token_ids;
+  spec.stop.min_tokens = request.min_tokens;
+  RequestSampling& s = spec.sampling;
+  s.params = request.sampling;
+  s.seed = request.seed;
+  s.min_tokens = request.min_tokens;
+  s.min_tokens_suppressed = spec.stop.stop_token_ids;
+  s.min_tokens_suppressed.insert(s.min_tokens_suppressed.end(), spec.stop.eos_token_ids.begin(),
+                                 spec.stop.eos_token_ids.end());
+  s.prompt_logprobs = request.prompt_logprobs;
+  s.rules = request.logits_rules;
+  spec.read_prefix_cache = request.prompt_logprobs < 0;
+  spec.cache_keys = request.cache_keys;
+  KTRY(scheduler_.add_request(std::move(spec)));
+  request_state_[request.id] =
+      RequestState{request.sampling.logprobs >= 0, request.constraint, std::nullopt, 0};
   return {};
+}
+
+EngineCoreOutput EngineCore::output_for(const RequestId& id) const {
+  const Request* req = scheduler_.request(id);
+  EngineCoreOutput out;
+  out.id = id;
+  out.num_prompt_tokens = req->num_prompt_tokens();
+  out.num_cached_tokens = req->num_cached_tokens;
+  out.num_output_tokens = req->num_output_tokens();
+  out.first_scheduled = request_state_.at(id).first_scheduled;
+  return out;
 }
 
 void EngineCore::abort(const RequestId& id) {
   const Request* req = scheduler_.request(id);
   if (req == nullptr || req->is_finished()) return;
-  EngineCoreOutput out;
-  out.id = id;
+  EngineCoreOutput out = output_for(id);
   out.finish_reason = FinishReason::kAbort;
-  out.num_prompt_tokens = req->num_prompt_tokens();
-  out.num_cached_tokens = req->num_cached_tokens;
-  out.num_output_tokens = req->num_output_tokens();
-  out.first_scheduled = request_state_.at(id).first_scheduled;
   scheduler_.abort(id);
   retire(id);
   pending_.push_back(std::move(out));
 }
 
-bool EngineCore::is_stop(const RequestState& rules, int64_t num_outputs, int32_t token,
-                         std::optional<int32_t>* stop_token_id) const {
-  if (num_outputs < rules.min_tokens) return false;
-  // EOS first: vLLM reports no stop_reason for it even when it is also a listed stop id.
-  if (!rules.ignore_eos &&
-      std::find(eos_token_ids_.begin(), eos_token_ids_.end(), token) != eos_token_ids_.end())
-    return true;
-  if (std::find(rules.stop_token_ids.begin(), rules.stop_token_ids.end(), token) ==
-      rules.stop_token_ids.end())
-    return false;
-  *stop_token_id = token;
-  return true;
-}
-
 void EngineCore::retire(const RequestId& id) {
-  runner_.remove_request(id);
   request_state_.erase(id);
   scheduler_.release(id);
-}
-
-Expected<StepOutput> EngineCore::run_step(const SchedulerOutput& sched) {
-  // A throwing constraint or an allocation failure mid-step fails the step, not the process.
-  try {
-    return runner_.execute(sched, [this](const RequestId& id) { return scheduler_.request(id); });
-  } catch (const std::exception& e) {
-    return make_error("{}", e.what());
-  }
 }
 
 void EngineCore::fail_step(const SchedulerOutput& sched, const std::string& error,
                            std::vector<EngineCoreOutput>& outputs) {
   scheduler_.fail_step(sched);
-  for (const ScheduledRequest& s : sched.scheduled) {
-    const Request* req = scheduler_.request(s.id);
-    EngineCoreOutput out;
-    out.id = s.id;
+  for (const ScheduledTokens& s : sched.scheduled) {
+    EngineCoreOutput out = output_for(s.id);
     out.finish_reason = FinishReason::kError;
     out.error = "the engine step running this request failed: " + error;
-    out.num_prompt_tokens = req->num_prompt_tokens();
-    out.num_cached_tokens = req->num_cached_tokens;
-    out.num_output_tokens = req->num_output_tokens();
-    out.first_scheduled = request_state_.at(s.id).first_scheduled;
     retire(s.id);
     outputs.push_back(std::move(out));
   }
 }
 
-std::vector<TokenLogprobs> EngineCore::fresh_prompt_logprobs(const ScheduledRequest& s,
-                                                             StepOutput& step) {
-  const auto it = step.prompt_logprobs.find(s.id);
-  if (it == step.prompt_logprobs.end()) return {};
+void EngineCore::fill_token_masks(SchedulerOutput& sched,
+                                  std::unordered_map<RequestId, std::string>& errors) {
+  for (const ScheduledTokens& s : sched.scheduled) {
+    const RequestState& state = request_state_.at(s.id);
+    if (!state.constraint) continue;
+    const Request* req = scheduler_.request(s.id);
+    const int64_t known = s.num_tokens - static_cast<int64_t>(s.draft_token_ids.size());
+    if (req->num_computed_tokens + known < req->num_tokens()) continue;  // a prefill chunk
+    TokenMask mask{s.id, {}};
+    // A failing constraint is this request's problem only: with no bit set it samples nothing.
+    try {
+      state.constraint->fill_bitmask(mask.bits);
+    } catch (const std::exception& e) {
+      mask.bits.clear();
+      errors[s.id] = std::string("the structured output constraint failed: ") + e.what();
+    }
+    sched.token_masks.push_back(std::move(mask));
+  }
+}
+
+void EngineCore::accept_constrained(RunnerOutput& result) {
+  auto& sampled = result.sampled;
+  for (auto it = sampled.begin(); it != sampled.end();) {
+    const auto& constraint = request_state_.at(it->id).constraint;
+    bool accepted = true;
+    std::string error;
+    for (const int32_t token : constraint ? it->tokens : std::vector<int32_t>{}) {
+      try {
+        accepted = constraint->accept(token);
+      } catch (const std::exception& e) {
+        accepted = false;
+        error = e.what();
+      }
+      if (!accepted) {
+        result.failures.push_back(
+            RequestFailure{it->id, false,
+                           "the structured output constraint refused sampled token " +
+                               std::to_string(token) + (error.empty() ? "" : ": " + error)});
+        break;
+      }
+    }
+    it = accepted ? it + 1 : sampled.erase(it);
+  }
+}
+
+void EngineCore::end_failed(const RunnerOutput& result,
+                            const std::unordered_map<RequestId, std::string>& mask_errors,
+                            std::vector<EngineCoreOutput>& outputs) {
+  for (const RequestFailure& f : result.failures) {
+    const Request* req = scheduler_.request(f.id);
+    if (req == nullptr || req->is_finished()) continue;
+    EngineCoreOutput out = output_for(f.id);
+    const auto mask_error = mask_errors.find(f.id);
+    const auto& constraint = request_state_.at(f.id).constraint;
+    if (mask_error != mask_errors.end()) {
+      out.finish_reason = FinishReason::kError;
+      out.error = mask_error->second;
+    } else if (f.no_token_allowed && constraint && constraint->complete()) {
+      // A finished document that min_tokens or ignore_eos kept from ending on EOS.
+      out.finish_reason = FinishReason::kStop;
+    } else if (f.no_token_allowed) {
+      out.finish_reason = FinishReason::kError;
+      out.invalid_request = true;
+      out.error =
+          "no token is allowed: the request's structured output, allowed_token_ids, "
+          "bad_words, logit_bias and min_tokens together exclude every token";
+    } else {
+      out.finish_reason = FinishReason::kError;
+      out.error = f.error;
+    }
+    scheduler_.finish(f.id, out.finish_reason == FinishReason::kStop
+                                ? RequestStatus::kFinishedStopped
+                                : RequestStatus::kFinishedAborted);
+    retire(f.id);
+    outputs.push_back(std::move(out));
+  }
+}
+
+std::vector<TokenLogprobs> EngineCore::fresh_prompt_logprobs(const RequestId& id, int64_t start,
+                                                             std::vector<TokenLogprobs>& scored) {
   // Entry i scores prompt token start + i + 1. A recompute after preemption scores the prompt
   // again from the start; what was already reported is dropped.
-  RequestState& state = request_state_.at(s.id);
+  RequestState& state = request_state_.at(id);
   std::vector<TokenLogprobs> fresh;
-  for (size_t i = 0; i < it->second.size(); ++i) {
-    const size_t token_index = static_cast<size_t>(s.start_position) + i + 1;
+  for (size_t i = 0; i < scored.size(); ++i) {
+    const size_t token_index = static_cast<size_t>(start) + i + 1;
     if (token_index <= state.prompt_logprobs_sent) continue;
-    fresh.push_back(std::move(it->second[i]));
+    fresh.push_back(std::move(scored[i]));
     state.prompt_logprobs_sent = token_index;
   }
   return fresh;
@@ -128,63 +193,61 @@ std::vector<TokenLogprobs> EngineCore::fresh_prompt_logprobs(const ScheduledRequ
 Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
   std::vector<EngineCoreOutput> outputs = std::move(pending_);
   pending_.clear();
-  const SchedulerOutput sched = scheduler_.schedule();
+  SchedulerOutput sched = scheduler_.schedule();
+  if (sched.scheduled.empty() && sched.finished_ids.empty()) return outputs;
   if (!sched.scheduled.empty()) ++counters_.steps;
   const auto now = std::chrono::steady_clock::now();
-  for (const ScheduledRequest& s : sched.scheduled) {
-    RequestState& rules = request_state_.at(s.id);
-    if (!rules.first_scheduled) rules.first_scheduled = now;
-    counters_.scheduled_tokens += s.num_new_tokens;
-    const int64_t prompt_end = scheduler_.request(s.id)->num_prompt_tokens();
+  // Each request's first position this step, which its prompt logprobs are placed by.
+  std::unordered_map<RequestId, int64_t> starts;
+  for (const ScheduledTokens& s : sched.scheduled) {
+    RequestState& state = request_state_.at(s.id);
+    if (!state.first_scheduled) state.first_scheduled = now;
+    const Request* req = scheduler_.request(s.id);
+    starts[s.id] = req->num_computed_tokens;
+    counters_.scheduled_tokens += s.num_tokens;
     counters_.prompt_tokens_computed +=
-        std::clamp<int64_t>(prompt_end - s.start_position, 0, s.num_new_tokens);
+        std::clamp<int64_t>(req->num_prompt_tokens() - req->num_computed_tokens, 0, s.num_tokens);
   }
-  Expected<StepOutput> executed = run_step(sched);
+  std::unordered_map<RequestId, std::string> mask_errors;
+  fill_token_masks(sched, mask_errors);
+  Expected<RunnerOutput> executed = executor_->execute(sched);
   if (!executed.ok()) {
     fail_step(sched, executed.error().message, outputs);
     return outputs;
   }
-  StepOutput& step = *executed;
-  std::unordered_map<RequestId, int32_t> tokens;
-  for (const auto& [id, s] : step.sampled) tokens[id] = s.token;
-  counters_.generation_tokens += static_cast<int64_t>(step.sampled.size());
-  // A request that got no token ends before the step is applied (the scheduler then skips it).
-  for (const auto& [id, ended] : step.ended)
-    scheduler_.finish(
-        id, ended.complete ? RequestStatus::kFinishedStopped : RequestStatus::kFinishedAborted);
-  scheduler_.update_from_output(sched, tokens);
+  RunnerOutput& result = *executed;
+  accept_constrained(result);
+  end_failed(result, mask_errors, outputs);
+  std::unordered_map<RequestId, std::vector<TokenLogprobs>> logprobs;
+  for (RequestSamples& s : result.sampled) logprobs[s.id] = std::move(s.logprobs);
+  std::unordered_map<RequestId, std::vector<TokenLogprobs>> prompt_logprobs;
+  for (auto& [id, scored] : result.prompt_logprobs) prompt_logprobs[id] = std::move(scored);
+  std::unordered_map<RequestId, RequestUpdate> updates;
+  for (RequestUpdate& u : scheduler_.update_from_output(sched, result))
+    updates.emplace(u.id, std::move(u));
 
-  for (const ScheduledRequest& s : sched.scheduled) {
-    const auto it = step.sampled.find(s.id);
-    const auto ended = step.ended.find(s.id);
-    std::vector<TokenLogprobs> prompt_logprobs = fresh_prompt_logprobs(s, step);
-    if (it == step.sampled.end() && ended == step.ended.end() && prompt_logprobs.empty()) continue;
-    const Request* req = scheduler_.request(s.id);
-    const RequestState& rules = request_state_.at(s.id);
-    EngineCoreOutput out;
-    out.id = s.id;
-    out.prompt_logprobs = std::move(prompt_logprobs);
-    out.num_prompt_tokens = req->num_prompt_tokens();
-    out.num_cached_tokens = req->num_cached_tokens;
-    out.num_output_tokens = req->num_output_tokens();
-    out.first_scheduled = rules.first_scheduled;
-    if (it != step.sampled.end()) {
-      SampledToken& token = it->second;
-      out.new_token_ids = {token.token};
-      if (rules.wants_logprobs)
-        out.new_logprobs.push_back(
-            TokenLogprobs{token.token, token.logprob, 0, std::move(token.top)});
-      // A stop token outranks the length limit reached by the same token.
-      if (is_stop(rules, req->num_output_tokens(), token.token, &out.stop_token_id)) {
-        scheduler_.finish(s.id, RequestStatus::kFinishedStopped);
-        out.finish_reason = FinishReason::kStop;
-      } else if (req->is_finished()) {
-        out.finish_reason = FinishReason::kLength;
+  for (const ScheduledTokens& s : sched.scheduled) {
+    if (request_state_.count(s.id) == 0) continue;  // failed and reported above
+    const auto update = updates.find(s.id);
+    std::vector<TokenLogprobs> fresh;
+    if (const auto p = prompt_logprobs.find(s.id); p != prompt_logprobs.end())
+      fresh = fresh_prompt_logprobs(s.id, starts.at(s.id), p->second);
+    if (update == updates.end() && fresh.empty()) continue;
+    EngineCoreOutput out = output_for(s.id);
+    out.prompt_logprobs = std::move(fresh);
+    if (update != updates.end()) {
+      const RequestUpdate& u = update->second;
+      out.new_token_ids = u.new_token_ids;
+      counters_.generation_tokens += static_cast<int64_t>(u.new_token_ids.size());
+      if (request_state_.at(s.id).wants_logprobs) {
+        std::vector<TokenLogprobs>& lp = logprobs[s.id];
+        lp.resize(std::min(lp.size(), u.new_token_ids.size()));
+        out.new_logprobs = std::move(lp);
       }
-    } else if (ended != step.ended.end()) {
-      out.finish_reason = ended->second.complete ? FinishReason::kStop : FinishReason::kError;
-      out.error = ended->second.error;
-      out.invalid_request = ended->second.invalid_request;
+      out.stop_token_id = u.stop_token_id;
+      if (u.finished)
+        out.finish_reason = *u.finished == RequestStatus::kFinishedStopped ? FinishReason::kStop
+                                                                           : FinishReason::kLength;
     }
     if (out.finished()) retire(s.id);
     outputs.push_back(std::move(out));

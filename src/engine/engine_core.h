@@ -1,7 +1,9 @@
-// engine/engine_core.h — the synchronous engine loop: a Scheduler deciding each step's work, a
-// ModelRunner computing it, and the stop rules (EOS, stop ids, min/max tokens) applied to every
-// sampled token. Single-threaded; the caller drives step(). Stop strings need text, so they are
-// the EngineClient's business (engine/output_processor.h).
+// engine/engine_core.h — the synchronous engine loop: a Scheduler deciding each step's work and
+// applying the stop rules (EOS, stop ids, min/max tokens) to every sampled token, an Executor
+// computing it, and the per-request state neither of them holds: structured-output constraints
+// (their token masks go out with each step), reported prompt logprobs and timing.
+// Single-threaded; the caller drives step(). Stop strings need text, so they are the
+// EngineClient's business (engine/output_processor.h).
 #pragma once
 
 #include <chrono>
@@ -12,11 +14,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/cpu/sampling.h"
 #include "base/status.h"
+#include "engine/executor.h"
+#include "engine/token_constraint.h"
 #include "model/causal_lm.h"
-#include "runner/model_runner.h"
-#include "runner/token_constraint.h"
+#include "sched/sampling_params.h"
 #include "sched/scheduler.h"
 
 namespace kestrel {
@@ -24,7 +26,7 @@ namespace kestrel {
 struct EngineRequest {
   RequestId id;
   std::vector<int32_t> prompt_token_ids;
-  cpu::SamplingParams sampling;  // sampling.logprobs >= 0 asks for per-token logprobs
+  SamplingParams sampling;  // sampling.logprobs >= 0 asks for per-token logprobs
   int64_t max_tokens = 16;
   int64_t min_tokens = 0;  // stop tokens are suppressed until this many outputs exist
   std::vector<int32_t> stop_token_ids;
@@ -76,49 +78,58 @@ struct EngineCoreCounters {
 
 class EngineCore {
  public:
-  // eos_token_ids: the model's generation defaults. The config must pass validate().
+  // eos_token_ids: the model's generation defaults. The config must pass validate(). The first
+  // form runs the model in this thread (InProcessExecutor).
   EngineCore(CausalLM& model, const SchedulerConfig& config, std::vector<int32_t> eos_token_ids);
+  EngineCore(std::unique_ptr<Executor> executor, const SchedulerConfig& config,
+             std::vector<int32_t> eos_token_ids);
 
   Status add_request(const EngineRequest& request);
   // Ends a request in any state; its "abort" output comes with the next step(). Unknown or
   // finished ids are ignored.
   void abort(const RequestId& id);
   // Runs one scheduler step and returns what changed: new tokens and finished requests. A step
-  // whose forward pass fails ends the requests it scheduled with FinishReason::kError.
+  // whose execution fails ends the requests it scheduled with FinishReason::kError.
   Expected<std::vector<EngineCoreOutput>> step();
-  bool has_unfinished() const { return scheduler_.has_unfinished() || !pending_.empty(); }
+  // Work left: requests to run, or finished ones the workers have yet to drop (one more step).
+  bool has_unfinished() const {
+    return scheduler_.has_unfinished() || scheduler_.has_finished_to_send() || !pending_.empty();
+  }
 
   const Scheduler& scheduler() const { return scheduler_; }
   const EngineCoreCounters& counters() const { return counters_; }
-  const ModelRunner& runner() const { return runner_; }
+  const Executor& executor() const { return *executor_; }
 
  private:
-  // What the core keeps per request besides the scheduler's Request: stop rules and timing.
   struct RequestState {
-    int64_t min_tokens = 0;
-    std::vector<int32_t> stop_token_ids;  // the request's own
-    bool ignore_eos = false;
     bool wants_logprobs = false;
+    std::shared_ptr<TokenConstraint> constraint;
     std::optional<std::chrono::steady_clock::time_point> first_scheduled;
     // Prompt tokens already reported; a recompute after preemption scores them again.
     size_t prompt_logprobs_sent = 0;
   };
 
-  // Whether `token` ends the request, and the stop_reason it reports.
-  bool is_stop(const RequestState& rules, int64_t num_outputs, int32_t token,
-               std::optional<int32_t>* stop_token_id) const;
-  // The step's prompt logprobs of `s` that were not reported before.
-  std::vector<TokenLogprobs> fresh_prompt_logprobs(const ScheduledRequest& s, StepOutput& step);
+  // Token masks of the step's constrained requests that sample; a constraint that throws gets
+  // an empty mask (its request samples nothing) and its error in `errors`.
+  void fill_token_masks(SchedulerOutput& sched, std::unordered_map<RequestId, std::string>& errors);
+  // Feeds the sampled tokens to their constraints; a refused token fails its request.
+  void accept_constrained(RunnerOutput& result);
+  // Ends (and retires) the requests the runner failed, before the step is applied.
+  void end_failed(const RunnerOutput& result,
+                  const std::unordered_map<RequestId, std::string>& mask_errors,
+                  std::vector<EngineCoreOutput>& outputs);
+  // The step's prompt logprobs of `id` (scored from position `start`) not reported before.
+  std::vector<TokenLogprobs> fresh_prompt_logprobs(const RequestId& id, int64_t start,
+                                                   std::vector<TokenLogprobs>& scored);
+  EngineCoreOutput output_for(const RequestId& id) const;
   // Releases a finished request everywhere so no state or block outlives it.
   void retire(const RequestId& id);
-  // The runner's step; an exception from it becomes the error.
-  Expected<StepOutput> run_step(const SchedulerOutput& sched);
   // A failed step ends only the requests it scheduled (with `error`); the engine keeps serving.
   void fail_step(const SchedulerOutput& sched, const std::string& error,
                  std::vector<EngineCoreOutput>& outputs);
 
   Scheduler scheduler_;
-  ModelRunner runner_;
+  std::unique_ptr<Executor> executor_;
   std::vector<int32_t> eos_token_ids_;
   std::unordered_map<RequestId, RequestState> request_state_;
   std::vector<EngineCoreOutput> pending_;  // abort outputs waiting for the next step

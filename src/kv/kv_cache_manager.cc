@@ -60,8 +60,8 @@ bool KVCacheManager::allocate_slots(const RequestId& id, int64_t num_new_tokens,
 }
 
 void KVCacheManager::cache_blocks(const RequestId& id, std::span<const int32_t> tokens,
-                                  int64_t num_computed_tokens,
-                                  std::span<const uint64_t> extra_keys) {
+                                  int64_t num_computed_tokens, std::span<const uint64_t> extra_keys,
+                                  std::vector<BlockId>* published) {
   if (!enable_prefix_caching_) return;
   const auto it = requests_.find(id);
   KCHECK(it != requests_.end(), "caching blocks of unknown request {}", id);
@@ -74,20 +74,21 @@ void KVCacheManager::cache_blocks(const RequestId& id, std::span<const int32_t> 
   extend_block_hashes(tokens.first(num_computed_tokens), block_size_, extra_keys, &req.hashes);
   for (size_t i = first; i < req.hashes.size(); ++i) {
     // A false return means an identical block is already cached; this copy simply stays private.
-    pool_.cache_full_block(req.blocks[i], req.hashes[i],
-                           tokens.subspan(i * block_size_, block_size_));
+    if (pool_.cache_full_block(req.blocks[i], req.hashes[i],
+                               tokens.subspan(i * block_size_, block_size_)) &&
+        published != nullptr)
+      published->push_back(req.blocks[i]);
   }
 }
 
-void KVCacheManager::uncache_unwritten(const RequestId& id, int64_t num_written_tokens) {
+void KVCacheManager::rollback_slots(const RequestId& id, int64_t num_slots) {
   const auto it = requests_.find(id);
   if (it == requests_.end()) return;
-  RequestBlocks& req = it->second;
-  // Blocks below `written` were full before the step: computed earlier, or prefix hits.
-  const size_t written =
-      static_cast<size_t>(std::max<int64_t>(num_written_tokens, 0) / block_size_);
-  for (size_t i = written; i < req.hashes.size(); ++i) pool_.uncache(req.blocks[i]);
-  if (req.hashes.size() > written) req.hashes.resize(written);
+  it->second.num_slots = std::min(it->second.num_slots, std::max<int64_t>(num_slots, 0));
+}
+
+void KVCacheManager::uncache(std::span<const BlockId> blocks) {
+  for (const BlockId b : blocks) pool_.uncache(b);
 }
 
 void KVCacheManager::free(const RequestId& id) {

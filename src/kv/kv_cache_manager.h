@@ -46,19 +46,25 @@ class KVCacheManager {
   bool allocate_slots(const RequestId& id, int64_t num_new_tokens,
                       const ComputedBlocks& computed = {});
 
+  // Forgets the request's reserved slots past the first num_slots (speculative tokens that were
+  // rejected, lookahead not used); its blocks stay allocated for the next allocate_slots().
+  void rollback_slots(const RequestId& id, int64_t num_slots);
+
   // Publishes the request's blocks made full by its first num_computed_tokens tokens to the
   // prefix cache (num_computed_tokens counts the tokens of the step being scheduled too).
-  // extra_keys must match those given to get_computed_blocks.
+  // extra_keys must match those given to get_computed_blocks. The blocks it publishes (not those
+  // already cached elsewhere) are appended to `published` when given.
   void cache_blocks(const RequestId& id, std::span<const int32_t> tokens,
-                    int64_t num_computed_tokens, std::span<const uint64_t> extra_keys = {});
+                    int64_t num_computed_tokens, std::span<const uint64_t> extra_keys = {},
+                    std::vector<BlockId>* published = nullptr);
 
   // Returns all of the request's blocks; its cached ones stay hittable. Unknown ids are ignored,
   // so every exit path may call it.
   void free(const RequestId& id);
-  // Withdraws from the prefix cache the request's blocks that hold tokens past its first
-  // num_written_tokens: blocks published when a step was scheduled whose forward pass then
-  // failed. Call before free(). Unknown ids are ignored.
-  void uncache_unwritten(const RequestId& id, int64_t num_written_tokens);
+  // Withdraws blocks from the prefix cache: those published when a step was scheduled whose
+  // execution then failed, so their K/V was never written. Every request holding them must end
+  // (they were all in that step); blocks no longer cached are skipped.
+  void uncache(std::span<const BlockId> blocks);
 
   double usage() const { return pool_.usage(); }
   int64_t prefix_cache_queries() const { return queries_; }  // tokens looked up at admission

@@ -8,6 +8,13 @@ namespace kestrel {
 
 void BatchBuilder::add(std::span<const int32_t> tokens, int32_t start_pos,
                        std::span<const int32_t> block_table, Logits logits) {
+  const size_t n = logits == Logits::kAll ? tokens.size() : logits == Logits::kLast ? 1 : 0;
+  add(tokens, start_pos, block_table, std::min(n, tokens.size()));
+}
+
+void BatchBuilder::add(std::span<const int32_t> tokens, int32_t start_pos,
+                       std::span<const int32_t> block_table, size_t num_logits) {
+  KCHECK(num_logits <= tokens.size(), "{} logits rows for {} tokens", num_logits, tokens.size());
   const int64_t end = int64_t(start_pos) + int64_t(tokens.size());
   KCHECK(int64_t(block_table.size()) * block_size_ >= end,
          "block table of {} blocks cannot hold {} positions", block_table.size(), end);
@@ -17,8 +24,7 @@ void BatchBuilder::add(std::span<const int32_t> tokens, int32_t start_pos,
     tokens_.push_back(tokens[i]);
     positions_.push_back(pos);
     slots_.push_back(int64_t(block_table[pos / block_size_]) * block_size_ + pos % block_size_);
-    if (logits == Logits::kAll || (logits == Logits::kLast && i + 1 == tokens.size()))
-      logits_indices_.push_back(row);
+    if (i + num_logits >= tokens.size()) logits_indices_.push_back(row);
   }
   qsl_.push_back(int32_t(tokens_.size()));
   tables_.emplace_back(block_table.begin(), block_table.end());

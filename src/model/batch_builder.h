@@ -19,6 +19,9 @@ class BatchBuilder {
   // (it must cover start_pos + tokens.size() positions).
   void add(std::span<const int32_t> tokens, int32_t start_pos, std::span<const int32_t> block_table,
            Logits logits);
+  // The same, with logits for the last `num_logits` tokens (a decode row and its drafts).
+  void add(std::span<const int32_t> tokens, int32_t start_pos, std::span<const int32_t> block_table,
+           size_t num_logits);
 
   // Views into this builder's arrays; valid until the next add() or clear().
   ForwardBatch batch() const;

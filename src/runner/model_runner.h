@@ -1,71 +1,21 @@
-// runner/model_runner.h — runs one scheduler step on the model: every scheduled request's new
-// tokens go into one flat forward pass, and each request that reaches its last known token gets
-// a token sampled with its own parameters and its own seeded generator.
+// runner/model_runner.h — the worker side of a scheduler step: it applies the step's request
+// deltas to its own copy of every request (runner/worker_requests.h), runs every scheduled
+// request's tokens (drafts included) through one flat forward pass, and samples each request
+// that reaches its last known token with its own parameters and seeded generator, verifying its
+// drafts. Input and output are plain data (SchedulerOutput → RunnerOutput), so the runner can sit
+// behind any executor. Only the thread that calls execute() touches it.
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <memory>
-#include <string>
-#include <unordered_map>
 #include <vector>
 
-#include "backend/cpu/sampling.h"
 #include "model/batch_builder.h"
 #include "model/causal_lm.h"
-#include "runner/logits_rules.h"
-#include "runner/token_constraint.h"
-#include "sched/request.h"
+#include "runner/worker_requests.h"
+#include "sched/runner_output.h"
 #include "sched/scheduler_output.h"
 
 namespace kestrel {
-
-struct SampledToken {
-  int32_t token = 0;
-  float logprob = 0.0f;
-  std::vector<cpu::TokenLogprob> top;  // the request's top-N alternatives, if it asked for them
-};
-
-// A token with its logprob, its rank (1 = most likely; 0 when not computed) and the top
-// alternatives: sampled tokens, and prompt tokens for prompt logprobs.
-struct TokenLogprobs {
-  int32_t token = 0;
-  float logprob = 0.0f;
-  int64_t rank = 0;
-  std::vector<cpu::TokenLogprob> top;  // best first
-};
-
-// A request that was due a token and got none: its masks left no token (complete: its constraint
-// was satisfied, so it may end with "stop"), or its constraint refused the sampled one (error).
-struct EndedRequest {
-  bool complete = false;
-  std::string error;             // why, when not complete
-  bool invalid_request = false;  // the request's own rules excluded every token
-};
-
-struct StepOutput {
-  // The sampled token of every request not in a prefill chunk, unless it is in `ended`.
-  std::unordered_map<RequestId, SampledToken> sampled;
-  std::unordered_map<RequestId, EndedRequest> ended;
-  // For requests that asked for prompt logprobs: one entry per prompt token this step scored
-  // (the token at position p + 1 under the logits of position p), in prompt order.
-  std::unordered_map<RequestId, std::vector<TokenLogprobs>> prompt_logprobs;
-};
-
-// How the runner reads a scheduled request's tokens (the scheduler's request(), usually).
-using RequestLookup = std::function<const Request*(const RequestId&)>;
-
-// Per-request sampling state the runner keeps between steps.
-struct RunnerRequestParams {
-  cpu::SamplingParams sampling;
-  uint64_t seed = 0;
-  // Tokens masked out while fewer than min_tokens outputs exist (stop and EOS ids).
-  int64_t min_tokens = 0;
-  std::vector<int32_t> min_tokens_suppressed;
-  int prompt_logprobs = -1;  // -1 = none; N >= 0 = score each prompt token with the top N
-  std::shared_ptr<TokenConstraint> constraint;  // structured output; null = unconstrained
-  LogitsRules logits_rules;                     // logit_bias, allowed_token_ids, bad_words
-};
 
 class ModelRunner {
  public:
@@ -76,32 +26,39 @@ class ModelRunner {
   // `kv` must have the scheduler's num_blocks and block_size.
   ModelRunner(CausalLM& model, KVCacheStorage kv);
 
-  // Registers a request's sampling state; it must precede the request's first scheduled step.
-  void add_request(const RequestId& id, const RunnerRequestParams& params);
-  // Drops a request's sampling state (finish, abort); unknown ids are ignored.
-  void remove_request(const RequestId& id);
+  // Requests the worker holds (sent and not yet finished).
   size_t num_requests() const { return requests_.size(); }
   // Memory held for logits: the sampled rows of the largest step and one chunk of scored rows.
   size_t logits_bytes() const {
     return (logits_.capacity() + score_logits_.capacity()) * sizeof(float);
   }
 
-  // Computes the step: sampled tokens and prompt logprobs.
-  Expected<StepOutput> execute(const SchedulerOutput& output, const RequestLookup& lookup);
+  // Computes the step. An error means the step contradicts the worker's state (an unknown
+  // request, tokens past what it holds, a table too short): nothing was computed then.
+  Expected<RunnerOutput> execute(const SchedulerOutput& output);
 
  private:
-  struct State {
-    RunnerRequestParams params;
-    cpu::Rng rng;
+  // One scheduled request of the step, as the forward pass lays it out.
+  struct Rows {
+    const ScheduledTokens* work;
+    WorkerRequest* req;
+    int64_t start;      // its first position this step
+    int64_t first_row;  // its first logits row
+    int64_t count;      // its logits rows
+    bool samples;       // the last drafts + 1 rows are sampled
   };
+
+  // Checks `work` against the request's state and adds its tokens to the batch.
+  Expected<Rows> add_to_batch(const ScheduledTokens& work, int64_t first_row);
+  void score_prompt(const Rows& r, const ForwardBatch& batch, RunnerOutput& out);
 
   CausalLM& model_;
   KVCacheStorage kv_;
   BatchBuilder builder_;
+  WorkerRequests requests_;
+  std::vector<int32_t> tokens_;      // one request's tokens of a step (known ones, then drafts)
   std::vector<float> logits_;        // the sampled rows of a step
   std::vector<float> score_logits_;  // one chunk of prompt rows being scored
-  std::vector<cpu::SampleResult> samples_;  // one per sampled request of a step
-  std::unordered_map<RequestId, State> requests_;
 };
 
 }  // namespace kestrel

@@ -29,13 +29,16 @@ const char* status_name(RequestStatus status) {
   return "unknown";
 }
 
-Request::Request(RequestId id_in, std::vector<int32_t> prompt, int64_t max_tokens_in,
-                 int64_t arrival_in)
-    : id(std::move(id_in)),
-      prompt_token_ids(std::move(prompt)),
+Request::Request(RequestSpec spec, int64_t arrival_in)
+    : id(std::move(spec.id)),
+      prompt_token_ids(std::move(spec.prompt)),
       all_token_ids(prompt_token_ids),
-      max_tokens(max_tokens_in),
-      arrival(arrival_in) {}
+      max_tokens(spec.max_tokens),
+      arrival(arrival_in),
+      read_prefix_cache(spec.read_prefix_cache),
+      cache_keys(std::move(spec.cache_keys)),
+      sampling(std::move(spec.sampling)),
+      stop(std::move(spec.stop)) {}
 
 void Request::append_output_token(int32_t token) {
   output_token_ids.push_back(token);

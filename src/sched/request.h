@@ -4,12 +4,36 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
+#include "sched/sampling_params.h"
 
 namespace kestrel {
+
+// When a sampled token ends the request (applied to each sampled token in order).
+struct StopRules {
+  std::vector<int32_t> eos_token_ids;   // empty with ignore_eos
+  std::vector<int32_t> stop_token_ids;  // the request's own; reported as its stop_reason
+  int64_t min_tokens = 0;               // neither kind stops the request before this many outputs
+};
+
+// What a request asks for, as the engine core hands it to the scheduler.
+struct RequestSpec {
+  RequestId id;
+  std::vector<int32_t> prompt;
+  int64_t max_tokens = 16;
+  RequestSampling sampling;
+  StopRules stop;
+  // false: the prompt is always computed (prompt logprobs need every position's logits); its
+  // blocks are still offered to the cache.
+  bool read_prefix_cache = true;
+  // Mixed into every block hash (a hashed cache_salt): requests with different keys never share
+  // cached blocks.
+  std::vector<uint64_t> cache_keys;
+};
 
 enum class RequestStatus {
   kWaiting,
@@ -25,7 +49,7 @@ bool is_finished_status(RequestStatus status);
 const char* status_name(RequestStatus status);
 
 struct Request {
-  Request(RequestId id, std::vector<int32_t> prompt, int64_t max_tokens, int64_t arrival);
+  Request(RequestSpec spec, int64_t arrival);
 
   RequestId id;
   std::vector<int32_t> prompt_token_ids;
@@ -39,9 +63,18 @@ struct Request {
   // Prompt tokens served by the prefix cache at first admission (usage.cached_tokens).
   int64_t num_cached_tokens = 0;
   bool read_prefix_cache = true;  // false: never start from cached blocks
-  // Mixed into every block hash (a hashed cache_salt): requests with different keys never
-  // share cached blocks.
   std::vector<uint64_t> cache_keys;
+  RequestSampling sampling;
+  StopRules stop;
+  // Speculative tokens proposed after the last token, verified by the next step that reaches it.
+  std::vector<int32_t> draft_token_ids;
+  // What the worker holds of this request: whether it was sent (NewRequestData) and how many
+  // of its blocks per group; reset by preemption.
+  bool known_to_worker = false;
+  std::vector<size_t> blocks_sent;
+  bool resumed = false;  // preempted since the worker last saw it
+  // The stop token id that ended it, when one of its own stop_token_ids did.
+  std::optional<int32_t> stop_token_id;
 
   int64_t num_tokens() const { return static_cast<int64_t>(all_token_ids.size()); }
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }

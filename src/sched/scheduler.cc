@@ -1,6 +1,8 @@
 #include "sched/scheduler.h"
 
 #include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 namespace kestrel {
@@ -41,43 +43,77 @@ Scheduler::Scheduler(const SchedulerConfig& config)
   KCHECK(s.ok(), "{}", s.message());
 }
 
-Status Scheduler::add_request(const RequestId& id, std::vector<int32_t> prompt, int64_t max_tokens,
-                              bool read_prefix_cache, std::vector<uint64_t> cache_keys) {
+Status Scheduler::add_request(RequestSpec spec) {
+  const RequestId id = spec.id;
   if (requests_.count(id) != 0) return make_error("request {}: duplicate id", id);
-  if (prompt.empty()) return make_error("request {}: empty prompt", id);
-  if (max_tokens < 1)
-    return make_error("request {}: max_tokens must be >= 1, got {}", id, max_tokens);
-  const int64_t len = static_cast<int64_t>(prompt.size());
+  if (spec.prompt.empty()) return make_error("request {}: empty prompt", id);
+  if (spec.max_tokens < 1)
+    return make_error("request {}: max_tokens must be >= 1, got {}", id, spec.max_tokens);
+  const int64_t len = static_cast<int64_t>(spec.prompt.size());
   if (len >= config_.max_model_len) {
     return make_error("request {}: prompt of {} tokens does not fit max_model_len {}", id, len,
                       config_.max_model_len);
   }
-  auto req = std::make_unique<Request>(id, std::move(prompt), max_tokens, next_arrival_++);
-  req->read_prefix_cache = read_prefix_cache;
-  req->cache_keys = std::move(cache_keys);
+  auto req = std::make_unique<Request>(std::move(spec), next_arrival_++);
   waiting_.push_back(req.get());
   requests_.emplace(id, std::move(req));
   return Status::Ok();
 }
 
-ScheduledRequest Scheduler::make_scheduled(const Request& req, int64_t num_new_tokens) const {
-  ScheduledRequest s;
-  s.id = req.id;
-  s.num_new_tokens = num_new_tokens;
-  s.start_position = req.num_computed_tokens;
+void Scheduler::set_draft_tokens(const RequestId& id, std::vector<int32_t> draft_token_ids) {
+  const auto it = requests_.find(id);
+  if (it == requests_.end() || it->second->is_finished()) return;
+  it->second->draft_token_ids = std::move(draft_token_ids);
+}
+
+int64_t Scheduler::num_to_schedule(const Request& req, int64_t budget) const {
+  const int64_t known = req.num_tokens() - req.num_computed_tokens;
+  // Drafts ride only on the step that reaches the last known token, and never past the
+  // context window (the token sampled after them needs a position too).
+  const int64_t drafts =
+      std::min<int64_t>(static_cast<int64_t>(req.draft_token_ids.size()),
+                        std::max<int64_t>(config_.max_model_len - req.num_tokens() - 1, 0));
+  return std::min(known + (known <= budget ? drafts : 0), budget);
+}
+
+void Scheduler::add_to_output(Request& req, int64_t num_new, SchedulerOutput& out) {
+  ScheduledTokens work;
+  work.id = req.id;
+  work.num_tokens = num_new;
+  const int64_t known = req.num_tokens() - req.num_computed_tokens;
+  if (num_new > known)
+    work.draft_token_ids.assign(req.draft_token_ids.begin(),
+                                req.draft_token_ids.begin() + (num_new - known));
+  out.scheduled.push_back(std::move(work));
   const std::span<const BlockId> table = kv_.block_table(req.id);
-  s.block_table.assign(table.begin(), table.end());
-  s.is_prefill_chunk = req.num_computed_tokens + num_new_tokens < req.num_tokens();
-  s.num_cached_tokens = req.num_cached_tokens;
-  return s;
+  if (!req.known_to_worker) {
+    NewRequestData d;
+    d.id = req.id;
+    d.prompt_token_ids = req.prompt_token_ids;
+    d.sampling = req.sampling;
+    d.block_ids = {std::vector<BlockId>(table.begin(), table.end())};
+    d.num_computed_tokens = req.num_computed_tokens;
+    out.new_requests.push_back(std::move(d));
+    req.known_to_worker = true;
+  } else {
+    CachedRequestData d;
+    d.id = req.id;
+    d.resumed_from_preemption = req.resumed;
+    const size_t from = req.resumed ? 0 : req.blocks_sent[0];
+    d.new_block_ids = {std::vector<BlockId>(table.begin() + from, table.end())};
+    d.num_computed_tokens = req.num_computed_tokens;
+    out.cached_requests.push_back(std::move(d));
+  }
+  req.blocks_sent = {table.size()};
+  req.resumed = false;
 }
 
 void Scheduler::publish_blocks(const Request& req, int64_t num_new_tokens) {
   // Published when scheduled, not when computed: the forward pass writes every token's K/V of a
   // layer before any attention of that layer reads, so a request admitted later in this same
   // step can already share these blocks (vLLM caches at allocation for the same reason).
-  kv_.cache_blocks(req.id, req.all_token_ids, req.num_computed_tokens + num_new_tokens,
-                   req.cache_keys);
+  const int64_t end = std::min(req.num_computed_tokens + num_new_tokens, req.num_tokens());
+  kv_.cache_blocks(req.id, req.all_token_ids, end, req.cache_keys, &published_);
 }
 
 Request* Scheduler::preempt_newest() {
@@ -86,6 +122,7 @@ Request* Scheduler::preempt_newest() {
   kv_.free(victim->id);
   victim->num_computed_tokens = 0;
   victim->status = RequestStatus::kPreempted;
+  victim->resumed = victim->known_to_worker;
   waiting_.push_front(victim);
   ++num_preemptions_;
   return victim;
@@ -93,14 +130,15 @@ Request* Scheduler::preempt_newest() {
 
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
+  published_.clear();
   out.finished_ids = std::move(finished_since_last_step_);
   finished_since_last_step_.clear();
   int64_t budget = config_.max_num_batched_tokens;
 
-  // Running requests: each continues its prefill chunk or decodes one token.
+  // Running requests: each continues its prefill chunk or decodes (one token plus its drafts).
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Request* req = running_[i];
-    const int64_t num_new = std::min(req->num_tokens() - req->num_computed_tokens, budget);
+    const int64_t num_new = num_to_schedule(*req, budget);
     bool scheduled = false;
     while (true) {
       if (kv_.allocate_slots(req->id, num_new)) {
@@ -113,7 +151,7 @@ SchedulerOutput Scheduler::schedule() {
       if (victim == req) break;
     }
     if (!scheduled) break;
-    out.scheduled.push_back(make_scheduled(*req, num_new));
+    add_to_output(*req, num_new, out);
     publish_blocks(*req, num_new);
     budget -= num_new;
   }
@@ -134,7 +172,7 @@ SchedulerOutput Scheduler::schedule() {
     req->num_computed_tokens = hit.num_tokens;
     req->status = RequestStatus::kRunning;
     running_.push_back(req);
-    out.scheduled.push_back(make_scheduled(*req, num_new));
+    add_to_output(*req, num_new, out);
     publish_blocks(*req, num_new);
     budget -= num_new;
   }
@@ -143,32 +181,77 @@ SchedulerOutput Scheduler::schedule() {
   return out;
 }
 
-std::vector<RequestId> Scheduler::update_from_output(
-    const SchedulerOutput& output, const std::unordered_map<RequestId, int32_t>& sampled) {
-  std::vector<RequestId> finished;
-  for (const ScheduledRequest& s : output.scheduled) {
-    const auto it = requests_.find(s.id);
-    if (it == requests_.end() || it->second->status != RequestStatus::kRunning) continue;
-    Request& req = *it->second;
-    KCHECK(req.num_computed_tokens == s.start_position, "request {}: stale output", s.id);
-    req.num_computed_tokens += s.num_new_tokens;
-    if (s.is_prefill_chunk) continue;
-    const auto tok = sampled.find(s.id);
-    KCHECK(tok != sampled.end(), "request {}: no sampled token", s.id);
-    req.append_output_token(tok->second);
-    if (req.num_output_tokens() >= req.max_tokens || req.num_tokens() >= config_.max_model_len) {
-      finish(req.id, RequestStatus::kFinishedLength);
-      finished.push_back(req.id);
-    }
+bool Scheduler::append_and_check_stop(Request& req, int32_t token, RequestUpdate& update) {
+  req.append_output_token(token);
+  update.new_token_ids.push_back(token);
+  // vLLM's order: the length limits first (a last token that is also EOS reports "length"),
+  // then EOS, which reports no stop_reason even when it is also a listed stop id.
+  if (req.num_output_tokens() >= req.max_tokens || req.num_tokens() >= config_.max_model_len) {
+    update.finished = RequestStatus::kFinishedLength;
+    return true;
   }
-  return finished;
+  const StopRules& rules = req.stop;
+  if (req.num_output_tokens() < rules.min_tokens) return false;
+  auto listed = [token](const std::vector<int32_t>& ids) {
+    return std::find(ids.begin(), ids.end(), token) != ids.end();
+  };
+  if (listed(rules.eos_token_ids)) {
+    update.finished = RequestStatus::kFinishedStopped;
+    return true;
+  }
+  if (listed(rules.stop_token_ids)) {
+    update.finished = RequestStatus::kFinishedStopped;
+    update.stop_token_id = token;
+    req.stop_token_id = token;
+    return true;
+  }
+  return false;
+}
+
+std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& output,
+                                                         const RunnerOutput& result) {
+  std::unordered_map<RequestId, const RequestSamples*> samples;
+  for (const RequestSamples& s : result.sampled) samples[s.id] = &s;
+  std::unordered_set<RequestId> failed;
+  for (const RequestFailure& f : result.failures) failed.insert(f.id);
+  std::vector<RequestUpdate> updates;
+  for (const ScheduledTokens& work : output.scheduled) {
+    const auto it = requests_.find(work.id);
+    if (it == requests_.end() || it->second->status != RequestStatus::kRunning) continue;
+    if (failed.count(work.id) != 0) continue;  // the engine core ends it
+    Request& req = *it->second;
+    const int64_t known_before = req.num_tokens();
+    req.num_computed_tokens += work.num_tokens;
+    if (req.num_computed_tokens < known_before) continue;  // a prefill chunk samples nothing
+    const auto s = samples.find(work.id);
+    KCHECK(s != samples.end(), "request {}: no sampled token", work.id);
+    const std::vector<int32_t>& tokens = s->second->tokens;
+    const size_t num_drafts = work.draft_token_ids.size();
+    KCHECK(!tokens.empty() && tokens.size() <= num_drafts + 1,
+           "request {}: {} tokens for {} drafts", work.id, tokens.size(), num_drafts);
+    RequestUpdate update;
+    update.id = work.id;
+    update.num_rejected_drafts = num_drafts + 1 - tokens.size();
+    req.draft_token_ids.clear();
+    for (const int32_t token : tokens)
+      if (append_and_check_stop(req, token, update)) break;
+    // Every token but the last appended one has K/V now (accepted drafts were computed as
+    // inputs); the slots of rejected drafts are overwritten by the next step.
+    req.num_computed_tokens = req.num_tokens() - 1;
+    kv_.rollback_slots(req.id, req.num_computed_tokens);
+    if (update.finished) finish(req.id, *update.finished);
+    updates.push_back(std::move(update));
+  }
+  return updates;
 }
 
 void Scheduler::fail_step(const SchedulerOutput& output) {
-  for (const ScheduledRequest& s : output.scheduled) {
-    kv_.uncache_unwritten(s.id, s.start_position);
-    finish(s.id, RequestStatus::kFinishedAborted);
-  }
+  // Also the blocks of requests aborted since: freed blocks stay cached, so they too would
+  // serve K/V that was never written.
+  kv_.uncache(published_);
+  published_.clear();
+  for (const ScheduledTokens& work : output.scheduled)
+    finish(work.id, RequestStatus::kFinishedAborted);
 }
 
 void Scheduler::remove_from_queues(Request* req) {

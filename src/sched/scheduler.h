@@ -1,19 +1,22 @@
 // sched/scheduler.h — decides, each step, which tokens of which requests the model computes.
 // One rule, after vLLM v1: every request's num_computed_tokens chases its num_tokens under a
 // per-step token budget. That single rule covers prefill (many tokens), chunked prefill (part of
-// them), decode (one token), prefix hits (computed tokens for free) and recompute after
-// preemption. Only the engine thread calls it.
+// them), decode (one token, or one plus its drafts), prefix hits (computed tokens for free) and
+// recompute after preemption. Its output is plain data (SchedulerOutput); it reads the worker's
+// only as plain data too (RunnerOutput). Only the engine thread calls it.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
 #include "base/status.h"
 #include "kv/kv_cache_manager.h"
 #include "sched/request.h"
+#include "sched/runner_output.h"
 #include "sched/scheduler_output.h"
 
 namespace kestrel {
@@ -31,6 +34,15 @@ struct SchedulerConfig {
 // Ok when the config can make progress on every admissible request, else why not.
 Status validate(const SchedulerConfig& config);
 
+// What update_from_output() did to one request.
+struct RequestUpdate {
+  RequestId id;
+  std::vector<int32_t> new_token_ids;  // appended this step, in order (after a stop: up to it)
+  size_t num_rejected_drafts = 0;
+  std::optional<RequestStatus> finished;  // kFinishedStopped or kFinishedLength
+  std::optional<int32_t> stop_token_id;   // one of its own stop_token_ids ended it
+};
+
 class Scheduler {
  public:
   // The config must pass validate().
@@ -38,28 +50,30 @@ class Scheduler {
 
   // Queues a new request. Errors on a duplicate id, an empty prompt, max_tokens < 1, or a prompt
   // that leaves no room for an output within max_model_len.
-  // `read_prefix_cache` false: the prompt is always computed (prompt logprobs need every
-  // position's logits); its blocks are still offered to the cache.
-  // `cache_keys` go into every block hash of the request (see Request::cache_keys).
-  Status add_request(const RequestId& id, std::vector<int32_t> prompt, int64_t max_tokens,
-                     bool read_prefix_cache = true, std::vector<uint64_t> cache_keys = {});
+  Status add_request(RequestSpec spec);
+
+  // Speculative tokens to verify after the request's last token, replacing earlier ones, for its
+  // next step (as far as budget and max_model_len allow). A step that samples it without them
+  // (its admission or resumption, which take none) drops them: they followed an older token.
+  void set_draft_tokens(const RequestId& id, std::vector<int32_t> draft_token_ids);
 
   // Picks this step's work: running requests first, then waiting ones in queue order.
   SchedulerOutput schedule();
 
-  // Applies a computed step: advances computed tokens, appends the sampled token of every
-  // scheduled request that was not a prefill chunk (sampled[id]) and finishes requests that reached
-  // max_tokens or max_model_len. Requests finished or aborted since `output` was made are skipped.
-  // Returns the ids it finished.
-  std::vector<RequestId> update_from_output(const SchedulerOutput& output,
-                                            const std::unordered_map<RequestId, int32_t>& sampled);
+  // Applies a computed step: advances computed tokens, rolls back the rejected drafts, appends
+  // each request's sampled tokens in order applying its stop rules to every one (max_tokens and
+  // max_model_len first, as vLLM; then EOS and stop ids once min_tokens outputs exist), and
+  // finishes requests that stopped. Requests finished or aborted since `output` was made, and
+  // those the runner failed, are skipped.
+  std::vector<RequestUpdate> update_from_output(const SchedulerOutput& output,
+                                                const RunnerOutput& result);
 
-  // Ends a request in any state with a finished status (e.g. a stop token seen by the engine) and
-  // frees its blocks at once. A no-op for unknown or already finished requests.
+  // Ends a request in any state with a finished status and frees its blocks at once. A no-op
+  // for unknown or already finished requests.
   void finish(const RequestId& id, RequestStatus status);
   void abort(const RequestId& id) { finish(id, RequestStatus::kFinishedAborted); }
-  // The forward pass of `output` failed: every request it scheduled ends (aborted), and the
-  // blocks published for it that were never written leave the prefix cache.
+  // The execution of `output`, the last schedule()'s, failed: every request it scheduled ends
+  // (aborted), and the blocks published for it, never written, leave the prefix cache.
   void fail_step(const SchedulerOutput& output);
 
   // Finished requests stay readable until released.
@@ -69,6 +83,8 @@ class Scheduler {
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  // Requests finished since the last schedule(), which the worker has not heard of yet.
+  bool has_finished_to_send() const { return !finished_since_last_step_.empty(); }
   int64_t num_preemptions() const { return num_preemptions_; }
   const std::deque<Request*>& waiting() const { return waiting_; }
   const std::vector<Request*>& running() const { return running_; }
@@ -76,12 +92,20 @@ class Scheduler {
   const SchedulerConfig& config() const { return config_; }
 
  private:
-  ScheduledRequest make_scheduled(const Request& req, int64_t num_new_tokens) const;
-  // Offers the request's blocks that this step's tokens fill to the prefix cache.
+  // Records `num_new` tokens of `req` (drafts included) in `out`: the work, and the request's
+  // data for the worker (new, or the blocks added since it last saw it).
+  void add_to_output(Request& req, int64_t num_new, SchedulerOutput& out);
+  // Offers the request's blocks that this step's tokens fill to the prefix cache (never ones
+  // holding draft tokens, which may be rejected).
   void publish_blocks(const Request& req, int64_t num_new_tokens);
+  // Tokens the request may compute this step within `budget` and max_model_len: the rest of its
+  // known tokens, then its drafts once it reaches its last token.
+  int64_t num_to_schedule(const Request& req, int64_t budget) const;
   // Frees the newest running request and requeues it at the front of the waiting queue.
   Request* preempt_newest();
   void remove_from_queues(Request* req);
+  // Appends `token` to a running request and says whether it ends the request.
+  bool append_and_check_stop(Request& req, int32_t token, RequestUpdate& update);
 
   SchedulerConfig config_;
   KVCacheManager kv_;
@@ -89,6 +113,7 @@ class Scheduler {
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;  // admission order: the back is the newest
   std::vector<RequestId> finished_since_last_step_;
+  std::vector<BlockId> published_;  // blocks the last schedule() published to the prefix cache
   int64_t next_arrival_ = 0;
   int64_t num_preemptions_ = 0;
 };

@@ -1,30 +1,70 @@
-// sched/scheduler_output.h — what one schedule() step asks the model runner to compute. Plain
-// data, copied out of the scheduler so the runner never reads scheduler state.
+// sched/scheduler_output.h — what one schedule() step asks the worker to compute, as plain data
+// after vLLM v1: a request the worker has not seen comes once as NewRequestData (its prompt,
+// sampling, blocks), then only as CachedRequestData deltas (blocks added, computed tokens, a
+// resume after preemption). The worker keeps its own copy of every request until it appears in
+// finished_ids, so it never reads scheduler memory; the type encodes to msgpack
+// (sched/contract_codec.h) for workers in other processes.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kv/block_pool.h"
 #include "kv/kv_cache_manager.h"
+#include "sched/sampling_params.h"
 
 namespace kestrel {
 
-struct ScheduledRequest {
+// Block ids per KV cache group (one group for now: full attention or the MLA latent cache).
+using GroupBlockIds = std::vector<std::vector<BlockId>>;
+
+struct NewRequestData {
   RequestId id;
-  int64_t num_new_tokens = 0;  // tokens computed this step
-  int64_t start_position = 0;  // position of the first of them (= num_computed_tokens before)
-  std::vector<BlockId> block_table;
-  // True when the step stops short of the request's last known token: no token is sampled.
-  bool is_prefill_chunk = false;
-  int64_t num_cached_tokens = 0;
+  std::vector<int32_t> prompt_token_ids;
+  RequestSampling sampling;
+  GroupBlockIds block_ids;
+  int64_t num_computed_tokens = 0;  // prefix-cache hits
+  bool operator==(const NewRequestData&) const = default;
+};
+
+struct CachedRequestData {
+  RequestId id;
+  // True after a preemption: block_ids replace the worker's table (the old blocks are gone)
+  // and the tokens computed start again from num_computed_tokens.
+  bool resumed_from_preemption = false;
+  GroupBlockIds new_block_ids;  // appended to the table (the whole table when resumed)
+  int64_t num_computed_tokens = 0;
+  bool operator==(const CachedRequestData&) const = default;
+};
+
+// One request's work this step: num_tokens positions from its num_computed_tokens on, the last
+// draft_token_ids.size() of which are speculative tokens to verify (none: it samples one token
+// when the step reaches its last known token).
+struct ScheduledTokens {
+  RequestId id;
+  int64_t num_tokens = 0;
+  std::vector<int32_t> draft_token_ids;
+  bool operator==(const ScheduledTokens&) const = default;
+};
+
+// The allowed next tokens of a request whose output is constrained (structured output): bit i
+// of word i / 64 set = token i allowed. For the request's first sampled position this step.
+struct TokenMask {
+  RequestId id;
+  std::vector<uint64_t> bits;
+  bool operator==(const TokenMask&) const = default;
 };
 
 struct SchedulerOutput {
-  std::vector<ScheduledRequest> scheduled;
-  std::vector<RequestId> preempted_ids;  // preempted during this step
-  std::vector<RequestId> finished_ids;   // finished or aborted since the previous step
+  std::vector<NewRequestData> new_requests;
+  std::vector<CachedRequestData> cached_requests;
+  std::vector<ScheduledTokens> scheduled;  // in batch order
+  std::vector<TokenMask> token_masks;      // filled by the engine core after schedule()
+  std::vector<RequestId> preempted_ids;    // preempted during this step
+  std::vector<RequestId> finished_ids;     // finished or aborted since the previous step
   int64_t total_num_scheduled_tokens = 0;
+  bool operator==(const SchedulerOutput&) const = default;
 };
 
 }  // namespace kestrel

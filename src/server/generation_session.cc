@@ -131,7 +131,7 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
   TokenLogprobInfo prompt_info(const TokenLogprobs& t) const {
     TokenLogprobInfo out = info(t);
     const bool listed = std::any_of(t.top.begin(), t.top.end(),
-                                    [&](const cpu::TokenLogprob& a) { return a.token == t.token; });
+                                    [&](const TokenLogprob& a) { return a.token == t.token; });
     if (!listed) out.top.emplace_back(out.token, t.logprob);
     return out;
   }

@@ -1,6 +1,5 @@
 #include "server/structured_output.h"
 
-#include <limits>
 #include <vector>
 
 #include "structured/choice.h"
@@ -17,22 +16,14 @@ class GrammarConstraint final : public TokenConstraint {
                     std::shared_ptr<const structured::TokenTrie> trie)
       : matcher_(std::move(grammar), std::move(trie)) {}
 
-  void mask(std::span<float> logits) override {
-    matcher_.fill_mask(bits_);
-    // Ids past the tokenizer's vocabulary (padding rows of the LM head) are never allowed.
-    for (size_t i = 0; i < logits.size(); ++i) {
-      const size_t word = i / 64;
-      if (word >= bits_.size() || ((bits_[word] >> (i % 64)) & 1u) == 0)
-        logits[i] = -std::numeric_limits<float>::infinity();
-    }
-  }
+  // Ids past the tokenizer's vocabulary (padding rows of the LM head) have no bit: never allowed.
+  void fill_bitmask(std::vector<uint64_t>& bits) override { matcher_.fill_mask(bits); }
 
   bool accept(int32_t token) override { return matcher_.accept(token); }
   bool complete() const override { return matcher_.done() || matcher_.accepting(); }
 
  private:
   structured::Matcher matcher_;
-  std::vector<uint64_t> bits_;
 };
 
 }  // namespace

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "base/status.h"
-#include "runner/token_constraint.h"
+#include "engine/token_constraint.h"
 #include "server/protocol/structured_outputs.h"
 #include "structured/grammar.h"
 #include "structured/token_trie.h"

@@ -3,6 +3,7 @@
 // them; aborts free everything; stop ids and min_tokens end generation where they should; sampled
 // tokens' logprobs and top alternatives equal the log-softmax of the reference logits.
 #include "engine/engine_core.h"
+#include "engine/engine_runs.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -84,7 +85,7 @@ std::map<RequestId, Result> run_to_completion(EngineCore& engine) {
 // Nothing outlives the requests: no runner state, no scheduler entries, no used blocks.
 void expect_drained(const EngineCore& engine) {
   EXPECT_FALSE(engine.has_unfinished());
-  EXPECT_EQ(engine.runner().num_requests(), 0u);
+  EXPECT_EQ(test::worker_requests(engine), 0u);
   EXPECT_EQ(engine.scheduler().kv().num_requests(), 0u);
   EXPECT_EQ(engine.scheduler().kv().usage(), 0.0);
 }

@@ -9,8 +9,16 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine_client.h"
+#include "engine/engine_core.h"
+#include "engine/executor.h"
 
 namespace kestrel::test {
+
+// Requests the in-process worker still holds; 0 once everything finished and the workers
+// heard of it.
+inline size_t worker_requests(const EngineCore& engine) {
+  return static_cast<const InProcessExecutor&>(engine.executor()).runner().num_requests();
+}
 
 inline EngineClient::Options engine_options(int64_t budget, bool prefix_caching,
                                             int64_t max_model_len = 2048) {

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "engine/engine_core.h"
+#include "engine/engine_runs.h"
 #include "model/loader.h"
 #include "test_paths.h"
 
@@ -22,9 +23,12 @@ class ScriptConstraint final : public TokenConstraint {
  public:
   explicit ScriptConstraint(std::vector<int32_t> script, int refuse_at = -1)
       : script_(std::move(script)), refuse_at_(refuse_at) {}
-  void mask(std::span<float> logits) override {
-    for (size_t i = 0; i < logits.size(); ++i)
-      if (done_ >= script_.size() || int32_t(i) != script_[done_]) logits[i] = -INFINITY;
+  void fill_bitmask(std::vector<uint64_t>& bits) override {
+    bits.clear();
+    if (done_ >= script_.size()) return;
+    const int32_t t = script_[done_];
+    bits.assign(size_t(t / 64 + 1), 0);
+    bits.back() = 1ull << (t % 64);
   }
   bool accept(int32_t token) override {
     if (int(done_) == refuse_at_) return false;
@@ -47,12 +51,13 @@ struct Outcome {
   bool invalid_request = false;
 };
 
-// Throws from mask() once it has let `after` tokens through: a fault inside a step.
+// Throws from fill_bitmask() once it has let `after` tokens through: a fault inside a step.
 class ThrowingConstraint final : public TokenConstraint {
  public:
   explicit ThrowingConstraint(int after) : after_(after) {}
-  void mask(std::span<float>) override {
+  void fill_bitmask(std::vector<uint64_t>& bits) override {
     if (seen_ >= after_) throw std::runtime_error("constraint exploded");
+    bits.assign(1024, ~0ull);
   }
   bool accept(int32_t) override {
     ++seen_;
@@ -111,7 +116,7 @@ class RequestFaults : public ::testing::Test {
       }
     }
     EXPECT_FALSE(engine_->has_unfinished());
-    EXPECT_EQ(engine_->runner().num_requests(), 0u);
+    EXPECT_EQ(test::worker_requests(*engine_), 0u);
     EXPECT_EQ(engine_->scheduler().kv().usage(), 0.0);
     return out;
   }
@@ -219,9 +224,14 @@ TEST_F(RequestFaults, FailedStepEndsItsRequestsAndUnpublishesTheirBlocks) {
     EXPECT_NE(o.error.find("device lost"), std::string::npos);
     EXPECT_FALSE(o.invalid_request);
   }
-  EXPECT_FALSE(engine.has_unfinished());
-  EXPECT_EQ(engine.runner().num_requests(), 0u);
+  EXPECT_FALSE(engine.scheduler().has_unfinished());
   EXPECT_EQ(engine.scheduler().kv().usage(), 0.0);
+  // The worker drops them with the next step, which has nothing else to do.
+  auto flushed = engine.step();
+  ASSERT_TRUE(flushed.ok());
+  EXPECT_TRUE(flushed->empty());
+  EXPECT_FALSE(engine.has_unfinished());
+  EXPECT_EQ(test::worker_requests(engine), 0u);
   // "a"'s blocks were published when scheduled but never written: the same prompt computes
   // them again, and then they are good to share.
   auto cached_at_first_output = [&](const std::string& id) {

@@ -176,3 +176,26 @@ TEST(KVCacheManager, DisabledPrefixCachingNeverHits) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// Rejected speculative slots are forgotten: the blocks stay with the request, and the next
+// allocation reuses them instead of growing the table past what the tokens need.
+TEST(KVCacheManager, RolledBackSlotsAreReusedNotLeaked) {
+  KVCacheManager m(/*num_blocks=*/16, kBlock, /*enable_prefix_caching=*/true);
+  ASSERT_TRUE(m.allocate_slots("r", 5));  // 5 tokens: 2 blocks
+  ASSERT_TRUE(m.allocate_slots("r", 4));  // one token plus 3 drafts: 9 slots, 3 blocks
+  EXPECT_EQ(m.block_table("r").size(), 3u);
+  m.rollback_slots("r", 6);               // 2 drafts rejected: 6 tokens kept
+  ASSERT_TRUE(m.allocate_slots("r", 3));  // 9 slots again: still 3 blocks
+  EXPECT_EQ(m.block_table("r").size(), 3u);
+  ASSERT_TRUE(m.allocate_slots("r", 4));  // 13 slots: 4 blocks
+  EXPECT_EQ(m.block_table("r").size(), 4u);
+  m.rollback_slots("r", 100);             // never grows
+  ASSERT_TRUE(m.allocate_slots("r", 3));  // 16 slots: still 4 blocks
+  EXPECT_EQ(m.block_table("r").size(), 4u);
+}
+
+}  // namespace
+}  // namespace kestrel

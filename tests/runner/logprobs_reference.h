@@ -62,7 +62,7 @@ inline void expect_logprobs_match(const TokenLogprobs& got, const float* logits,
   ASSERT_EQ(got.top.size(), std::min<size_t>(top_n, size_t(vocab))) << where;
   std::set<int32_t> seen;
   for (size_t k = 0; k < got.top.size(); ++k) {
-    const cpu::TokenLogprob& alt = got.top[k];
+    const TokenLogprob& alt = got.top[k];
     ASSERT_TRUE(alt.token >= 0 && alt.token < vocab) << where;
     EXPECT_TRUE(seen.insert(alt.token).second) << where << ": " << alt.token << " twice";
     EXPECT_NEAR(alt.logprob, want[alt.token], tol) << where << " alternative " << k;

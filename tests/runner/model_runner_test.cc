@@ -1,6 +1,7 @@
-// ModelRunner driven by the real Scheduler on a fixture checkpoint: sampling state is per request
-// (a seeded request samples the same tokens alone or batched), prefill chunks sample nothing,
-// and inconsistent steps are errors.
+// ModelRunner driven by the real Scheduler through the data-only contract on a fixture
+// checkpoint: sampling state is per request (a seeded request samples the same tokens alone or
+// batched), prefill chunks sample nothing, token masks decide the sampled token, and steps that
+// contradict the worker's state are errors.
 #include "runner/model_runner.h"
 
 #include <gtest/gtest.h>
@@ -11,23 +12,15 @@
 #include <nlohmann/json.hpp>
 
 #include "base/mmap_file.h"
-#include "model/loader.h"
 #include "model/safetensors.h"
 #include "runner/logprobs_reference.h"
-#include "sched/scheduler.h"
-#include "test_paths.h"
+#include "runner/runner_driver.h"
 
 namespace kestrel {
 namespace {
 
-std::unique_ptr<LoadedModel> load_fixture() {
-  LoadOptions o;
-  o.model = test::fixtures_dir() + "/models/llama3_f32";
-  o.threads = 2;
-  auto m = load_model(o);
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
-  return m.ok() ? std::move(*m) : nullptr;
-}
+using test::RunnerDriver;
+using test::sampled_spec;
 
 SchedulerConfig small_config() {
   SchedulerConfig c;
@@ -37,13 +30,6 @@ SchedulerConfig small_config() {
   return c;
 }
 
-RunnerRequestParams sampled_params(uint64_t seed) {
-  RunnerRequestParams p;
-  p.sampling.temperature = 1.0f;
-  p.seed = seed;
-  return p;
-}
-
 const std::vector<int32_t> kPromptA = {5, 77, 301, 42, 9, 250, 13, 400, 88};
 const std::vector<int32_t> kPromptB = {17, 3, 460, 211, 99};
 
@@ -51,36 +37,16 @@ const std::vector<int32_t> kPromptB = {17, 3, 460, 211, 99};
 std::map<RequestId, std::vector<int32_t>> generate(LoadedModel& lm,
                                                    const std::map<RequestId, uint64_t>& seeds,
                                                    int64_t max_tokens) {
-  const SchedulerConfig config = small_config();
-  Scheduler sched(config);
-  ModelRunner runner(*lm.model, lm.model->make_kv_cache(config.num_blocks, config.block_size));
-  for (const auto& [id, seed] : seeds) {
-    EXPECT_TRUE(sched.add_request(id, id == "b" ? kPromptB : kPromptA, max_tokens).ok());
-    runner.add_request(id, sampled_params(seed));
-  }
-  std::map<RequestId, std::vector<int32_t>> outputs;
-  while (sched.has_unfinished()) {
-    const SchedulerOutput out = sched.schedule();
-    auto sampled = runner.execute(out, [&](const RequestId& id) { return sched.request(id); });
-    EXPECT_TRUE(sampled.ok()) << (sampled.ok() ? "" : sampled.error().message);
-    if (!sampled.ok()) break;
-    std::unordered_map<RequestId, int32_t> tokens;
-    for (const auto& [id, s] : sampled->sampled) {
-      EXPECT_LE(s.logprob, 0.0f);
-      tokens[id] = s.token;
-      outputs[id].push_back(s.token);
-    }
-    for (const RequestId& id : sched.update_from_output(out, tokens)) {
-      runner.remove_request(id);
-      sched.release(id);
-    }
-  }
-  EXPECT_EQ(runner.num_requests(), 0u);
-  return outputs;
+  RunnerDriver d(lm, small_config());
+  for (const auto& [id, seed] : seeds)
+    EXPECT_TRUE(
+        d.sched.add_request(sampled_spec(id, id == "b" ? kPromptB : kPromptA, max_tokens, seed))
+            .ok());
+  return d.run().outputs;
 }
 
 TEST(ModelRunner, SeededSamplingIsPerRequest) {
-  auto lm = load_fixture();
+  auto lm = test::load_llama_fixture();
   ASSERT_TRUE(lm);
   const auto alone = generate(*lm, {{"a", 7}}, 12);
   const auto batched = generate(*lm, {{"a", 7}, {"b", 9}}, 12);
@@ -92,55 +58,148 @@ TEST(ModelRunner, SeededSamplingIsPerRequest) {
 }
 
 TEST(ModelRunner, PrefillChunksSampleNothing) {
-  auto lm = load_fixture();
+  auto lm = test::load_llama_fixture();
   ASSERT_TRUE(lm);
   SchedulerConfig config = small_config();
   config.max_num_batched_tokens = 4;
-  Scheduler sched(config);
-  ModelRunner runner(*lm->model, lm->model->make_kv_cache(config.num_blocks, config.block_size));
-  ASSERT_TRUE(sched.add_request("a", kPromptA, 2).ok());
-  runner.add_request("a", sampled_params(1));
-  const auto lookup = [&](const RequestId& id) { return sched.request(id); };
+  RunnerDriver d(*lm, config);
+  ASSERT_TRUE(d.sched.add_request(sampled_spec("a", kPromptA, 2, 1)).ok());
   // 9 prompt tokens in chunks of 4: two chunks without a token, then the last one samples.
   for (int step = 0; step < 3; ++step) {
-    const SchedulerOutput out = sched.schedule();
+    const SchedulerOutput out = d.sched.schedule();
     ASSERT_EQ(out.scheduled.size(), 1u);
-    auto sampled = runner.execute(out, lookup);
-    ASSERT_TRUE(sampled.ok());
-    EXPECT_EQ(sampled->sampled.size(), step < 2 ? 0u : 1u) << "step " << step;
-    EXPECT_TRUE(sampled->prompt_logprobs.empty()) << "nobody asked for prompt logprobs";
-    std::unordered_map<RequestId, int32_t> tokens;
-    for (const auto& [id, s] : sampled->sampled) tokens[id] = s.token;
-    sched.update_from_output(out, tokens);
+    auto result = d.runner.execute(out);
+    ASSERT_TRUE(result.ok());
+    EXPECT_EQ(result->sampled.size(), step < 2 ? 0u : 1u) << "step " << step;
+    EXPECT_TRUE(result->prompt_logprobs.empty()) << "nobody asked for prompt logprobs";
+    d.sched.update_from_output(out, *result);
   }
 }
 
+// Every way a step can contradict what the worker holds is an error naming the request.
 TEST(ModelRunner, InconsistentStepsAreErrors) {
-  auto lm = load_fixture();
+  auto lm = test::load_llama_fixture();
   ASSERT_TRUE(lm);
   const SchedulerConfig config = small_config();
   Scheduler sched(config);
-  ModelRunner runner(*lm->model, lm->model->make_kv_cache(config.num_blocks, config.block_size));
-  ASSERT_TRUE(sched.add_request("a", kPromptA, 2).ok());
-  const SchedulerOutput out = sched.schedule();
-  // No sampling state registered for "a".
-  EXPECT_FALSE(runner.execute(out, [&](const RequestId& id) { return sched.request(id); }).ok());
-  // The lookup does not know the request.
-  runner.add_request("a", sampled_params(1));
-  EXPECT_FALSE(
-      runner.execute(out, [](const RequestId&) -> const Request* { return nullptr; }).ok());
-  // More tokens scheduled than the request has.
-  SchedulerOutput bad = out;
-  bad.scheduled[0].num_new_tokens += 1;
-  EXPECT_FALSE(runner.execute(bad, [&](const RequestId& id) { return sched.request(id); }).ok());
-  EXPECT_TRUE(runner.execute(out, [&](const RequestId& id) { return sched.request(id); }).ok());
+  ASSERT_TRUE(sched.add_request(sampled_spec("a", kPromptA, 4, 1)).ok());
+  const SchedulerOutput first = sched.schedule();
+  ASSERT_EQ(first.new_requests.size(), 1u);
+  auto fresh_runner = [&] {
+    return std::make_unique<ModelRunner>(
+        *lm->model, lm->model->make_kv_cache(config.num_blocks, config.block_size));
+  };
+  auto expect_error = [&](const SchedulerOutput& out, const std::string& what) {
+    auto runner = fresh_runner();
+    auto r = runner->execute(out);
+    ASSERT_FALSE(r.ok()) << what;
+    EXPECT_NE(r.error().message.find("request a"), std::string::npos) << r.error().message;
+  };
+  {  // A cached request the worker never saw.
+    SchedulerOutput bad = first;
+    bad.new_requests.clear();
+    bad.cached_requests.push_back(CachedRequestData{"a", false, {{}}, 0});
+    expect_error(bad, "unknown cached request");
+  }
+  {  // Scheduled without ever being sent.
+    SchedulerOutput bad = first;
+    bad.new_requests.clear();
+    expect_error(bad, "unknown scheduled request");
+  }
+  {  // More tokens than the worker holds.
+    SchedulerOutput bad = first;
+    bad.scheduled[0].num_tokens += 1;
+    expect_error(bad, "tokens past the end");
+  }
+  {  // Drafts on a step that does not reach the last token.
+    SchedulerOutput bad = first;
+    bad.scheduled[0].num_tokens -= 1;
+    bad.scheduled[0].draft_token_ids = {1};
+    expect_error(bad, "drafts mid-prompt");
+  }
+  {  // A draft id outside the vocabulary.
+    SchedulerOutput bad = first;
+    bad.scheduled[0].num_tokens += 1;
+    bad.scheduled[0].draft_token_ids = {int32_t(lm->config.vocab_size)};
+    expect_error(bad, "draft out of range");
+  }
+  {  // Drafts under a token mask.
+    SchedulerOutput bad = first;
+    bad.scheduled[0].num_tokens += 1;
+    bad.scheduled[0].draft_token_ids = {1};
+    bad.token_masks.push_back(TokenMask{"a", {~0ull}});
+    expect_error(bad, "drafts with a mask");
+  }
+  {  // A block table too short for the positions.
+    SchedulerOutput bad = first;
+    bad.new_requests[0].block_ids[0].clear();
+    expect_error(bad, "short table");
+  }
+  {  // The same request sent as new twice.
+    auto runner = fresh_runner();
+    ASSERT_TRUE(runner->execute(first).ok());
+    SchedulerOutput again = first;
+    again.scheduled.clear();
+    EXPECT_FALSE(runner->execute(again).ok());
+  }
+  auto runner = fresh_runner();
+  auto ok = runner->execute(first);
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok->sampled.size(), 1u);
+}
+
+// A mask with one allowed token decides the draw even at temperature 1; the other request of
+// the batch samples as it would alone.
+TEST(ModelRunner, TokenMaskDecidesTheToken) {
+  auto lm = test::load_llama_fixture();
+  ASSERT_TRUE(lm);
+  const std::vector<int32_t> script = {11, 500, 3, 3, 42, 7, 130};
+  RunnerDriver d(*lm, small_config());
+  ASSERT_TRUE(d.sched.add_request(sampled_spec("a", kPromptA, int64_t(script.size()), 7)).ok());
+  ASSERT_TRUE(d.sched.add_request(sampled_spec("b", kPromptB, int64_t(script.size()), 9)).ok());
+  std::map<RequestId, std::vector<int32_t>> outputs;
+  while (d.sched.has_unfinished()) {
+    SchedulerOutput out = d.sched.schedule();
+    const size_t n = outputs["a"].size();
+    std::vector<uint64_t> bits(size_t(script[n] / 64 + 1), 0);
+    bits[size_t(script[n] / 64)] = 1ull << (script[n] % 64);
+    out.token_masks.push_back(TokenMask{"a", bits});
+    auto result = d.runner.execute(out);
+    ASSERT_TRUE(result.ok());
+    for (const RequestUpdate& u : d.sched.update_from_output(out, *result))
+      outputs[u.id].insert(outputs[u.id].end(), u.new_token_ids.begin(), u.new_token_ids.end());
+  }
+  EXPECT_EQ(outputs.at("a"), script);
+  EXPECT_EQ(outputs.at("b"), generate(*lm, {{"b", 9}}, int64_t(script.size())).at("b"));
+}
+
+// A mask that allows nothing (or only ids past the vocabulary) is reported as such, with no
+// token for that request and the rest of the batch unaffected.
+TEST(ModelRunner, EmptyMaskIsReportedNotSampled) {
+  auto lm = test::load_llama_fixture();
+  ASSERT_TRUE(lm);
+  RunnerDriver d(*lm, small_config());
+  ASSERT_TRUE(d.sched.add_request(sampled_spec("a", kPromptA, 4, 7)).ok());
+  ASSERT_TRUE(d.sched.add_request(sampled_spec("b", kPromptB, 4, 9)).ok());
+  SchedulerOutput out = d.sched.schedule();
+  const size_t words = size_t(lm->config.vocab_size / 64 + 2);
+  std::vector<uint64_t> past_vocab(words, 0);
+  past_vocab.back() = 1;  // an id past the vocabulary only
+  out.token_masks.push_back(TokenMask{"a", past_vocab});
+  auto result = d.runner.execute(out);
+  ASSERT_TRUE(result.ok());
+  ASSERT_EQ(result->failures.size(), 1u);
+  EXPECT_EQ(result->failures[0].id, "a");
+  EXPECT_TRUE(result->failures[0].no_token_allowed);
+  ASSERT_EQ(result->sampled.size(), 1u);
+  EXPECT_EQ(result->sampled[0].id, "b");
 }
 
 // Prompt logprobs equal log-softmax of transformers' logits (the fixture's golden.safetensors) at
 // each position, for the next prompt token and the top-2 alternatives (ids and values), whether
 // the prompt runs whole or in chunks of 4.
 TEST(ModelRunner, PromptLogprobsMatchTheReferenceLogits) {
-  auto lm = load_fixture();
+  auto lm = test::load_llama_fixture();
   ASSERT_TRUE(lm);
   const std::string dir = test::fixtures_dir() + "/models/llama3_f32";
   auto text = read_text_file(dir + "/golden.json");
@@ -156,23 +215,21 @@ TEST(ModelRunner, PromptLogprobsMatchTheReferenceLogits) {
   for (int64_t budget : {int64_t{256}, int64_t{4}}) {
     SchedulerConfig config = small_config();
     config.max_num_batched_tokens = budget;
-    Scheduler sched(config);
-    ModelRunner runner(*lm->model, lm->model->make_kv_cache(config.num_blocks, config.block_size));
-    ASSERT_TRUE(sched.add_request("p", prompt, 1).ok());
-    RunnerRequestParams params = sampled_params(3);
-    params.prompt_logprobs = 2;
-    runner.add_request("p", params);
+    RunnerDriver d(*lm, config);
+    RequestSpec spec = sampled_spec("p", prompt, 1, 3);
+    spec.sampling.prompt_logprobs = 2;
+    spec.read_prefix_cache = false;
+    ASSERT_TRUE(d.sched.add_request(spec).ok());
     std::vector<TokenLogprobs> scored;
-    while (sched.has_unfinished()) {
-      const SchedulerOutput out = sched.schedule();
-      auto step = runner.execute(out, [&](const RequestId& id) { return sched.request(id); });
+    while (d.sched.has_unfinished()) {
+      const SchedulerOutput out = d.sched.schedule();
+      auto step = d.runner.execute(out);
       ASSERT_TRUE(step.ok()) << step.error().message;
-      const auto it = step->prompt_logprobs.find("p");
-      if (it != step->prompt_logprobs.end())
-        scored.insert(scored.end(), it->second.begin(), it->second.end());
-      std::unordered_map<RequestId, int32_t> tokens;
-      for (const auto& [id, s] : step->sampled) tokens[id] = s.token;
-      sched.update_from_output(out, tokens);
+      for (const auto& [id, s] : step->prompt_logprobs) {
+        EXPECT_EQ(id, "p");
+        scored.insert(scored.end(), s.begin(), s.end());
+      }
+      d.sched.update_from_output(out, *step);
     }
     ASSERT_EQ(scored.size(), prompt.size() - 1) << "budget " << budget;
     for (size_t p = 0; p + 1 < prompt.size(); ++p) {
@@ -183,70 +240,6 @@ TEST(ModelRunner, PromptLogprobsMatchTheReferenceLogits) {
           "position " + std::to_string(p) + ", budget " + std::to_string(budget));
     }
   }
-}
-
-}  // namespace
-}  // namespace kestrel
-
-namespace kestrel {
-namespace {
-
-// Allows only the token `step` positions along `script`, and records what was accepted.
-class ScriptedConstraint final : public TokenConstraint {
- public:
-  explicit ScriptedConstraint(std::vector<int32_t> script) : script_(std::move(script)) {}
-  void mask(std::span<float> logits) override {
-    ++masks;
-    for (size_t i = 0; i < logits.size(); ++i)
-      if (int32_t(i) != script_[accepted.size()]) logits[i] = -INFINITY;
-  }
-  bool accept(int32_t token) override {
-    accepted.push_back(token);
-    return true;
-  }
-  bool complete() const override { return accepted.size() == script_.size(); }
-  int masks = 0;
-  std::vector<int32_t> accepted;
-
- private:
-  std::vector<int32_t> script_;
-};
-
-// A constraint decides the sampled tokens (at temperature 1) and sees each of them once, in
-// order; a request without one in the same batch samples as it would alone.
-TEST(ModelRunner, ConstraintMasksLogitsAndSeesEveryToken) {
-  auto lm = load_fixture();
-  ASSERT_TRUE(lm);
-  const std::vector<int32_t> script = {11, 500, 3, 3, 42, 7};
-  auto constraint = std::make_shared<ScriptedConstraint>(script);
-  const SchedulerConfig config = small_config();
-  Scheduler sched(config);
-  ModelRunner runner(*lm->model, lm->model->make_kv_cache(config.num_blocks, config.block_size));
-  ASSERT_TRUE(sched.add_request("a", kPromptA, int64_t(script.size())).ok());
-  ASSERT_TRUE(sched.add_request("b", kPromptB, int64_t(script.size())).ok());
-  RunnerRequestParams pa = sampled_params(7);
-  pa.constraint = constraint;
-  runner.add_request("a", pa);
-  runner.add_request("b", sampled_params(9));
-  std::map<RequestId, std::vector<int32_t>> outputs;
-  while (sched.has_unfinished()) {
-    const SchedulerOutput out = sched.schedule();
-    auto sampled = runner.execute(out, [&](const RequestId& id) { return sched.request(id); });
-    ASSERT_TRUE(sampled.ok());
-    std::unordered_map<RequestId, int32_t> tokens;
-    for (const auto& [id, s] : sampled->sampled) {
-      tokens[id] = s.token;
-      outputs[id].push_back(s.token);
-    }
-    for (const RequestId& id : sched.update_from_output(out, tokens)) {
-      runner.remove_request(id);
-      sched.release(id);
-    }
-  }
-  EXPECT_EQ(outputs.at("a"), script);
-  EXPECT_EQ(constraint->accepted, script);
-  EXPECT_EQ(constraint->masks, int(script.size()));
-  EXPECT_EQ(outputs.at("b"), generate(*lm, {{"b", 9}}, int64_t(script.size())).at("b"));
 }
 
 }  // namespace

@@ -34,17 +34,22 @@ TEST(PromptScoring, LongPromptIsScoredInBoundedChunks) {
 
   Scheduler sched(c);
   ModelRunner runner(model, model.make_kv_cache(c.num_blocks, c.block_size));
-  ASSERT_TRUE(sched.add_request("p", prompt, 1, /*read_prefix_cache=*/false).ok());
-  RunnerRequestParams params;
-  params.sampling.temperature = 0.0f;
-  params.prompt_logprobs = 3;
-  runner.add_request("p", params);
+  RequestSpec spec;
+  spec.id = "p";
+  spec.prompt = prompt;
+  spec.max_tokens = 1;
+  spec.read_prefix_cache = false;
+  spec.sampling.params.temperature = 0.0f;
+  spec.sampling.prompt_logprobs = 3;
+  ASSERT_TRUE(sched.add_request(spec).ok());
   const SchedulerOutput out = sched.schedule();
   ASSERT_EQ(out.scheduled.size(), 1u);
-  ASSERT_EQ(out.scheduled[0].num_new_tokens, int64_t(prompt.size()));  // one step, all of it
-  auto step = runner.execute(out, [&](const RequestId& id) { return sched.request(id); });
+  ASSERT_EQ(out.scheduled[0].num_tokens, int64_t(prompt.size()));  // one step, all of it
+  auto step = runner.execute(out);
   ASSERT_TRUE(step.ok()) << step.error().message;
-  const std::vector<TokenLogprobs>& scored = step->prompt_logprobs.at("p");
+  ASSERT_EQ(step->prompt_logprobs.size(), 1u);
+  EXPECT_EQ(step->prompt_logprobs[0].first, "p");
+  const std::vector<TokenLogprobs>& scored = step->prompt_logprobs[0].second;
   ASSERT_EQ(scored.size(), prompt.size() - 1);
   EXPECT_LE(runner.logits_bytes(),
             size_t(ModelRunner::kScoreChunkRows + 1) * size_t(vocab) * sizeof(float));
@@ -59,8 +64,7 @@ TEST(PromptScoring, LongPromptIsScoredInBoundedChunks) {
   model.forward(builder.batch(), kv, logits.data());
   for (size_t i = 0; i + 1 < prompt.size(); ++i) {
     const cpu::ScoredToken want = cpu::score_token(
-        std::span<const float>(logits.data() + i * size_t(vocab), size_t(vocab)), prompt[i + 1],
-        3);
+        std::span<const float>(logits.data() + i * size_t(vocab), size_t(vocab)), prompt[i + 1], 3);
     ASSERT_EQ(scored[i].token, want.token) << i;
     EXPECT_FLOAT_EQ(scored[i].logprob, want.logprob) << i;
     EXPECT_EQ(scored[i].rank, want.rank) << i;

@@ -1,0 +1,38 @@
+// engine/executor.h — where the engine core sends each step: an Executor takes the scheduler's
+// plain-data SchedulerOutput and returns the workers' RunnerOutput. InProcessExecutor runs one
+// ModelRunner on the calling (engine) thread; executors for worker processes and ranks implement
+// the same call over sockets with the msgpack encoding of sched/contract_codec.h.
+#pragma once
+
+#include <memory>
+
+#include "base/status.h"
+#include "model/causal_lm.h"
+#include "runner/model_runner.h"
+#include "sched/runner_output.h"
+#include "sched/scheduler_output.h"
+
+namespace kestrel {
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  // One step on every worker. An error fails the step (the engine core ends the requests it
+  // scheduled and keeps serving); the workers' state must then still match the scheduler's.
+  virtual Expected<RunnerOutput> execute(const SchedulerOutput& output) = 0;
+};
+
+class InProcessExecutor final : public Executor {
+ public:
+  InProcessExecutor(CausalLM& model, int32_t num_blocks, int32_t block_size)
+      : runner_(model, model.make_kv_cache(num_blocks, block_size)) {}
+
+  // An exception from the step (an allocation failure, a kernel's check) becomes its error.
+  Expected<RunnerOutput> execute(const SchedulerOutput& output) override;
+  const ModelRunner& runner() const { return runner_; }
+
+ private:
+  ModelRunner runner_;
+};
+
+}  // namespace kestrel

@@ -1,0 +1,25 @@
+// engine/token_constraint.h — a per-request rule on which tokens may be sampled next (structured
+// output grammars implement it). The engine core asks it for a bitmask before each step that
+// samples the request (the mask travels to the worker in SchedulerOutput.token_masks) and reports
+// the sampled token after; both on the engine thread. When the mask and the request's other rules
+// leave no token at all, the request ends: with "stop" if the constraint is complete (a finished
+// document that min_tokens or ignore_eos kept from ending on EOS), with an error otherwise.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kestrel {
+
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Bit i of word i / 64 set = token i may come next; ids past the words are disallowed.
+  virtual void fill_bitmask(std::vector<uint64_t>& bits) = 0;
+  // The token that was sampled; false (the request then fails) if the constraint rejects it.
+  virtual bool accept(int32_t token) = 0;
+  // The output so far is complete under the constraint (it could end here).
+  virtual bool complete() const = 0;
+};
+
+}  // namespace kestrel

@@ -1,0 +1,55 @@
+#include "runner/worker_requests.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace kestrel {
+
+Status WorkerRequests::apply(const SchedulerOutput& output) {
+  // Checked first so that a rejected step leaves the state as it was.
+  for (const NewRequestData& d : output.new_requests) {
+    const bool finished_now = std::find(output.finished_ids.begin(), output.finished_ids.end(),
+                                        d.id) != output.finished_ids.end();
+    if (requests_.count(d.id) != 0 && !finished_now)
+      return make_error("worker: request {} was sent as new twice", d.id);
+    if (d.prompt_token_ids.empty()) return make_error("worker: request {} has no prompt", d.id);
+  }
+  for (const CachedRequestData& d : output.cached_requests) {
+    const auto it = requests_.find(d.id);
+    if (it == requests_.end()) return make_error("worker: request {} was never sent", d.id);
+    if (!d.resumed_from_preemption && d.new_block_ids.size() != it->second.block_ids.size())
+      return make_error("worker: request {} has {} KV cache groups, the update {}", d.id,
+                        it->second.block_ids.size(), d.new_block_ids.size());
+  }
+
+  for (const RequestId& id : output.finished_ids) requests_.erase(id);
+  for (const NewRequestData& d : output.new_requests) {
+    WorkerRequest r;
+    r.all_tokens = d.prompt_token_ids;
+    r.num_prompt_tokens = d.prompt_token_ids.size();
+    r.block_ids = d.block_ids;
+    r.num_computed_tokens = d.num_computed_tokens;
+    r.sampling = d.sampling;
+    r.rng.seed(d.sampling.seed);
+    requests_.insert_or_assign(d.id, std::move(r));
+  }
+  for (const CachedRequestData& d : output.cached_requests) {
+    WorkerRequest& r = requests_.at(d.id);
+    if (d.resumed_from_preemption) {
+      r.block_ids = d.new_block_ids;
+    } else {
+      for (size_t g = 0; g < d.new_block_ids.size(); ++g)
+        r.block_ids[g].insert(r.block_ids[g].end(), d.new_block_ids[g].begin(),
+                              d.new_block_ids[g].end());
+    }
+    r.num_computed_tokens = d.num_computed_tokens;
+  }
+  return Status::Ok();
+}
+
+WorkerRequest* WorkerRequests::find(const RequestId& id) {
+  const auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : &it->second;
+}
+
+}  // namespace kestrel

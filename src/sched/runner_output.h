@@ -1,0 +1,57 @@
+// sched/runner_output.h — what the worker returns for one SchedulerOutput: the tokens each
+// request sampled (one, or one more than the drafts it accepted), their logprobs, the prompt
+// tokens it scored, and the requests it could not sample for. Plain data with a msgpack
+// encoding (sched/contract_codec.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sched/scheduler_output.h"
+
+namespace kestrel {
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  bool operator==(const TokenLogprob&) const = default;
+};
+
+// A token with its logprob, its rank (1 = most likely; 0 when not computed) and the top
+// alternatives: sampled tokens, and prompt tokens for prompt logprobs.
+struct TokenLogprobs {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  int64_t rank = 0;
+  std::vector<TokenLogprob> top;  // best first
+  bool operator==(const TokenLogprobs&) const = default;
+};
+
+struct RequestSamples {
+  RequestId id;
+  // In order: the accepted draft tokens, then the one sampled after them.
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprobs> logprobs;  // one per token when the request asked for them
+  bool operator==(const RequestSamples&) const = default;
+};
+
+// A request due a token that got none: its masks left no token allowed (no_token_allowed), or
+// something else failed for it alone (`error`).
+struct RequestFailure {
+  RequestId id;
+  bool no_token_allowed = false;
+  std::string error;
+  bool operator==(const RequestFailure&) const = default;
+};
+
+struct RunnerOutput {
+  std::vector<RequestSamples> sampled;
+  // Per request that asked for prompt logprobs: one entry per prompt token this step scored
+  // (the token at position p + 1 under the logits of position p), in prompt order.
+  std::vector<std::pair<RequestId, std::vector<TokenLogprobs>>> prompt_logprobs;
+  std::vector<RequestFailure> failures;
+  bool operator==(const RunnerOutput&) const = default;
+};
+
+}  // namespace kestrel

@@ -1,0 +1,56 @@
+// sched/sampling_params.h — how a request's tokens are chosen, as plain data: it travels with the
+// request to whichever thread or process samples it (NewRequestData) and names no backend type.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kestrel {
+
+// The knobs of the sampling kernel.
+struct SamplingParams {
+  float temperature = 1.0f;         // 0 = greedy
+  int top_k = 0;                    // 0 or -1 = off
+  float top_p = 1.0f;               // 1 = off
+  float min_p = 0.0f;               // 0 = off
+  float repetition_penalty = 1.0f;  // HF/vLLM: divides positive logits, multiplies negative ones
+  float presence_penalty = 0.0f;    // OpenAI: subtract once if the token appeared in the output
+  float frequency_penalty = 0.0f;   // OpenAI: subtract count × penalty (output tokens)
+  int logprobs = -1;                // -1 = none; N >= 0 = chosen token's logprob plus top-N
+  bool operator==(const SamplingParams&) const = default;
+};
+
+struct TokenBias {
+  int32_t token = 0;
+  float bias = 0.0f;  // added to the logit; the server clamps it to [-100, 100]
+  bool operator==(const TokenBias&) const = default;
+};
+
+// OpenAI's logit_bias and vLLM's allowed_token_ids and bad_words.
+struct LogitsRules {
+  std::vector<TokenBias> logit_bias;
+  // Non-empty: every other token is masked (-inf).
+  std::vector<int32_t> allowed_token_ids;
+  // Token sequences that must not be generated: a sequence's last token is masked when the
+  // output ends with the rest of it (a one-token sequence is always masked), as vLLM does.
+  std::vector<std::vector<int32_t>> bad_words;
+
+  bool empty() const {
+    return logit_bias.empty() && allowed_token_ids.empty() && bad_words.empty();
+  }
+  bool operator==(const LogitsRules&) const = default;
+};
+
+// Everything the sampler of one request needs, besides its tokens.
+struct RequestSampling {
+  SamplingParams params;
+  uint64_t seed = 0;  // of the request's own generator
+  // Tokens masked out while fewer than min_tokens outputs exist (its stop and EOS ids).
+  int64_t min_tokens = 0;
+  std::vector<int32_t> min_tokens_suppressed;
+  int prompt_logprobs = -1;  // -1 = none; N >= 0 = score each prompt token with the top N
+  LogitsRules rules;
+  bool operator==(const RequestSampling&) const = default;
+};
+
+}  // namespace kestrel
