@@ -27,8 +27,9 @@ ComputedBlocks KVCacheManager::get_computed_blocks(std::span<const int32_t> toke
 }
 
 bool KVCacheManager::allocate_slots(const RequestId& id, int64_t num_new_tokens,
-                                    const ComputedBlocks& computed) {
-  KCHECK(num_new_tokens >= 0, "negative token count {}", num_new_tokens);
+                                    const ComputedBlocks& computed, int64_t num_lookahead_tokens) {
+  KCHECK(num_new_tokens >= 0 && num_lookahead_tokens >= 0, "negative token count {} / {}",
+         num_new_tokens, num_lookahead_tokens);
   const auto it = requests_.find(id);
   const RequestBlocks* existing = it == requests_.end() ? nullptr : &it->second;
   const int64_t held_blocks = existing ? static_cast<int64_t>(existing->blocks.size()) : 0;
@@ -38,7 +39,7 @@ bool KVCacheManager::allocate_slots(const RequestId& id, int64_t num_new_tokens,
   KCHECK(computed.hashes.size() == computed.blocks.size(), "computed blocks and hashes differ");
 
   const int64_t slots = held_slots + computed.num_tokens + num_new_tokens;
-  const int64_t needed = (slots + block_size_ - 1) / block_size_;
+  const int64_t needed = (slots + num_lookahead_tokens + block_size_ - 1) / block_size_;
   const int64_t num_hit = static_cast<int64_t>(computed.blocks.size());
   const int64_t num_new_blocks = std::max<int64_t>(0, needed - held_blocks - num_hit);
   // Hit blocks sitting on the free list stop being free once touched.

@@ -40,11 +40,13 @@ class KVCacheManager {
   ComputedBlocks get_computed_blocks(std::span<const int32_t> tokens,
                                      std::span<const uint64_t> extra_keys = {});
 
-  // Reserves slots for num_new_tokens more tokens of the request. `computed` (from
-  // get_computed_blocks, just before) is only allowed while the request holds no blocks. Returns
-  // false, changing nothing, when the pool cannot supply the blocks.
+  // Reserves slots for num_new_tokens more tokens of the request, and blocks for a further
+  // num_lookahead_tokens positions that are not counted as its slots (a proposer writing draft
+  // K/V past the scheduled tokens). `computed` (from get_computed_blocks, just before) is only
+  // allowed while the request holds no blocks. Returns false, changing nothing, when the pool
+  // cannot supply the blocks.
   bool allocate_slots(const RequestId& id, int64_t num_new_tokens,
-                      const ComputedBlocks& computed = {});
+                      const ComputedBlocks& computed = {}, int64_t num_lookahead_tokens = 0);
 
   // Forgets the request's reserved slots past the first num_slots (speculative tokens that were
   // rejected, lookahead not used); its blocks stay allocated for the next allocate_slots().

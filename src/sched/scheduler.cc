@@ -26,8 +26,12 @@ Status validate(const SchedulerConfig& c) {
         ">= max_model_len ({})",
         c.max_num_batched_tokens, c.max_model_len);
   }
+  if (c.num_lookahead_tokens < 0)
+    return make_error("scheduler: num_lookahead_tokens must be >= 0 (got {})",
+                      c.num_lookahead_tokens);
   // Otherwise a long request would preempt itself forever.
-  const int64_t blocks_per_seq = (c.max_model_len + c.block_size - 1) / c.block_size;
+  const int64_t blocks_per_seq =
+      (c.max_model_len + c.num_lookahead_tokens + c.block_size - 1) / c.block_size;
   if (c.num_blocks - 1 < blocks_per_seq) {
     return make_error(
         "scheduler: {} usable KV blocks cannot hold one sequence of max_model_len "
@@ -141,7 +145,7 @@ SchedulerOutput Scheduler::schedule() {
     const int64_t num_new = num_to_schedule(*req, budget);
     bool scheduled = false;
     while (true) {
-      if (kv_.allocate_slots(req->id, num_new)) {
+      if (kv_.allocate_slots(req->id, num_new, {}, config_.num_lookahead_tokens)) {
         scheduled = true;
         break;
       }
@@ -166,7 +170,7 @@ SchedulerOutput Scheduler::schedule() {
     const int64_t remaining = req->num_tokens() - hit.num_tokens;
     if (!config_.enable_chunked_prefill && remaining > budget) break;
     const int64_t num_new = std::min(remaining, budget);
-    if (!kv_.allocate_slots(req->id, num_new, hit)) break;
+    if (!kv_.allocate_slots(req->id, num_new, hit, config_.num_lookahead_tokens)) break;
     waiting_.pop_front();
     if (req->status == RequestStatus::kWaiting) req->num_cached_tokens = hit.num_tokens;
     req->num_computed_tokens = hit.num_tokens;

@@ -29,6 +29,9 @@ struct SchedulerConfig {
   bool enable_prefix_caching = true;
   int32_t block_size = 16;
   int32_t num_blocks = 1024;  // including the null block
+  // Blocks reserved past each request's scheduled tokens, for proposers that write draft K/V
+  // ahead (vLLM's num_lookahead_tokens); 0 without speculative decoding.
+  int64_t num_lookahead_tokens = 0;
 };
 
 // Ok when the config can make progress on every admissible request, else why not.

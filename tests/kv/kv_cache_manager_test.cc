@@ -199,3 +199,23 @@ TEST(KVCacheManager, RolledBackSlotsAreReusedNotLeaked) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// Lookahead positions get blocks but are not slots: the next allocation starts after the
+// scheduled tokens, and a pool too small for the lookahead refuses the whole request.
+TEST(KVCacheManager, LookaheadReservesBlocksNotSlots) {
+  KVCacheManager m(/*num_blocks=*/5, kBlock, /*enable_prefix_caching=*/true);
+  ASSERT_TRUE(m.allocate_slots("r", 5, {}, /*num_lookahead_tokens=*/4));  // 9 positions: 3 blocks
+  EXPECT_EQ(m.block_table("r").size(), 3u);
+  ASSERT_TRUE(m.allocate_slots("r", 1, {}, 2));  // slots 6, positions up to 8: still 3 blocks
+  EXPECT_EQ(m.block_table("r").size(), 3u);
+  EXPECT_FALSE(m.allocate_slots("r", 1, {}, 12));  // 19 positions: 5 blocks, only 4 usable
+  EXPECT_EQ(m.block_table("r").size(), 3u);
+  ASSERT_TRUE(m.allocate_slots("r", 1, {}, 8));  // 7 slots + 8: 4 blocks
+  EXPECT_EQ(m.block_table("r").size(), 4u);
+}
+
+}  // namespace
+}  // namespace kestrel

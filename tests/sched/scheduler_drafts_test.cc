@@ -317,3 +317,34 @@ TEST(SchedulerDrafts, DraftsUnderPreemptionKeepOutputs) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// num_lookahead_tokens: every scheduled request's table covers that many positions past its
+// step, while its computed tokens and outputs stay those of a run without lookahead.
+TEST(SchedulerDrafts, LookaheadBlocksCoverPositionsPastTheStep) {
+  SchedulerConfig c = small_config();
+  c.num_lookahead_tokens = 6;
+  Harness h(c);
+  ASSERT_TRUE(h.s.add_request(spec("a", make_prompt(6, 3), 12)).ok());
+  for (int step = 0; h.s.has_unfinished(); ++step) {
+    const StepResult r = h.step();
+    const ScheduledTokens* w = find(r.out, "a");
+    ASSERT_NE(w, nullptr);
+    const int64_t end = start_of(r.out, "a") + w->num_tokens + c.num_lookahead_tokens;
+    if (h.s.request("a")->is_finished()) break;
+    EXPECT_GE(int64_t(h.s.kv().block_table("a").size()) * c.block_size, end) << step;
+    EXPECT_LT(int64_t(h.s.kv().block_table("a").size() - 1) * c.block_size, end) << step;
+  }
+  EXPECT_EQ(h.s.request("a")->output_token_ids, reference_outputs(make_prompt(6, 3), 12));
+  EXPECT_FALSE(validate([] {
+                 SchedulerConfig bad = small_config();
+                 bad.num_lookahead_tokens = -1;
+                 return bad;
+               }())
+                   .ok());
+}
+
+}  // namespace
+}  // namespace kestrel
