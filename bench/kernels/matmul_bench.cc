@@ -24,8 +24,8 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/packed_matmul.h"
-#include "backend/cpu/quant.h"
 #include "base/thread_pool.h"
+#include "tensor/quant_formats.h"
 #include "tensor/tensor.h"
 
 namespace kestrel::cpu {

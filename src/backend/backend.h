@@ -6,12 +6,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
-#include "backend/cpu/matmul.h"
-#include "backend/cpu/mla_attention.h"
-#include "backend/cpu/paged_attention.h"
-#include "backend/cpu/rope.h"
+#include "backend/ops.h"
 #include "tensor/tensor.h"
 
 namespace kestrel {
@@ -26,8 +24,9 @@ class Backend {
   virtual void prepare_weight(Tensor& w) = 0;
   // y[m, N] = x[m, K] · W[N, K]ᵀ for weights of any supported dtype.
   virtual void linear(const Tensor& w, const float* x, int64_t m, float* y) = 0;
-  // Several weights over the same x in one pass (see cpu::linear_group).
-  virtual void linear_group(std::span<const cpu::LinearJob> jobs, const float* x, int64_t m) = 0;
+  // Several weights over the same x in one pass: activations prepared once, the output rows of
+  // all weights split over the threads together (at most 8 jobs, the same K).
+  virtual void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m) = 0;
   virtual void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t dim,
                         float* y, DType act) = 0;
   // x += y (rounded to act), then out = rms_norm(x): a block's residual add and the next norm.
@@ -44,27 +43,26 @@ class Backend {
   virtual void round_to(DType dt, float* x, int64_t n) = 0;
   virtual void embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) = 0;
   virtual void rope(float* x, int64_t n_tokens, int n_heads, int head_dim, const int32_t* positions,
-                    const cpu::RopeParams& p) = 0;
-  // Stores K and V at the batch's slots; with rope_k, K is rotated on its way in (cpu::write_kv).
-  virtual void write_kv(const cpu::KVLayer& cache, const float* k, const float* v,
-                        const cpu::AttentionBatch& batch,
-                        const cpu::RopeParams* rope_k = nullptr) = 0;
-  virtual void paged_attention(const float* q, const cpu::KVLayer& cache,
-                               const cpu::AttentionBatch& batch, int num_heads, float scale,
-                               float* out, DType act) = 0;
-  // MLA over a latent cache (cpu/mla_attention.h).
-  virtual void write_mla_cache(const cpu::MlaCacheLayer& cache, const float* latent,
-                               const float* k_rope, const cpu::AttentionBatch& batch) = 0;
-  virtual void mla_attention(const float* q_lat, const float* q_rope,
-                             const cpu::MlaCacheLayer& cache, const cpu::AttentionBatch& batch,
-                             int num_heads, float scale, float* out, DType act) = 0;
+                    const RopeParams& p) = 0;
+  // Stores K and V at the batch's slots, converted to the cache dtype; with rope_k, K is rotated
+  // on its way in.
+  virtual void write_kv(const KVLayer& cache, const float* k, const float* v,
+                        const AttentionBatch& batch, const RopeParams* rope_k = nullptr) = 0;
+  virtual void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch& batch,
+                               int num_heads, float scale, float* out, DType act) = 0;
+  // MLA over a latent cache, in the absorbed form: q_lat has W_UK folded in.
+  virtual void write_mla_cache(const MlaCacheLayer& cache, const float* latent, const float* k_rope,
+                               const AttentionBatch& batch) = 0;
+  virtual void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer& cache,
+                             const AttentionBatch& batch, int num_heads, float scale, float* out,
+                             DType act) = 0;
 };
 
 // The CPU backend with `threads` compute threads (0 = all cores), bound one per CPU when
 // `pin_threads` (ThreadPool); `quant_compute` says how quantized weights are multiplied (see
-// cpu::QuantCompute).
-std::unique_ptr<Backend> make_cpu_backend(
-    int threads, cpu::QuantCompute quant_compute = cpu::QuantCompute::kInt8,
-    bool pin_threads = false);
+// QuantCompute).
+std::unique_ptr<Backend> make_cpu_backend(int threads,
+                                          QuantCompute quant_compute = QuantCompute::kInt8,
+                                          bool pin_threads = false);
 
 }  // namespace kestrel

@@ -9,8 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/mla_attention.h"
-#include "backend/cpu/paged_attention.h"
+#include "backend/ops.h"
 #include "model/config.h"
 #include "tensor/tensor.h"
 
@@ -34,9 +33,9 @@ class KVCacheStorage {
  public:
   KVCacheStorage(int num_layers, int64_t num_blocks, int block_size, int num_kv_heads, int head_dim,
                  DType dtype, bool latent = false);
-  cpu::KVLayer layer(int i) const;
+  KVLayer layer(int i) const;
   // Layer i of a latent cache whose rows are [latent_dim | head_dim - latent_dim].
-  cpu::MlaCacheLayer mla_layer(int i, int latent_dim) const;
+  MlaCacheLayer mla_layer(int i, int latent_dim) const;
   bool latent() const { return latent_; }
   int64_t num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }

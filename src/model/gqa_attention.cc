@@ -41,7 +41,7 @@ class GqaAttention final : public AttentionLayer {
     float* q = ctx.scratch.get(kSlotAttnQ, T * qd);
     float* k = ctx.scratch.get(kSlotAttnK, T * kvd);
     float* v = ctx.scratch.get(kSlotAttnV, T * kvd);
-    const cpu::LinearJob qkv[3] = {{&q_, q}, {&k_, k}, {&v_, v}};
+    const LinearJob qkv[3] = {{&q_, q}, {&k_, k}, {&v_, v}};
     be.linear_group(qkv, h, T);
     if (bias_) {
       be.add_bias(q, q_bias_.data(), T, qd);
@@ -56,7 +56,7 @@ class GqaAttention final : public AttentionLayer {
       be.rms_norm(k, k_norm_.data(), ctx.eps, T * nkv_, hd_, k, ctx.act);
     }
     be.rope(q, T, nh_, hd_, ctx.positions, ctx.rope);
-    const cpu::KVLayer cache = ctx.kv.layer(layer);
+    const KVLayer cache = ctx.kv.layer(layer);
     be.write_kv(cache, k, v, ctx.attn, &ctx.rope);  // K rotated on its way into the cache
     float* attn = ctx.scratch.get(kSlotAttnOut, T * qd);
     be.paged_attention(q, cache, ctx.attn, nh_, 1.0f / std::sqrt(float(hd_)), attn, ctx.act);

@@ -14,13 +14,13 @@ KVCacheStorage::KVCacheStorage(int num_layers, int64_t num_blocks, int block_siz
       head_dim_(head_dim),
       latent_(latent) {}
 
-cpu::KVLayer KVCacheStorage::layer(int i) const {
+KVLayer KVCacheStorage::layer(int i) const {
   KCHECK(i >= 0 && i < num_layers_, "layer {} out of range", i);
   KCHECK(!latent_, "a latent (MLA) cache has no separate K and V");
   const int64_t per = num_blocks_ * block_size_ * int64_t(num_kv_heads_) * head_dim_;
   const size_t per_bytes = dtype_bytes(dtype_, per);
   auto* base = static_cast<uint8_t*>(const_cast<void*>(buffer_.view().data));
-  cpu::KVLayer l;
+  KVLayer l;
   l.k = base + 2 * size_t(i) * per_bytes;
   l.v = base + (2 * size_t(i) + 1) * per_bytes;
   l.dtype = dtype_;
@@ -31,13 +31,13 @@ cpu::KVLayer KVCacheStorage::layer(int i) const {
   return l;
 }
 
-cpu::MlaCacheLayer KVCacheStorage::mla_layer(int i, int latent_dim) const {
+MlaCacheLayer KVCacheStorage::mla_layer(int i, int latent_dim) const {
   KCHECK(i >= 0 && i < num_layers_, "layer {} out of range", i);
   KCHECK(latent_ && latent_dim > 0 && latent_dim <= head_dim_,
          "latent width {} does not fit this cache (latent {}, row width {})", latent_dim, latent_,
          head_dim_);
   const size_t per_bytes = dtype_bytes(dtype_, num_blocks_ * block_size_ * int64_t(head_dim_));
-  cpu::MlaCacheLayer l;
+  MlaCacheLayer l;
   l.data = static_cast<uint8_t*>(const_cast<void*>(buffer_.view().data)) + size_t(i) * per_bytes;
   l.dtype = dtype_;
   l.num_blocks = num_blocks_;

@@ -57,8 +57,8 @@ struct LayerContext {
   float eps;  // RMSNorm epsilon
   int64_t num_tokens;
   const int32_t* positions;
-  const cpu::AttentionBatch& attn;
-  const cpu::RopeParams& rope;
+  const AttentionBatch& attn;
+  const RopeParams& rope;
   KVCacheStorage& kv;
   Scratch& scratch;
 

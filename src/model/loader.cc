@@ -103,9 +103,9 @@ Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
     KASSIGN(auto ckpt, SafetensorsCheckpoint::open_dir(o.model));
     lm->weights = make_safetensors_source(std::move(ckpt), o.model);
   }
-  cpu::QuantCompute qc = cpu::QuantCompute::kInt8;
+  QuantCompute qc = QuantCompute::kInt8;
   if (o.quant_compute == "f32") {
-    qc = cpu::QuantCompute::kF32;
+    qc = QuantCompute::kF32;
   } else if (o.quant_compute != "int8") {
     return make_error("unsupported --quant-compute '{}' (use int8 or f32)", o.quant_compute);
   }

@@ -86,7 +86,7 @@ class MlaAttention final : public AttentionLayer {
     be.rms_norm(latent, kv_a_norm_.data(), ctx.eps, T, r_, latent, ctx.act);
     be.rope(q_rope, T, nh_, int(dr_), ctx.positions, ctx.rope);
     be.rope(k_rope, T, 1, int(dr_), ctx.positions, ctx.rope);
-    const cpu::MlaCacheLayer cache = ctx.kv.mla_layer(layer, int(r_));
+    const MlaCacheLayer cache = ctx.kv.mla_layer(layer, int(r_));
     be.write_mla_cache(cache, latent, k_rope, ctx.attn);
 
     // q̃_h = W_UK[h]ᵀ · q_nope_h, head by head.

@@ -36,7 +36,7 @@ class DenseMlp final : public FfnLayer {
   void run(const LayerContext& ctx, const float* h, int64_t m, float* out) {
     float* g = ctx.scratch.get(kSlotMlpGate, m * I_);
     float* u = ctx.scratch.get(kSlotMlpUp, m * I_);
-    const cpu::LinearJob gate_up[2] = {{&gate_, g}, {&up_, u}};
+    const LinearJob gate_up[2] = {{&gate_, g}, {&up_, u}};
     ctx.be.linear_group(gate_up, h, m);
     ctx.round(g, m * I_);
     ctx.round(u, m * I_);

@@ -113,8 +113,8 @@ class TransformerModel final : public CausalLM {
            "batch arrays disagree on token count");
     ws_.ensure(T, H);
     float* x = ws_.x.data();
-    const cpu::AttentionBatch ab = attention_batch(fb);
-    const cpu::RopeParams rp = rope_params();
+    const AttentionBatch ab = attention_batch(fb);
+    const RopeParams rp = rope_params();
     const LayerContext ctx{be_, act_,    float(cfg_.rms_norm_eps), T, fb.positions.data(), ab, rp,
                            kv,  scratch_};
     be_.embedding(embed_, fb.token_ids.data(), T, x);
@@ -133,8 +133,8 @@ class TransformerModel final : public CausalLM {
     float* cat = ws_.cat.data();
     // The embeddings go to y, so `hidden` may be last_hidden() itself.
     float* e = ws_.y.data();
-    const cpu::AttentionBatch ab = attention_batch(fb);
-    const cpu::RopeParams rp = rope_params();
+    const AttentionBatch ab = attention_batch(fb);
+    const RopeParams rp = rope_params();
     const LayerContext ctx{be_, act_, eps, T, fb.positions.data(), ab, rp, mtp_kv, scratch_};
     be_.embedding(embed_, fb.token_ids.data(), T, e);
     ctx.round(e, T * H);
@@ -169,8 +169,8 @@ class TransformerModel final : public CausalLM {
     return Status::Ok();
   }
 
-  cpu::AttentionBatch attention_batch(const ForwardBatch& fb) const {
-    cpu::AttentionBatch ab;
+  AttentionBatch attention_batch(const ForwardBatch& fb) const {
+    AttentionBatch ab;
     ab.num_tokens = int64_t(fb.token_ids.size());
     ab.num_seqs = int(fb.query_start_loc.size()) - 1;
     ab.positions = fb.positions.data();
@@ -181,8 +181,8 @@ class TransformerModel final : public CausalLM {
     return ab;
   }
 
-  cpu::RopeParams rope_params() const {
-    cpu::RopeParams rp;
+  RopeParams rope_params() const {
+    RopeParams rp;
     rp.inv_freq = rope_.inv_freq.data();
     rp.rot_dim = rope_.rot_dim;
     rp.attention_factor = rope_.attention_factor;

@@ -4,10 +4,10 @@
 #include <random>
 #include <regex>
 
-#include "backend/cpu/quant.h"
 #include "base/fp16.h"
 #include "model/gguf.h"
 #include "model/safetensors.h"
+#include "tensor/quant_formats.h"
 
 namespace kestrel {
 namespace {
@@ -54,7 +54,7 @@ class GgufSource final : public WeightSource {
     auto t = gguf_.tensor("rope_freqs.weight");
     if (!t.ok()) return std::nullopt;
     std::vector<float> out(t->numel());
-    cpu::dequantize_row(t->dtype, t->data, out.data(), t->numel());
+    dequantize_row(t->dtype, t->data, out.data(), t->numel());
     return out;
   }
   std::string describe() const override { return "GGUF file " + path_; }

@@ -1,13 +1,13 @@
 #include "model/weights.h"
 
-#include "backend/cpu/quant.h"
+#include "tensor/quant_formats.h"
 
 namespace kestrel {
 
 Expected<std::vector<float>> load_vector(WeightSource& src, const std::string& name, int64_t n) {
   KASSIGN(Tensor t, src.get(name, Shape{n}));
   std::vector<float> out(n);
-  cpu::dequantize_row(t.dtype, t.data, out.data(), n);
+  dequantize_row(t.dtype, t.data, out.data(), n);
   return out;
 }
 
@@ -25,7 +25,7 @@ Expected<Tensor> load_linear(WeightSource& src, const std::string& prefix, int64
     w.block_scale = s.as<float>();
   } else {
     std::vector<float>& owned = store.f32.emplace_back(size_t(sr * sc));
-    cpu::dequantize_row(s.dtype, s.data, owned.data(), sr * sc);
+    dequantize_row(s.dtype, s.data, owned.data(), sr * sc);
     w.block_scale = owned.data();
   }
   w.scale_block_rows = br;
@@ -38,7 +38,7 @@ std::vector<float> dequantize_matrix(const Tensor& w) {
   std::vector<float> out(size_t(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
     float* dst = out.data() + r * cols;
-    cpu::dequantize_row(w.dtype, w.row(r), dst, cols);
+    dequantize_row(w.dtype, w.row(r), dst, cols);
     if (w.block_scale == nullptr) continue;
     const int64_t blocks_per_row = (cols + w.scale_block_cols - 1) / w.scale_block_cols;
     const float* scales = w.block_scale + (r / w.scale_block_rows) * blocks_per_row;

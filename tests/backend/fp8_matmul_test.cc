@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/fp8.h"
 #include "backend/cpu/matmul.h"
-#include "backend/cpu/quant.h"
 #include "backend/linear_checks.h"
 #include "base/fp16.h"
+#include "tensor/fp8.h"
+#include "tensor/quant_formats.h"
 
 namespace kestrel::cpu {
 namespace {

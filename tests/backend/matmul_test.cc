@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/quant.h"
 #include "backend/linear_checks.h"
 #include "base/fp16.h"
+#include "tensor/quant_formats.h"
 
 namespace kestrel::cpu {
 namespace {

@@ -7,9 +7,9 @@
 #include <random>
 #include <vector>
 
-#include "backend/cpu/quant.h"
 #include "backend/cpu/rope.h"
 #include "base/fp16.h"
+#include "tensor/quant_formats.h"
 
 namespace kestrel::cpu {
 namespace {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "backend/cpu/matmul.h"
-#include "backend/cpu/quant.h"
 #include "base/fp16.h"
+#include "tensor/quant_formats.h"
 
 namespace kestrel::cpu {
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/quant.h"
 #include "model/gguf.h"
+#include "tensor/quant_formats.h"
 #include "test_paths.h"
 
 namespace kestrel {
@@ -34,7 +34,7 @@ TEST(GgufDequant, MatchesGgufPyBitForBit) {
     std::vector<float> row(size_t(t->cols()));
     size_t nonzero = 0;
     for (int64_t r = 0; r < t->rows(); ++r) {
-      cpu::dequantize_row(t->dtype, t->row(r), row.data(), t->cols());
+      dequantize_row(t->dtype, t->row(r), row.data(), t->cols());
       const float* want = reinterpret_cast<const float*>(e->row(r));
       for (int64_t c = 0; c < t->cols(); ++c) {
         uint32_t got_bits, want_bits;

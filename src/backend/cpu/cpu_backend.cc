@@ -4,8 +4,11 @@
 #include <vector>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/mla_attention.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/packed_matmul.h"
+#include "backend/cpu/paged_attention.h"
+#include "backend/cpu/rope.h"
 #include "base/thread_pool.h"
 
 namespace kestrel {
@@ -13,15 +16,13 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int threads, cpu::QuantCompute qc, bool pin)
-      : pool_(threads, pin), quant_compute_(qc) {}
+  CpuBackend(int threads, QuantCompute qc, bool pin) : pool_(threads, pin), quant_compute_(qc) {}
   std::string name() const override {
     return fmt::format("cpu ({} threads, {}, {} quantized matmuls)", pool_.size(),
-                       cpu::linear_isa(),
-                       quant_compute_ == cpu::QuantCompute::kInt8 ? "int8" : "f32");
+                       cpu::linear_isa(), quant_compute_ == QuantCompute::kInt8 ? "int8" : "f32");
   }
   void prepare_weight(Tensor& w) override {
-    if (quant_compute_ != cpu::QuantCompute::kInt8 || w.packed != nullptr ||
+    if (quant_compute_ != QuantCompute::kInt8 || w.packed != nullptr ||
         !cpu::packed_weights_supported() || !cpu::packable(w))
       return;
     packed_.push_back(cpu::pack_weight(w));
@@ -30,7 +31,7 @@ class CpuBackend final : public Backend {
   void linear(const Tensor& w, const float* x, int64_t m, float* y) override {
     cpu::linear(w, x, m, y, pool_, quant_compute_);
   }
-  void linear_group(std::span<const cpu::LinearJob> jobs, const float* x, int64_t m) override {
+  void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m) override {
     cpu::linear_group(jobs, x, m, pool_, quant_compute_);
   }
   void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t dim, float* y,
@@ -67,47 +68,47 @@ class CpuBackend final : public Backend {
     cpu::embedding(table, ids, n, out);
   }
   void rope(float* x, int64_t n_tokens, int n_heads, int head_dim, const int32_t* positions,
-            const cpu::RopeParams& p) override {
+            const RopeParams& p) override {
     pool_.parallel_for(n_tokens, 4, [&](int64_t b, int64_t e) {
       cpu::apply_rope(x + b * n_heads * head_dim, e - b, n_heads, head_dim, positions + b, p);
     });
   }
-  void write_kv(const cpu::KVLayer& cache, const float* k, const float* v,
-                const cpu::AttentionBatch& batch, const cpu::RopeParams* rope_k) override {
+  void write_kv(const KVLayer& cache, const float* k, const float* v, const AttentionBatch& batch,
+                const RopeParams* rope_k) override {
     // Tokens split over the threads: each range is the batch view shifted to its first token
     // (write_kv reads only num_tokens, slot_mapping and positions).
     const int64_t row = int64_t(cache.num_kv_heads) * cache.head_dim;
     pool_.parallel_for(batch.num_tokens, 8, [&](int64_t b, int64_t e) {
-      cpu::AttentionBatch part = batch;
+      AttentionBatch part = batch;
       part.num_tokens = e - b;
       part.slot_mapping = batch.slot_mapping + b;
       part.positions = batch.positions + b;
       cpu::write_kv(cache, k + b * row, v + b * row, part, rope_k);
     });
   }
-  void paged_attention(const float* q, const cpu::KVLayer& cache, const cpu::AttentionBatch& batch,
+  void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch& batch,
                        int num_heads, float scale, float* out, DType act) override {
     cpu::paged_attention(q, cache, batch, num_heads, scale, out, pool_, act);
   }
-  void write_mla_cache(const cpu::MlaCacheLayer& cache, const float* latent, const float* k_rope,
-                       const cpu::AttentionBatch& batch) override {
+  void write_mla_cache(const MlaCacheLayer& cache, const float* latent, const float* k_rope,
+                       const AttentionBatch& batch) override {
     cpu::write_mla_cache(cache, latent, k_rope, batch);
   }
-  void mla_attention(const float* q_lat, const float* q_rope, const cpu::MlaCacheLayer& cache,
-                     const cpu::AttentionBatch& batch, int num_heads, float scale, float* out,
+  void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer& cache,
+                     const AttentionBatch& batch, int num_heads, float scale, float* out,
                      DType act) override {
     cpu::mla_attention(q_lat, q_rope, cache, batch, num_heads, scale, out, pool_, act);
   }
 
  private:
   ThreadPool pool_;
-  cpu::QuantCompute quant_compute_;
+  QuantCompute quant_compute_;
   std::vector<std::unique_ptr<uint8_t[]>> packed_;  // the copies prepare_weight made
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int threads, cpu::QuantCompute quant_compute,
+std::unique_ptr<Backend> make_cpu_backend(int threads, QuantCompute quant_compute,
                                           bool pin_threads) {
   return std::make_unique<CpuBackend>(threads, quant_compute, pin_threads);
 }

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <array>
 
-#include "backend/cpu/fp8.h"
 #include "base/status.h"
+#include "tensor/fp8.h"
 
 namespace kestrel::cpu {
 namespace {

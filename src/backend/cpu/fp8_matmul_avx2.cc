@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "backend/cpu/fp8.h"
+#include "tensor/fp8.h"
 
 namespace kestrel::cpu {
 namespace {

@@ -15,7 +15,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-#include "backend/cpu/fp8.h"
+#include "tensor/fp8.h"
 
 namespace kestrel::cpu {
 namespace {

@@ -10,8 +10,8 @@
 #include "backend/cpu/fp8_matmul.h"
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/packed_matmul.h"
-#include "backend/cpu/quant.h"
 #include "base/status.h"
+#include "tensor/quant_formats.h"
 
 namespace kestrel::cpu {
 namespace {

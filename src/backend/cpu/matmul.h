@@ -3,18 +3,14 @@
 #pragma once
 
 #include <cstdint>
+
 #include <span>
+#include "backend/ops.h"
 
 #include "base/thread_pool.h"
 #include "tensor/tensor.h"
 
 namespace kestrel::cpu {
-
-// How quantized weights meet the activations.
-enum class QuantCompute {
-  kInt8,  // activations quantized per block to Q8_0/Q8_1/Q8_K, integer dot products (llama.cpp)
-  kF32,   // each weight block dequantized to f32 and multiplied with the f32 activations
-};
 
 // W: [N, K] (PyTorch [out, in]) of dtype F32/F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K, or
 // F8_E4M3 with its block scales (Tensor::block_scale; always computed in f32, fp8_matmul.h).
@@ -27,10 +23,6 @@ void linear(const Tensor& w, const float* x, int64_t m, float* y, ThreadPool& po
 // parallel region: activations are quantized once per int8 format and the output rows of all
 // weights are split over the threads together. Each weight must have the same K; job i writes
 // [M, N_i] to its own y. At most 8 jobs.
-struct LinearJob {
-  const Tensor* w;
-  float* y;
-};
 void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, ThreadPool& pool,
                   QuantCompute mode = QuantCompute::kInt8);
 

@@ -4,9 +4,9 @@
 #include <cstring>
 
 #include "backend/cpu/matmul_kernels.h"
-#include "backend/cpu/quant.h"
-#include "backend/cpu/quant_kscales.h"
 #include "base/fp16.h"
+#include "tensor/quant_formats.h"
+#include "tensor/quant_kscales.h"
 
 namespace kestrel::cpu {
 namespace {

@@ -13,8 +13,8 @@
 #include <cstring>
 
 #include "backend/cpu/matmul_kernels.h"
-#include "backend/cpu/quant.h"
-#include "backend/cpu/quant_kscales.h"
+#include "tensor/quant_formats.h"
+#include "tensor/quant_kscales.h"
 
 namespace kestrel::cpu {
 namespace {

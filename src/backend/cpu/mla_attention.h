@@ -10,23 +10,15 @@
 #include <cstdint>
 
 #include "backend/cpu/paged_attention.h"
+#include "backend/ops.h"
 #include "base/thread_pool.h"
 #include "tensor/dtype.h"
 
 namespace kestrel::cpu {
 
-// One layer's cache: [num_blocks, block_size, latent_dim + rope_dim]; a sequence's token at
-// position p lives in block block_table[p / block_size], row p % block_size. An f32 cache whose
-// widths are multiples of 8 is read in place: give it 64-byte aligned data (as Tensor does) and
-// row sizes that are multiples of 64 bytes (V3: 576 floats), or loads split across lines.
-struct MlaCacheLayer {
-  void* data = nullptr;
-  DType dtype = DType::F32;  // F32, F16 or BF16
-  int64_t num_blocks = 0;
-  int block_size = 16;
-  int latent_dim = 0;
-  int rope_dim = 0;
-};
+// The cache (MlaCacheLayer, backend/ops.h): an f32 cache whose widths are multiples of 8 is read
+// in place: give it 64-byte aligned data (as Tensor does) and row sizes that are multiples of 64
+// bytes (V3: 576 floats), or loads split across lines.
 
 // Stores each token's latent ([num_tokens, latent_dim] f32) and roped key
 // ([num_tokens, rope_dim] f32) at its slot, converted to the cache dtype (round to nearest even).

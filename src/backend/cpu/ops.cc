@@ -4,9 +4,9 @@
 
 #include <cmath>
 
-#include "backend/cpu/quant.h"
 #include "backend/cpu/simd_math.h"
 #include "base/fp16.h"
+#include "tensor/quant_formats.h"
 
 namespace kestrel::cpu {
 

@@ -5,8 +5,8 @@
 #include <bit>
 #include <cstring>
 
-#include "backend/cpu/quant.h"
 #include "base/status.h"
+#include "tensor/quant_formats.h"
 
 namespace kestrel::cpu {
 namespace {

@@ -7,31 +7,11 @@
 #include <cstdint>
 
 #include "backend/cpu/rope.h"
+#include "backend/ops.h"
 #include "base/thread_pool.h"
 #include "tensor/dtype.h"
 
 namespace kestrel::cpu {
-
-struct KVLayer {
-  void* k = nullptr;
-  void* v = nullptr;
-  DType dtype = DType::F32;  // F32, F16 or BF16
-  int64_t num_blocks = 0;
-  int block_size = 16;
-  int num_kv_heads = 0;
-  int head_dim = 0;
-};
-
-// The attention view of a flat batch of tokens from several sequences.
-struct AttentionBatch {
-  int64_t num_tokens = 0;
-  int num_seqs = 0;
-  const int32_t* positions = nullptr;        // [num_tokens]
-  const int64_t* slot_mapping = nullptr;     // [num_tokens] block * block_size + row
-  const int32_t* query_start_loc = nullptr;  // [num_seqs + 1] tokens of seq s: [qsl[s], qsl[s+1])
-  const int32_t* block_tables = nullptr;     // [num_seqs, max_blocks_per_seq]
-  int max_blocks_per_seq = 0;
-};
 
 // Stores the new tokens' K and V ([num_tokens, num_kv_heads, head_dim], f32) at their slots,
 // converted to the cache dtype (round to nearest even). With rope_k, each K row is rotated

@@ -1,4 +1,4 @@
-// backend/cpu/fp8.h — float8_e4m3fn codes (DeepSeek-V3's FP8 weights): the exact value of a code,
+// tensor/fp8.h — float8_e4m3fn codes (DeepSeek-V3's FP8 weights): the exact value of a code,
 // and the f16 bit pattern the SIMD kernels convert through.
 //
 // A code is s eeee mmm with exponent bias 7 and no infinities: e = 0 gives (-1)^s · 2^-6 · m/8,
@@ -10,7 +10,7 @@
 
 #include "base/fp16.h"
 
-namespace kestrel::cpu {
+namespace kestrel {
 
 inline float fp8_e4m3_to_f32(uint8_t code) {
   if ((code & 0x7F) == 0x7F) return std::numeric_limits<float>::quiet_NaN();
@@ -29,4 +29,4 @@ constexpr uint16_t fp8_e4m3_to_f16_scaled(uint8_t code) {
 }
 constexpr float kFp8F16Scale = 256.0f;
 
-}  // namespace kestrel::cpu
+}  // namespace kestrel

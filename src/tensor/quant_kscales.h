@@ -1,9 +1,9 @@
-// backend/cpu/quant_kscales.h — the 6-bit sub-block scales and mins of Q4_K / Q5_K blocks.
+// tensor/quant_kscales.h — the 6-bit sub-block scales and mins of Q4_K / Q5_K blocks.
 #pragma once
 
 #include <cstdint>
 
-namespace kestrel::cpu {
+namespace kestrel {
 
 // Unpacks scales[12] into sc[8] and mn[8] (models.md §8.5, "K-quant 6-bit scale packing").
 // Internal linkage on purpose: *_avx512.cc files include this header too, and an out-of-line
@@ -19,4 +19,4 @@ static inline void unpack_k_scales(const uint8_t* scales, uint8_t* sc, uint8_t* 
   }
 }
 
-}  // namespace kestrel::cpu
+}  // namespace kestrel

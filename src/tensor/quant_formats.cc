@@ -1,15 +1,15 @@
-#include "backend/cpu/quant.h"
+#include "tensor/quant_formats.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "backend/cpu/fp8.h"
-#include "backend/cpu/quant_kscales.h"
 #include "base/fp16.h"
 #include "base/status.h"
+#include "tensor/fp8.h"
+#include "tensor/quant_kscales.h"
 
-namespace kestrel::cpu {
+namespace kestrel {
 namespace {
 
 // Converts to an int code after clamping in float, so NaN or infinite inputs still give
@@ -455,4 +455,4 @@ void quantize_row(DType t, const float* x, void* dst, int64_t n) {
   }
 }
 
-}  // namespace kestrel::cpu
+}  // namespace kestrel

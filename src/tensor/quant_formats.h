@@ -1,4 +1,4 @@
-// backend/cpu/quant.h — GGUF block layouts, dequantization (exact to the format definition)
+// tensor/quant_formats.h — GGUF block layouts, dequantization (exact to the format definition)
 // and the int8 activation formats the integer dot products use (Q8_0, Q8_1, Q8_K as in ggml).
 #pragma once
 
@@ -6,7 +6,7 @@
 
 #include "tensor/dtype.h"
 
-namespace kestrel::cpu {
+namespace kestrel {
 
 constexpr int QK = 32;     // elements per block of Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q8_1
 constexpr int QK_K = 256;  // elements per K-quant super-block
@@ -83,4 +83,4 @@ void quantize_row_q8_k(const float* x, BlockQ8_K* y, int64_t n);
 // supported targets Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, F16, BF16, F32.
 void quantize_row(DType t, const float* x, void* dst, int64_t n);
 
-}  // namespace kestrel::cpu
+}  // namespace kestrel

@@ -1,6 +1,6 @@
 // GGUF block formats: dequantization against decoders written here from the byte layouts of
 // models.md §8.5, quantize -> dequantize error bounds, and the int8 activation formats.
-#include "backend/cpu/quant.h"
+#include "tensor/quant_formats.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 
 #include "base/fp16.h"
 
-namespace kestrel::cpu {
+namespace kestrel {
 namespace {
 
 // ---- spec decoders: element i of one block, read from raw little-endian bytes ----
@@ -448,4 +448,4 @@ TEST(QuantDeathTest, RejectsPartialBlocksAndUnsupportedTypes) {
 }
 
 }  // namespace
-}  // namespace kestrel::cpu
+}  // namespace kestrel
