@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/ops.h"
+#include "backend/workspace.h"
 #include "tensor/tensor.h"
 
 namespace kestrel {
@@ -18,6 +19,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // Scratch memory for the forward pass (backend/workspace.h).
+  virtual Workspace& workspace() = 0;
 
   // Lets the backend keep a copy of a matmul weight in the layout its kernels read fastest: sets
   // w.packed when it makes one. The backend owns the copy, so it must outlive every use of w.
@@ -33,10 +36,17 @@ class Backend {
   virtual void add_rms_norm(float* x, const float* y, const float* w, float eps, int64_t rows,
                             int64_t dim, float* out, DType act) = 0;
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n) = 0;
-  // Runs host work split in chunks of at least `grain` items on the backend's CPU threads (the
-  // per-sequence sampling of a step), so it does not keep them waiting.
+  // Runs host work split in chunks of at least `grain` items on the backend's CPU threads.
   virtual void parallel_for(int64_t n, int64_t grain,
                             const std::function<void(int64_t, int64_t)>& fn) = 0;
+  // One step's sampling, all requests at once (ops.h, SampleGroup): masks, penalties,
+  // temperature, top-k/p, min-p, a draw from each request's generator, logprobs and the
+  // verification of draft tokens. out[i] is groups[i]'s.
+  virtual void sample(std::span<const SampleGroup> groups, std::span<GroupSamples> out) = 0;
+  // out[r] = the score of tokens[r] under logits row r ([rows, vocab]) with the top_n
+  // alternatives: prompt logprobs.
+  virtual void score_tokens(const float* logits, int64_t rows, int64_t vocab, const int32_t* tokens,
+                            int top_n, TokenLogprobs* out) = 0;
   virtual void add_inplace(float* y, const float* x, int64_t n) = 0;
   virtual void add_bias(float* y, const float* bias, int64_t rows, int64_t n) = 0;
   // Rounds activations to `dt` in place (emulates bf16/f16 activation storage).
@@ -50,6 +60,19 @@ class Backend {
                         const AttentionBatch& batch, const RopeParams* rope_k = nullptr) = 0;
   virtual void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch& batch,
                                int num_heads, float scale, float* out, DType act) = 0;
+  // MoE: routes logits [T, E] to ids and weights ([T, top_k] each).
+  virtual void moe_route(const float* logits, int64_t T, const MoeRouting& routing, int32_t* ids,
+                         float* weights) = 0;
+  // Groups the routed pairs by expert (a stable counting sort into `perm`) and gathers their
+  // input rows: permuted[r] = x[perm.token[r]], [T·k, H].
+  virtual void moe_permute(const float* x, int64_t T, int64_t H, const int32_t* ids, int k, int E,
+                           MoePermutation& perm, float* permuted) = 0;
+  // out[t] = Σ_j weights[t, j] · expert_out[perm.row_of_slot[t·k + j]], j in order. With
+  // round_each (Qwen3-MoE as transformers runs it) each weight, product and partial sum is
+  // rounded to act; otherwise the sum is f32 and rounded once.
+  virtual void moe_combine(const float* expert_out, const MoePermutation& perm,
+                           const float* weights, int64_t T, int k, int64_t H, bool round_each,
+                           DType act, float* out) = 0;
   // MLA over a latent cache, in the absorbed form: q_lat has W_UK folded in.
   virtual void write_mla_cache(const MlaCacheLayer& cache, const float* latent, const float* k_rope,
                                const AttentionBatch& batch) = 0;

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "tensor/dtype.h"
 #include "tensor/tensor.h"
@@ -66,6 +68,106 @@ struct AttentionBatch {
   const int32_t* query_start_loc = nullptr;  // [num_seqs + 1] tokens of seq s: [qsl[s], qsl[s+1])
   const int32_t* block_tables = nullptr;     // [num_seqs, max_blocks_per_seq]
   int max_blocks_per_seq = 0;
+};
+
+// An MoE router over logits [T, E]: per token, top_k expert ids and weights, in descending
+// selection score (ties to the lower expert id).
+struct MoeRouting {
+  enum class Kind {
+    // Qwen3-MoE: softmax over all experts, the top_k largest, renormalized with norm_topk_prob.
+    kSoftmaxTopK,
+    // DeepSeek-V3 "noaux_tc": sigmoid, + bias for selection, the topk_group best of n_group
+    // groups (a group's score: its two best), top_k among their experts; weights unbiased,
+    // renormalized with norm_topk_prob, times routed_scaling_factor.
+    kGroupedSigmoid,
+  };
+  Kind kind = Kind::kSoftmaxTopK;
+  int num_experts = 0;
+  int top_k = 0;
+  bool norm_topk_prob = false;
+  int n_group = 1;
+  int topk_group = 1;
+  float routed_scaling_factor = 1.0f;
+  const float* bias = nullptr;  // [num_experts] or null (kGroupedSigmoid)
+};
+
+// The T·k routed (token, slot) pairs in expert order, as moe_permute lays out their rows.
+struct MoePermutation {
+  std::vector<int32_t> offsets;  // [E + 1]: rows of expert e are [offsets[e], offsets[e+1])
+  std::vector<int32_t> token;    // [T·k] token of each permuted row, ascending within an expert
+  std::vector<int32_t> row_of_slot;  // [T·k] permuted row of pair t·k + j
+};
+
+// The knobs of the sampling op, per request.
+struct SamplingParams {
+  float temperature = 1.0f;         // 0 = greedy
+  int top_k = 0;                    // 0 or -1 = off
+  float top_p = 1.0f;               // 1 = off
+  float min_p = 0.0f;               // 0 = off
+  float repetition_penalty = 1.0f;  // HF/vLLM: divides positive logits, multiplies negative ones
+  float presence_penalty = 0.0f;    // OpenAI: subtract once if the token appeared in the output
+  float frequency_penalty = 0.0f;   // OpenAI: subtract count × penalty (output tokens)
+  int logprobs = -1;                // -1 = none; N >= 0 = chosen token's logprob plus top-N
+  bool operator==(const SamplingParams&) const = default;
+};
+
+// A request's random stream, counter based: draw n is a hash of (seed, n), so the two numbers
+// are its whole state and any worker reproduces the stream from them.
+struct SamplerRng {
+  uint64_t seed = 0;
+  uint64_t draws = 0;  // draws taken so far
+
+  // The next 53-bit uniform in [0, 1).
+  double next_uniform() {
+    // SplitMix64 (Steele, Lea and Flood, 2014) with its state computed from the counter, which
+    // is what makes it counter based; it passes BigCrush.
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * ++draws;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return static_cast<double>(z >> 11) * 0x1.0p-53;
+  }
+  bool operator==(const SamplerRng&) const = default;
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  bool operator==(const TokenLogprob&) const = default;
+};
+
+// A token with its logprob, its rank (1 = most likely; 0 when not computed) and the top
+// alternatives, best first: sampled tokens, and prompt tokens scored for prompt logprobs.
+struct TokenLogprobs {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  int64_t rank = 0;
+  std::vector<TokenLogprob> top;
+  bool operator==(const TokenLogprobs&) const = default;
+};
+
+// One request's rows of a sampling step: the row of its last known token, then one row per
+// draft token. Row i is sampled as if drafts[0..i) had been accepted; a draft is accepted
+// while it equals the token drawn for its position, and the rows after the first mismatch are
+// not drawn from, so a request draws once per token it emits.
+struct SampleGroup {
+  float* logits = nullptr;  // (drafts.size() + 1) rows of vocab, modified in place
+  int64_t vocab = 0;
+  std::span<const int32_t> drafts;
+  const SamplingParams* params = nullptr;
+  std::span<const int32_t> prompt;   // the repetition penalty's tokens, with the outputs
+  std::span<const int32_t> outputs;  // the penalties' tokens before row 0
+  // With `masked`, the first row's allowed tokens: bit i of word i / 64; ids past the words
+  // (all of them for no words) are disallowed.
+  bool masked = false;
+  std::span<const uint64_t> allowed;
+  SamplerRng* rng = nullptr;
+};
+
+struct GroupSamples {
+  std::vector<int32_t> tokens;          // the accepted drafts, then the token drawn after them
+  std::vector<TokenLogprobs> logprobs;  // one per token when params->logprobs >= 0
+  bool no_token_allowed = false;        // the first row allowed no token: nothing drawn
 };
 
 }  // namespace kestrel

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/ops.h"
 #include "model/config.h"
 #include "tensor/tensor.h"
@@ -70,9 +71,8 @@ class CausalLM {
   virtual size_t resident_weight_bytes() const { return weight_bytes(); }
   // The dtype KV caches of this model are stored in (--kv-cache-dtype).
   virtual DType kv_cache_dtype() const = 0;
-  // Host work on the threads of the model's backend (Backend::parallel_for).
-  virtual void parallel_for(int64_t n, int64_t grain,
-                            const std::function<void(int64_t, int64_t)>& fn) = 0;
+  // The backend the model runs on: the runner samples with it (Backend::sample).
+  virtual Backend& backend() = 0;
   // Builds KV storage sized for this model's main layers.
   KVCacheStorage make_kv_cache(int64_t num_blocks, int block_size) const {
     return make_kv_cache_for_layers(int(config().num_hidden_layers), num_blocks, block_size);

@@ -6,12 +6,13 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "base/aligned_vector.h"
+#include "backend/workspace.h"
 #include "model/causal_lm.h"
 
 namespace kestrel {
 
-// Scratch slots. One forward runs one layer at a time, so layers share buffers; a component
+// Scratch slots of the backend's workspace. One forward runs one layer at a time, so layers share
+// buffers; a component
 // uses only its own slots, including while it calls another (the MoE block runs dense MLPs).
 enum ScratchSlot : int {
   kSlotAttnQ,
@@ -33,22 +34,18 @@ enum ScratchSlot : int {
   kSlotMoeWeights,
   kSlotMoeIn,
   kSlotMoeOut,
-  kSlotMoePairs,
   kSlotMoeShared,
   kNumScratchSlots,
 };
 
-// Grow-only f32 buffers, one per slot: after the largest batch has been seen, no allocation.
+// The backend's workspace, through the model's slot names.
 class Scratch {
  public:
-  float* get(ScratchSlot slot, int64_t n) {
-    AlignedVector<float>& b = bufs_[slot];
-    if (int64_t(b.size()) < n) b.resize(size_t(n));
-    return b.data();
-  }
+  explicit Scratch(Workspace& ws) : ws_(ws) {}
+  float* get(ScratchSlot slot, int64_t n) { return ws_.get(int(slot), n); }
 
  private:
-  AlignedVector<float> bufs_[kNumScratchSlots];
+  Workspace& ws_;
 };
 
 struct LayerContext {

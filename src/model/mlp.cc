@@ -1,8 +1,6 @@
 // Feed-forward blocks: the dense SwiGLU MLP and the mixture-of-experts block built from it.
 #include <algorithm>
 
-#include "backend/cpu/moe_routing.h"
-#include "backend/cpu/ops.h"
 #include "model/layers.h"
 
 namespace kestrel {
@@ -73,8 +71,8 @@ Expected<std::unique_ptr<DenseMlp>> make_dense_mlp(const LoadContext& lc, const 
 // Routed experts: the router picks k experts per token, each expert runs once over the rows of
 // the tokens routed to it (experts nobody picked are skipped), and each token sums its k
 // results in slot order — a fixed order, so a token's output does not depend on the batch.
-// Expert parallelism slots in at the grouping step: a rank would run only its own experts'
-// groups and exchange the pair rows with the others.
+// Expert parallelism slots in at Backend::moe_permute and moe_combine: a rank would run only its
+// own experts' rows and exchange them with the other ranks.
 class MoeBlock final : public FfnLayer {
  public:
   Status load(const LoadContext& lc, const std::string& p) {
@@ -84,8 +82,16 @@ class MoeBlock final : public FfnLayer {
     E_ = int(m.num_experts);
     k_ = int(m.num_experts_per_tok);
     KASSIGN(gate_, load_linear(lc.src, p + "gate", E_, H_, lc.cfg, lc.store));
+    routing_.num_experts = E_;
+    routing_.top_k = k_;
+    routing_.norm_topk_prob = m.norm_topk_prob;
     if (m.router == MoeConfig::Router::kGroupedSigmoid) {
       KASSIGN(bias_, load_vector(lc.src, p + "gate.e_score_correction_bias", E_));
+      routing_.kind = MoeRouting::Kind::kGroupedSigmoid;
+      routing_.n_group = int(m.n_group);
+      routing_.topk_group = int(m.topk_group);
+      routing_.routed_scaling_factor = float(m.routed_scaling_factor);
+      routing_.bias = bias_.data();
     }
     experts_.reserve(E_);
     if (lc.src.has(p + "experts.gate_up_proj")) {
@@ -137,30 +143,24 @@ class MoeBlock final : public FfnLayer {
     be.linear(gate_, h, T, logits);
     ids_.resize(size_t(T * k_));
     float* w = ctx.scratch.get(kSlotMoeWeights, T * k_);
-    if (cfg_.router == MoeConfig::Router::kGroupedSigmoid) {
-      // DeepSeek's router runs in f32 whatever the activation dtype.
-      cpu::route_grouped_sigmoid(logits, bias_.data(), T, E_, k_, int(cfg_.n_group),
-                                 int(cfg_.topk_group), cfg_.norm_topk_prob,
-                                 float(cfg_.routed_scaling_factor), ids_.data(), w);
-    } else {
-      ctx.round(logits, T * E_);  // Qwen3-MoE's gate is a Linear in the activation dtype
-      cpu::route_softmax_topk(logits, T, E_, k_, cfg_.norm_topk_prob, ids_.data(), w);
-    }
-    cpu::group_by_expert(ids_.data(), T, k_, E_, groups_);
+    // DeepSeek's router runs in f32 whatever the activation dtype; Qwen3-MoE's gate is a Linear
+    // in the activation dtype.
+    if (routing_.kind == MoeRouting::Kind::kSoftmaxTopK) ctx.round(logits, T * E_);
+    be.moe_route(logits, T, routing_, ids_.data(), w);
 
-    float* pairs = ctx.scratch.get(kSlotMoePairs, T * k_ * H_);
+    // Each expert runs on its contiguous rows of the permuted batch, in place of copies per
+    // expert; the combine reads the results back by (token, slot).
+    float* in = ctx.scratch.get(kSlotMoeIn, T * k_ * H_);
+    float* res = ctx.scratch.get(kSlotMoeOut, T * k_ * H_);
+    be.moe_permute(h, T, H_, ids_.data(), k_, E_, perm_, in);
     for (int e = 0; e < E_; ++e) {
-      const int32_t b = groups_.offsets[e], n = groups_.offsets[e + 1] - b;
-      if (n == 0) continue;
-      float* in = ctx.scratch.get(kSlotMoeIn, int64_t(n) * H_);
-      float* res = ctx.scratch.get(kSlotMoeOut, int64_t(n) * H_);
-      for (int32_t i = 0; i < n; ++i)
-        std::copy_n(h + int64_t(groups_.token[b + i]) * H_, H_, in + int64_t(i) * H_);
-      experts_[e]->run(ctx, in, n, res);
-      for (int32_t i = 0; i < n; ++i)
-        std::copy_n(res + int64_t(i) * H_, H_, pairs + int64_t(groups_.slot[b + i]) * H_);
+      const int32_t b = perm_.offsets[size_t(e)], n = perm_.offsets[size_t(e) + 1] - b;
+      if (n > 0) experts_[size_t(e)]->run(ctx, in + int64_t(b) * H_, n, res + int64_t(b) * H_);
     }
-    combine(ctx, pairs, w, T, out);
+    // Qwen3-MoE (as transformers runs it) rounds each weighted result and each partial sum to
+    // the activation dtype; DeepSeek sums in f32 and rounds once.
+    be.moe_combine(res, perm_, w, T, k_, H_, routing_.kind == MoeRouting::Kind::kSoftmaxTopK,
+                   ctx.act, out);
     if (shared_) {
       float* s = ctx.scratch.get(kSlotMoeShared, T * H_);
       shared_->run(ctx, h, T, s);
@@ -181,31 +181,6 @@ class MoeBlock final : public FfnLayer {
   }
 
  private:
-  // out[t] = Σ_j w[t, j] · pairs[t·k + j]. Qwen3-MoE (as transformers runs it) rounds each
-  // weighted result and each partial sum to the activation dtype; DeepSeek sums in f32 and
-  // rounds once.
-  void combine(const LayerContext& ctx, const float* pairs, const float* w, int64_t T,
-               float* out) const {
-    const bool round_each = cfg_.router == MoeConfig::Router::kSoftmaxTopK;
-    const DType act = ctx.act;
-    for (int64_t t = 0; t < T; ++t) {
-      float* o = out + t * H_;
-      std::fill_n(o, H_, 0.0f);
-      for (int j = 0; j < k_; ++j) {
-        const float* p = pairs + (t * k_ + j) * H_;
-        if (round_each) {
-          const float wj = cpu::round_to(act, w[t * k_ + j]);
-          for (int64_t i = 0; i < H_; ++i)
-            o[i] = cpu::round_to(act, o[i] + cpu::round_to(act, p[i] * wj));
-        } else {
-          const float wj = w[t * k_ + j];
-          for (int64_t i = 0; i < H_; ++i) o[i] += p[i] * wj;
-        }
-      }
-    }
-    ctx.round(out, T * H_);
-  }
-
   MoeConfig cfg_;
   int64_t H_ = 0;
   int E_ = 0, k_ = 0;
@@ -214,7 +189,8 @@ class MoeBlock final : public FfnLayer {
   std::vector<std::unique_ptr<DenseMlp>> experts_;
   std::unique_ptr<DenseMlp> shared_;
   std::vector<int32_t> ids_;
-  cpu::ExpertGroups groups_;
+  MoeRouting routing_;
+  MoePermutation perm_;
 };
 
 }  // namespace

@@ -46,7 +46,11 @@ Expected<Block> load_block(const LoadContext& lc, int64_t layer) {
 class TransformerModel final : public CausalLM {
  public:
   TransformerModel(const ModelConfig& cfg, DType act_dtype, DType kv_dtype, Backend& backend)
-      : cfg_(cfg), act_(act_dtype), kv_dtype_(kv_dtype), be_(backend) {}
+      : cfg_(cfg),
+        act_(act_dtype),
+        kv_dtype_(kv_dtype),
+        be_(backend),
+        scratch_(backend.workspace()) {}
 
   Status load(WeightSource& src) {
     const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
@@ -73,10 +77,7 @@ class TransformerModel final : public CausalLM {
 
   const ModelConfig& config() const override { return cfg_; }
   DType kv_cache_dtype() const override { return kv_dtype_; }
-  void parallel_for(int64_t n, int64_t grain,
-                    const std::function<void(int64_t, int64_t)>& fn) override {
-    be_.parallel_for(n, grain, fn);
-  }
+  Backend& backend() override { return be_; }
   int num_mtp_modules() const override { return mtp_ ? 1 : 0; }
   const float* last_hidden() const override { return ws_.h.data(); }
 
@@ -231,7 +232,7 @@ class TransformerModel final : public CausalLM {
   }
 
   // The residual stream and block-level buffers, grown to the largest batch seen.
-  struct Workspace {
+  struct Streams {
     AlignedVector<float> x, h, y, cat;
     int64_t tokens = 0;
     void ensure(int64_t T, int64_t H) {
@@ -255,7 +256,7 @@ class TransformerModel final : public CausalLM {
   std::unique_ptr<MtpModule> mtp_;
   RopeTable rope_;
   Scratch scratch_;
-  Workspace ws_;
+  Streams ws_;
   int64_t tokens_ = 0;  // tokens of the last pass, whose residual stream ws_.x holds
 };
 

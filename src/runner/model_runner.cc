@@ -5,7 +5,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "runner/row_sampler.h"
+#include "runner/request_rules.h"
 
 namespace kestrel {
 
@@ -55,21 +55,15 @@ void ModelRunner::score_prompt(const Rows& r, const ForwardBatch& batch, RunnerO
   const int64_t scored_rows =
       std::min(r.count, static_cast<int64_t>(req.num_prompt_tokens) - 1 - r.start);
   if (scored_rows <= 0 || req.sampling.prompt_logprobs < 0) return;
-  std::vector<TokenLogprobs> scored;
+  std::vector<TokenLogprobs> scored(static_cast<size_t>(scored_rows));
   for (int64_t b = 0; b < scored_rows; b += kScoreChunkRows) {
     const int64_t e = std::min(scored_rows, b + kScoreChunkRows);
     score_logits_.resize(size_t(e - b) * size_t(vocab));
     model_.head_logits(batch.logits_indices.subspan(size_t(r.first_row + b), size_t(e - b)),
                        score_logits_.data());
-    for (int64_t i = b; i < e; ++i) {
-      const std::span<const float> row(score_logits_.data() + size_t(i - b) * size_t(vocab),
-                                       size_t(vocab));
-      const cpu::ScoredToken t = cpu::score_token(row, req.all_tokens[size_t(r.start + i + 1)],
-                                                  req.sampling.prompt_logprobs);
-      TokenLogprobs lp{t.token, t.logprob, t.rank, {}};
-      for (const cpu::TokenLogprob& a : t.top) lp.top.push_back(TokenLogprob{a.token, a.logprob});
-      scored.push_back(std::move(lp));
-    }
+    model_.backend().score_tokens(score_logits_.data(), e - b, vocab,
+                                  req.all_tokens.data() + r.start + b + 1,
+                                  req.sampling.prompt_logprobs, scored.data() + b);
   }
   out.prompt_logprobs.emplace_back(r.work->id, std::move(scored));
 }
@@ -112,24 +106,36 @@ Expected<RunnerOutput> ModelRunner::execute(const SchedulerOutput& output) {
   if (!sampled_rows.empty()) model_.head_logits(sampled_rows, logits_.data());
   for (const Rows& r : rows) score_prompt(r, batch, result);
 
-  // The draws touch only their own rows, request and generator: they run on every thread (a
-  // vocabulary-wide pass per sequence is a visible share of a batched decode step).
-  std::vector<RowSamples> samples(rows.size());
-  model_.parallel_for(int64_t(rows.size()), 1, [&](int64_t b, int64_t e) {
-    for (int64_t k = b; k < e; ++k) {
-      const Rows& r = rows[size_t(k)];
-      if (!r.samples) continue;
-      const std::vector<int32_t>& drafts = r.work->draft_token_ids;
-      const auto m = masks.find(r.work->id);
-      const std::span<float> span(logits_.data() + size_t(first_sample[size_t(k)]) * size_t(vocab),
-                                  (drafts.size() + 1) * size_t(vocab));
-      samples[size_t(k)] =
-          sample_rows(*r.req, span, size_t(vocab), drafts, m == masks.end() ? nullptr : m->second);
-    }
-  });
+  // One sampling op for the whole step; the request's own rules go on its rows first.
+  std::vector<SampleGroup> groups;
+  std::vector<size_t> group_of(rows.size(), 0);
   for (size_t k = 0; k < rows.size(); ++k) {
     if (!rows[k].samples) continue;
-    RowSamples& s = samples[k];
+    WorkerRequest& req = *rows[k].req;
+    const std::vector<int32_t>& drafts = rows[k].work->draft_token_ids;
+    float* first = logits_.data() + size_t(first_sample[k]) * size_t(vocab);
+    apply_request_rules(req, drafts, std::span<float>(first, (drafts.size() + 1) * size_t(vocab)),
+                        size_t(vocab));
+    SampleGroup g;
+    g.logits = first;
+    g.vocab = vocab;
+    g.drafts = drafts;
+    g.params = &req.sampling.params;
+    g.prompt = req.prompt();
+    g.outputs = req.outputs();
+    if (const auto m = masks.find(rows[k].work->id); m != masks.end()) {
+      g.masked = true;
+      g.allowed = *m->second;
+    }
+    g.rng = &req.rng;
+    group_of[k] = groups.size();
+    groups.push_back(g);
+  }
+  samples_.resize(groups.size());
+  model_.backend().sample(groups, samples_);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    if (!rows[k].samples) continue;
+    GroupSamples& s = samples_[group_of[k]];
     const RequestId& id = rows[k].work->id;
     if (s.no_token_allowed) {
       result.failures.push_back(RequestFailure{id, true, ""});

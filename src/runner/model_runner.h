@@ -1,9 +1,12 @@
 // runner/model_runner.h — the worker side of a scheduler step: it applies the step's request
 // deltas to its own copy of every request (runner/worker_requests.h), runs every scheduled
 // request's tokens (drafts included) through one flat forward pass, and samples each request
-// that reaches its last known token with its own parameters and seeded generator, verifying its
-// drafts. Input and output are plain data (SchedulerOutput → RunnerOutput), so the runner can sit
-// behind any executor. Only the thread that calls execute() touches it.
+// that reaches its last known token with one Backend::sample op: its own parameters and seeded
+// generator, its drafts verified by exact match. With one draw per emitted token in order, a
+// request emits the tokens decoding without drafts gives for the same seed (exact-match
+// verification of a point-mass proposal is lossless). Input and output are plain data
+// (SchedulerOutput → RunnerOutput), so the runner can sit behind any executor. Only the thread
+// that calls execute() touches it.
 #pragma once
 
 #include <cstdint>
@@ -56,9 +59,10 @@ class ModelRunner {
   KVCacheStorage kv_;
   BatchBuilder builder_;
   WorkerRequests requests_;
-  std::vector<int32_t> tokens_;      // one request's tokens of a step (known ones, then drafts)
-  std::vector<float> logits_;        // the sampled rows of a step
-  std::vector<float> score_logits_;  // one chunk of prompt rows being scored
+  std::vector<int32_t> tokens_;        // one request's tokens of a step (known ones, then drafts)
+  std::vector<float> logits_;          // the sampled rows of a step
+  std::vector<float> score_logits_;    // one chunk of prompt rows being scored
+  std::vector<GroupSamples> samples_;  // one per sampling request of a step
 };
 
 }  // namespace kestrel

@@ -30,7 +30,7 @@ Status WorkerRequests::apply(const SchedulerOutput& output) {
     r.block_ids = d.block_ids;
     r.num_computed_tokens = d.num_computed_tokens;
     r.sampling = d.sampling;
-    r.rng.seed(d.sampling.seed);
+    r.rng = SamplerRng{d.sampling.seed, 0};
     requests_.insert_or_assign(d.id, std::move(r));
   }
   for (const CachedRequestData& d : output.cached_requests) {

@@ -9,7 +9,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/cpu/sampling.h"
 #include "base/status.h"
 #include "sched/scheduler_output.h"
 
@@ -23,7 +22,7 @@ struct WorkerRequest {
   GroupBlockIds block_ids;
   int64_t num_computed_tokens = 0;
   RequestSampling sampling;
-  cpu::Rng rng;
+  SamplerRng rng;  // the request's random stream: seed and draws so far
 
   std::span<const int32_t> prompt() const {
     return std::span<const int32_t>(all_tokens).first(num_prompt_tokens);

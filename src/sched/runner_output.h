@@ -12,22 +12,6 @@
 
 namespace kestrel {
 
-struct TokenLogprob {
-  int32_t token = 0;
-  float logprob = 0.0f;
-  bool operator==(const TokenLogprob&) const = default;
-};
-
-// A token with its logprob, its rank (1 = most likely; 0 when not computed) and the top
-// alternatives: sampled tokens, and prompt tokens for prompt logprobs.
-struct TokenLogprobs {
-  int32_t token = 0;
-  float logprob = 0.0f;
-  int64_t rank = 0;
-  std::vector<TokenLogprob> top;  // best first
-  bool operator==(const TokenLogprobs&) const = default;
-};
-
 struct RequestSamples {
   RequestId id;
   // In order: the accepted draft tokens, then the one sampled after them.

@@ -1,24 +1,14 @@
 // sched/sampling_params.h — how a request's tokens are chosen, as plain data: it travels with the
-// request to whichever thread or process samples it (NewRequestData) and names no backend type.
+// request to whichever thread or process samples it (NewRequestData). SamplingParams, the
+// sampling op's knobs, are backend/ops.h's.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-namespace kestrel {
+#include "backend/ops.h"
 
-// The knobs of the sampling kernel.
-struct SamplingParams {
-  float temperature = 1.0f;         // 0 = greedy
-  int top_k = 0;                    // 0 or -1 = off
-  float top_p = 1.0f;               // 1 = off
-  float min_p = 0.0f;               // 0 = off
-  float repetition_penalty = 1.0f;  // HF/vLLM: divides positive logits, multiplies negative ones
-  float presence_penalty = 0.0f;    // OpenAI: subtract once if the token appeared in the output
-  float frequency_penalty = 0.0f;   // OpenAI: subtract count × penalty (output tokens)
-  int logprobs = -1;                // -1 = none; N >= 0 = chosen token's logprob plus top-N
-  bool operator==(const SamplingParams&) const = default;
-};
+namespace kestrel {
 
 struct TokenBias {
   int32_t token = 0;

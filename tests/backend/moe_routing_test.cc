@@ -176,19 +176,29 @@ TEST(MoeRouting, RejectsBadRouterArguments) {
   EXPECT_DEATH(route_softmax_topk(x.data(), 1, 8, 9, true, ids.data(), w.data()), "top-9 of 8");
 }
 
-void check_groups(const std::vector<int32_t>& ids, int64_t T, int k, int E, const ExpertGroups& g) {
+void check_groups(const std::vector<int32_t>& ids, int64_t T, int k, int E,
+                  const MoePermutation& g) {
   ASSERT_EQ(g.offsets.size(), size_t(E) + 1);
   ASSERT_EQ(g.offsets[0], 0);
   ASSERT_EQ(g.offsets[E], T * k);
   ASSERT_EQ(g.token.size(), size_t(T * k));
-  ASSERT_EQ(g.slot.size(), size_t(T * k));
+  ASSERT_EQ(g.row_of_slot.size(), size_t(T * k));
+  // row_of_slot is a permutation; its inverse names the pair of each row.
+  std::vector<int32_t> slot_of_row(size_t(T * k), -1);
+  for (int64_t s = 0; s < T * k; ++s) {
+    const int32_t r = g.row_of_slot[size_t(s)];
+    ASSERT_GE(r, 0);
+    ASSERT_LT(r, T * k);
+    ASSERT_EQ(slot_of_row[size_t(r)], -1) << "row " << r << " twice";
+    slot_of_row[size_t(r)] = int32_t(s);
+  }
   std::vector<int> seen(size_t(T * k), 0);
   for (int e = 0; e < E; ++e) {
     ASSERT_LE(g.offsets[e], g.offsets[e + 1]);
     const int64_t count = std::count(ids.begin(), ids.end(), e);
     ASSERT_EQ(g.offsets[e + 1] - g.offsets[e], count) << "expert " << e;
     for (int32_t i = g.offsets[e]; i < g.offsets[e + 1]; ++i) {
-      const int32_t s = g.slot[i];
+      const int32_t s = slot_of_row[size_t(i)];
       ASSERT_GE(s, 0);
       ASSERT_LT(s, T * k);
       ASSERT_EQ(ids[s], e);
@@ -205,7 +215,7 @@ void check_groups(const std::vector<int32_t>& ids, int64_t T, int k, int E, cons
 TEST(MoeRouting, GroupByExpertRoundTrip) {
   std::mt19937 rng(77);
   const int E = 12;
-  ExpertGroups groups;
+  MoePermutation groups;
   // Routed ids (distinct per token) and raw ids with repeats; experts 4 and 11 never used.
   const int64_t T = 37;
   const int k = 3;
@@ -241,14 +251,14 @@ TEST(MoeRouting, GroupByExpertAfterRouter) {
   std::vector<int32_t> ids(size_t(T * k));
   std::vector<float> w(ids.size());
   route_grouped_sigmoid(logits.data(), nullptr, T, E, k, 4, 2, true, 1.0f, ids.data(), w.data());
-  ExpertGroups groups;
+  MoePermutation groups;
   group_by_expert(ids.data(), T, k, E, groups);
   check_groups(ids, T, k, E, groups);
 }
 
 TEST(MoeRouting, GroupByExpertRejectsBadIds) {
   std::vector<int32_t> ids = {0, 3, 5, 1};
-  ExpertGroups groups;
+  MoePermutation groups;
   EXPECT_DEATH(group_by_expert(ids.data(), 2, 2, 5, groups), "out of range");
 }
 

@@ -47,13 +47,13 @@ size_t argmax(const std::vector<float>& v) {
   return static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-SampleResult sample_copy(std::vector<float> logits, const SamplingParams& p, Rng& rng) {
+TokenLogprobs sample_copy(std::vector<float> logits, const SamplingParams& p, SamplerRng& rng) {
   return sample(logits, p, {}, {}, rng);
 }
 
 std::vector<int> histogram(const std::vector<float>& logits, const SamplingParams& p, int draws,
                            uint64_t seed) {
-  Rng rng(seed);
+  SamplerRng rng{seed};
   std::vector<int> counts(logits.size(), 0);
   for (int i = 0; i < draws; ++i) ++counts[sample_copy(logits, p, rng).token];
   return counts;
@@ -99,7 +99,7 @@ SamplingParams greedy() {
 }
 
 TEST(Sampling, GreedyPicksArgmax) {
-  Rng rng(1);
+  SamplerRng rng{1};
   for (uint32_t seed = 0; seed < 20; ++seed) {
     const auto logits = random_logits(5000, seed);
     EXPECT_EQ(sample_copy(logits, greedy(), rng).token, static_cast<int32_t>(argmax(logits)));
@@ -107,7 +107,7 @@ TEST(Sampling, GreedyPicksArgmax) {
 }
 
 TEST(Sampling, GreedyTiesPickLowestId) {
-  Rng rng(1);
+  SamplerRng rng{1};
   EXPECT_EQ(sample_copy({0.5f, 2.0f, -1.0f, 2.0f, 2.0f}, greedy(), rng).token, 1);
 }
 
@@ -116,7 +116,7 @@ TEST(Sampling, TinyTemperatureIsGreedy) {
   p.temperature = 1e-6f;
   const auto logits = random_logits(300, 7, 0.01f);
   for (uint64_t seed = 0; seed < 20; ++seed) {
-    Rng rng(seed);
+    SamplerRng rng{seed};
     EXPECT_EQ(sample_copy(logits, p, rng).token, static_cast<int32_t>(argmax(logits)));
   }
 }
@@ -128,7 +128,7 @@ TEST(Sampling, RepetitionPenaltyMatchesFormula) {
   const std::vector<int32_t> output = {2, 4, 4, 4};
   SamplingParams p = greedy();
   p.repetition_penalty = 1.3f;
-  Rng rng(0);
+  SamplerRng rng{0};
   sample(logits, p, prompt, output, rng);
   const double r = 1.3;
   // Applied once per distinct token however often it occurred.
@@ -148,7 +148,7 @@ TEST(Sampling, PresenceAndFrequencyPenaltiesUseOutputOnly) {
   SamplingParams p = greedy();
   p.presence_penalty = 0.5f;
   p.frequency_penalty = 0.25f;
-  Rng rng(0);
+  SamplerRng rng{0};
   sample(logits, p, prompt, output, rng);
   EXPECT_FLOAT_EQ(logits[0], orig[0]);
   EXPECT_FLOAT_EQ(logits[1], static_cast<float>(-1.5 - 1 * 0.25 - 0.5));
@@ -166,8 +166,8 @@ TEST(Sampling, AllPenaltiesTogetherAndTheyChangeGreedyChoice) {
   p.repetition_penalty = 1.2f;
   p.presence_penalty = 0.1f;
   p.frequency_penalty = 0.2f;
-  Rng rng(0);
-  const SampleResult r = sample(logits, p, prompt, output, rng);
+  SamplerRng rng{0};
+  const TokenLogprobs r = sample(logits, p, prompt, output, rng);
   // Repetition first (on the sign of the raw logit), then the output-count penalties.
   EXPECT_FLOAT_EQ(logits[0], static_cast<float>(4.0 / 1.2 - 2 * 0.2 - 0.1));
   EXPECT_FLOAT_EQ(logits[2], static_cast<float>(-2.0 * 1.2 - 1 * 0.2 - 0.1));
@@ -182,7 +182,7 @@ TEST(Sampling, PenaltiesIgnoreOutOfVocabIds) {
   SamplingParams p = greedy();
   p.repetition_penalty = 2.0f;
   p.frequency_penalty = 1.0f;
-  Rng rng(0);
+  SamplerRng rng{0};
   EXPECT_EQ(sample(logits, p, prompt, output, rng).token, 1);
   EXPECT_FLOAT_EQ(logits[0], 1.0f);
   EXPECT_FLOAT_EQ(logits[1], 2.0f);
@@ -193,7 +193,7 @@ TEST(Sampling, TopKOneEqualsGreedy) {
   p.top_k = 1;
   for (uint32_t seed = 0; seed < 30; ++seed) {
     const auto logits = random_logits(2000, seed, 0.5f);
-    Rng rng(seed);
+    SamplerRng rng{seed};
     EXPECT_EQ(sample_copy(logits, p, rng).token, static_cast<int32_t>(argmax(logits)));
   }
 }
@@ -204,7 +204,7 @@ TEST(Sampling, TopKKeepsExactlyTheBestK) {
     std::vector<float> logits = orig;
     SamplingParams p;
     p.top_k = k;
-    Rng rng(3);
+    SamplerRng rng{3};
     const int32_t token = sample(logits, p, {}, {}, rng).token;
     const auto order = order_by_prob(softmax(orig));
     const std::set<int32_t> expected(order.begin(), order.begin() + k);
@@ -218,7 +218,7 @@ TEST(Sampling, TopKKeepsTiesAtTheBoundary) {
   SamplingParams p;
   p.top_k = 2;
   std::vector<float> masked = logits;
-  Rng rng(5);
+  SamplerRng rng{5};
   sample(masked, p, {}, {}, rng);
   EXPECT_EQ(finite_ids(masked), (std::set<int32_t>{0, 1, 2}));
   const auto counts = histogram(logits, p, 3000, 9);
@@ -233,7 +233,7 @@ TEST(Sampling, TinyTopPKeepsOnlyTheTopToken) {
   for (uint64_t seed = 0; seed < 30; ++seed) {
     p.top_p = seed % 2 ? 1e-6f : 0.0f;
     std::vector<float> masked = logits;
-    Rng rng(seed);
+    SamplerRng rng{seed};
     EXPECT_EQ(sample(masked, p, {}, {}, rng).token, static_cast<int32_t>(argmax(logits)));
     EXPECT_EQ(finite_ids(masked).size(), 1u);
   }
@@ -246,7 +246,7 @@ void expect_nucleus(const std::vector<float>& orig, float temperature, float top
   SamplingParams p;
   p.temperature = temperature;
   p.top_p = top_p;
-  Rng rng(17);
+  SamplerRng rng{17};
   const int32_t token = sample(logits, p, {}, {}, rng).token;
   const auto probs = softmax(orig, temperature);
   const auto order = order_by_prob(probs);
@@ -280,7 +280,7 @@ TEST(Sampling, MinPDropsTokensBelowFractionOfTheBest) {
   SamplingParams p;
   p.min_p = 0.2f;  // floor 0.1: only the 0.05 token goes
   std::vector<float> masked = logits;
-  Rng rng(1);
+  SamplerRng rng{1};
   sample(masked, p, {}, {}, rng);
   EXPECT_EQ(finite_ids(masked), (std::set<int32_t>{0, 1, 2}));
   const auto counts = histogram(logits, p, 20000, 8);
@@ -291,7 +291,7 @@ TEST(Sampling, MinPAboveOneStillKeepsTheBestToken) {
   std::vector<float> logits = {0.2f, 1.5f, 1.0f};
   SamplingParams p;
   p.min_p = 3.0f;
-  Rng rng(1);
+  SamplerRng rng{1};
   EXPECT_EQ(sample(logits, p, {}, {}, rng).token, 1);
   EXPECT_EQ(finite_ids(logits), (std::set<int32_t>{1}));
 }
@@ -303,7 +303,7 @@ TEST(Sampling, MinPAppliesBeforeTopPAsInVllm) {
   SamplingParams p;
   p.min_p = 0.4f;
   p.top_p = 0.72f;
-  Rng rng(2);
+  SamplerRng rng{2};
   sample(logits, p, {}, {}, rng);
   EXPECT_EQ(finite_ids(logits), (std::set<int32_t>{0, 1}));
 }
@@ -314,7 +314,7 @@ TEST(Sampling, SeededSequencesReproduce) {
   p.temperature = 0.9f;
   p.top_p = 0.95f;
   auto run = [&](uint64_t seed) {
-    Rng rng(seed);
+    SamplerRng rng{seed};
     std::vector<int32_t> seq;
     for (int i = 0; i < 64; ++i) seq.push_back(sample_copy(logits, p, rng).token);
     return seq;
@@ -361,8 +361,8 @@ TEST(Sampling, LogprobsAreRawLogSoftmax) {
   p.logprobs = 5;
   const std::vector<int32_t> prompt = {1, 2, 3};
   const std::vector<int32_t> output = {static_cast<int32_t>(argmax(orig)), 4};
-  Rng rng(6);
-  const SampleResult r = sample(logits, p, prompt, output, rng);
+  SamplerRng rng{6};
+  const TokenLogprobs r = sample(logits, p, prompt, output, rng);
 
   const auto probs = softmax(orig);
   EXPECT_NEAR(r.logprob, std::log(probs[r.token]), 1e-5);
@@ -378,8 +378,8 @@ TEST(Sampling, LogprobsZeroGivesOnlyTheChosenToken) {
   const std::vector<float> logits = {0.1f, 1.7f, -0.3f};
   SamplingParams p = greedy();
   p.logprobs = 0;
-  Rng rng(0);
-  const SampleResult r = sample_copy(logits, p, rng);
+  SamplerRng rng{0};
+  const TokenLogprobs r = sample_copy(logits, p, rng);
   EXPECT_EQ(r.token, 1);
   EXPECT_TRUE(r.top.empty());
   EXPECT_NEAR(r.logprob, std::log(softmax(logits)[1]), 1e-6);
@@ -389,8 +389,8 @@ TEST(Sampling, LogprobsWiderThanVocabListEveryToken) {
   const std::vector<float> logits = {0.1f, 1.7f, -0.3f};
   SamplingParams p = greedy();
   p.logprobs = 20;
-  Rng rng(0);
-  const SampleResult r = sample_copy(logits, p, rng);
+  SamplerRng rng{0};
+  const TokenLogprobs r = sample_copy(logits, p, rng);
   ASSERT_EQ(r.top.size(), 3u);
   EXPECT_EQ(r.top[0].token, 1);
   EXPECT_EQ(r.top[1].token, 0);
@@ -402,7 +402,7 @@ TEST(Sampling, NanLogitsAreNeverSampled) {
   const std::vector<float> logits = {nan, 0.0f, nan, 0.5f};
   const auto counts = histogram(logits, SamplingParams{}, 2000, 3);
   EXPECT_EQ(counts[0] + counts[2], 0);
-  Rng rng(0);
+  SamplerRng rng{0};
   EXPECT_EQ(sample_copy(logits, greedy(), rng).token, 3);
 }
 

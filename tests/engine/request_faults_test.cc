@@ -195,10 +195,7 @@ class FaultyModel final : public CausalLM {
   }
   size_t weight_bytes() const override { return m_.weight_bytes(); }
   DType kv_cache_dtype() const override { return m_.kv_cache_dtype(); }
-  void parallel_for(int64_t n, int64_t grain,
-                    const std::function<void(int64_t, int64_t)>& fn) override {
-    m_.parallel_for(n, grain, fn);
-  }
+  Backend& backend() override { return m_.backend(); }
 
  private:
   CausalLM& m_;

@@ -63,7 +63,7 @@ TEST(PromptScoring, LongPromptIsScoredInBoundedChunks) {
   std::vector<float> logits(prompt.size() * size_t(vocab));
   model.forward(builder.batch(), kv, logits.data());
   for (size_t i = 0; i + 1 < prompt.size(); ++i) {
-    const cpu::ScoredToken want = cpu::score_token(
+    const TokenLogprobs want = cpu::score_token(
         std::span<const float>(logits.data() + i * size_t(vocab), size_t(vocab)), prompt[i + 1], 3);
     ASSERT_EQ(scored[i].token, want.token) << i;
     EXPECT_FLOAT_EQ(scored[i].logprob, want.logprob) << i;

@@ -5,10 +5,12 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/mla_attention.h"
+#include "backend/cpu/moe_routing.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/packed_matmul.h"
 #include "backend/cpu/paged_attention.h"
 #include "backend/cpu/rope.h"
+#include "backend/cpu/sampling.h"
 #include "base/thread_pool.h"
 
 namespace kestrel {
@@ -21,6 +23,7 @@ class CpuBackend final : public Backend {
     return fmt::format("cpu ({} threads, {}, {} quantized matmuls)", pool_.size(),
                        cpu::linear_isa(), quant_compute_ == QuantCompute::kInt8 ? "int8" : "f32");
   }
+  Workspace& workspace() override { return workspace_; }
   void prepare_weight(Tensor& w) override {
     if (quant_compute_ != QuantCompute::kInt8 || w.packed != nullptr ||
         !cpu::packed_weights_supported() || !cpu::packable(w))
@@ -53,6 +56,21 @@ class CpuBackend final : public Backend {
   void parallel_for(int64_t n, int64_t grain,
                     const std::function<void(int64_t, int64_t)>& fn) override {
     pool_.parallel_for(n, grain, fn);
+  }
+  // A request's rows depend on each other (its drafts, its generator); requests do not.
+  void sample(std::span<const SampleGroup> groups, std::span<GroupSamples> out) override {
+    KCHECK(groups.size() == out.size(), "{} sample groups, {} outputs", groups.size(), out.size());
+    pool_.parallel_for(int64_t(groups.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) cpu::sample_group(groups[size_t(i)], out[size_t(i)]);
+    });
+  }
+  void score_tokens(const float* logits, int64_t rows, int64_t vocab, const int32_t* tokens,
+                    int top_n, TokenLogprobs* out) override {
+    pool_.parallel_for(rows, 4, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        out[r] = cpu::score_token(std::span<const float>(logits + r * vocab, size_t(vocab)),
+                                  tokens[r], top_n);
+    });
   }
   // The small element-wise steps run on every thread too: left to the calling thread, the
   // workers wait through them on every layer of a batched decode step.
@@ -94,6 +112,18 @@ class CpuBackend final : public Backend {
                        const AttentionBatch& batch) override {
     cpu::write_mla_cache(cache, latent, k_rope, batch);
   }
+  void moe_route(const float* logits, int64_t T, const MoeRouting& routing, int32_t* ids,
+                 float* weights) override {
+    cpu::moe_route(logits, T, routing, ids, weights, pool_);
+  }
+  void moe_permute(const float* x, int64_t T, int64_t H, const int32_t* ids, int k, int E,
+                   MoePermutation& perm, float* permuted) override {
+    cpu::moe_permute(x, T, H, ids, k, E, perm, permuted, pool_);
+  }
+  void moe_combine(const float* expert_out, const MoePermutation& perm, const float* weights,
+                   int64_t T, int k, int64_t H, bool round_each, DType act, float* out) override {
+    cpu::moe_combine(expert_out, perm, weights, T, k, H, round_each, act, out, pool_);
+  }
   void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer& cache,
                      const AttentionBatch& batch, int num_heads, float scale, float* out,
                      DType act) override {
@@ -103,6 +133,7 @@ class CpuBackend final : public Backend {
  private:
   ThreadPool pool_;
   QuantCompute quant_compute_;
+  Workspace workspace_;
   std::vector<std::unique_ptr<uint8_t[]>> packed_;  // the copies prepare_weight made
 };
 

@@ -1,9 +1,11 @@
 #include "backend/cpu/moe_routing.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/ops.h"
 #include "base/status.h"
 
 namespace kestrel::cpu {
@@ -108,28 +110,74 @@ void route_grouped_sigmoid(const float* logits, const float* bias, int64_t T, in
   }
 }
 
-void group_by_expert(const int32_t* ids, int64_t T, int k, int E, ExpertGroups& out) {
+void group_by_expert(const int32_t* ids, int64_t T, int k, int E, MoePermutation& perm) {
   KCHECK(T >= 0 && k >= 1 && E >= 1 && T * k <= std::numeric_limits<int32_t>::max(),
          "group_by_expert: {} tokens × {} experts each over {} experts", T, k, E);
   const int32_t n = int32_t(T * k);
   // Counts go to offsets[e + 1]; after the prefix sum offsets[e] is where expert e starts and
   // serves as its cursor while placing, which leaves it at the next expert's start; shifting
   // by one restores the starts.
-  out.offsets.assign(size_t(E) + 1, 0);
+  perm.offsets.assign(size_t(E) + 1, 0);
   for (int32_t i = 0; i < n; ++i) {
     KCHECK(ids[i] >= 0 && ids[i] < E, "expert id {} out of range [0, {})", ids[i], E);
-    ++out.offsets[size_t(ids[i]) + 1];
+    ++perm.offsets[size_t(ids[i]) + 1];
   }
-  for (int e = 0; e < E; ++e) out.offsets[size_t(e) + 1] += out.offsets[size_t(e)];
-  out.token.resize(size_t(n));
-  out.slot.resize(size_t(n));
+  for (int e = 0; e < E; ++e) perm.offsets[size_t(e) + 1] += perm.offsets[size_t(e)];
+  perm.token.resize(size_t(n));
+  perm.row_of_slot.resize(size_t(n));
   for (int32_t i = 0; i < n; ++i) {
-    const int32_t at = out.offsets[size_t(ids[i])]++;
-    out.token[size_t(at)] = i / k;
-    out.slot[size_t(at)] = i;
+    const int32_t at = perm.offsets[size_t(ids[i])]++;
+    perm.token[size_t(at)] = i / k;
+    perm.row_of_slot[size_t(i)] = at;
   }
-  for (int e = E; e > 0; --e) out.offsets[size_t(e)] = out.offsets[size_t(e) - 1];
-  out.offsets[0] = 0;
+  for (int e = E; e > 0; --e) perm.offsets[size_t(e)] = perm.offsets[size_t(e) - 1];
+  perm.offsets[0] = 0;
+}
+
+void moe_route(const float* logits, int64_t T, const MoeRouting& r, int32_t* ids, float* weights,
+               ThreadPool& pool) {
+  const int E = r.num_experts, k = r.top_k;
+  // Tokens are routed independently: chunks of them go to the threads.
+  pool.parallel_for(T, 16, [&](int64_t b, int64_t e) {
+    const float* l = logits + b * E;
+    if (r.kind == MoeRouting::Kind::kGroupedSigmoid)
+      route_grouped_sigmoid(l, r.bias, e - b, E, k, r.n_group, r.topk_group, r.norm_topk_prob,
+                            r.routed_scaling_factor, ids + b * k, weights + b * k);
+    else
+      route_softmax_topk(l, e - b, E, k, r.norm_topk_prob, ids + b * k, weights + b * k);
+  });
+}
+
+void moe_permute(const float* x, int64_t T, int64_t H, const int32_t* ids, int k, int E,
+                 MoePermutation& perm, float* permuted, ThreadPool& pool) {
+  // The sort is T·k integers; the gather moves T·k·H floats and is what the threads share.
+  group_by_expert(ids, T, k, E, perm);
+  pool.parallel_for(T * k, 8, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      std::copy_n(x + int64_t(perm.token[size_t(r)]) * H, H, permuted + r * H);
+  });
+}
+
+void moe_combine(const float* expert_out, const MoePermutation& perm, const float* weights,
+                 int64_t T, int k, int64_t H, bool round_each, DType act, float* out,
+                 ThreadPool& pool) {
+  pool.parallel_for(T, 4, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      float* o = out + t * H;
+      std::fill_n(o, H, 0.0f);
+      for (int j = 0; j < k; ++j) {
+        const float* p = expert_out + int64_t(perm.row_of_slot[size_t(t * k + j)]) * H;
+        if (round_each) {
+          const float wj = round_to(act, weights[t * k + j]);
+          for (int64_t i = 0; i < H; ++i) o[i] = round_to(act, o[i] + round_to(act, p[i] * wj));
+        } else {
+          const float wj = weights[t * k + j];
+          for (int64_t i = 0; i < H; ++i) o[i] += p[i] * wj;
+        }
+      }
+      round_to(act, o, H);
+    }
+  });
 }
 
 }  // namespace kestrel::cpu

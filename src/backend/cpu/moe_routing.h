@@ -1,5 +1,6 @@
 // backend/cpu/moe_routing.h — MoE routers (Qwen3-MoE softmax top-k, DeepSeek-V3 group-limited
-// sigmoid) and the grouping of routed tokens by expert (models.md §3, §4.6).
+// sigmoid), the grouping of routed tokens by expert, and the parallel MoE ops built on them:
+// routing, permuting rows into expert order and the weighted combine (models.md §3, §4.6).
 //
 // Both routers work in f32 on router logits [T, E] and write, per token, k expert ids and
 // weights ([T, k] each). Order within a token is deterministic: descending selection score,
@@ -8,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
+
+#include "backend/ops.h"
+#include "base/thread_pool.h"
 
 namespace kestrel::cpu {
 
@@ -29,14 +32,18 @@ void route_grouped_sigmoid(const float* logits, const float* bias, int64_t T, in
                            int n_group, int topk_group, bool norm_topk_prob,
                            float routed_scaling_factor, int32_t* ids, float* weights);
 
-// The T·k (token, slot) pairs of a routing grouped by expert (a stable counting sort).
-struct ExpertGroups {
-  std::vector<int32_t> offsets;  // [E + 1]: pairs of expert e are [offsets[e], offsets[e+1])
-  std::vector<int32_t> token;    // [T·k] token row of each pair, ascending within an expert
-  std::vector<int32_t> slot;     // [T·k] index into ids/weights (t·k + j)
-};
+// Backend::moe_route, moe_permute and moe_combine (backend/backend.h) on `pool`: tokens, rows
+// and output tokens split over the threads; each result is the same whatever the split.
+void moe_route(const float* logits, int64_t T, const MoeRouting& routing, int32_t* ids,
+               float* weights, ThreadPool& pool);
+void moe_permute(const float* x, int64_t T, int64_t H, const int32_t* ids, int k, int E,
+                 MoePermutation& perm, float* permuted, ThreadPool& pool);
+void moe_combine(const float* expert_out, const MoePermutation& perm, const float* weights,
+                 int64_t T, int k, int64_t H, bool round_each, DType act, float* out,
+                 ThreadPool& pool);
 
-// Groups ids ([T, k], each in [0, E)) by expert; reuses out's capacity.
-void group_by_expert(const int32_t* ids, int64_t T, int k, int E, ExpertGroups& out);
+// Groups ids ([T, k], each in [0, E)) by expert, a stable counting sort: perm's offsets, the
+// token of each row and the row of each (t, j) pair. Reuses perm's capacity.
+void group_by_expert(const int32_t* ids, int64_t T, int k, int E, MoePermutation& perm);
 
 }  // namespace kestrel::cpu

@@ -11,6 +11,7 @@
 #include <functional>
 #include <iterator>
 #include <limits>
+#include <vector>
 
 #include "backend/cpu/simd_math.h"
 
@@ -114,12 +115,6 @@ std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, size_t n, 
     top.push_back({c.id, static_cast<float>(static_cast<double>(c.logit) - lse)});
   }
   return top;
-}
-
-// 53 random bits → [0, 1); unlike std::uniform_real_distribution this is the same on every
-// standard library, so a seed reproduces a sequence everywhere.
-double uniform01(Rng& rng) {
-  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
 }
 
 void drop(std::span<float> logits, std::vector<Candidate>& cands, size_t keep) {
@@ -255,7 +250,7 @@ float scale_logits(std::span<float> logits, float temperature) {
   return max;
 }
 
-int32_t sample_random(std::span<float> logits, const SamplingParams& p, Rng& rng) {
+int32_t sample_random(std::span<float> logits, const SamplingParams& p, SamplerRng& rng) {
   const float max = scale_logits(logits, p.temperature);
   if (!(max > kNegInf)) return 0;
 
@@ -286,7 +281,7 @@ int32_t sample_random(std::span<float> logits, const SamplingParams& p, Rng& rng
     apply_top_p(logits, cands, p.top_p);
     double total = 0.0;
     for (const Candidate& c : cands) total += c.weight;
-    const double u = uniform01(rng) * total;
+    const double u = rng.next_uniform() * total;
     double cum = 0.0;
     for (const Candidate& c : cands) {
       cum += c.weight;
@@ -298,7 +293,7 @@ int32_t sample_random(std::span<float> logits, const SamplingParams& p, Rng& rng
   // Whole groups are skipped while the draw lies past them; the token is found inside its group.
   double total = 0.0;
   for (float g : group_sums) total += g;
-  const double u = uniform01(rng) * total;
+  const double u = rng.next_uniform() * total;
   double cum = 0.0;
   for (size_t g = 0; g < groups; ++g) {
     if (cum + group_sums[g] <= u) {
@@ -318,8 +313,8 @@ int32_t sample_random(std::span<float> logits, const SamplingParams& p, Rng& rng
 
 }  // namespace
 
-ScoredToken score_token(std::span<const float> logits, int32_t token, int top_n) {
-  ScoredToken out;
+TokenLogprobs score_token(std::span<const float> logits, int32_t token, int top_n) {
+  TokenLogprobs out;
   out.token = token;
   if (logits.empty() || token < 0 || static_cast<size_t>(token) >= logits.size()) return out;
   const double lse = log_sum_exp(logits);
@@ -332,10 +327,10 @@ ScoredToken score_token(std::span<const float> logits, int32_t token, int top_n)
   return out;
 }
 
-SampleResult sample(std::span<float> logits, const SamplingParams& p,
-                    std::span<const int32_t> prompt_tokens, std::span<const int32_t> output_tokens,
-                    Rng& rng) {
-  SampleResult result;
+TokenLogprobs sample(std::span<float> logits, const SamplingParams& p,
+                     std::span<const int32_t> prompt_tokens, std::span<const int32_t> output_tokens,
+                     SamplerRng& rng) {
+  TokenLogprobs result;
   if (logits.empty()) return result;
 
   // Logprobs come from the logits as the model produced them (vLLM's "raw_logprobs").
@@ -354,6 +349,50 @@ SampleResult sample(std::span<float> logits, const SamplingParams& p,
     result.logprob = static_cast<float>(static_cast<double>(raw[result.token]) - lse);
   }
   return result;
+}
+
+namespace {
+
+bool apply_mask(std::span<const uint64_t> bits, std::span<float> row) {
+  bool any = false;
+  for (size_t i = 0; i < row.size(); ++i) {
+    const size_t word = i / 64;
+    if (word >= bits.size() || ((bits[word] >> (i % 64)) & 1u) == 0) row[i] = kNegInf;
+    any = any || row[i] > kNegInf;
+  }
+  return any;
+}
+
+bool any_allowed(std::span<const float> row) {
+  return std::any_of(row.begin(), row.end(), [](float v) { return v > kNegInf; });
+}
+
+}  // namespace
+
+void sample_group(const SampleGroup& g, GroupSamples& out) {
+  out.tokens.clear();
+  out.logprobs.clear();
+  out.no_token_allowed = false;
+  const size_t vocab = size_t(g.vocab);
+  // Row i sees the outputs so far plus the drafts before it.
+  std::vector<int32_t> context;
+  if (!g.drafts.empty()) context.assign(g.outputs.begin(), g.outputs.end());
+  for (size_t i = 0; i <= g.drafts.size(); ++i) {
+    const std::span<const int32_t> outputs = g.drafts.empty() ? g.outputs : context;
+    const std::span<float> row(g.logits + i * vocab, vocab);
+    const bool allowed = i == 0 && g.masked ? apply_mask(g.allowed, row) : any_allowed(row);
+    if (!allowed) {
+      // A later row ends the step at the drafts accepted so far; the next step meets the same
+      // rules on its first row and reports them.
+      out.no_token_allowed = i == 0;
+      return;
+    }
+    TokenLogprobs r = sample(row, *g.params, g.prompt, outputs, *g.rng);
+    out.tokens.push_back(r.token);
+    if (g.params->logprobs >= 0) out.logprobs.push_back(std::move(r));
+    if (i == g.drafts.size() || out.tokens.back() != g.drafts[i]) return;
+    context.push_back(out.tokens.back());
+  }
 }
 
 }  // namespace kestrel::cpu
