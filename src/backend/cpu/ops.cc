@@ -51,17 +51,23 @@ void add_rms_norm(float* x, const float* y, const float* w, float eps, int64_t r
 }
 
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
-  int64_t i = 0;
   const __m256 one = _mm256_set1_ps(1.0f);
-  for (; i + 8 <= n; i += 8) {
-    const __m256 g = _mm256_loadu_ps(gate + i);
+  auto eight = [&](const float* g8, const float* u8, float* o8) {
+    const __m256 g = _mm256_loadu_ps(g8);
     const __m256 e = simd::exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
-    _mm256_storeu_ps(
-        out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
-  }
-  for (; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    _mm256_storeu_ps(o8,
+                     _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(u8)));
+  };
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) eight(gate + i, up + i, out + i);
+  // The tail through the same exp8 as the rest: an element's value must not depend on where a
+  // thread's chunk (or the batch) ends.
+  if (i < n) {
+    float g[8] = {}, u[8] = {}, o[8];
+    std::copy(gate + i, gate + n, g);
+    std::copy(up + i, up + n, u);
+    eight(g, u, o);
+    std::copy(o, o + (n - i), out + i);
   }
 }
 
