@@ -68,6 +68,9 @@ struct AttentionBatch {
   const int32_t* query_start_loc = nullptr;  // [num_seqs + 1] tokens of seq s: [qsl[s], qsl[s+1])
   const int32_t* block_tables = nullptr;     // [num_seqs, max_blocks_per_seq]
   int max_blocks_per_seq = 0;
+  // > 0: a query at position p attends only to keys p - sliding_window < j <= p (Mistral's and
+  // Qwen2's sliding-window layers); their table entries before that may be the null block.
+  int sliding_window = 0;
 };
 
 // An MoE router over logits [T, E]: per token, top_k expert ids and weights, in descending

@@ -127,19 +127,10 @@ Expected<Engine> start_engine(const EngineArgs& a) {
   kr.memory_utilization = a.gpu_memory_utilization;
   kr.weight_bytes = static_cast<int64_t>(e.model->model->resident_weight_bytes());
   kr.activation_reserve_bytes = activation_reserve(mc, sc);
-  kr.spec.num_layers = static_cast<int32_t>(mc.num_hidden_layers);
-  kr.spec.block_size = sc.block_size;
-  if (mc.mla.enabled()) {
-    // One latent row per token stands for K and V of every head.
-    kr.spec.kind = KVCacheKind::kMlaLatent;
-    kr.spec.num_kv_heads = 1;
-    kr.spec.head_dim = static_cast<int32_t>(mc.mla.cache_width());
-  } else {
-    kr.spec.num_kv_heads = static_cast<int32_t>(mc.num_key_value_heads);
-    kr.spec.head_dim = static_cast<int32_t>(mc.head_dim);
-  }
-  kr.spec.dtype_bytes = static_cast<int32_t>(dtype_bytes(e.model->model->kv_cache_dtype(), 1));
+  kr.layout = e.model->model->kv_cache_layout(sc.block_size);
+  sc.kv_groups = kr.layout.groups;
   kr.max_model_len = sc.max_model_len;
+  kr.max_num_batched_tokens = sc.max_num_batched_tokens;
   KASSIGN(MemoryInfo mem, read_memory_info());
   KASSIGN(e.kv, plan_kv_cache(kr, mem));
   sc.num_blocks = static_cast<int32_t>(e.kv.num_blocks);

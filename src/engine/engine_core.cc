@@ -20,10 +20,20 @@ const char* finish_reason_name(FinishReason reason) {
   return "error";
 }
 
+namespace {
+
+// The scheduler allocates for the model's KV cache groups.
+SchedulerConfig with_model_kv_groups(SchedulerConfig c, const CausalLM& model) {
+  c.kv_groups = model.kv_cache_layout(c.block_size).groups;
+  return c;
+}
+
+}  // namespace
+
 EngineCore::EngineCore(CausalLM& model, const SchedulerConfig& config,
                        std::vector<int32_t> eos_token_ids)
     : EngineCore(std::make_unique<InProcessExecutor>(model, config.num_blocks, config.block_size),
-                 config, std::move(eos_token_ids)) {}
+                 with_model_kv_groups(config, model), std::move(eos_token_ids)) {}
 
 EngineCore::EngineCore(std::unique_ptr<Executor> executor, const SchedulerConfig& config,
                        std::vector<int32_t> eos_token_ids)

@@ -60,8 +60,9 @@ Expected<MemoryInfo> read_memory_info() {
 }
 
 Expected<KVBudget> plan_kv_cache(const KVBudgetRequest& request, const MemoryInfo& memory) {
-  const int64_t bytes_per_block = request.spec.bytes_per_block();
-  if (bytes_per_block <= 0) return make_error("KV cache: the layer group has no size");
+  const int64_t bytes_per_block = request.layout.bytes_per_block();
+  if (bytes_per_block <= 0) return make_error("KV cache: the layer groups have no size");
+  const int64_t block_size = request.layout.block_size();
   KVBudget out;
   int64_t budget = 0;
   if (request.kv_cache_memory_bytes) {
@@ -90,7 +91,8 @@ Expected<KVBudget> plan_kv_cache(const KVBudgetRequest& request, const MemoryInf
     }
   }
   const int64_t blocks_per_seq =
-      (request.max_model_len + request.spec.block_size - 1) / request.spec.block_size;
+      max_blocks_per_request(request.layout.groups, request.max_model_len,
+                             std::max<int64_t>(request.max_num_batched_tokens, 1));
   const int64_t needed = (blocks_per_seq + 1) * bytes_per_block;  // one sequence + the null block
   if (budget < needed)
     return make_error(
@@ -100,7 +102,7 @@ Expected<KVBudget> plan_kv_cache(const KVBudgetRequest& request, const MemoryInf
         request.max_model_len, gib(needed), gib(std::max<int64_t>(budget, 0)), out.source);
   out.num_blocks = std::min<int64_t>(budget / bytes_per_block, std::numeric_limits<int32_t>::max());
   out.bytes = out.num_blocks * bytes_per_block;
-  out.num_tokens = (out.num_blocks - 1) * request.spec.block_size;
+  out.num_tokens = (out.num_blocks - 1) * block_size;
   return out;
 }
 

@@ -30,8 +30,9 @@ struct KVBudgetRequest {
   std::optional<double> memory_utilization;  // only when given explicitly
   int64_t weight_bytes = 0;
   int64_t activation_reserve_bytes = 0;  // workspace the forward pass needs besides KV
-  KVCacheSpec spec;                      // per-group layout (one group for now)
+  KVCacheLayout layout;                  // the model's KV cache groups over one block pool
   int64_t max_model_len = 0;
+  int64_t max_num_batched_tokens = 0;  // a step's tokens: what a sliding window holds besides
 };
 
 struct KVBudget {

@@ -1,9 +1,11 @@
-// kv/kv_cache_manager.h — per-request KV block tables over one BlockPool, with prefix caching.
-// One full-attention group for now. The scheduler's use per step: get_computed_blocks() for a new
-// request, allocate_slots() for the tokens it schedules, cache_blocks() for them in the same step
-// (blocks are published when scheduled, before the forward pass writes them: within a step every
-// K/V of a layer is written before any attention of that layer reads), free() on every exit
-// (finish, abort, preemption).
+// kv/kv_cache_manager.h — per-request KV block tables over one BlockPool, with prefix caching:
+// the coordinator of one GroupManager per KV cache group (kv/group_manager.h; full attention,
+// sliding window), which all draw from the same pool. A request has one table per group; a prefix
+// hit is the longest prefix every group can start from. The scheduler's use per step:
+// get_computed_blocks() for a new request, allocate_slots() for the tokens it schedules,
+// cache_blocks() for them in the same step (blocks are published when scheduled, before the forward
+// pass writes them: within a step every K/V of a layer is written before any attention of that
+// layer reads), free() on every exit (finish, abort, preemption).
 #pragma once
 
 #include <cstdint>
@@ -14,24 +16,31 @@
 
 #include "kv/block_hash.h"
 #include "kv/block_pool.h"
+#include "kv/group_manager.h"
+#include "kv/kv_cache_spec.h"
 
 namespace kestrel {
 
-using RequestId = std::string;
-
 // The longest cached prefix of a prompt; valid until the pool is next changed.
 struct ComputedBlocks {
-  std::vector<BlockId> blocks;
+  std::vector<std::vector<BlockId>> blocks;  // per group, null where the group needs none
   std::vector<BlockHash> hashes;
-  int64_t num_tokens = 0;          // blocks.size() * block_size
+  int64_t num_tokens = 0;          // hashes.size() * block_size
   int64_t num_queried_tokens = 0;  // tokens looked up (the request's length)
 };
 
 class KVCacheManager {
  public:
-  KVCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching = true);
+  // One group per spec (num_layers and shapes unused here; block_size must be block_size);
+  // none: one full-attention group.
+  KVCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching = true,
+                 std::vector<KVCacheSpec> groups = {});
+  KVCacheManager(const KVCacheManager&) = delete;
+  KVCacheManager& operator=(const KVCacheManager&) = delete;
 
   int32_t block_size() const { return block_size_; }
+  size_t num_groups() const { return groups_.size(); }
+  const KVCacheSpec& group_spec(size_t group) const { return groups_[group].spec(); }
 
   // Longest prefix of full blocks of `tokens` found (and verified) in the cache. The last token is
   // never covered: its forward pass must run to produce logits. The hit/query counters move only
@@ -40,7 +49,8 @@ class KVCacheManager {
   ComputedBlocks get_computed_blocks(std::span<const int32_t> tokens,
                                      std::span<const uint64_t> extra_keys = {});
 
-  // Reserves slots for num_new_tokens more tokens of the request, and blocks for a further
+  // Frees, in every sliding-window group, the blocks no query of the request can read any more,
+  // then reserves slots for num_new_tokens more tokens of the request, and blocks for a further
   // num_lookahead_tokens positions that are not counted as its slots (a proposer writing draft
   // K/V past the scheduled tokens). `computed` (from get_computed_blocks, just before) is only
   // allowed while the request holds no blocks. Returns false, changing nothing, when the pool
@@ -71,8 +81,11 @@ class KVCacheManager {
   double usage() const { return pool_.usage(); }
   int64_t prefix_cache_queries() const { return queries_; }  // tokens looked up at admission
   int64_t prefix_cache_hits() const { return hits_; }        // of those, tokens found
-  // The request's blocks in token order; empty for unknown ids.
-  std::span<const BlockId> block_table(const RequestId& id) const;
+  // The request's blocks of `group` in token order (null for blocks a sliding window dropped);
+  // empty for unknown ids.
+  std::span<const BlockId> block_table(const RequestId& id, size_t group = 0) const;
+  // Blocks the request holds in `group`: the usage figure a sliding window keeps bounded.
+  int64_t num_held_blocks(const RequestId& id, size_t group) const;
   // Tokens the request has slots for.
   int64_t num_slots(const RequestId& id) const;
   const BlockPool& pool() const { return pool_; }
@@ -80,8 +93,7 @@ class KVCacheManager {
 
  private:
   struct RequestBlocks {
-    std::vector<BlockId> blocks;
-    // Chain hashes of blocks[0 .. hashes.size()): hit or offered to the cache.
+    // Chain hashes of the request's first hashes.size() blocks: hit or offered to the cache.
     std::vector<BlockHash> hashes;
     int64_t num_slots = 0;
   };
@@ -89,6 +101,7 @@ class KVCacheManager {
   BlockPool pool_;
   int32_t block_size_;
   bool enable_prefix_caching_;
+  std::vector<GroupManager> groups_;  // they refer to pool_
   std::unordered_map<RequestId, RequestBlocks> requests_;
   int64_t queries_ = 0;
   int64_t hits_ = 0;

@@ -1,10 +1,13 @@
-// kv/kv_cache_spec.h — the shape of one group of layers' KV cache, and pool sizing.
-// Every group draws its blocks from one shared BlockPool: a block id names the same slot in every
-// layer of every group, so one block costs the sum of the groups' bytes_per_block().
+// kv/kv_cache_spec.h — the shape of one group of layers' KV cache, and how a model's layers form
+// groups over one shared block pool (KVCacheLayout). After vLLM's hybrid allocator: every group
+// has the same number of layers (layers_per_block), a block id belongs to one group at a time,
+// and layer `index` of every group shares storage slot `index`, so one block costs
+// layers_per_block layers' bytes whatever group holds it.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "base/status.h"
 
@@ -12,10 +15,10 @@ namespace kestrel {
 
 enum class KVCacheKind {
   kFullAttention,
-  // Reserved seams; bytes_per_block() already prices them, the manager does not use them yet.
-  kSlidingWindow,         // same layout as full attention; prefix hits replay the last window.
-  kMlaLatent,             // one compressed latent per token (num_kv_heads = 1, no separate V).
-  kLinearAttentionState,  // fixed-size recurrent state, not token-paged: not sizable per block.
+  kSlidingWindow,  // same layout as full attention; blocks out of the window are freed
+  kMlaLatent,      // one compressed latent per token (num_kv_heads = 1, no separate V)
+  // Reserved seam: a fixed-size recurrent state, not token-paged, so not sizable per block.
+  kLinearAttentionState,
 };
 
 struct KVCacheSpec {
@@ -25,13 +28,50 @@ struct KVCacheSpec {
   int32_t num_kv_heads = 1;
   int32_t head_dim = 1;
   int32_t dtype_bytes = 2;
+  // kSlidingWindow: a query at position p attends to keys p - sliding_window < j <= p.
+  int32_t sliding_window = 0;
 
   // Bytes one block occupies across all layers of the group (K and V for attention kinds).
   int64_t bytes_per_block() const;
+  // The same layer cache (everything but num_layers).
+  bool same_layer_as(const KVCacheSpec& o) const;
 };
 
-// How many blocks of one shared pool fit in `budget_bytes` for these groups. Errors when the list
-// is empty, a spec is malformed or not token-paged, or block sizes differ.
-Expected<int64_t> num_blocks_for_budget(std::span<const KVCacheSpec> groups, int64_t budget_bytes);
+// Where a model layer's cache lives: its group (whose block table it reads) and its storage
+// slot within every block.
+struct LayerPlace {
+  int32_t group = 0;
+  int32_t index = 0;
+  bool operator==(const LayerPlace&) const = default;
+};
+
+struct KVCacheLayout {
+  std::vector<KVCacheSpec> groups;                 // num_layers = the group's own layers
+  std::vector<std::vector<int32_t>> group_layers;  // model layers of each group
+  std::vector<LayerPlace> layers;                  // per model layer
+  int32_t layers_per_block = 0;                    // storage slots per block
+
+  int32_t block_size() const { return groups.empty() ? 0 : groups[0].block_size; }
+  // Bytes one block occupies: layers_per_block layers of the (common) per-layer shape.
+  int64_t bytes_per_block() const;
+};
+
+// Blocks one request of `max_len` tokens holds at most across `groups` when a step computes up
+// to `max_step_tokens` of its tokens: every full-attention block, a window plus a step for a
+// sliding window.
+int64_t max_blocks_per_request(std::span<const KVCacheSpec> groups, int64_t max_len,
+                               int64_t max_step_tokens);
+
+// Groups layers with the same spec (each of num_layers 1), in order of first appearance, into
+// groups of as many layers as the rarest spec has (the last group of a spec may be smaller).
+// Errors when the list is empty, a spec is malformed or not token-paged, block sizes differ, or
+// two specs' layers differ in bytes per block (the pool's blocks are one size).
+Expected<KVCacheLayout> plan_kv_cache_layout(std::span<const KVCacheSpec> per_layer);
+
+// The layout of `num_layers` layers of one spec (one group).
+KVCacheLayout uniform_kv_cache_layout(const KVCacheSpec& layer, int32_t num_layers);
+
+// How many blocks of the shared pool fit in `budget_bytes`.
+int64_t num_blocks_for_budget(const KVCacheLayout& layout, int64_t budget_bytes);
 
 }  // namespace kestrel

@@ -3,8 +3,18 @@
 #include <algorithm>
 
 #include "base/status.h"
+#include "kv/block_pool.h"
 
 namespace kestrel {
+
+BatchBuilder::BatchBuilder(int block_size, int num_kv_groups)
+    : block_size_(block_size),
+      num_groups_(num_kv_groups),
+      slots_(size_t(num_kv_groups)),
+      tables_(size_t(num_kv_groups)) {
+  KCHECK(block_size > 0 && num_kv_groups > 0, "block size {}, {} KV cache groups", block_size,
+         num_kv_groups);
+}
 
 void BatchBuilder::add(std::span<const int32_t> tokens, int32_t start_pos,
                        std::span<const int32_t> block_table, Logits logits) {
@@ -14,35 +24,60 @@ void BatchBuilder::add(std::span<const int32_t> tokens, int32_t start_pos,
 
 void BatchBuilder::add(std::span<const int32_t> tokens, int32_t start_pos,
                        std::span<const int32_t> block_table, size_t num_logits) {
-  KCHECK(num_logits <= tokens.size(), "{} logits rows for {} tokens", num_logits, tokens.size());
-  const int64_t end = int64_t(start_pos) + int64_t(tokens.size());
-  KCHECK(int64_t(block_table.size()) * block_size_ >= end,
-         "block table of {} blocks cannot hold {} positions", block_table.size(), end);
-  for (size_t i = 0; i < tokens.size(); ++i) {
+  KCHECK(num_groups_ == 1, "one block table for {} KV cache groups", num_groups_);
+  const std::vector<int32_t> table(block_table.begin(), block_table.end());
+  add(tokens, start_pos, std::span<const std::vector<int32_t>>(&table, 1), num_logits);
+}
+
+void BatchBuilder::add_table(size_t group, std::span<const int32_t> table, int32_t start_pos,
+                             size_t n) {
+  const int64_t end = int64_t(start_pos) + int64_t(n);
+  KCHECK(int64_t(table.size()) * block_size_ >= end,
+         "block table of {} blocks cannot hold {} positions", table.size(), end);
+  for (size_t i = 0; i < n; ++i) {
     const int32_t pos = start_pos + int32_t(i);
+    slots_[group].push_back(int64_t(table[size_t(pos / block_size_)]) * block_size_ +
+                            pos % block_size_);
+  }
+  tables_[group].emplace_back(table.begin(), table.end());
+}
+
+void BatchBuilder::add(std::span<const int32_t> tokens, int32_t start_pos,
+                       std::span<const std::vector<int32_t>> tables, size_t num_logits) {
+  KCHECK(num_logits <= tokens.size(), "{} logits rows for {} tokens", num_logits, tokens.size());
+  KCHECK(tables.size() == size_t(num_groups_), "{} block tables for {} KV cache groups",
+         tables.size(), num_groups_);
+  for (size_t g = 0; g < tables.size(); ++g) add_table(g, tables[g], start_pos, tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
     const int32_t row = int32_t(tokens_.size());
     tokens_.push_back(tokens[i]);
-    positions_.push_back(pos);
-    slots_.push_back(int64_t(block_table[pos / block_size_]) * block_size_ + pos % block_size_);
+    positions_.push_back(start_pos + int32_t(i));
     if (i + num_logits >= tokens.size()) logits_indices_.push_back(row);
   }
   qsl_.push_back(int32_t(tokens_.size()));
-  tables_.emplace_back(block_table.begin(), block_table.end());
 }
 
 ForwardBatch BatchBuilder::batch() const {
+  const size_t S = qsl_.size() - 1;
   max_blocks_ = 0;
-  for (const auto& t : tables_) max_blocks_ = std::max(max_blocks_, int(t.size()));
-  flat_tables_.assign(tables_.size() * size_t(max_blocks_), 0);
-  for (size_t s = 0; s < tables_.size(); ++s)
-    std::copy(tables_[s].begin(), tables_[s].end(), flat_tables_.begin() + s * max_blocks_);
+  for (const auto& group : tables_)
+    for (const auto& t : group) max_blocks_ = std::max(max_blocks_, int(t.size()));
+  flat_tables_.assign(size_t(num_groups_) * S * size_t(max_blocks_), kNullBlock);
+  flat_slots_.clear();
+  for (size_t g = 0; g < tables_.size(); ++g) {
+    for (size_t s = 0; s < S; ++s)
+      std::copy(tables_[g][s].begin(), tables_[g][s].end(),
+                flat_tables_.begin() + std::ptrdiff_t((g * S + s) * size_t(max_blocks_)));
+    flat_slots_.insert(flat_slots_.end(), slots_[g].begin(), slots_[g].end());
+  }
   ForwardBatch b;
   b.token_ids = tokens_;
   b.positions = positions_;
-  b.slot_mapping = slots_;
+  b.slot_mapping = flat_slots_;
   b.query_start_loc = qsl_;
   b.block_tables = flat_tables_;
   b.max_blocks_per_seq = max_blocks_;
+  b.num_kv_groups = num_groups_;
   b.logits_indices = logits_indices_;
   return b;
 }
@@ -50,10 +85,10 @@ ForwardBatch BatchBuilder::batch() const {
 void BatchBuilder::clear() {
   tokens_.clear();
   positions_.clear();
-  slots_.clear();
   logits_indices_.clear();
   qsl_.assign(1, 0);
-  tables_.clear();
+  for (auto& s : slots_) s.clear();
+  for (auto& t : tables_) t.clear();
 }
 
 }  // namespace kestrel

@@ -1,5 +1,5 @@
-// model/batch_builder.h — assembles the flat ForwardBatch arrays (positions, slot mapping,
-// block tables, query offsets, logits rows) from per-sequence pieces.
+// model/batch_builder.h — assembles the flat ForwardBatch arrays (positions, slot mappings and
+// block tables per KV cache group, query offsets, logits rows) from per-sequence pieces.
 #pragma once
 
 #include <span>
@@ -11,28 +11,36 @@ namespace kestrel {
 
 class BatchBuilder {
  public:
-  explicit BatchBuilder(int block_size) : block_size_(block_size) {}
+  explicit BatchBuilder(int block_size, int num_kv_groups = 1);
 
   enum class Logits { kNone, kLast, kAll };
 
-  // Adds `tokens` of one sequence at positions start_pos.. whose KV blocks are `block_table`
-  // (it must cover start_pos + tokens.size() positions).
+  // Adds `tokens` of one sequence at positions start_pos.. whose KV blocks in group g are
+  // tables[g] (each must cover start_pos + tokens.size() positions), with logits for the last
+  // `num_logits` tokens (a decode row and its drafts).
+  void add(std::span<const int32_t> tokens, int32_t start_pos,
+           std::span<const std::vector<int32_t>> tables, size_t num_logits);
+  // One KV cache group.
   void add(std::span<const int32_t> tokens, int32_t start_pos, std::span<const int32_t> block_table,
            Logits logits);
-  // The same, with logits for the last `num_logits` tokens (a decode row and its drafts).
   void add(std::span<const int32_t> tokens, int32_t start_pos, std::span<const int32_t> block_table,
            size_t num_logits);
 
   // Views into this builder's arrays; valid until the next add() or clear().
   ForwardBatch batch() const;
   size_t num_logits() const { return logits_indices_.size(); }
+  int num_kv_groups() const { return num_groups_; }
   void clear();
 
  private:
+  void add_table(size_t group, std::span<const int32_t> table, int32_t start_pos, size_t n);
+
   int block_size_;
+  int num_groups_;
   std::vector<int32_t> tokens_, positions_, qsl_{0}, logits_indices_;
-  std::vector<int64_t> slots_;
-  std::vector<std::vector<int32_t>> tables_;
+  std::vector<std::vector<int64_t>> slots_;                // per group, [T]
+  std::vector<std::vector<std::vector<int32_t>>> tables_;  // per group, per sequence
+  mutable std::vector<int64_t> flat_slots_;
   mutable std::vector<int32_t> flat_tables_;
   mutable int max_blocks_ = 0;
 };

@@ -12,45 +12,23 @@
 #include "backend/backend.h"
 #include "backend/ops.h"
 #include "model/config.h"
+#include "model/kv_layout.h"
+#include "model/kv_storage.h"
 #include "tensor/tensor.h"
 
 namespace kestrel {
 
+// Per KV cache group g (KVCacheStorage::layout()), slot_mapping[g·T + t] is token t's slot in
+// that group's blocks and block_tables[(g·S + s)·max_blocks_per_seq + b] sequence s's block b.
 struct ForwardBatch {
   std::span<const int32_t> token_ids;        // [T]
   std::span<const int32_t> positions;        // [T]
-  std::span<const int64_t> slot_mapping;     // [T] KV slot of each token
+  std::span<const int64_t> slot_mapping;     // [G, T] KV slot of each token
   std::span<const int32_t> query_start_loc;  // [S + 1]
-  std::span<const int32_t> block_tables;     // [S, max_blocks_per_seq]
+  std::span<const int32_t> block_tables;     // [G, S, max_blocks_per_seq]
   int max_blocks_per_seq = 0;
+  int num_kv_groups = 1;
   std::span<const int32_t> logits_indices;  // rows of T whose logits are wanted
-};
-
-// KV storage for every layer: one allocation of `dtype` (F32, F16 or BF16). Attention layers:
-// [layers][K|V][blocks, block_size, kv_heads, head_dim]. Latent (MLA) caches keep one row per
-// token that stands for both K and V: [layers][blocks, block_size, head_dim] with head_dim =
-// kv_lora_rank + rope width and num_kv_heads = 1.
-class KVCacheStorage {
- public:
-  KVCacheStorage(int num_layers, int64_t num_blocks, int block_size, int num_kv_heads, int head_dim,
-                 DType dtype, bool latent = false);
-  KVLayer layer(int i) const;
-  // Layer i of a latent cache whose rows are [latent_dim | head_dim - latent_dim].
-  MlaCacheLayer mla_layer(int i, int latent_dim) const;
-  bool latent() const { return latent_; }
-  int64_t num_blocks() const { return num_blocks_; }
-  int block_size() const { return block_size_; }
-  size_t bytes() const { return buffer_.nbytes(); }
-
- private:
-  HostBuffer buffer_;
-  DType dtype_;
-  int num_layers_;
-  int64_t num_blocks_;
-  int block_size_;
-  int num_kv_heads_;
-  int head_dim_;
-  bool latent_;
 };
 
 class CausalLM {
@@ -73,17 +51,20 @@ class CausalLM {
   virtual DType kv_cache_dtype() const = 0;
   // The backend the model runs on: the runner samples with it (Backend::sample).
   virtual Backend& backend() = 0;
-  // Builds KV storage sized for this model's main layers.
-  KVCacheStorage make_kv_cache(int64_t num_blocks, int block_size) const {
-    return make_kv_cache_for_layers(int(config().num_hidden_layers), num_blocks, block_size);
+  // How the main layers' caches form groups over one block pool (model/kv_layout.h).
+  KVCacheLayout kv_cache_layout(int block_size) const {
+    return model_kv_cache_layout(config(), kv_cache_dtype(), block_size);
   }
+  // KV storage for this model's main layers.
+  KVCacheStorage make_kv_cache(int64_t num_blocks, int block_size) const {
+    return KVCacheStorage(kv_cache_layout(block_size), num_blocks, kv_cache_dtype());
+  }
+  // KV storage of `layers` full-attention (or latent) layers: the MTP modules' cache.
   KVCacheStorage make_kv_cache_for_layers(int layers, int64_t num_blocks, int block_size) const {
-    const auto& c = config();
-    if (c.mla.enabled())
-      return KVCacheStorage(layers, num_blocks, block_size, 1, int(c.mla.cache_width()),
-                            kv_cache_dtype(), true);
-    return KVCacheStorage(layers, num_blocks, block_size, int(c.num_key_value_heads),
-                          int(c.head_dim), kv_cache_dtype());
+    return KVCacheStorage(
+        uniform_kv_cache_layout(layer_kv_cache_spec(config(), kv_cache_dtype(), block_size, -1),
+                                layers),
+        num_blocks, kv_cache_dtype());
   }
 
   // Multi-token prediction modules stored with the model (DeepSeek's num_nextn_predict_layers).

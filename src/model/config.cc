@@ -251,6 +251,44 @@ Status parse_quantization(const FieldReader& r, ModelConfig& c) {
   return Status::Ok();
 }
 
+// Which layers attend through a sliding window, as transformers decides it: layer_types when
+// given (a "sliding_attention" layer uses sliding_window), otherwise Qwen2/Qwen3's
+// use_sliding_window for layers from max_window_layers on, or Mistral's sliding_window on every
+// layer. A null or absent sliding_window (Mistral v0.2+, most Qwen2.5) means full attention.
+Status parse_sliding_window(const FieldReader& r, ModelConfig& c) {
+  int64_t window = 0;
+  KTRY(r.get("sliding_window", window));
+  const bool qwen =
+      c.model_type == "qwen2" || c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+  bool use = c.model_type == "mistral";
+  int64_t first_layer = 0;
+  if (qwen) {
+    KTRY(r.get("use_sliding_window", use));
+    KTRY(r.get("max_window_layers", first_layer));
+  }
+  std::vector<bool> sliding(size_t(std::max<int64_t>(c.num_hidden_layers, 0)), false);
+  if (const json* types = r.find("layer_types")) {
+    if (!types->is_array() || types->size() != sliding.size())
+      return r.type_error("layer_types", "a list with one entry per hidden layer");
+    for (size_t i = 0; i < sliding.size(); ++i) {
+      const json& t = (*types)[i];
+      if (!t.is_string() || (t != "full_attention" && t != "sliding_attention"))
+        return r.type_error("layer_types", "a list of \"full_attention\" or \"sliding_attention\"");
+      sliding[i] = t == "sliding_attention";
+    }
+  } else {
+    for (size_t i = 0; i < sliding.size(); ++i) sliding[i] = use && int64_t(i) >= first_layer;
+  }
+  if (qwen && !use) return Status::Ok();  // transformers drops the window then
+  if (window == 0) return Status::Ok();
+  if (window < 0 || window > std::numeric_limits<int32_t>::max())
+    return make_error("{}: 'sliding_window' must be a positive integer (got {})", r.file(), window);
+  c.layer_sliding_window.assign(sliding.size(), 0);
+  for (size_t i = 0; i < sliding.size(); ++i)
+    if (sliding[i]) c.layer_sliding_window[i] = int32_t(window);
+  return Status::Ok();
+}
+
 Expected<ModelConfig> parse_config(const std::string& text, const std::string& file) {
   KASSIGN(json j, parse_object(text, file));
   FieldReader r(j, file);
@@ -297,6 +335,7 @@ Expected<ModelConfig> parse_config(const std::string& text, const std::string& f
   if (c.model_type == "qwen3") c.qk_norm = true;
   if (c.model_type == "qwen3_moe") KTRY(parse_qwen3_moe(r, c));
   if (c.model_type == "deepseek_v3") KTRY(parse_deepseek_v3(r, c));
+  KTRY(parse_sliding_window(r, c));
   if (const json* q = r.find("quantization_config")) {
     if (!q->is_object()) return r.type_error("quantization_config", "an object");
     KTRY(parse_quantization(FieldReader(*q, file, "quantization_config."), c));
@@ -330,6 +369,12 @@ Expected<GenerationDefaults> parse_generation(const std::string& text, const std
 }
 
 }  // namespace
+
+int32_t ModelConfig::sliding_window(int64_t layer) const {
+  return layer >= 0 && size_t(layer) < layer_sliding_window.size()
+             ? layer_sliding_window[size_t(layer)]
+             : 0;
+}
 
 bool MoeConfig::is_moe_layer(int64_t layer) const {
   if (num_experts <= 0 || layer < first_k_dense_replace) return false;
@@ -374,6 +419,9 @@ Status ModelConfig::finalize() {
     return make_error("'rope_theta' must be positive (got {})", rope_theta);
   if (hidden_act != "silu")
     return make_error("unsupported hidden_act '{}' (only silu is supported)", hidden_act);
+
+  if (!layer_sliding_window.empty() && mla.enabled())
+    return make_error("sliding-window attention with multi-head latent attention is not supported");
 
   if (moe.num_experts > 0) {
     const MoeConfig& m = moe;

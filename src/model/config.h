@@ -101,6 +101,11 @@ struct ModelConfig {
   MlaConfig mla;
   Fp8WeightConfig fp8;
   int64_t num_nextn_predict_layers = 0;  // MTP modules stored after the main layers
+  // Per hidden layer, the sliding window of its attention (a query at p sees keys p - W < j ≤
+  // p), 0 for full attention; empty when no layer has one.
+  std::vector<int32_t> layer_sliding_window;
+
+  int32_t sliding_window(int64_t layer) const;
 
   // Checks required fields and divisibility; fills defaults (head_dim, rope_dim, kv heads).
   Status finalize();

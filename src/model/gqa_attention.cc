@@ -57,9 +57,11 @@ class GqaAttention final : public AttentionLayer {
     }
     be.rope(q, T, nh_, hd_, ctx.positions, ctx.rope);
     const KVLayer cache = ctx.kv.layer(layer);
-    be.write_kv(cache, k, v, ctx.attn, &ctx.rope);  // K rotated on its way into the cache
+    be.write_kv(cache, k, v, ctx.attention(layer),
+                &ctx.rope);  // K rotated on its way into the cache
     float* attn = ctx.scratch.get(kSlotAttnOut, T * qd);
-    be.paged_attention(q, cache, ctx.attn, nh_, 1.0f / std::sqrt(float(hd_)), attn, ctx.act);
+    be.paged_attention(q, cache, ctx.attention(layer), nh_, 1.0f / std::sqrt(float(hd_)), attn,
+                       ctx.act);
     be.linear(o_, attn, T, out);
     ctx.round(out, T * H_);
   }

@@ -1,49 +1,70 @@
-#include "model/causal_lm.h"
+#include "model/kv_storage.h"
+
+#include <utility>
 
 namespace kestrel {
+namespace {
 
-KVCacheStorage::KVCacheStorage(int num_layers, int64_t num_blocks, int block_size, int num_kv_heads,
-                               int head_dim, DType dtype, bool latent)
-    : buffer_(dtype, Shape{int64_t(num_layers) * (latent ? 1 : 2) * num_blocks * block_size *
-                           int64_t(num_kv_heads) * head_dim}),
-      dtype_(dtype),
-      num_layers_(num_layers),
+int64_t elements(const KVCacheLayout& l, int64_t num_blocks, bool latent) {
+  KCHECK(!l.groups.empty() && l.layers_per_block > 0, "an empty KV cache layout");
+  const KVCacheSpec& g = l.groups[0];
+  return int64_t(l.layers_per_block) * (latent ? 1 : 2) * num_blocks * g.block_size *
+         int64_t(g.num_kv_heads) * g.head_dim;
+}
+
+}  // namespace
+
+KVCacheStorage::KVCacheStorage(KVCacheLayout layout, int64_t num_blocks, DType dtype)
+    : layout_(std::move(layout)),
       num_blocks_(num_blocks),
-      block_size_(block_size),
-      num_kv_heads_(num_kv_heads),
-      head_dim_(head_dim),
-      latent_(latent) {}
+      latent_(!layout_.groups.empty() && layout_.groups[0].kind == KVCacheKind::kMlaLatent),
+      buffer_(dtype, Shape{elements(layout_, num_blocks, latent_)}),
+      dtype_(dtype) {
+  const KVCacheSpec& first = layout_.groups[0];
+  for (const KVCacheSpec& g : layout_.groups)
+    KCHECK(g.block_size == first.block_size && g.num_kv_heads == first.num_kv_heads &&
+               g.head_dim == first.head_dim && (g.kind == KVCacheKind::kMlaLatent) == latent_ &&
+               size_t(g.dtype_bytes) == dtype_bytes(dtype, 1),
+           "KV cache groups of different layer shapes cannot share one storage");
+}
+
+LayerPlace KVCacheStorage::place(int layer) const {
+  KCHECK(layer >= 0 && size_t(layer) < layout_.layers.size(), "layer {} out of range", layer);
+  return layout_.layers[size_t(layer)];
+}
 
 KVLayer KVCacheStorage::layer(int i) const {
-  KCHECK(i >= 0 && i < num_layers_, "layer {} out of range", i);
   KCHECK(!latent_, "a latent (MLA) cache has no separate K and V");
-  const int64_t per = num_blocks_ * block_size_ * int64_t(num_kv_heads_) * head_dim_;
+  const KVCacheSpec& g = layout_.groups[0];
+  const int64_t per = num_blocks_ * g.block_size * int64_t(g.num_kv_heads) * g.head_dim;
   const size_t per_bytes = dtype_bytes(dtype_, per);
+  const size_t slot = size_t(place(i).index);
   auto* base = static_cast<uint8_t*>(const_cast<void*>(buffer_.view().data));
   KVLayer l;
-  l.k = base + 2 * size_t(i) * per_bytes;
-  l.v = base + (2 * size_t(i) + 1) * per_bytes;
+  l.k = base + 2 * slot * per_bytes;
+  l.v = base + (2 * slot + 1) * per_bytes;
   l.dtype = dtype_;
   l.num_blocks = num_blocks_;
-  l.block_size = block_size_;
-  l.num_kv_heads = num_kv_heads_;
-  l.head_dim = head_dim_;
+  l.block_size = g.block_size;
+  l.num_kv_heads = g.num_kv_heads;
+  l.head_dim = g.head_dim;
   return l;
 }
 
 MlaCacheLayer KVCacheStorage::mla_layer(int i, int latent_dim) const {
-  KCHECK(i >= 0 && i < num_layers_, "layer {} out of range", i);
-  KCHECK(latent_ && latent_dim > 0 && latent_dim <= head_dim_,
+  const KVCacheSpec& g = layout_.groups[0];
+  KCHECK(latent_ && latent_dim > 0 && latent_dim <= g.head_dim,
          "latent width {} does not fit this cache (latent {}, row width {})", latent_dim, latent_,
-         head_dim_);
-  const size_t per_bytes = dtype_bytes(dtype_, num_blocks_ * block_size_ * int64_t(head_dim_));
+         g.head_dim);
+  const size_t per_bytes = dtype_bytes(dtype_, num_blocks_ * g.block_size * int64_t(g.head_dim));
   MlaCacheLayer l;
-  l.data = static_cast<uint8_t*>(const_cast<void*>(buffer_.view().data)) + size_t(i) * per_bytes;
+  l.data = static_cast<uint8_t*>(const_cast<void*>(buffer_.view().data)) +
+           size_t(place(i).index) * per_bytes;
   l.dtype = dtype_;
   l.num_blocks = num_blocks_;
-  l.block_size = block_size_;
+  l.block_size = g.block_size;
   l.latent_dim = latent_dim;
-  l.rope_dim = head_dim_ - latent_dim;
+  l.rope_dim = g.head_dim - latent_dim;
   return l;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -54,12 +55,14 @@ struct LayerContext {
   float eps;  // RMSNorm epsilon
   int64_t num_tokens;
   const int32_t* positions;
-  const AttentionBatch& attn;
+  std::span<const AttentionBatch> attn;  // per KV cache group of kv
   const RopeParams& rope;
   KVCacheStorage& kv;
   Scratch& scratch;
 
   void round(float* p, int64_t n) const { be.round_to(act, p, n); }
+  // The batch as cache layer `layer` sees it: its group's block tables and slots, its window.
+  const AttentionBatch& attention(int layer) const { return attn[size_t(kv.place(layer).group)]; }
 };
 
 }  // namespace kestrel

@@ -12,10 +12,9 @@ namespace kestrel {
 namespace fs = std::filesystem;
 
 const std::vector<std::string>& supported_architectures() {
-  // Mistral is left out until sliding-window attention exists (its first release uses it).
-  static const std::vector<std::string> kArchs = {"LlamaForCausalLM", "Qwen2ForCausalLM",
-                                                  "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
-                                                  "DeepseekV3ForCausalLM"};
+  static const std::vector<std::string> kArchs = {"LlamaForCausalLM",    "MistralForCausalLM",
+                                                  "Qwen2ForCausalLM",    "Qwen3ForCausalLM",
+                                                  "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM"};
   return kArchs;
 }
 

@@ -87,7 +87,7 @@ class MlaAttention final : public AttentionLayer {
     be.rope(q_rope, T, nh_, int(dr_), ctx.positions, ctx.rope);
     be.rope(k_rope, T, 1, int(dr_), ctx.positions, ctx.rope);
     const MlaCacheLayer cache = ctx.kv.mla_layer(layer, int(r_));
-    be.write_mla_cache(cache, latent, k_rope, ctx.attn);
+    be.write_mla_cache(cache, latent, k_rope, ctx.attention(layer));
 
     // q̃_h = W_UK[h]ᵀ · q_nope_h, head by head.
     float* q_lat = s.get(kSlotMlaQLat, T * nh_ * r_);
@@ -100,7 +100,7 @@ class MlaAttention final : public AttentionLayer {
         std::copy_n(head_out + t * r_, r_, q_lat + (t * nh_ + hh) * r_);
     }
     float* o_lat = s.get(kSlotMlaOLat, T * nh_ * r_);
-    be.mla_attention(q_lat, q_rope, cache, ctx.attn, nh_, scale_, o_lat, ctx.act);
+    be.mla_attention(q_lat, q_rope, cache, ctx.attention(layer), nh_, scale_, o_lat, ctx.act);
 
     // o_h = W_UV[h] · ō_h into [T, nh, dv].
     float* o = s.get(kSlotAttnOut, T * nh_ * dv_);

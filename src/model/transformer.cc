@@ -110,11 +110,10 @@ class TransformerModel final : public CausalLM {
 
   void forward_hidden(const ForwardBatch& fb, KVCacheStorage& kv) override {
     const int64_t T = int64_t(fb.token_ids.size()), H = cfg_.hidden_size;
-    KCHECK(fb.positions.size() == size_t(T) && fb.slot_mapping.size() == size_t(T),
-           "batch arrays disagree on token count");
+    KCHECK(fb.positions.size() == size_t(T), "batch arrays disagree on token count");
     ws_.ensure(T, H);
     float* x = ws_.x.data();
-    const AttentionBatch ab = attention_batch(fb);
+    const std::vector<AttentionBatch> ab = attention_batches(fb, kv);
     const RopeParams rp = rope_params();
     const LayerContext ctx{be_, act_,    float(cfg_.rms_norm_eps), T, fb.positions.data(), ab, rp,
                            kv,  scratch_};
@@ -134,7 +133,7 @@ class TransformerModel final : public CausalLM {
     float* cat = ws_.cat.data();
     // The embeddings go to y, so `hidden` may be last_hidden() itself.
     float* e = ws_.y.data();
-    const AttentionBatch ab = attention_batch(fb);
+    const std::vector<AttentionBatch> ab = attention_batches(fb, mtp_kv);
     const RopeParams rp = rope_params();
     const LayerContext ctx{be_, act_, eps, T, fb.positions.data(), ab, rp, mtp_kv, scratch_};
     be_.embedding(embed_, fb.token_ids.data(), T, e);
@@ -170,16 +169,28 @@ class TransformerModel final : public CausalLM {
     return Status::Ok();
   }
 
-  AttentionBatch attention_batch(const ForwardBatch& fb) const {
-    AttentionBatch ab;
-    ab.num_tokens = int64_t(fb.token_ids.size());
-    ab.num_seqs = int(fb.query_start_loc.size()) - 1;
-    ab.positions = fb.positions.data();
-    ab.slot_mapping = fb.slot_mapping.data();
-    ab.query_start_loc = fb.query_start_loc.data();
-    ab.block_tables = fb.block_tables.data();
-    ab.max_blocks_per_seq = fb.max_blocks_per_seq;
-    return ab;
+  // One view of the batch per KV cache group: the group's slots, tables and window.
+  static std::vector<AttentionBatch> attention_batches(const ForwardBatch& fb,
+                                                       const KVCacheStorage& kv) {
+    const size_t T = fb.token_ids.size(), S = fb.query_start_loc.size() - 1;
+    const size_t G = size_t(kv.num_groups());
+    KCHECK(fb.num_kv_groups == int(G) && fb.slot_mapping.size() == G * T &&
+               fb.block_tables.size() == G * S * size_t(fb.max_blocks_per_seq),
+           "a batch for {} KV cache groups ({} slots, {} table entries) on a cache of {}",
+           fb.num_kv_groups, fb.slot_mapping.size(), fb.block_tables.size(), G);
+    std::vector<AttentionBatch> out(G);
+    for (size_t g = 0; g < G; ++g) {
+      AttentionBatch& ab = out[g];
+      ab.num_tokens = int64_t(T);
+      ab.num_seqs = int(S);
+      ab.positions = fb.positions.data();
+      ab.slot_mapping = fb.slot_mapping.data() + g * T;
+      ab.query_start_loc = fb.query_start_loc.data();
+      ab.block_tables = fb.block_tables.data() + g * S * size_t(fb.max_blocks_per_seq);
+      ab.max_blocks_per_seq = fb.max_blocks_per_seq;
+      ab.sliding_window = kv.layout().groups[g].sliding_window;
+    }
+    return out;
   }
 
   RopeParams rope_params() const {

@@ -10,7 +10,7 @@
 namespace kestrel {
 
 ModelRunner::ModelRunner(CausalLM& model, KVCacheStorage kv)
-    : model_(model), kv_(std::move(kv)), builder_(kv_.block_size()) {}
+    : model_(model), kv_(std::move(kv)), builder_(kv_.block_size(), kv_.num_groups()) {}
 
 Expected<ModelRunner::Rows> ModelRunner::add_to_batch(const ScheduledTokens& work,
                                                       int64_t first_row) {
@@ -30,13 +30,20 @@ Expected<ModelRunner::Rows> ModelRunner::add_to_batch(const ScheduledTokens& wor
   for (const int32_t t : work.draft_token_ids)
     if (t < 0 || t >= vocab)
       return make_error("request {}: draft token {} out of range", work.id, t);
-  if (req->block_ids.size() != 1)
-    return make_error("request {}: {} KV cache groups, the model has 1", work.id,
-                      req->block_ids.size());
-  const std::vector<BlockId>& table = req->block_ids[0];
-  if (static_cast<int64_t>(table.size()) * kv_.block_size() < start + work.num_tokens)
-    return make_error("request {}: {} blocks cannot hold {} positions", work.id, table.size(),
-                      start + work.num_tokens);
+  if (req->block_ids.size() != size_t(kv_.num_groups()))
+    return make_error("request {}: {} KV cache groups, the model has {}", work.id,
+                      req->block_ids.size(), kv_.num_groups());
+  const int64_t end = start + work.num_tokens;
+  const int64_t bs = kv_.block_size();
+  for (const std::vector<BlockId>& table : req->block_ids) {
+    if (static_cast<int64_t>(table.size()) * bs < end)
+      return make_error("request {}: {} blocks cannot hold {} positions", work.id, table.size(),
+                        end);
+    // A sliding window may have dropped older blocks, never those the new tokens go to.
+    for (int64_t b = start / bs; b < (end + bs - 1) / bs; ++b)
+      if (table[size_t(b)] == kNullBlock)
+        return make_error("request {}: no KV block for positions from {}", work.id, b * bs);
+  }
 
   tokens_.assign(req->all_tokens.begin() + start, req->all_tokens.begin() + start + known);
   tokens_.insert(tokens_.end(), work.draft_token_ids.begin(), work.draft_token_ids.end());
@@ -44,7 +51,7 @@ Expected<ModelRunner::Rows> ModelRunner::add_to_batch(const ScheduledTokens& wor
   const bool scores_prompt = req->sampling.prompt_logprobs >= 0 &&
                              start < static_cast<int64_t>(req->num_prompt_tokens) - 1;
   const int64_t count = scores_prompt ? work.num_tokens : samples ? num_drafts + 1 : 0;
-  builder_.add(tokens_, int32_t(start), table, size_t(count));
+  builder_.add(tokens_, int32_t(start), req->block_ids, size_t(count));
   return Rows{&work, req, start, first_row, count, samples};
 }
 

@@ -30,19 +30,29 @@ Status validate(const SchedulerConfig& c) {
     return make_error("scheduler: num_lookahead_tokens must be >= 0 (got {})",
                       c.num_lookahead_tokens);
   // Otherwise a long request would preempt itself forever.
+  std::vector<KVCacheSpec> groups =
+      c.kv_groups.empty() ? std::vector<KVCacheSpec>{KVCacheSpec{}} : c.kv_groups;
+  for (KVCacheSpec& g : groups) {
+    g.block_size = c.block_size;  // as the KV cache manager uses them
+    if (g.kind == KVCacheKind::kSlidingWindow && g.sliding_window < 1)
+      return make_error("scheduler: a sliding-window KV group needs a window >= 1 (got {})",
+                        g.sliding_window);
+  }
   const int64_t blocks_per_seq =
-      (c.max_model_len + c.num_lookahead_tokens + c.block_size - 1) / c.block_size;
+      max_blocks_per_request(groups, c.max_model_len + c.num_lookahead_tokens,
+                             c.max_num_batched_tokens + c.num_lookahead_tokens);
   if (c.num_blocks - 1 < blocks_per_seq) {
     return make_error(
         "scheduler: {} usable KV blocks cannot hold one sequence of max_model_len "
-        "{} ({} blocks of {})",
-        c.num_blocks - 1, c.max_model_len, blocks_per_seq, c.block_size);
+        "{} ({} blocks of {} over {} KV cache groups)",
+        c.num_blocks - 1, c.max_model_len, blocks_per_seq, c.block_size, groups.size());
   }
   return Status::Ok();
 }
 
 Scheduler::Scheduler(const SchedulerConfig& config)
-    : config_(config), kv_(config.num_blocks, config.block_size, config.enable_prefix_caching) {
+    : config_(config),
+      kv_(config.num_blocks, config.block_size, config.enable_prefix_caching, config.kv_groups) {
   const Status s = validate(config);
   KCHECK(s.ok(), "{}", s.message());
 }
@@ -89,13 +99,17 @@ void Scheduler::add_to_output(Request& req, int64_t num_new, SchedulerOutput& ou
     work.draft_token_ids.assign(req.draft_token_ids.begin(),
                                 req.draft_token_ids.begin() + (num_new - known));
   out.scheduled.push_back(std::move(work));
-  const std::span<const BlockId> table = kv_.block_table(req.id);
+  const size_t num_groups = kv_.num_groups();
+  auto table = [&](size_t g, size_t from) {
+    const std::span<const BlockId> t = kv_.block_table(req.id, g);
+    return std::vector<BlockId>(t.begin() + std::ptrdiff_t(std::min(from, t.size())), t.end());
+  };
   if (!req.known_to_worker) {
     NewRequestData d;
     d.id = req.id;
     d.prompt_token_ids = req.prompt_token_ids;
     d.sampling = req.sampling;
-    d.block_ids = {std::vector<BlockId>(table.begin(), table.end())};
+    for (size_t g = 0; g < num_groups; ++g) d.block_ids.push_back(table(g, 0));
     d.num_computed_tokens = req.num_computed_tokens;
     out.new_requests.push_back(std::move(d));
     req.known_to_worker = true;
@@ -103,12 +117,15 @@ void Scheduler::add_to_output(Request& req, int64_t num_new, SchedulerOutput& ou
     CachedRequestData d;
     d.id = req.id;
     d.resumed_from_preemption = req.resumed;
-    const size_t from = req.resumed ? 0 : req.blocks_sent[0];
-    d.new_block_ids = {std::vector<BlockId>(table.begin() + from, table.end())};
+    // A sliding window only turns entries the worker has into nulls, which no query of it
+    // reads again: the worker needs only the new entries.
+    for (size_t g = 0; g < num_groups; ++g)
+      d.new_block_ids.push_back(table(g, req.resumed ? 0 : req.blocks_sent[g]));
     d.num_computed_tokens = req.num_computed_tokens;
     out.cached_requests.push_back(std::move(d));
   }
-  req.blocks_sent = {table.size()};
+  req.blocks_sent.resize(num_groups);
+  for (size_t g = 0; g < num_groups; ++g) req.blocks_sent[g] = kv_.block_table(req.id, g).size();
   req.resumed = false;
 }
 

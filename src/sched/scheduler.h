@@ -15,6 +15,7 @@
 
 #include "base/status.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_cache_spec.h"
 #include "sched/request.h"
 #include "sched/runner_output.h"
 #include "sched/scheduler_output.h"
@@ -32,6 +33,9 @@ struct SchedulerConfig {
   // Blocks reserved past each request's scheduled tokens, for proposers that write draft K/V
   // ahead (vLLM's num_lookahead_tokens); 0 without speculative decoding.
   int64_t num_lookahead_tokens = 0;
+  // The KV cache groups (kv/kv_cache_spec.h: kind and sliding window matter here); empty: one
+  // full-attention group. Every request gets one block table per group.
+  std::vector<KVCacheSpec> kv_groups;
 };
 
 // Ok when the config can make progress on every admissible request, else why not.

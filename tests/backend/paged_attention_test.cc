@@ -22,6 +22,7 @@ struct Case {
   int heads, kv_heads, head_dim, block_size;
   std::vector<int> ctx_lens;  // total context of each sequence after this step
   std::vector<int> new_lens;  // tokens of each sequence in this step (≤ ctx)
+  int window = 0;             // > 0: sliding-window attention
 };
 
 void run_case(const Case& c, int threads) {
@@ -86,7 +87,21 @@ void run_case(const Case& c, int threads) {
   }
   const int64_t T = int64_t(positions.size());
   AttentionBatch batch{T, S, positions.data(), slots.data(), qsl.data(), tables.data(), max_blocks};
+  batch.sliding_window = c.window;
   write_kv(layer, knew.data(), vnew.data(), batch);
+  // The first key any query of a sequence sees; blocks wholly before it move to a block of NaN,
+  // as a freed block would be: an output that read one would not be finite.
+  auto first_key = [&](int pos) { return c.window > 0 ? std::max(0, pos - c.window + 1) : 0; };
+  if (c.window > 0) {
+    const int32_t poison = perm.back();  // never handed to a sequence
+    std::fill(kc.begin() + poison * c.block_size * row,
+              kc.begin() + (poison + 1) * c.block_size * row, std::nanf(""));
+    std::fill(vc.begin() + poison * c.block_size * row,
+              vc.begin() + (poison + 1) * c.block_size * row, std::nanf(""));
+    for (int s = 0; s < S; ++s)
+      for (int b = 0; b < first_key(c.ctx_lens[s] - c.new_lens[s]) / c.block_size; ++b)
+        tables[s * max_blocks + b] = poison;
+  }
 
   std::vector<float> q(T * nh * hd), out(q.size());
   for (auto& x : q) x = nd(rng);
@@ -98,21 +113,21 @@ void run_case(const Case& c, int threads) {
     for (int32_t t = qsl[s]; t < qsl[s + 1]; ++t) {
       for (int h = 0; h < nh; ++h) {
         const int g = h / (nh / kvh);
-        const int pos = positions[t];
-        std::vector<double> sc(pos + 1);
+        const int pos = positions[t], lo = first_key(pos);
+        std::vector<double> sc(pos + 1 - lo);
         double mx = -1e300;
-        for (int j = 0; j <= pos; ++j) {
+        for (int j = lo; j <= pos; ++j) {
           double d = 0;
           for (int i = 0; i < hd; ++i)
             d += double(q[(t * nh + h) * hd + i]) * K[s][j * row + g * hd + i];
-          sc[j] = d * scale;
-          mx = std::max(mx, sc[j]);
+          sc[j - lo] = d * scale;
+          mx = std::max(mx, sc[j - lo]);
         }
         double sum = 0;
         for (auto& v : sc) sum += (v = std::exp(v - mx));
         for (int i = 0; i < hd; ++i) {
           double ref = 0;
-          for (int j = 0; j <= pos; ++j) ref += sc[j] / sum * Vd[s][j * row + g * hd + i];
+          for (int j = lo; j <= pos; ++j) ref += sc[j - lo] / sum * Vd[s][j * row + g * hd + i];
           EXPECT_NEAR(out[(t * nh + h) * hd + i], ref, 2e-5 * (1 + std::fabs(ref)))
               << "seq " << s << " token " << t << " head " << h << " dim " << i;
         }
@@ -131,6 +146,14 @@ TEST(PagedAttention, OddHeadDimSmallBlocksManyThreads) {
 
 TEST(PagedAttention, MultiQueryAttention) {
   run_case({8, 1, 32, 16, {70, 3}, {2, 3}}, 2);
+}
+
+// Windows shorter and longer than a block, crossed by prefill chunks and decodes; blocks before
+// every window hold NaN.
+TEST(PagedAttention, SlidingWindowReadsOnlyTheWindow) {
+  run_case({4, 2, 16, 4, {5, 40, 17, 1, 29}, {5, 1, 9, 1, 3}, 6}, 2);
+  run_case({6, 3, 24, 16, {70, 33, 90}, {2, 33, 1}, 21}, 3);
+  run_case({4, 4, 8, 8, {12, 12}, {1, 12}, 1}, 1);
 }
 
 }  // namespace
@@ -271,7 +294,7 @@ namespace {
 
 // Batch invariance: a token's output is bit-identical whether it is computed inside a prefill
 // chunk (query tiles, other sequences in the batch, several threads) or alone as a decode step.
-void check_batch_invariance(DType cache_dtype, DType act, int threads) {
+void check_batch_invariance(DType cache_dtype, DType act, int threads, int window = 0) {
   const int nh = 6, kvh = 2, hd = 40, bs = 16, len = 45;
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -290,6 +313,7 @@ void check_batch_invariance(DType cache_dtype, DType act, int threads) {
     slots[i] = int64_t(table[i / bs]) * bs + i % bs;
   }
   AttentionBatch prefill{len, 1, positions.data(), slots.data(), qsl.data(), table.data(), 3};
+  prefill.sliding_window = window;
   write_kv(layer, k.data(), v.data(), prefill);
   ThreadPool pool(threads);
   std::vector<float> batched(q.size());
@@ -300,6 +324,7 @@ void check_batch_invariance(DType cache_dtype, DType act, int threads) {
     const int32_t pos = positions[t];
     const int32_t one_qsl[2] = {0, 1};
     AttentionBatch decode{1, 1, &pos, &slots[t], one_qsl, table.data(), 3};
+    decode.sliding_window = window;
     std::vector<float> alone(nh * hd);
     paged_attention(q.data() + t * nh * hd, layer, decode, nh, 0.2f, alone.data(), one, act);
     for (int i = 0; i < nh * hd; ++i)
@@ -350,6 +375,10 @@ TEST(PagedAttention, BatchInvariantF16Cache) {
 }
 TEST(PagedAttention, BatchInvariantBf16CacheAndActivations) {
   check_batch_invariance(DType::BF16, DType::BF16, 2);
+}
+TEST(PagedAttention, BatchInvariantSlidingWindow) {
+  check_batch_invariance(DType::F32, DType::F32, 2, 11);
+  check_batch_invariance(DType::BF16, DType::BF16, 3, 20);
 }
 
 }  // namespace

@@ -123,6 +123,18 @@ class EngineGolden : public ::testing::TestWithParam<std::string> {
     return c;
   }
 
+  // The smallest pool that holds one request of max_model_len: the golden prompts (7, 19 and 40
+  // tokens) with 16 outputs each cannot all fit, so requests get preempted as they grow.
+  SchedulerConfig tight_config(int64_t max_model_len, int64_t budget) const {
+    SchedulerConfig c = config();
+    c.max_model_len = max_model_len;
+    c.max_num_batched_tokens = budget;
+    c.kv_groups = lm_->model->kv_cache_layout(c.block_size).groups;
+    c.num_blocks =
+        1 + int32_t(max_blocks_per_request(c.kv_groups, c.max_model_len, c.max_num_batched_tokens));
+    return c;
+  }
+
   // Runs the golden prompts (all in one engine) and checks the greedy tokens and finish reasons.
   void expect_golden(EngineCore& engine, const std::string& tag) {
     for (size_t p = 0; p < 3; ++p) {
@@ -143,6 +155,10 @@ class EngineGolden : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<LoadedModel> lm_;
   Golden golden_;
 };
+
+// Preemption needs requests whose cache grows as they run: models with a full-attention layer
+// (a request of sliding-window layers only keeps a constant number of blocks once admitted).
+class EngineGoldenPreemption : public EngineGolden {};
 
 TEST_P(EngineGolden, EachPromptAloneMatchesReference) {
   for (size_t p = 0; p < 3; ++p) {
@@ -188,12 +204,8 @@ TEST_P(EngineGolden, WarmPrefixCacheGivesSameTokens) {
   expect_drained(engine);
 }
 
-TEST_P(EngineGolden, PreemptionByRecomputeGivesSameTokens) {
-  SchedulerConfig tight = config();
-  // Prompts of 7, 19 and 40 tokens plus 16 outputs need 2 + 3 + 4 blocks; 6 usable blocks force
-  // preemptions as the requests grow.
-  tight.num_blocks = 7;
-  tight.max_model_len = 96;
+TEST_P(EngineGoldenPreemption, PreemptionByRecomputeGivesSameTokens) {
+  SchedulerConfig tight = tight_config(64, 16);
   tight.enable_prefix_caching = false;
   ASSERT_TRUE(validate(tight).ok()) << validate(tight).error().message;
   EngineCore engine(*lm_->model, tight, eos_ids(*lm_));
@@ -344,9 +356,12 @@ TEST_P(EngineGolden, LogprobsOnlyWhenAskedWithTopAlternatives) {
   ASSERT_EQ(golden.size(), prompt.size() * size_t(V));
   std::vector<int32_t> seq = prompt;
   for (size_t i = 0; i + 1 < scored.size(); ++i) seq.push_back(scored[i].token);
-  KVCacheStorage kv = lm_->model->make_kv_cache(4, 16);
-  BatchBuilder bb(16);
-  bb.add(seq, 0, std::vector<int32_t>{0, 1}, BatchBuilder::Logits::kAll);
+  const int groups = int(lm_->model->kv_cache_layout(16).groups.size());
+  KVCacheStorage kv = lm_->model->make_kv_cache(2 * groups, 16);
+  std::vector<std::vector<int32_t>> tables;  // two blocks of each group's own
+  for (int g = 0; g < groups; ++g) tables.push_back({2 * g, 2 * g + 1});
+  BatchBuilder bb(16, groups);
+  bb.add(seq, 0, tables, seq.size());
   std::vector<float> forward(seq.size() * size_t(V));
   lm_->model->forward(bb.batch(), kv, forward.data());
   for (size_t i = 0; i < scored.size(); ++i) {
@@ -409,7 +424,7 @@ TEST_P(EngineGolden, SampleLogprobsMatchTheReferenceLogits) {
 
 // Prompt logprobs arrive once per prompt token, in order, however the prompt is chunked, cached
 // or recomputed after preemption, and requests that ask for them never start from cached blocks.
-TEST_P(EngineGolden, PromptLogprobsOncePerTokenUnderChunkingAndPreemption) {
+TEST_P(EngineGoldenPreemption, PromptLogprobsOncePerTokenUnderChunkingAndPreemption) {
   auto collect = [&](SchedulerConfig c, const std::string& tag) {
     EngineCore engine(*lm_->model, c, eos_ids(*lm_));
     for (int round = 0; round < 2; ++round) {
@@ -439,10 +454,7 @@ TEST_P(EngineGolden, PromptLogprobsOncePerTokenUnderChunkingAndPreemption) {
     return std::make_pair(scored, preempted_steps);
   };
   const auto [plain, none] = collect(config(), "plain");
-  SchedulerConfig tight = config();
-  tight.num_blocks = 7;
-  tight.max_model_len = 96;
-  tight.max_num_batched_tokens = 8;
+  const SchedulerConfig tight = tight_config(64, 8);
   const auto [squeezed, preempted] = collect(tight, "tight");
   EXPECT_GT(preempted, 0) << "the small pool was meant to force preemption";
   for (int round = 0; round < 2; ++round) {
@@ -475,7 +487,12 @@ TEST_P(EngineGolden, RejectsBadRequests) {
   expect_drained(engine);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, EngineGolden, ::testing::Values("llama3_f32", "qwen3_f32"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, EngineGolden,
+                         ::testing::Values("llama3_f32", "qwen3_f32", "mistral_f32",
+                                           "qwen2_sliding_f32"),
+                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Fixtures, EngineGoldenPreemption,
+                         ::testing::Values("llama3_f32", "qwen3_f32", "qwen2_sliding_f32"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

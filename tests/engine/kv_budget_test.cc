@@ -11,11 +11,13 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 
 KVBudgetRequest request() {
   KVBudgetRequest r;
-  r.spec.num_layers = 30;
-  r.spec.block_size = 16;
-  r.spec.num_kv_heads = 3;
-  r.spec.head_dim = 64;
-  r.spec.dtype_bytes = 2;  // 2 planes × 30 × 16 × 3 × 64 × 2 = 368,640 bytes per block
+  KVCacheSpec layer;
+  layer.block_size = 16;
+  layer.num_kv_heads = 3;
+  layer.head_dim = 64;
+  layer.dtype_bytes = 2;  // 2 planes × 30 × 16 × 3 × 64 × 2 = 368,640 bytes per block
+  r.layout = uniform_kv_cache_layout(layer, 30);
+  r.max_num_batched_tokens = 2048;
   r.weight_bytes = 100 << 20;
   r.activation_reserve_bytes = 50 << 20;
   r.max_model_len = 8192;
@@ -71,6 +73,34 @@ TEST(KVBudget, RefusesWhenOneMaxLengthRequestDoesNotFit) {
   heavy.memory_utilization = 0.1;
   heavy.weight_bytes = 4 * kGiB;
   EXPECT_FALSE(plan_kv_cache(heavy, ram(24)).ok());
+}
+
+// Half the layers with a 512-token window: blocks are per group of 15 layers (184,320 bytes),
+// and one max-length request needs 512 full-attention blocks plus, for the window, its 511 keys
+// and a step of 2048 tokens: (511 + 2048 + 15) / 16 + 1 = 161 blocks.
+TEST(KVBudget, SlidingWindowLayersNeedOnlyTheirWindow) {
+  KVBudgetRequest r = request();
+  std::vector<KVCacheSpec> layers(30);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    layers[i].block_size = 16;
+    layers[i].num_kv_heads = 3;
+    layers[i].head_dim = 64;
+    layers[i].dtype_bytes = 2;
+    if (i % 2 == 1) {
+      layers[i].kind = KVCacheKind::kSlidingWindow;
+      layers[i].sliding_window = 512;
+    }
+  }
+  auto layout = plan_kv_cache_layout(layers);
+  ASSERT_TRUE(layout.ok()) << layout.error().message;
+  ASSERT_EQ(layout->groups.size(), 2u);
+  r.layout = *layout;
+  r.kv_cache_memory_bytes = (512 + 161) * 184320;  // + the null block: one short
+  EXPECT_FALSE(plan_kv_cache(r, ram(24)).ok());
+  r.kv_cache_memory_bytes = (512 + 161 + 1) * 184320;
+  auto b = plan_kv_cache(r, ram(24));
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_EQ(b->num_blocks, 674);
 }
 
 TEST(KVBudget, RejectsBadFlags) {

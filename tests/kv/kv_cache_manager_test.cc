@@ -38,9 +38,9 @@ TEST(KVCacheManager, SharedPrefixHitsAcrossRequests) {
 
   const ComputedBlocks hit = m.get_computed_blocks(b);
   EXPECT_EQ(hit.num_tokens, 12);
-  ASSERT_EQ(hit.blocks.size(), 3u);
+  ASSERT_EQ(hit.blocks[0].size(), 3u);
   const auto table_a = m.block_table("a");
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(hit.blocks[i], table_a[i]);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(hit.blocks[0][i], table_a[i]);
   // A lookup alone counts nothing: a request blocked on memory looks up again every step.
   EXPECT_EQ(m.prefix_cache_hits(), 0);
   EXPECT_EQ(m.prefix_cache_queries(), 18);
@@ -65,7 +65,7 @@ TEST(KVCacheManager, LastTokenIsAlwaysRecomputed) {
   const ComputedBlocks hit = m.get_computed_blocks(prompt);
   // The second block holds the last token, so only the first can be reused.
   EXPECT_EQ(hit.num_tokens, 4);
-  EXPECT_EQ(hit.blocks.size(), 1u);
+  EXPECT_EQ(hit.blocks[0].size(), 1u);
   const std::vector<int32_t> longer = concat(prompt, {77});
   EXPECT_EQ(m.get_computed_blocks(longer).num_tokens, 8);
 }
@@ -80,8 +80,8 @@ TEST(KVCacheManager, TokenEditBreaksTheChainFromThatBlockOn) {
   edited[6] += 1;  // inside the second block
   const ComputedBlocks hit = m.get_computed_blocks(edited);
   EXPECT_EQ(hit.num_tokens, 4);
-  ASSERT_EQ(hit.blocks.size(), 1u);
-  EXPECT_EQ(hit.blocks[0], m.block_table("a")[0]);
+  ASSERT_EQ(hit.blocks[0].size(), 1u);
+  EXPECT_EQ(hit.blocks[0][0], m.block_table("a")[0]);
 }
 
 TEST(KVCacheManager, FreedBlocksStayCachedUntilEvicted) {

@@ -75,11 +75,11 @@ class StressTest : public ::testing::TestWithParam<uint64_t> {
     const int64_t queries_before = manager_.prefix_cache_queries();
     const ComputedBlocks hit = manager_.get_computed_blocks(r.tokens);
     ASSERT_LT(hit.num_tokens, static_cast<int64_t>(r.tokens.size()));
-    ASSERT_EQ(hit.num_tokens, static_cast<int64_t>(hit.blocks.size()) * kBlock);
-    for (size_t i = 0; i < hit.blocks.size(); ++i) {
+    ASSERT_EQ(hit.num_tokens, static_cast<int64_t>(hit.blocks[0].size()) * kBlock);
+    for (size_t i = 0; i < hit.blocks[0].size(); ++i) {
       for (int j = 0; j < kBlock; ++j) {
-        ASSERT_EQ(shadow_[hit.blocks[i] * kBlock + j], r.tokens[i * kBlock + j])
-            << "prefix hit on block " << hit.blocks[i] << " with stale contents";
+        ASSERT_EQ(shadow_[hit.blocks[0][i] * kBlock + j], r.tokens[i * kBlock + j])
+            << "prefix hit on block " << hit.blocks[0][i] << " with stale contents";
       }
     }
     const int64_t remaining = static_cast<int64_t>(r.tokens.size()) - hit.num_tokens;

@@ -132,6 +132,46 @@ TEST(ConfigJson, Qwen2AlwaysHasAttentionBias) {
   EXPECT_TRUE(forced->attention_bias);
 }
 
+// Sliding windows as transformers assigns them: Mistral's on every layer, Qwen2's from
+// max_window_layers on when use_sliding_window, layer_types over both; a null window or Qwen's
+// use_sliding_window false (Qwen2.5's released configs) leaves full attention everywhere.
+TEST(ConfigJson, SlidingWindowLayers) {
+  auto windows = [](const std::string& extra) {
+    auto c = parse_config_json(tiny(R"("num_hidden_layers": 4, )" + extra));
+    EXPECT_TRUE(c.ok()) << c.error().message;
+    std::vector<int32_t> w;
+    for (int64_t l = 0; c.ok() && l < c->num_hidden_layers; ++l) w.push_back(c->sliding_window(l));
+    return w;
+  };
+  using W = std::vector<int32_t>;
+  EXPECT_EQ(windows(R"("model_type": "mistral", "sliding_window": 4096)"),
+            (W{4096, 4096, 4096, 4096}));
+  EXPECT_EQ(windows(R"("model_type": "mistral", "sliding_window": null)"), (W{0, 0, 0, 0}));
+  EXPECT_EQ(windows(R"("model_type": "llama", "sliding_window": 64)"), (W{0, 0, 0, 0}));
+  EXPECT_EQ(windows(R"("model_type": "qwen2", "sliding_window": 64, "use_sliding_window": true,
+                       "max_window_layers": 1)"),
+            (W{0, 64, 64, 64}));
+  EXPECT_EQ(windows(R"("model_type": "qwen2", "sliding_window": 64, "use_sliding_window": false,
+                       "max_window_layers": 1)"),
+            (W{0, 0, 0, 0}));
+  EXPECT_EQ(windows(R"("model_type": "qwen3", "sliding_window": 8, "use_sliding_window": true,
+                       "max_window_layers": 3, "layer_types": ["sliding_attention",
+                       "full_attention", "sliding_attention", "full_attention"])"),
+            (W{8, 0, 8, 0}));
+  EXPECT_EQ(windows(R"("model_type": "mistral", "sliding_window": 16, "layer_types":
+                       ["full_attention", "full_attention", "sliding_attention",
+                       "sliding_attention"])"),
+            (W{0, 0, 16, 16}));
+  expect_error(parse_config_json(tiny(R"("model_type": "mistral", "sliding_window": 16,
+                                         "layer_types": ["full_attention"])")),
+               {"layer_types", "one entry per hidden layer"});
+  expect_error(parse_config_json(tiny(R"("model_type": "mistral", "sliding_window": 16,
+                                         "layer_types": ["full_attention", "chunked"])")),
+               {"layer_types"});
+  expect_error(parse_config_json(tiny(R"("model_type": "mistral", "sliding_window": -3)")),
+               {"sliding_window"});
+}
+
 TEST(ConfigJson, Qwen3ExplicitHeadDimAndQkNorm) {
   auto c = parse_config_json(tiny(R"("model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
       "head_dim": 32, "num_key_value_heads": 2)"));

@@ -62,14 +62,37 @@ std::vector<int32_t> blocks(int first, int n) {
   return b;
 }
 
+// A model's KV cache of `stride` blocks per KV cache group: group g's blocks are b + g·stride
+// for the table's b, so the groups (e.g. Qwen2's full and sliding layers) never share a block.
+struct GroupedCache {
+  GroupedCache(LoadedModel& lm, int stride)
+      : stride(stride),
+        kv(lm.model->make_kv_cache(
+            int64_t(stride) * int64_t(lm.model->kv_cache_layout(kBlock).groups.size()), kBlock)) {}
+
+  std::vector<std::vector<int32_t>> tables(const std::vector<int32_t>& table) const {
+    std::vector<std::vector<int32_t>> out(size_t(kv.num_groups()), table);
+    for (size_t g = 0; g < out.size(); ++g)
+      for (int32_t& b : out[g]) b += int32_t(g) * stride;
+    return out;
+  }
+  BatchBuilder builder() const { return BatchBuilder(kBlock, kv.num_groups()); }
+  void add(BatchBuilder& bb, std::span<const int32_t> tokens, int32_t start,
+           const std::vector<int32_t>& table, size_t num_logits) const {
+    bb.add(tokens, start, tables(table), num_logits);
+  }
+
+  int stride;
+  KVCacheStorage kv;
+};
+
 // Logits of every position of `prompt` in one forward.
-std::vector<float> full_logits(LoadedModel& lm, KVCacheStorage& kv,
-                               const std::vector<int32_t>& prompt,
+std::vector<float> full_logits(LoadedModel& lm, GroupedCache& c, const std::vector<int32_t>& prompt,
                                const std::vector<int32_t>& table) {
-  BatchBuilder bb(kBlock);
-  bb.add(prompt, 0, table, BatchBuilder::Logits::kAll);
+  BatchBuilder bb = c.builder();
+  c.add(bb, prompt, 0, table, prompt.size());
   std::vector<float> out(prompt.size() * lm.config.vocab_size);
-  lm.model->forward(bb.batch(), kv, out.data());
+  lm.model->forward(bb.batch(), c.kv, out.data());
   return out;
 }
 
@@ -104,7 +127,7 @@ TEST_P(ModelGolden, LogitsMatchReference) {
   Golden g = read_golden(dir());
   const double tol = g.dtype == "float32" ? 1e-4 : 2e-2;
   const int64_t V = lm->config.vocab_size;
-  KVCacheStorage kv = lm->model->make_kv_cache(16, kBlock);
+  GroupedCache kv(*lm, 16);
   for (size_t p = 0; p < g.prompts.size(); ++p) {
     const auto& prompt = g.prompts[p];
     auto logits = full_logits(*lm, kv, prompt, blocks(0, int(prompt.size() + kBlock - 1) / kBlock));
@@ -121,23 +144,22 @@ TEST_P(ModelGolden, GreedyDecodeWithCacheMatchesReference) {
   ASSERT_TRUE(lm);
   Golden g = read_golden(dir());
   const int64_t V = lm->config.vocab_size;
-  KVCacheStorage kv = lm->model->make_kv_cache(8, kBlock);
+  GroupedCache kv(*lm, 8);
   // Blocks in reverse order: the sequence's KV is not contiguous in the pool.
   std::vector<int32_t> table = {7, 5, 3, 1, 6, 4};
   std::vector<float> logits(V);
   for (size_t p = 0; p < g.prompts.size(); ++p) {
     std::vector<int32_t> seq = g.prompts[p];
-    BatchBuilder bb(kBlock);
-    bb.add(seq, 0, table, BatchBuilder::Logits::kLast);
-    lm->model->forward(bb.batch(), kv, logits.data());
+    BatchBuilder bb = kv.builder();
+    kv.add(bb, seq, 0, table, 1);
+    lm->model->forward(bb.batch(), kv.kv, logits.data());
     std::vector<int32_t> out;
     for (size_t i = 0; i < g.greedy[p].size(); ++i) {
       out.push_back(argmax(logits.data(), V));
       seq.push_back(out.back());
       bb.clear();
-      bb.add(std::span<const int32_t>(&seq.back(), 1), int32_t(seq.size() - 1), table,
-             BatchBuilder::Logits::kLast);
-      lm->model->forward(bb.batch(), kv, logits.data());
+      kv.add(bb, std::span<const int32_t>(&seq.back(), 1), int32_t(seq.size() - 1), table, 1);
+      lm->model->forward(bb.batch(), kv.kv, logits.data());
     }
     EXPECT_EQ(out, g.greedy[p]) << GetParam() << " prompt " << p;
   }
@@ -148,16 +170,16 @@ TEST_P(ModelGolden, BatchedChunkedAndSingleRunsAgree) {
   ASSERT_TRUE(lm);
   Golden g = read_golden(dir());
   const int64_t V = lm->config.vocab_size;
-  KVCacheStorage kv = lm->model->make_kv_cache(32, kBlock);
+  GroupedCache kv(*lm, 32);
   std::vector<std::vector<int32_t>> tables = {{9, 2}, {0, 30, 4}, {11, 12, 5, 31}};
   std::vector<std::vector<float>> single;
   for (size_t p = 0; p < 3; ++p) single.push_back(full_logits(*lm, kv, g.prompts[p], tables[p]));
 
   // All three prompts in one flat batch.
-  BatchBuilder bb(kBlock);
-  for (size_t p = 0; p < 3; ++p) bb.add(g.prompts[p], 0, tables[p], BatchBuilder::Logits::kAll);
+  BatchBuilder bb = kv.builder();
+  for (size_t p = 0; p < 3; ++p) kv.add(bb, g.prompts[p], 0, tables[p], g.prompts[p].size());
   std::vector<float> batched(bb.num_logits() * V);
-  lm->model->forward(bb.batch(), kv, batched.data());
+  lm->model->forward(bb.batch(), kv.kv, batched.data());
   size_t row = 0;
   for (size_t p = 0; p < 3; ++p) {
     std::vector<float> part(batched.begin() + row * V,
@@ -174,10 +196,9 @@ TEST_P(ModelGolden, BatchedChunkedAndSingleRunsAgree) {
   for (size_t start = 0; start < prompt.size(); start += 7) {
     const size_t n = std::min<size_t>(7, prompt.size() - start);
     bb.clear();
-    bb.add(std::span<const int32_t>(prompt.data() + start, n), int32_t(start), tables[2],
-           BatchBuilder::Logits::kAll);
+    kv.add(bb, std::span<const int32_t>(prompt.data() + start, n), int32_t(start), tables[2], n);
     std::vector<float> part(n * V);
-    lm->model->forward(bb.batch(), kv, part.data());
+    lm->model->forward(bb.batch(), kv.kv, part.data());
     chunked.insert(chunked.end(), part.begin(), part.end());
   }
   EXPECT_LE(max_rel_err(chunked, single[2], V), 1e-5);
@@ -198,8 +219,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelGolden, ::testing::ValuesIn(fixture_name
 
 TEST(ModelFixtures, AllExpectedArchitecturesPresent) {
   auto names = fixture_names();
-  for (const char* want :
-       {"llama3_f32", "llama3_bf16", "qwen2_f32", "qwen2_bf16", "qwen3_f32", "qwen3_bf16"})
+  for (const char* want : {"llama3_f32", "llama3_bf16", "mistral_f32", "mistral_bf16", "qwen2_f32",
+                           "qwen2_bf16", "qwen2_sliding_f32", "qwen3_f32", "qwen3_bf16"})
     EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
 }
 

@@ -297,6 +297,8 @@ void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer&
   KCHECK(num_heads > 0 && cache.latent_dim > 0 && cache.rope_dim >= 0,
          "bad MLA shape: {} heads, latent {}, rope {}", num_heads, cache.latent_dim,
          cache.rope_dim);
+  KCHECK(batch.sliding_window == 0, "MLA has no sliding-window form (window {})",
+         batch.sliding_window);
   // Units: each sequence's tokens in tiles of kQueryTile, times head tiles. Splitting heads
   // changes no arithmetic, so the tile is free to follow the batch: whole heads for prefill
   // tiles up to kMaxRows rows, split further when there are too few units for the threads

@@ -24,13 +24,14 @@ constexpr int kKeyBlock = 8;
 constexpr int64_t kMinMacsPerThread = int64_t(1) << 15;
 
 // Where each key's cached row (one token, one KV head) starts, in elements from the cache
-// base: the block table walked once per unit instead of a division per row read.
-void key_offsets(const KVLayer& c, const int32_t* block_table, int kv_head, int64_t len,
+// base, for keys j0 .. j0 + n - 1 (offs[i] is key j0 + i's): the block table walked once per
+// unit instead of a division per row read.
+void key_offsets(const KVLayer& c, const int32_t* block_table, int kv_head, int64_t j0, int64_t n,
                  std::vector<int64_t>& offs) {
-  offs.resize(size_t(len));
-  int64_t blk = 0, off = 0;
-  for (int64_t j = 0; j < len; ++j) {
-    offs[size_t(j)] =
+  offs.resize(size_t(n));
+  int64_t blk = j0 / c.block_size, off = j0 % c.block_size;
+  for (int64_t i = 0; i < n; ++i) {
+    offs[size_t(i)] =
         ((int64_t(block_table[blk]) * c.block_size + off) * c.num_kv_heads + kv_head) *
         int64_t(c.head_dim);
     if (++off == c.block_size) {
@@ -75,11 +76,23 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   const DType op = p.cache.dtype;
   const DType p_dtype = p.act != DType::F32 ? p.act : op;
   const int nq = int(u.t1 - u.t0) * group;
-  int32_t max_pos = 0;
-  for (int64_t t = u.t0; t < u.t1; ++t) max_pos = std::max(max_pos, p.batch.positions[t]);
-  const int64_t len = int64_t(max_pos) + 1, lenp = round_up8(len);
+  const int64_t window = p.batch.sliding_window;
+  // The first key a query at `pos` sees: 0, or the start of its sliding window.
+  auto first_key = [&](int64_t pos) {
+    return window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+  };
+  int32_t max_pos = 0, min_pos = std::numeric_limits<int32_t>::max();
+  for (int64_t t = u.t0; t < u.t1; ++t) {
+    max_pos = std::max(max_pos, p.batch.positions[t]);
+    min_pos = std::min(min_pos, p.batch.positions[t]);
+  }
+  const int64_t len = int64_t(max_pos) + 1;
+  // Keys before begin are out of every window of the unit (their blocks may be gone). Rows of
+  // s.scores are indexed from begin, with room for softmax_row's padding after any key.
+  const int64_t begin = first_key(min_pos) / kKeyBlock * kKeyBlock;
+  const int64_t stride = round_up8(len - begin) + kKeyBlock;
   key_offsets(p.cache, p.batch.block_tables + int64_t(u.seq) * p.batch.max_blocks_per_seq,
-              u.kv_head, len, s.offs);
+              u.kv_head, begin, len - begin, s.offs);
   const int64_t es = int64_t(cache_elem_size(op));
   // The cached rows of keys j0 .. j0 + nk - 1 of K or V, widened into s.rows. Cached rows are
   // scattered over the blocks and read once per step, so the next block's rows are prefetched:
@@ -88,18 +101,19 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   auto widen_block = [&](const void* base, int64_t j0, int nk) {
     const auto* b = static_cast<const uint8_t*>(base);
     const uint8_t* src[kKeyBlock];
-    for (int jj = 0; jj < nk; ++jj) src[jj] = b + s.offs[size_t(j0 + jj)] * es;
+    for (int jj = 0; jj < nk; ++jj) src[jj] = b + s.offs[size_t(j0 - begin + jj)] * es;
     for (int64_t j = j0 + kKeyBlock; j < std::min(len, j0 + 2 * kKeyBlock); ++j)
       for (int64_t off = 0; off < row_bytes; off += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(b + s.offs[size_t(j)] * es + off), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(b + s.offs[size_t(j - begin)] * es + off),
+                     _MM_HINT_T0);
     widen_cache_rows(op, src, nk, s.rows.data(), hdp, hd);
   };
 
   s.q.resize(size_t(nq) * hdp);
   s.out.assign(size_t(nq) * hdp, 0.0f);
-  s.scores.resize(size_t(nq) * lenp);
+  s.scores.resize(size_t(nq) * stride);
   s.rows.resize(size_t(kKeyBlock) * hdp);
-  auto pos_of = [&](int r) { return p.batch.positions[u.t0 + r / group]; };
+  auto pos_of = [&](int r) { return int64_t(p.batch.positions[u.t0 + r / group]); };
   for (int r = 0; r < nq; ++r) {
     const int64_t t = u.t0 + r / group;
     const float* src = q_all + (t * p.num_heads + int64_t(u.kv_head) * group + r % group) * hd;
@@ -112,12 +126,12 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
 
   // Pass 1: scores, eight keys at a time.
   const __m256 scale8 = _mm256_set1_ps(p.scale);
-  for (int64_t j0 = 0; j0 < len; j0 += kKeyBlock) {
+  for (int64_t j0 = begin; j0 < len; j0 += kKeyBlock) {
     const int nk = int(std::min<int64_t>(kKeyBlock, len - j0));
     widen_block(p.cache.k, j0, nk);
     std::fill(s.rows.data() + nk * hdp, s.rows.data() + kKeyBlock * hdp, 0.0f);
     for (int r = 0; r < nq; ++r) {
-      if (pos_of(r) < j0) continue;
+      if (pos_of(r) < j0 || first_key(pos_of(r)) >= j0 + kKeyBlock) continue;
       const float* qr = s.q.data() + r * hdp;
       __m256 acc[kKeyBlock];
       for (__m256& a : acc) a = _mm256_setzero_ps();
@@ -129,25 +143,29 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
       }
       __m256 sc = simd::round_to8(p.act, simd::hsum8x8(acc));
       sc = simd::round_to8(p.act, _mm256_mul_ps(sc, scale8));
-      _mm256_storeu_ps(s.scores.data() + r * lenp + j0, sc);
+      _mm256_storeu_ps(s.scores.data() + r * stride + (j0 - begin), sc);
     }
   }
 
-  // Pass 2: softmax of each row over its own keys.
-  for (int r = 0; r < nq; ++r)
-    softmax_row(s.scores.data() + r * lenp, int64_t(pos_of(r)) + 1, p_dtype);
+  // Pass 2: softmax of each row over its own keys (from its own first key, so the order of the
+  // sums depends on its position only).
+  for (int r = 0; r < nq; ++r) {
+    const int64_t lo = first_key(pos_of(r));
+    softmax_row(s.scores.data() + r * stride + (lo - begin), pos_of(r) - lo + 1, p_dtype);
+  }
 
   // Pass 3: out += p_j · v_j in key order. V rows are widened eight at a time for the whole
   // unit; each query keeps a 64-wide slice of its output in registers across the eight keys.
   constexpr int64_t kSlice = 64;
-  for (int64_t j0 = 0; j0 < len; j0 += kKeyBlock) {
+  for (int64_t j0 = begin; j0 < len; j0 += kKeyBlock) {
     const int nk = int(std::min<int64_t>(kKeyBlock, len - j0));
     widen_block(p.cache.v, j0, nk);
     for (int r = 0; r < nq; ++r) {
-      const int64_t pos = pos_of(r);
-      if (pos < j0) continue;
+      const int64_t pos = pos_of(r), lo = first_key(pos);
+      if (pos < j0 || lo >= j0 + nk) continue;
+      const int first = int(std::max<int64_t>(0, lo - j0));
       const int keys = int(std::min<int64_t>(nk, pos - j0 + 1));
-      const float* pr = s.scores.data() + r * lenp + j0;
+      const float* pr = s.scores.data() + r * stride + (j0 - begin);
       float* o = s.out.data() + r * hdp;
       for (int64_t d0 = 0; d0 < hdp; d0 += kSlice) {
         const int vecs = int(std::min<int64_t>(kSlice, hdp - d0) / 8);
@@ -155,7 +173,7 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
 #pragma GCC unroll 8
         for (int v = 0; v < kSlice / 8; ++v)
           acc[v] = v < vecs ? _mm256_loadu_ps(o + d0 + 8 * v) : _mm256_setzero_ps();
-        for (int jj = 0; jj < keys; ++jj) {
+        for (int jj = first; jj < keys; ++jj) {
           const __m256 pj = _mm256_broadcast_ss(pr + jj);
           const float* vr = s.rows.data() + jj * hdp + d0;
 #pragma GCC unroll 8
@@ -222,7 +240,11 @@ void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch&
   const Params params{cache, batch, num_heads, num_heads / kvh, cache.head_dim, scale, act};
   // Short contexts (early decode steps) are cheaper than waking the workers.
   int64_t work = 0;
-  for (const Unit& u : units) work += (u.t1 - u.t0) * (int64_t(batch.positions[u.t1 - 1]) + 1);
+  for (const Unit& u : units) {
+    const int64_t keys = int64_t(batch.positions[u.t1 - 1]) + 1;
+    work += (u.t1 - u.t0) *
+            (batch.sliding_window > 0 ? std::min<int64_t>(keys, batch.sliding_window) : keys);
+  }
   work *= int64_t(num_heads / kvh) * cache.head_dim;
   const int64_t grain =
       std::max<int64_t>(1, kMinMacsPerThread * int64_t(units.size()) / std::max<int64_t>(work, 1));

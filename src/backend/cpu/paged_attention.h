@@ -20,8 +20,10 @@ namespace kestrel::cpu {
 void write_kv(const KVLayer& cache, const float* k, const float* v, const AttentionBatch& batch,
               const RopeParams* rope_k = nullptr);
 
-// out[t, h, :] = softmax(q[t,h]·K[0..pos_t]ᵀ·scale)·V for each token t (keys of its own sequence
-// up to and including its position); q and out are [num_tokens, num_heads, head_dim] f32.
+// out[t, h, :] = softmax(q[t,h]·K[lo..pos_t]ᵀ·scale)·V for each token t (keys of its own sequence
+// up to and including its position, from lo = 0 or, with batch.sliding_window W > 0, from
+// lo = max(0, pos_t - W + 1): keys before lo are never read, so their blocks may be gone); q and
+// out are [num_tokens, num_heads, head_dim] f32.
 // Query head h reads KV head h / (num_heads / num_kv_heads).
 // Precision: with an f16/bf16 cache the two products take operands of the cache dtype, as a
 // half-precision GEMM does — q is rounded for Q·Kᵀ and the normalized probabilities for P·V —
