@@ -20,18 +20,21 @@ KVCacheManager::KVCacheManager(int32_t num_blocks, int32_t block_size, bool enab
 }
 
 ComputedBlocks KVCacheManager::get_computed_blocks(std::span<const int32_t> tokens,
-                                                   std::span<const uint64_t> extra_keys) {
+                                                   std::span<const BlockHash> block_hashes) {
   ComputedBlocks out;
   out.blocks.resize(groups_.size());
   if (!enable_prefix_caching_ || tokens.empty()) return out;
   // Only blocks that end before the last token can be reused.
-  extend_block_hashes(tokens.first(tokens.size() - 1), block_size_, extra_keys, &out.hashes);
+  const size_t usable = (tokens.size() - 1) / size_t(block_size_);
+  KCHECK(block_hashes.size() >= usable, "{} block hashes for {} tokens", block_hashes.size(),
+         tokens.size());
+  const std::span<const BlockHash> hashes = block_hashes.first(usable);
   // Each group's hit can only shorten the others': shrink to the longest every group takes.
-  size_t len = out.hashes.size();
+  size_t len = hashes.size();
   for (bool changed = true; changed;) {
     changed = false;
     for (size_t g = 0; g < groups_.size(); ++g) {
-      out.blocks[g] = groups_[g].find_hit(out.hashes, tokens, len);
+      out.blocks[g] = groups_[g].find_hit(hashes, tokens, len);
       if (out.blocks[g].size() < len) {
         len = out.blocks[g].size();
         changed = true;
@@ -39,7 +42,7 @@ ComputedBlocks KVCacheManager::get_computed_blocks(std::span<const int32_t> toke
     }
   }
   for (std::vector<BlockId>& b : out.blocks) b.resize(len);
-  out.hashes.resize(len);
+  out.num_blocks = int64_t(len);
   out.num_tokens = static_cast<int64_t>(len) * block_size_;
   out.num_queried_tokens = static_cast<int64_t>(tokens.size());
   return out;
@@ -51,9 +54,9 @@ bool KVCacheManager::allocate_slots(const RequestId& id, int64_t num_new_tokens,
          num_new_tokens, num_lookahead_tokens);
   const auto it = requests_.find(id);
   const int64_t held_slots = it == requests_.end() ? 0 : it->second.num_slots;
-  KCHECK(computed.hashes.empty() || it == requests_.end(),
+  KCHECK(computed.num_blocks == 0 || it == requests_.end(),
          "request {} already holds blocks; prefix hits apply to a fresh request only", id);
-  const bool hit = !computed.hashes.empty();
+  const bool hit = computed.num_blocks > 0;
   KCHECK(!hit || computed.blocks.size() == groups_.size(), "computed blocks for {} groups, not {}",
          computed.blocks.size(), groups_.size());
   auto hit_of = [&](size_t g) {
@@ -70,7 +73,7 @@ bool KVCacheManager::allocate_slots(const RequestId& id, int64_t num_new_tokens,
 
   RequestBlocks& req = requests_[id];
   for (size_t g = 0; g < groups_.size(); ++g) groups_[g].allocate(id, positions, hit_of(g));
-  req.hashes.insert(req.hashes.end(), computed.hashes.begin(), computed.hashes.end());
+  req.num_hashed += size_t(computed.num_blocks);
   req.num_slots = slots;
   queries_ += computed.num_queried_tokens;
   hits_ += computed.num_tokens;
@@ -78,7 +81,8 @@ bool KVCacheManager::allocate_slots(const RequestId& id, int64_t num_new_tokens,
 }
 
 void KVCacheManager::cache_blocks(const RequestId& id, std::span<const int32_t> tokens,
-                                  int64_t num_computed_tokens, std::span<const uint64_t> extra_keys,
+                                  int64_t num_computed_tokens,
+                                  std::span<const BlockHash> block_hashes,
                                   std::vector<BlockId>* published) {
   if (!enable_prefix_caching_) return;
   const auto it = requests_.find(id);
@@ -88,9 +92,13 @@ void KVCacheManager::cache_blocks(const RequestId& id, std::span<const int32_t> 
              num_computed_tokens <= req.num_slots,
          "request {}: {} computed tokens of {} given, {} slots", id, num_computed_tokens,
          tokens.size(), req.num_slots);
-  const size_t first = req.hashes.size();
-  extend_block_hashes(tokens.first(num_computed_tokens), block_size_, extra_keys, &req.hashes);
-  for (GroupManager& g : groups_) g.cache(id, req.hashes, first, tokens, published);
+  const size_t full = size_t(num_computed_tokens / block_size_);
+  KCHECK(block_hashes.size() >= full, "request {}: {} block hashes for {} full blocks", id,
+         block_hashes.size(), full);
+  if (full <= req.num_hashed) return;
+  for (GroupManager& g : groups_)
+    g.cache(id, block_hashes.first(full), req.num_hashed, tokens, published);
+  req.num_hashed = full;
 }
 
 void KVCacheManager::rollback_slots(const RequestId& id, int64_t num_slots) {

@@ -24,9 +24,9 @@ namespace kestrel {
 // The longest cached prefix of a prompt; valid until the pool is next changed.
 struct ComputedBlocks {
   std::vector<std::vector<BlockId>> blocks;  // per group, null where the group needs none
-  std::vector<BlockHash> hashes;
-  int64_t num_tokens = 0;          // hashes.size() * block_size
-  int64_t num_queried_tokens = 0;  // tokens looked up (the request's length)
+  int64_t num_blocks = 0;                    // blocks of the hit (each group's table prefix)
+  int64_t num_tokens = 0;                    // num_blocks * block_size
+  int64_t num_queried_tokens = 0;            // tokens looked up (the request's length)
 };
 
 class KVCacheManager {
@@ -42,12 +42,14 @@ class KVCacheManager {
   size_t num_groups() const { return groups_.size(); }
   const KVCacheSpec& group_spec(size_t group) const { return groups_[group].spec(); }
 
-  // Longest prefix of full blocks of `tokens` found (and verified) in the cache. The last token is
-  // never covered: its forward pass must run to produce logits. The hit/query counters move only
-  // when allocate_slots admits the request with it, so a request that waits for blocks and looks
-  // up again each step is counted once.
+  // Longest prefix of full blocks of `tokens` found (and verified) in the cache, given the
+  // request's chained block hashes (`block_hashes`, kept on the request as its tokens grow:
+  // block_hash.h's extend_block_hashes with its extra keys). The last token is never covered:
+  // its forward pass must run to produce logits. The hit/query counters move only when
+  // allocate_slots admits the request with it, so a request that waits for blocks and looks up
+  // again each step is counted once.
   ComputedBlocks get_computed_blocks(std::span<const int32_t> tokens,
-                                     std::span<const uint64_t> extra_keys = {});
+                                     std::span<const BlockHash> block_hashes);
 
   // Frees, in every sliding-window group, the blocks no query of the request can read any more,
   // then reserves slots for num_new_tokens more tokens of the request, and blocks for a further
@@ -63,11 +65,11 @@ class KVCacheManager {
   void rollback_slots(const RequestId& id, int64_t num_slots);
 
   // Publishes the request's blocks made full by its first num_computed_tokens tokens to the
-  // prefix cache (num_computed_tokens counts the tokens of the step being scheduled too).
-  // extra_keys must match those given to get_computed_blocks. The blocks it publishes (not those
-  // already cached elsewhere) are appended to `published` when given.
+  // prefix cache (num_computed_tokens counts the tokens of the step being scheduled too), under
+  // the request's block hashes, which must cover those blocks. The blocks it publishes (not
+  // those already cached elsewhere) are appended to `published` when given.
   void cache_blocks(const RequestId& id, std::span<const int32_t> tokens,
-                    int64_t num_computed_tokens, std::span<const uint64_t> extra_keys = {},
+                    int64_t num_computed_tokens, std::span<const BlockHash> block_hashes,
                     std::vector<BlockId>* published = nullptr);
 
   // Returns all of the request's blocks; its cached ones stay hittable. Unknown ids are ignored,
@@ -93,8 +95,8 @@ class KVCacheManager {
 
  private:
   struct RequestBlocks {
-    // Chain hashes of the request's first hashes.size() blocks: hit or offered to the cache.
-    std::vector<BlockHash> hashes;
+    // The request's first blocks that were hit or offered to the cache.
+    size_t num_hashed = 0;
     int64_t num_slots = 0;
   };
 

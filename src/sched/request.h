@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "kv/block_hash.h"
 #include "kv/kv_cache_manager.h"
 #include "sched/sampling_params.h"
 
@@ -64,6 +65,9 @@ struct Request {
   int64_t num_cached_tokens = 0;
   bool read_prefix_cache = true;  // false: never start from cached blocks
   std::vector<uint64_t> cache_keys;
+  // Chained hashes of its full blocks of all_token_ids (with cache_keys), extended as tokens
+  // arrive, so a waiting request's prefix lookup hashes nothing; empty without prefix caching.
+  std::vector<BlockHash> block_hashes;
   RequestSampling sampling;
   StopRules stop;
   // Speculative tokens proposed after the last token, verified by the next step that reaches it.

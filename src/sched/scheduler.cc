@@ -69,6 +69,7 @@ Status Scheduler::add_request(RequestSpec spec) {
                       config_.max_model_len);
   }
   auto req = std::make_unique<Request>(std::move(spec), next_arrival_++);
+  update_block_hashes(*req);
   waiting_.push_back(req.get());
   requests_.emplace(id, std::move(req));
   return Status::Ok();
@@ -134,7 +135,7 @@ void Scheduler::publish_blocks(const Request& req, int64_t num_new_tokens) {
   // layer before any attention of that layer reads, so a request admitted later in this same
   // step can already share these blocks (vLLM caches at allocation for the same reason).
   const int64_t end = std::min(req.num_computed_tokens + num_new_tokens, req.num_tokens());
-  kv_.cache_blocks(req.id, req.all_token_ids, end, req.cache_keys, &published_);
+  kv_.cache_blocks(req.id, req.all_token_ids, end, req.block_hashes, &published_);
 }
 
 Request* Scheduler::preempt_newest() {
@@ -183,7 +184,7 @@ SchedulerOutput Scheduler::schedule() {
     Request* req = waiting_.front();
     ComputedBlocks hit;
     if (config_.enable_prefix_caching && req->read_prefix_cache)
-      hit = kv_.get_computed_blocks(req->all_token_ids, req->cache_keys);
+      hit = kv_.get_computed_blocks(req->all_token_ids, req->block_hashes);
     const int64_t remaining = req->num_tokens() - hit.num_tokens;
     if (!config_.enable_chunked_prefill && remaining > budget) break;
     const int64_t num_new = std::min(remaining, budget);
@@ -202,8 +203,14 @@ SchedulerOutput Scheduler::schedule() {
   return out;
 }
 
+void Scheduler::update_block_hashes(Request& req) const {
+  if (config_.enable_prefix_caching)
+    extend_block_hashes(req.all_token_ids, config_.block_size, req.cache_keys, &req.block_hashes);
+}
+
 bool Scheduler::append_and_check_stop(Request& req, int32_t token, RequestUpdate& update) {
   req.append_output_token(token);
+  update_block_hashes(req);
   update.new_token_ids.push_back(token);
   // vLLM's order: the length limits first (a last token that is also EOS reports "length"),
   // then EOS, which reports no stop_reason even when it is also a listed stop id.

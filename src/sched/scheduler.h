@@ -112,6 +112,8 @@ class Scheduler {
   Request* preempt_newest();
   void remove_from_queues(Request* req);
   // Appends `token` to a running request and says whether it ends the request.
+  // Extends req.block_hashes over its tokens' new full blocks (prefix caching only).
+  void update_block_hashes(Request& req) const;
   bool append_and_check_stop(Request& req, int32_t token, RequestUpdate& update);
 
   SchedulerConfig config_;

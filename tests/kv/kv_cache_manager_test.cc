@@ -1,4 +1,5 @@
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_test_hashes.h"
 
 #include <gtest/gtest.h>
 
@@ -22,9 +23,9 @@ std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& 
 
 // Admits a request the way the scheduler does and computes its whole prompt.
 void run_prefill(KVCacheManager& m, const RequestId& id, const std::vector<int32_t>& tokens) {
-  const ComputedBlocks hit = m.get_computed_blocks(tokens);
+  const ComputedBlocks hit = m.get_computed_blocks(tokens, test::hashes_of(m, tokens));
   ASSERT_TRUE(m.allocate_slots(id, static_cast<int64_t>(tokens.size()) - hit.num_tokens, hit));
-  m.cache_blocks(id, tokens, static_cast<int64_t>(tokens.size()));
+  m.cache_blocks(id, tokens, static_cast<int64_t>(tokens.size()), test::hashes_of(m, tokens));
 }
 
 TEST(KVCacheManager, SharedPrefixHitsAcrossRequests) {
@@ -36,7 +37,7 @@ TEST(KVCacheManager, SharedPrefixHitsAcrossRequests) {
   EXPECT_EQ(m.prefix_cache_hits(), 0);
   EXPECT_EQ(m.prefix_cache_queries(), 18);
 
-  const ComputedBlocks hit = m.get_computed_blocks(b);
+  const ComputedBlocks hit = m.get_computed_blocks(b, test::hashes_of(m, b));
   EXPECT_EQ(hit.num_tokens, 12);
   ASSERT_EQ(hit.blocks[0].size(), 3u);
   const auto table_a = m.block_table("a");
@@ -62,12 +63,12 @@ TEST(KVCacheManager, LastTokenIsAlwaysRecomputed) {
   KVCacheManager m(32, kBlock);
   const std::vector<int32_t> prompt = make_tokens(8, 4);  // exactly two blocks
   run_prefill(m, "a", prompt);
-  const ComputedBlocks hit = m.get_computed_blocks(prompt);
+  const ComputedBlocks hit = m.get_computed_blocks(prompt, test::hashes_of(m, prompt));
   // The second block holds the last token, so only the first can be reused.
   EXPECT_EQ(hit.num_tokens, 4);
   EXPECT_EQ(hit.blocks[0].size(), 1u);
   const std::vector<int32_t> longer = concat(prompt, {77});
-  EXPECT_EQ(m.get_computed_blocks(longer).num_tokens, 8);
+  EXPECT_EQ(m.get_computed_blocks(longer, test::hashes_of(m, longer)).num_tokens, 8);
 }
 
 // A forged hash collision is rejected by BlockPool::lookup (see block_pool_test); here the
@@ -78,7 +79,7 @@ TEST(KVCacheManager, TokenEditBreaksTheChainFromThatBlockOn) {
   run_prefill(m, "a", prompt);
   std::vector<int32_t> edited = prompt;
   edited[6] += 1;  // inside the second block
-  const ComputedBlocks hit = m.get_computed_blocks(edited);
+  const ComputedBlocks hit = m.get_computed_blocks(edited, test::hashes_of(m, edited));
   EXPECT_EQ(hit.num_tokens, 4);
   ASSERT_EQ(hit.blocks[0].size(), 1u);
   EXPECT_EQ(hit.blocks[0][0], m.block_table("a")[0]);
@@ -93,7 +94,7 @@ TEST(KVCacheManager, FreedBlocksStayCachedUntilEvicted) {
   EXPECT_EQ(m.pool().num_free(), 6);
   EXPECT_EQ(m.num_requests(), 0u);
 
-  const ComputedBlocks hit = m.get_computed_blocks(prompt);
+  const ComputedBlocks hit = m.get_computed_blocks(prompt, test::hashes_of(m, prompt));
   EXPECT_EQ(hit.num_tokens, 12);
   ASSERT_TRUE(m.allocate_slots("a2", 1, hit));
   const auto table = m.block_table("a2");
@@ -105,7 +106,7 @@ TEST(KVCacheManager, FreedBlocksStayCachedUntilEvicted) {
   const std::vector<int32_t> big = make_tokens(24, 8);
   ASSERT_TRUE(m.allocate_slots("big", 24));
   EXPECT_EQ(m.pool().num_cached(), 0u);
-  EXPECT_EQ(m.get_computed_blocks(prompt).num_tokens, 0);
+  EXPECT_EQ(m.get_computed_blocks(prompt, test::hashes_of(m, prompt)).num_tokens, 0);
   EXPECT_EQ(m.pool().check_invariants(), "");
 }
 
@@ -116,7 +117,7 @@ TEST(KVCacheManager, RequestTailBlocksAreEvictedFirst) {
   m.free("a");
   // One new block evicts the partial tail block (never cached), the next the last full block.
   ASSERT_TRUE(m.allocate_slots("x", 2 * kBlock));
-  EXPECT_EQ(m.get_computed_blocks(prompt).num_tokens, 8);
+  EXPECT_EQ(m.get_computed_blocks(prompt, test::hashes_of(m, prompt)).num_tokens, 8);
 }
 
 TEST(KVCacheManager, FailedAllocateLeavesStateUnchanged) {
@@ -124,7 +125,7 @@ TEST(KVCacheManager, FailedAllocateLeavesStateUnchanged) {
   const std::vector<int32_t> prompt = make_tokens(9, 10);
   run_prefill(m, "a", prompt);  // 3 blocks
   m.free("a");
-  const ComputedBlocks hit = m.get_computed_blocks(prompt);
+  const ComputedBlocks hit = m.get_computed_blocks(prompt, test::hashes_of(m, prompt));
   ASSERT_EQ(hit.num_tokens, 8);
   // The two hit blocks are free, so touching them costs free blocks too: 2 + 3 new > 4.
   EXPECT_FALSE(m.allocate_slots("b", 10, hit));
@@ -158,19 +159,19 @@ TEST(KVCacheManager, ExtraKeysSeparateCaches) {
   const std::vector<int32_t> prompt = make_tokens(9, 11);
   const std::vector<uint64_t> lora_a = {1};
   const std::vector<uint64_t> lora_b = {2};
-  const ComputedBlocks miss = m.get_computed_blocks(prompt, lora_a);
+  const ComputedBlocks miss = m.get_computed_blocks(prompt, test::hashes_of(m, prompt, lora_a));
   ASSERT_TRUE(m.allocate_slots("a", 9, miss));
-  m.cache_blocks("a", prompt, 9, lora_a);
-  EXPECT_EQ(m.get_computed_blocks(prompt, lora_a).num_tokens, 8);
-  EXPECT_EQ(m.get_computed_blocks(prompt, lora_b).num_tokens, 0);
-  EXPECT_EQ(m.get_computed_blocks(prompt).num_tokens, 0);
+  m.cache_blocks("a", prompt, 9, test::hashes_of(m, prompt, lora_a));
+  EXPECT_EQ(m.get_computed_blocks(prompt, test::hashes_of(m, prompt, lora_a)).num_tokens, 8);
+  EXPECT_EQ(m.get_computed_blocks(prompt, test::hashes_of(m, prompt, lora_b)).num_tokens, 0);
+  EXPECT_EQ(m.get_computed_blocks(prompt, test::hashes_of(m, prompt)).num_tokens, 0);
 }
 
 TEST(KVCacheManager, DisabledPrefixCachingNeverHits) {
   KVCacheManager m(16, kBlock, /*enable_prefix_caching=*/false);
   const std::vector<int32_t> prompt = make_tokens(9, 12);
   run_prefill(m, "a", prompt);
-  EXPECT_EQ(m.get_computed_blocks(prompt).num_tokens, 0);
+  EXPECT_EQ(m.get_computed_blocks(prompt, test::hashes_of(m, prompt)).num_tokens, 0);
   EXPECT_EQ(m.pool().num_cached(), 0u);
 }
 

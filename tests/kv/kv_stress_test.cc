@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_test_hashes.h"
 
 namespace kestrel {
 namespace {
@@ -44,7 +45,7 @@ class StressTest : public ::testing::TestWithParam<uint64_t> {
       shadow_[b * kBlock + pos % kBlock] = r.tokens[pos];
     }
     r.num_computed += n;
-    manager_.cache_blocks(r.id, r.tokens, r.num_computed);
+    manager_.cache_blocks(r.id, r.tokens, r.num_computed, test::hashes_of(manager_, r.tokens));
   }
 
   void check_state() {
@@ -73,7 +74,8 @@ class StressTest : public ::testing::TestWithParam<uint64_t> {
 
     const int64_t hits_before = manager_.prefix_cache_hits();
     const int64_t queries_before = manager_.prefix_cache_queries();
-    const ComputedBlocks hit = manager_.get_computed_blocks(r.tokens);
+    const ComputedBlocks hit =
+        manager_.get_computed_blocks(r.tokens, test::hashes_of(manager_, r.tokens));
     ASSERT_LT(hit.num_tokens, static_cast<int64_t>(r.tokens.size()));
     ASSERT_EQ(hit.num_tokens, static_cast<int64_t>(hit.blocks[0].size()) * kBlock);
     for (size_t i = 0; i < hit.blocks[0].size(); ++i) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_test_hashes.h"
 
 namespace kestrel {
 namespace {
@@ -31,7 +32,7 @@ void decode(KVCacheManager& m, const RequestId& id, const std::vector<int32_t>& 
             int64_t n) {
   for (int64_t c = from; c < from + n; ++c) {
     ASSERT_TRUE(m.allocate_slots(id, 1));
-    m.cache_blocks(id, all, c + 1);
+    m.cache_blocks(id, all, c + 1, test::hashes_of(m, all));
   }
 }
 
@@ -40,7 +41,7 @@ TEST(SlidingWindow, LongRequestHoldsAboutOneWindow) {
   KVCacheManager m(64, kBlock, true, {KVCacheSpec{}, sliding(6)});
   const std::vector<int32_t> all = tokens(200, 1);
   ASSERT_TRUE(m.allocate_slots("r", 8));
-  m.cache_blocks("r", all, 8);
+  m.cache_blocks("r", all, 8, test::hashes_of(m, all));
   decode(m, "r", all, 8, 150);
   EXPECT_EQ(m.num_held_blocks("r", 0), 40);  // full attention: every block of 158 tokens
   EXPECT_LE(m.num_held_blocks("r", 1), 3);
@@ -63,7 +64,7 @@ TEST(SlidingWindow, ChunkedPrefillKeepsTheWindowBeforeEachChunk) {
   // Chunks of 8: before the chunk at 16, keys 12.. stay (16 - 5 + 1 = 12: block 3 on).
   for (int64_t c = 0; c < 24; c += 8) {
     ASSERT_TRUE(m.allocate_slots("r", 8));
-    m.cache_blocks("r", all, c + 8);
+    m.cache_blocks("r", all, c + 8, test::hashes_of(m, all));
   }
   const std::span<const BlockId> t = m.block_table("r");
   ASSERT_EQ(t.size(), 6u);
@@ -75,11 +76,11 @@ TEST(SlidingWindow, PrefixHitNeedsOnlyTheLastWindow) {
   KVCacheManager m(64, kBlock, true, {sliding(6)});  // needs ceil(5 / 4) = 2 blocks
   const std::vector<int32_t> prompt = tokens(30, 3);
   ASSERT_TRUE(m.allocate_slots("a", 30));
-  m.cache_blocks("a", prompt, 30);
+  m.cache_blocks("a", prompt, 30, test::hashes_of(m, prompt));
   m.free("a");
   // Same prompt: 7 full blocks below the last token, all cached → hit of 28 tokens with only
   // the last two blocks kept.
-  ComputedBlocks hit = m.get_computed_blocks(prompt);
+  ComputedBlocks hit = m.get_computed_blocks(prompt, test::hashes_of(m, prompt));
   EXPECT_EQ(hit.num_tokens, 28);
   ASSERT_EQ(hit.blocks[0].size(), 7u);
   for (size_t i = 0; i < 5; ++i) EXPECT_EQ(hit.blocks[0][i], kNullBlock) << i;
@@ -96,16 +97,16 @@ TEST(SlidingWindow, PrefixHitEndsAtTheLastCompleteWindow) {
   KVCacheManager m(64, kBlock, true, {sliding(6)});
   const std::vector<int32_t> prompt = tokens(30, 4);
   ASSERT_TRUE(m.allocate_slots("a", 30));
-  m.cache_blocks("a", prompt, 30);
+  m.cache_blocks("a", prompt, 30, test::hashes_of(m, prompt));
   // A prompt that agrees with "a" for 22 tokens: blocks 0..4 match, block 5 onwards differ.
   std::vector<int32_t> other = prompt;
   other[22] = 77;
-  ComputedBlocks hit = m.get_computed_blocks(other);
+  ComputedBlocks hit = m.get_computed_blocks(other, test::hashes_of(m, other));
   EXPECT_EQ(hit.num_tokens, 20);  // blocks 3 and 4 end a full window at 20
   // Blocks inside the window missing: an edit at 13 leaves blocks 0..2 → hit 12, not 20.
   other = prompt;
   other[13] = 77;
-  hit = m.get_computed_blocks(other);
+  hit = m.get_computed_blocks(other, test::hashes_of(m, other));
   EXPECT_EQ(hit.num_tokens, 12);
   m.free("a");
 }
@@ -116,9 +117,9 @@ TEST(SlidingWindow, HybridHitIsValidInEveryGroup) {
   KVCacheManager m(128, kBlock, true, {KVCacheSpec{}, sliding(6)});
   const std::vector<int32_t> prompt = tokens(41, 5);
   ASSERT_TRUE(m.allocate_slots("a", 41));
-  m.cache_blocks("a", prompt, 41);
+  m.cache_blocks("a", prompt, 41, test::hashes_of(m, prompt));
   m.free("a");
-  ComputedBlocks hit = m.get_computed_blocks(prompt);
+  ComputedBlocks hit = m.get_computed_blocks(prompt, test::hashes_of(m, prompt));
   EXPECT_EQ(hit.num_tokens, 40);
   ASSERT_EQ(hit.blocks.size(), 2u);
   EXPECT_EQ(hit.blocks[0].size(), 10u);
@@ -131,7 +132,7 @@ TEST(SlidingWindow, HybridHitIsValidInEveryGroup) {
   ASSERT_EQ(m.pool().num_free(), 127);
   ASSERT_TRUE(m.allocate_slots("hog", 216));
   m.free("hog");
-  hit = m.get_computed_blocks(prompt);
+  hit = m.get_computed_blocks(prompt, test::hashes_of(m, prompt));
   // Full attention now stops at block 8; the window's copies of blocks 6 and 7 end it there.
   EXPECT_EQ(hit.num_tokens, 32);
   ASSERT_EQ(hit.blocks[0].size(), 8u);

@@ -341,6 +341,35 @@ TEST(Scheduler, MaxModelLenRejectsAndCapsLength) {
   EXPECT_EQ(s.request("w")->num_output_tokens(), 8);
 }
 
+// A request carries the chained hashes of its full blocks, made once for the prompt and extended
+// as outputs fill blocks (the prefix lookup of a waiting request reads them, hashing nothing);
+// they are the cache's own chain, extra keys included.
+TEST(Scheduler, RequestsCarryTheirBlockHashes) {
+  const std::vector<uint64_t> keys = {7};
+  auto chain = [&](const Request& r) {
+    std::vector<BlockHash> h;
+    extend_block_hashes(r.all_token_ids, 4, keys, &h);
+    return h;
+  };
+  Harness h(small_config());
+  ASSERT_TRUE(h.s.add_request(spec("a", make_prompt(10, 3), 9, true, keys)).ok());
+  const Request& a = *h.s.request("a");
+  EXPECT_EQ(a.block_hashes.size(), 2u);
+  EXPECT_EQ(a.block_hashes, chain(a));
+  while (h.s.has_unfinished()) {
+    h.step();
+    EXPECT_EQ(a.block_hashes, chain(a)) << a.num_tokens() << " tokens";
+  }
+  EXPECT_EQ(a.num_tokens(), 19);
+  EXPECT_EQ(a.block_hashes.size(), 4u);
+
+  SchedulerConfig off = small_config();
+  off.enable_prefix_caching = false;
+  Harness h2(off);
+  ASSERT_TRUE(h2.s.add_request(spec("b", make_prompt(10, 3), 2)).ok());
+  EXPECT_TRUE(h2.s.request("b")->block_hashes.empty());
+}
+
 TEST(Scheduler, ValidateRejectsUnworkableConfigs) {
   EXPECT_TRUE(validate(small_config()).ok());
   SchedulerConfig c = small_config();
