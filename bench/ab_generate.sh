@@ -2,11 +2,11 @@
 # A/B of two kestrel binaries on the default model, 2 threads: pp512 (512 prompt ids, one
 # output) and tg128 (one prompt id, 129 greedy outputs, --ignore-eos), old–new–new–old per round
 # so drift hits both alike; prints each run and the medians.
-#   bash bench/ab_generate.sh ROUNDS OLD_BIN NEW_BIN
+#   [MODEL=file.gguf] bash bench/ab_generate.sh ROUNDS OLD_BIN NEW_BIN  (default: the default model)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=$1 OLD=$2 NEW=$3
-MODEL=$(bash scripts/fetch-default-model.sh)
+MODEL=${MODEL:-$(bash scripts/fetch-default-model.sh)}
 IDS=$(python3 -c "print(','.join(str(i % 1000 + 1) for i in range(512)))")
 pp() {
   "$1" generate -m "$MODEL" --prompt-ids "$IDS" -n 1 --temperature 0 --ignore-eos --print-ids \
