@@ -3,15 +3,16 @@
 //
 // Run:   bench/kernels/run.sh --benchmark_filter=attention
 //   or:  ./build-bench/bench/kernels/attention_bench --benchmark_min_time=0.05
-// Case names read attention/<decode|prefill>/<model>/<cache dtype>/ctx:<context>/threads:<n>.
+// Case names read attention/<decode|prefill|decode_swa4096>/<model>/<cache dtype>/ctx:<context>/
+// threads:<n>; decode_swa4096 is decode through a sliding window of 4,096 keys (Mistral-7B's).
 // Models: smollm2 (head_dim 64, 9 query / 3 KV heads) and llama3_8b (head_dim 128, 32 / 8).
 // decode: 8 sequences, each one new query at position ctx-1 (every sequence reads ctx tokens).
 // prefill: one sequence, 512 new queries at positions 0..511 (causal, so ctx is 512).
 // Only the attention is timed; the K/V of the step are already in the cache.
 //
 // Columns: Time is wall time per call. items/s = queries per second. GB/s (decode only) = K and
-// V bytes of every sequence's context over time, the least a call must read — decode is bound by
-// it. GMAC/s = multiply-accumulates of Q·Kᵀ and P·V per second.
+// V bytes of every sequence's context (with a window: of its window) over time, the least a call
+// must read — decode is bound by it. GMAC/s = multiply-accumulates of Q·Kᵀ and P·V per second.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -67,7 +68,7 @@ void fill_random(std::vector<uint8_t>& buf, DType dtype, std::minstd_rand& rng) 
 
 // `num_seqs` sequences of `ctx` tokens whose last `new_tokens` are this step's queries.
 void build_case(AttentionCase& c, const ModelShape& model, DType dtype, int num_seqs, int ctx,
-                int new_tokens) {
+                int new_tokens, int window) {
   std::minstd_rand rng(uint32_t(ctx * 31 + num_seqs));
   const int blocks_per_seq = (ctx + kBlockSize - 1) / kBlockSize;
   const int64_t num_blocks = int64_t(blocks_per_seq) * num_seqs;
@@ -102,15 +103,17 @@ void build_case(AttentionCase& c, const ModelShape& model, DType dtype, int num_
              c.query_start_loc.data(),
              c.block_tables.data(),
              blocks_per_seq};
+  c.batch.sliding_window = window;
 
   c.q.resize(size_t(tokens * model.num_heads * model.head_dim));
   c.out.resize(c.q.size());
   std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
   for (float& x : c.q) x = ud(rng);
 
-  c.kv_bytes = 2.0 * double(dtype_bytes(dtype, int64_t(num_seqs) * ctx * row_elems));
+  const int64_t keys_read = window > 0 ? std::min(ctx, window) : ctx;
+  c.kv_bytes = 2.0 * double(dtype_bytes(dtype, int64_t(num_seqs) * keys_read * row_elems));
   double keys_attended = 0;  // Σ over queries of the keys each one sees
-  for (int32_t p : c.positions) keys_attended += p + 1;
+  for (int32_t p : c.positions) keys_attended += window > 0 ? std::min(p + 1, window) : p + 1;
   c.macs = 2.0 * keys_attended * model.num_heads * model.head_dim;
 }
 
@@ -118,24 +121,24 @@ void build_case(AttentionCase& c, const ModelShape& model, DType dtype, int num_
 // cache of a long context takes a while to fill: keep the most recent case (the thread counts of
 // one case are registered next to each other).
 AttentionCase& cached_case(const ModelShape& model, DType dtype, int num_seqs, int ctx,
-                           int new_tokens) {
+                           int new_tokens, int window) {
   static std::string key;
   static std::unique_ptr<AttentionCase> cached;
   const std::string want = std::string(model.label) + "/" + std::string(dtype_name(dtype)) + "/" +
                            std::to_string(num_seqs) + "/" + std::to_string(ctx) + "/" +
-                           std::to_string(new_tokens);
+                           std::to_string(new_tokens) + "/" + std::to_string(window);
   if (want != key) {
     cached.reset();
     cached = std::make_unique<AttentionCase>();
-    build_case(*cached, model, dtype, num_seqs, ctx, new_tokens);
+    build_case(*cached, model, dtype, num_seqs, ctx, new_tokens, window);
     key = want;
   }
   return *cached;
 }
 
 void bm_attention(benchmark::State& state, ModelShape model, DType dtype, int num_seqs,
-                  int new_tokens) {
-  AttentionCase& c = cached_case(model, dtype, num_seqs, int(state.range(0)), new_tokens);
+                  int new_tokens, int window) {
+  AttentionCase& c = cached_case(model, dtype, num_seqs, int(state.range(0)), new_tokens, window);
   ThreadPool pool(int(state.range(1)));
   const float scale = 1.0f / std::sqrt(float(model.head_dim));
   for (auto _ : state) {
@@ -160,13 +163,18 @@ void register_all() {
     for (const auto& [dtype_label, dtype] : dtypes) {
       const std::string suffix = std::string(model.label) + "/" + dtype_label;
       auto* decode = benchmark::RegisterBenchmark(("attention/decode/" + suffix).c_str(),
-                                                  bm_attention, model, dtype, kDecodeSeqs, 1);
-      auto* prefill = benchmark::RegisterBenchmark(("attention/prefill/" + suffix).c_str(),
-                                                   bm_attention, model, dtype, 1, kPrefillTokens);
-      for (auto* b : {decode, prefill})
+                                                  bm_attention, model, dtype, kDecodeSeqs, 1, 0);
+      auto* prefill =
+          benchmark::RegisterBenchmark(("attention/prefill/" + suffix).c_str(), bm_attention, model,
+                                       dtype, 1, kPrefillTokens, 0);
+      auto* windowed =
+          benchmark::RegisterBenchmark(("attention/decode_swa4096/" + suffix).c_str(), bm_attention,
+                                       model, dtype, kDecodeSeqs, 1, 4096);
+      for (auto* b : {decode, prefill, windowed})
         b->ArgNames({"ctx", "threads"})->UseRealTime()->Unit(benchmark::kMicrosecond);
-      for (int64_t ctx : {512, 4096})
+      for (int64_t ctx : {512, 4096, 16384})
         for (int64_t threads : {1, 2}) decode->Args({ctx, threads});
+      for (int64_t threads : {1, 2}) windowed->Args({16384, threads});
       for (int64_t threads : {1, 2}) prefill->Args({kPrefillTokens, threads});
     }
   }

@@ -499,8 +499,8 @@ void check_deepseek_v41(const ServeArgs& a, Findings& f) {
   }
   if (!a.swa_bounded_replay)
     f.warn(
-        "--no-swa-bounded-replay is ignored: after a prefix hit Kestrel always recomputes the last "
-        "sliding window");
+        "--no-swa-bounded-replay is ignored: Kestrel has no bounded replay to turn off (on a prefix "
+        "hit its sliding-window layers reuse the cached blocks of the last window)");
 }
 
 // An exact option name, the one option a prefix names, or `name` unchanged when nothing
@@ -667,7 +667,7 @@ void add_serve_args(CLI::App& app, ServeArgs& a) {
            "tool_choice \"auto\": parse tool calls out of the output (needs --tool-call-parser)");
   app.add_option("--engram-config", a.engram_config, "refused (DeepSeek-V4.1)");
   add_bool(app, "swa-bounded-replay", a.swa_bounded_replay,
-           "always on: a prefix hit replays the last sliding window");
+           "accepted, no effect: a prefix hit reuses the cached blocks of the last sliding window");
   group_flags(app);
 }
 

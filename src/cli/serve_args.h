@@ -58,7 +58,7 @@ struct ServeArgs {
   bool disable_hybrid_kv_cache_manager = false;
   bool async_scheduling = false;
   bool enforce_eager = false;
-  bool swa_bounded_replay = true;  // always on; --no-swa-bounded-replay only warns
+  bool swa_bounded_replay = true;  // no effect; --no-swa-bounded-replay only warns
   std::string allowed_local_media_path;
   std::optional<double> mm_processor_cache_gb;
   std::string mm_encoder_tp_mode;
