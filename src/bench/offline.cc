@@ -55,7 +55,7 @@ Expected<BatchResult> run_batch(EngineClient& client, const std::vector<BenchPro
   const auto start = Clock::now();
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerateRequest r;
-    r.engine.id = tag + "-" + std::to_string(i);
+    r.id = tag + "-" + std::to_string(i);
     r.engine.prompt_token_ids = prompts[i].token_ids;
     r.engine.max_tokens = prompts[i].output_len;
     r.engine.ignore_eos = true;

@@ -97,7 +97,7 @@ int generate(const Args& a) {
                             prompt.size(), a.max_tokens, max_len));
 
   GenerateRequest req;
-  req.engine.id = "generate";
+  req.id = "generate";
   req.engine.prompt_token_ids = prompt;
   req.engine.sampling = sampling_params(a, e.model->generation);
   req.engine.max_tokens = a.max_tokens;

@@ -66,68 +66,107 @@ EngineClient::~EngineClient() {
 
 Status EngineClient::validate(const GenerateRequest& request) const {
   const EngineRequest& r = request.engine;
-  if (r.id.empty()) return make_error("request id must not be empty");
-  if (r.prompt_token_ids.empty()) return make_error("request {}: the prompt is empty", r.id);
+  const std::string& id = request.id;
+  if (id.empty()) return make_error("request id must not be empty");
+  if (r.prompt_token_ids.empty()) return make_error("request {}: the prompt is empty", id);
   const int64_t vocab = model_.config().vocab_size;
   for (int32_t t : r.prompt_token_ids)
     if (t < 0 || t >= vocab)
-      return make_error("request {}: token id {} is out of vocabulary (size {})", r.id, t, vocab);
+      return make_error("request {}: token id {} is out of vocabulary (size {})", id, t, vocab);
   for (int32_t t : r.stop_token_ids)
     if (t < 0 || t >= vocab)
-      return make_error("request {}: stop token id {} is out of vocabulary (size {})", r.id, t,
+      return make_error("request {}: stop token id {} is out of vocabulary (size {})", id, t,
                         vocab);
-  if (r.max_tokens < 1) return make_error("request {}: max_tokens must be at least 1", r.id);
+  if (r.max_tokens < 1) return make_error("request {}: max_tokens must be at least 1", id);
   if (r.min_tokens < 0 || r.min_tokens > r.max_tokens)
-    return make_error("request {}: min_tokens {} must be in [0, max_tokens {}]", r.id, r.min_tokens,
+    return make_error("request {}: min_tokens {} must be in [0, max_tokens {}]", id, r.min_tokens,
                       r.max_tokens);
   const int64_t max_len = options_.scheduler.max_model_len;
   if (static_cast<int64_t>(r.prompt_token_ids.size()) >= max_len)
     return make_error(
         "request {}: the prompt has {} tokens, which leaves no room for output "
         "within max_model_len {}",
-        r.id, r.prompt_token_ids.size(), max_len);
+        id, r.prompt_token_ids.size(), max_len);
   if (r.sampling.logprobs > static_cast<int>(vocab))
-    return make_error("request {}: logprobs {} exceeds the vocabulary size", r.id,
+    return make_error("request {}: logprobs {} exceeds the vocabulary size", id,
                       r.sampling.logprobs);
   return {};
 }
 
+RequestHandle EngineClient::take_handle(const std::string& id) {
+  RequestHandle h = next_handle_;
+  if (free_handles_.empty()) {
+    ++next_handle_;
+  } else {
+    h = free_handles_.back();
+    free_handles_.pop_back();
+  }
+  handles_.emplace(id, h);
+  return h;
+}
+
+void EngineClient::drop_handle(RequestHandle h) {
+  const Live* live = live_.find(h);
+  if (live == nullptr) return;
+  handles_.erase(live->id);
+  live_.erase(h);
+  processor_.remove(h);
+  free_handles_.push_back(h);
+}
+
 Expected<std::shared_ptr<RequestStream>> EngineClient::add_request(GenerateRequest request) {
   KTRY(validate(request));
-  const RequestId id = request.engine.id;
-  auto stream = std::make_shared<RequestStream>(id);
+  auto stream = std::make_shared<RequestStream>(request.id);
+  RequestHandle h = 0;
   {
     std::lock_guard lock(req_mu_);
-    if (live_.count(id)) return make_error("request id {} is already in use", id);
+    if (handles_.count(request.id) != 0)
+      return make_error("request id {} is already in use", request.id);
     {
       std::lock_guard stats_lock(stats_mu_);
       if (stats_.dead) return make_error("the engine has failed and accepts no more requests");
     }
-    KTRY(processor_.add_request(id, request.engine.prompt_token_ids, request.output,
-                                request.engine.min_tokens));
-    live_.emplace(id, stream);
+    h = take_handle(request.id);
+    if (Status st = processor_.add_request(h, request.engine.prompt_token_ids, request.output,
+                                           request.engine.min_tokens);
+        !st.ok()) {
+      handles_.erase(request.id);
+      free_handles_.push_back(h);
+      return st.error();
+    }
+    live_.put(h, Live{request.id, stream});
   }
   {
     std::lock_guard lock(in_mu_);
     if (stopping_) {
       std::lock_guard req_lock(req_mu_);
-      live_.erase(id);
-      processor_.remove(id);
+      drop_handle(h);
       return make_error("the engine is shutting down");
     }
+    request.engine.id = h;
     inbox_.emplace_back(std::move(request.engine));
   }
   in_cv_.notify_one();
   return stream;
 }
 
-void EngineClient::abort(const RequestId& id) {
+void EngineClient::abort(const std::string& id) {
   {
+    // The handle is looked up and queued under both locks, so it cannot be recycled to another
+    // request before its abort is in the inbox (the engine thread then finds it finished).
     std::lock_guard lock(in_mu_);
     if (stopping_) return;  // shutdown finishes every stream anyway
-    inbox_.emplace_back(id);
+    std::lock_guard req_lock(req_mu_);
+    const auto it = handles_.find(id);
+    if (it == handles_.end()) return;
+    inbox_.emplace_back(std::in_place_type<RequestHandle>, it->second);
   }
   in_cv_.notify_one();
+}
+
+size_t EngineClient::num_request_handles() const {
+  std::lock_guard lock(req_mu_);
+  return next_handle_;
 }
 
 void EngineClient::set_step_observer(std::function<void(int64_t)> fn) {
@@ -161,7 +200,7 @@ void EngineClient::engine_loop() {
           KLOG_ERROR("engine rejected request {}: {}", add->id, st.error().message);
         }
       } else {
-        core_.abort(std::get<RequestId>(c));
+        core_.abort(std::get<RequestHandle>(c));
       }
     }
     commands.clear();
@@ -217,26 +256,27 @@ void EngineClient::deliver(EngineCoreOutput&& out) {
   std::optional<RequestOutput> result;
   bool abort_in_core = false;
   const bool core_finished = out.finished();
-  const RequestId id = out.id;
+  const RequestHandle h = out.id;
+  std::string id;
   {
     std::lock_guard lock(req_mu_);
-    const auto it = live_.find(id);
-    if (it == live_.end()) return;
+    Live* live = live_.find(h);
+    if (live == nullptr) return;
+    id = live->id;
+    stream = live->stream;
     if (out.finish_reason == FinishReason::kError) {
-      processor_.remove(id);
+      processor_.remove(h);
       result = RequestOutput{};
-      result->id = id;
       result->finish_reason = FinishReason::kError;
       result->error = out.error.empty() ? "the engine could not run this request" : out.error;
       result->invalid_request = out.invalid_request;
     } else {
       result = processor_.process(std::move(out), &abort_in_core);
     }
-    stream = it->second;
     if (core_finished) {
-      live_.erase(it);
+      drop_handle(h);
     } else if (result && result->finished()) {
-      it->second.reset();  // finished here (stop string); the id stays taken until the core agrees
+      live->stream.reset();  // finished here (stop string); the handle stays until the core agrees
     }
   }
   if (abort_in_core) abort(id);
@@ -268,16 +308,18 @@ void EngineClient::output_loop() {
 }
 
 void EngineClient::finish_all(FinishReason reason, const std::string& error) {
-  std::unordered_map<RequestId, std::shared_ptr<RequestStream>> live;
+  std::vector<std::shared_ptr<RequestStream>> open;
   {
     std::lock_guard lock(req_mu_);
-    live.swap(live_);
-    for (const auto& [id, stream] : live) processor_.remove(id);
+    std::vector<RequestHandle> handles;
+    live_.for_each([&](RequestHandle h, Live& live) {
+      handles.push_back(h);
+      if (live.stream) open.push_back(live.stream);
+    });
+    for (RequestHandle h : handles) drop_handle(h);
   }
-  for (auto& [id, stream] : live) {
-    if (!stream) continue;
+  for (auto& stream : open) {
     RequestOutput out;
-    out.id = id;
     out.finish_reason = reason;
     out.error = error;
     stream->push(std::move(out));

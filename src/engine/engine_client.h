@@ -22,7 +22,10 @@
 
 namespace kestrel {
 
+// A request as the server submits it: `id` is the API's request id (unique among live requests);
+// engine.id is left to the client, which assigns the request's handle.
 struct GenerateRequest {
+  std::string id;
   EngineRequest engine;
   OutputOptions output;
 };
@@ -30,8 +33,8 @@ struct GenerateRequest {
 // One request's outputs, merged while nobody reads them. Thread-safe.
 class RequestStream {
  public:
-  explicit RequestStream(RequestId id) : id_(std::move(id)) {}
-  const RequestId& id() const { return id_; }
+  explicit RequestStream(std::string id) : id_(std::move(id)) {}
+  const std::string& id() const { return id_; }
 
   // Blocks until there is output and returns all of it since the previous call. After the
   // finished output has been returned, further calls return it again.
@@ -44,7 +47,7 @@ class RequestStream {
   void push(RequestOutput&& out);  // the client's side
 
  private:
-  RequestId id_;
+  std::string id_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::optional<RequestOutput> pending_;
@@ -82,19 +85,25 @@ class EngineClient {
   // lengths, options, a stopped or dead engine) leave no trace.
   Expected<std::shared_ptr<RequestStream>> add_request(GenerateRequest request);
   // Ends a request wherever it is; its stream finishes with "abort". Unknown ids are ignored.
-  void abort(const RequestId& id);
+  void abort(const std::string& id);
   EngineStats stats() const;
   // `fn` runs on the engine thread after every step that ran the model, with the number of
   // tokens the step computed (vllm:iteration_tokens_total). It must be cheap and not block.
   void set_step_observer(std::function<void(int64_t)> fn);
   const SchedulerConfig& scheduler_config() const { return options_.scheduler; }
+  // Request handles made so far, the length of every per-request table in the engine: the peak
+  // number of requests live at once, since finished requests' handles are reused.
+  size_t num_request_handles() const;
   // Stops both threads; unfinished requests finish with "abort". Idempotent.
   void shutdown();
 
  private:
-  using Command = std::variant<EngineRequest, RequestId>;  // add, or abort
+  using Command = std::variant<EngineRequest, RequestHandle>;  // add, or abort
 
   Status validate(const GenerateRequest& request) const;
+  // Under req_mu_: a free handle, now naming `id`; and the reverse once the request is gone.
+  RequestHandle take_handle(const std::string& id);
+  void drop_handle(RequestHandle h);
   void engine_loop();
   void output_loop();
   // Output-thread side: delivers one core output to its stream.
@@ -117,9 +126,19 @@ class EngineClient {
   bool engine_done_ = false;
   std::string engine_error_;  // why the engine stopped, if a step failed
 
-  // Requests the core still holds, with their stream until the client side finishes them.
+  // Requests the core still holds, with their stream until the client side finishes them. A
+  // handle goes back to free_handles_ when the core's finished output arrives: by then the
+  // core, the scheduler and the KV manager have let it go, and the worker drops it at the next
+  // step before it takes any new request (WorkerRequests::apply), so reuse is safe.
+  struct Live {
+    std::string id;
+    std::shared_ptr<RequestStream> stream;  // null once finished here (a stop string)
+  };
   mutable std::mutex req_mu_;
-  std::unordered_map<RequestId, std::shared_ptr<RequestStream>> live_;
+  std::unordered_map<std::string, RequestHandle> handles_;  // the API ids of live_
+  RequestTable<Live> live_;
+  std::vector<RequestHandle> free_handles_;
+  RequestHandle next_handle_ = 0;
   OutputProcessor processor_;  // under req_mu_
 
   mutable std::mutex stats_mu_;

@@ -69,7 +69,7 @@ Status EngineCore::add_request(const EngineRequest& request) {
   return {};
 }
 
-EngineCoreOutput EngineCore::output_for(const RequestId& id) const {
+EngineCoreOutput EngineCore::output_for(RequestHandle id) const {
   const Request* req = scheduler_.request(id);
   EngineCoreOutput out;
   out.id = id;
@@ -80,7 +80,7 @@ EngineCoreOutput EngineCore::output_for(const RequestId& id) const {
   return out;
 }
 
-void EngineCore::abort(const RequestId& id) {
+void EngineCore::abort(RequestHandle id) {
   const Request* req = scheduler_.request(id);
   if (req == nullptr || req->is_finished()) return;
   EngineCoreOutput out = output_for(id);
@@ -90,7 +90,7 @@ void EngineCore::abort(const RequestId& id) {
   pending_.push_back(std::move(out));
 }
 
-void EngineCore::retire(const RequestId& id) {
+void EngineCore::retire(RequestHandle id) {
   request_state_.erase(id);
   scheduler_.release(id);
 }
@@ -108,7 +108,7 @@ void EngineCore::fail_step(const SchedulerOutput& sched, const std::string& erro
 }
 
 void EngineCore::fill_token_masks(SchedulerOutput& sched,
-                                  std::unordered_map<RequestId, std::string>& errors) {
+                                  std::unordered_map<RequestHandle, std::string>& errors) {
   for (const ScheduledTokens& s : sched.scheduled) {
     const RequestState& state = request_state_.at(s.id);
     if (!state.constraint) continue;
@@ -153,7 +153,7 @@ void EngineCore::accept_constrained(RunnerOutput& result) {
 }
 
 void EngineCore::end_failed(const RunnerOutput& result,
-                            const std::unordered_map<RequestId, std::string>& mask_errors,
+                            const std::unordered_map<RequestHandle, std::string>& mask_errors,
                             std::vector<EngineCoreOutput>& outputs) {
   for (const RequestFailure& f : result.failures) {
     const Request* req = scheduler_.request(f.id);
@@ -185,7 +185,7 @@ void EngineCore::end_failed(const RunnerOutput& result,
   }
 }
 
-std::vector<TokenLogprobs> EngineCore::fresh_prompt_logprobs(const RequestId& id, int64_t start,
+std::vector<TokenLogprobs> EngineCore::fresh_prompt_logprobs(RequestHandle id, int64_t start,
                                                              std::vector<TokenLogprobs>& scored) {
   // Entry i scores prompt token start + i + 1. A recompute after preemption scores the prompt
   // again from the start; what was already reported is dropped.
@@ -208,7 +208,7 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
   if (!sched.scheduled.empty()) ++counters_.steps;
   const auto now = std::chrono::steady_clock::now();
   // Each request's first position this step, which its prompt logprobs are placed by.
-  std::unordered_map<RequestId, int64_t> starts;
+  std::unordered_map<RequestHandle, int64_t> starts;
   for (const ScheduledTokens& s : sched.scheduled) {
     RequestState& state = request_state_.at(s.id);
     if (!state.first_scheduled) state.first_scheduled = now;
@@ -218,7 +218,7 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
     counters_.prompt_tokens_computed +=
         std::clamp<int64_t>(req->num_prompt_tokens() - req->num_computed_tokens, 0, s.num_tokens);
   }
-  std::unordered_map<RequestId, std::string> mask_errors;
+  std::unordered_map<RequestHandle, std::string> mask_errors;
   fill_token_masks(sched, mask_errors);
   Expected<RunnerOutput> executed = executor_->execute(sched);
   if (!executed.ok()) {
@@ -228,16 +228,16 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
   RunnerOutput& result = *executed;
   accept_constrained(result);
   end_failed(result, mask_errors, outputs);
-  std::unordered_map<RequestId, std::vector<TokenLogprobs>> logprobs;
+  std::unordered_map<RequestHandle, std::vector<TokenLogprobs>> logprobs;
   for (RequestSamples& s : result.sampled) logprobs[s.id] = std::move(s.logprobs);
-  std::unordered_map<RequestId, std::vector<TokenLogprobs>> prompt_logprobs;
+  std::unordered_map<RequestHandle, std::vector<TokenLogprobs>> prompt_logprobs;
   for (auto& [id, scored] : result.prompt_logprobs) prompt_logprobs[id] = std::move(scored);
-  std::unordered_map<RequestId, RequestUpdate> updates;
+  std::unordered_map<RequestHandle, RequestUpdate> updates;
   for (RequestUpdate& u : scheduler_.update_from_output(sched, result))
     updates.emplace(u.id, std::move(u));
 
   for (const ScheduledTokens& s : sched.scheduled) {
-    if (request_state_.count(s.id) == 0) continue;  // failed and reported above
+    if (!request_state_.contains(s.id)) continue;  // failed and reported above
     const auto update = updates.find(s.id);
     std::vector<TokenLogprobs> fresh;
     if (const auto p = prompt_logprobs.find(s.id); p != prompt_logprobs.end())

@@ -24,7 +24,7 @@
 namespace kestrel {
 
 struct EngineRequest {
-  RequestId id;
+  RequestHandle id;
   std::vector<int32_t> prompt_token_ids;
   SamplingParams sampling;  // sampling.logprobs >= 0 asks for per-token logprobs
   int64_t max_tokens = 16;
@@ -47,7 +47,7 @@ enum class FinishReason { kStop, kLength, kAbort, kError };
 const char* finish_reason_name(FinishReason reason);
 
 struct EngineCoreOutput {
-  RequestId id;
+  RequestHandle id;
   std::vector<int32_t> new_token_ids;
   std::vector<TokenLogprobs> new_logprobs;  // one per new token if the request asked for them
   // Prompt tokens scored since the previous output (prompt positions 1, 2, …, in order).
@@ -87,7 +87,7 @@ class EngineCore {
   Status add_request(const EngineRequest& request);
   // Ends a request in any state; its "abort" output comes with the next step(). Unknown or
   // finished ids are ignored.
-  void abort(const RequestId& id);
+  void abort(RequestHandle id);
   // Runs one scheduler step and returns what changed: new tokens and finished requests. A step
   // whose execution fails ends the requests it scheduled with FinishReason::kError.
   Expected<std::vector<EngineCoreOutput>> step();
@@ -111,19 +111,20 @@ class EngineCore {
 
   // Token masks of the step's constrained requests that sample; a constraint that throws gets
   // an empty mask (its request samples nothing) and its error in `errors`.
-  void fill_token_masks(SchedulerOutput& sched, std::unordered_map<RequestId, std::string>& errors);
+  void fill_token_masks(SchedulerOutput& sched,
+                        std::unordered_map<RequestHandle, std::string>& errors);
   // Feeds the sampled tokens to their constraints; a refused token fails its request.
   void accept_constrained(RunnerOutput& result);
   // Ends (and retires) the requests the runner failed, before the step is applied.
   void end_failed(const RunnerOutput& result,
-                  const std::unordered_map<RequestId, std::string>& mask_errors,
+                  const std::unordered_map<RequestHandle, std::string>& mask_errors,
                   std::vector<EngineCoreOutput>& outputs);
   // The step's prompt logprobs of `id` (scored from position `start`) not reported before.
-  std::vector<TokenLogprobs> fresh_prompt_logprobs(const RequestId& id, int64_t start,
+  std::vector<TokenLogprobs> fresh_prompt_logprobs(RequestHandle id, int64_t start,
                                                    std::vector<TokenLogprobs>& scored);
-  EngineCoreOutput output_for(const RequestId& id) const;
+  EngineCoreOutput output_for(RequestHandle id) const;
   // Releases a finished request everywhere so no state or block outlives it.
-  void retire(const RequestId& id);
+  void retire(RequestHandle id);
   // A failed step ends only the requests it scheduled (with `error`); the engine keeps serving.
   void fail_step(const SchedulerOutput& sched, const std::string& error,
                  std::vector<EngineCoreOutput>& outputs);
@@ -131,7 +132,7 @@ class EngineCore {
   Scheduler scheduler_;
   std::unique_ptr<Executor> executor_;
   std::vector<int32_t> eos_token_ids_;
-  std::unordered_map<RequestId, RequestState> request_state_;
+  RequestTable<RequestState> request_state_;
   std::vector<EngineCoreOutput> pending_;  // abort outputs waiting for the next step
   EngineCoreCounters counters_;
 };

@@ -35,9 +35,9 @@ void RequestOutput::merge(RequestOutput&& later) {
   if (later.first_scheduled) first_scheduled = later.first_scheduled;
 }
 
-Status OutputProcessor::add_request(const RequestId& id, std::span<const int32_t> prompt,
+Status OutputProcessor::add_request(RequestHandle id, std::span<const int32_t> prompt,
                                     const OutputOptions& options, int64_t min_tokens) {
-  if (requests_.count(id)) return make_error("request id {} is already in use", id);
+  if (requests_.contains(id)) return make_error("request {} is already in use", id);
   if (!options.detokenize && !options.stop.empty())
     return make_error("stop strings need detokenized output");
   for (const std::string& s : options.stop)
@@ -53,7 +53,7 @@ Status OutputProcessor::add_request(const RequestId& id, std::span<const int32_t
   if (!options.include_stop_str_in_output) {
     for (const std::string& s : options.stop) st.hold_back = std::max(st.hold_back, s.size() - 1);
   }
-  requests_.emplace(id, std::move(st));
+  requests_.put(id, std::move(st));
   return {};
 }
 
@@ -76,13 +76,12 @@ std::optional<std::string> OutputProcessor::append_text(State& st, std::span<con
 
 std::optional<RequestOutput> OutputProcessor::process(EngineCoreOutput&& in, bool* abort_in_core) {
   *abort_in_core = false;
-  const auto it = requests_.find(in.id);
-  if (it == requests_.end()) return std::nullopt;
-  State& st = it->second;
+  State* found = requests_.find(in.id);
+  if (found == nullptr) return std::nullopt;
+  State& st = *found;
   st.num_outputs = in.num_output_tokens;
 
   RequestOutput out;
-  out.id = in.id;
   out.token_ids = std::move(in.new_token_ids);
   out.logprobs = std::move(in.new_logprobs);
   out.prompt_logprobs = std::move(in.prompt_logprobs);
@@ -112,7 +111,7 @@ std::optional<RequestOutput> OutputProcessor::process(EngineCoreOutput&& in, boo
       st.sent = end;
     }
   }
-  if (out.finished()) requests_.erase(it);
+  if (out.finished()) requests_.erase(in.id);
   return out;
 }
 

@@ -28,8 +28,8 @@ struct OutputOptions {
 // vLLM's stop_reason: the matched stop string, or the request's own stop token id.
 using StopReason = std::variant<std::monostate, std::string, int32_t>;
 
+// One request's output since the previous one (the stream it arrives on names the request).
 struct RequestOutput {
-  RequestId id;
   std::vector<int32_t> token_ids;  // new since the previous output
   std::string text;                // new text since the previous output
   std::vector<TokenLogprobs> logprobs;
@@ -54,7 +54,7 @@ class OutputProcessor {
   explicit OutputProcessor(const Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
 
   // Starts tracking a request. Errors when it needs text and there is no tokenizer.
-  Status add_request(const RequestId& id, std::span<const int32_t> prompt,
+  Status add_request(RequestHandle id, std::span<const int32_t> prompt,
                      const OutputOptions& options, int64_t min_tokens);
 
   // Converts one core output. Returns nothing for untracked requests (finished here already, e.g.
@@ -64,7 +64,7 @@ class OutputProcessor {
   std::optional<RequestOutput> process(EngineCoreOutput&& out, bool* abort_in_core);
 
   // Stops tracking a request (client abort, shutdown).
-  void remove(const RequestId& id) { requests_.erase(id); }
+  void remove(RequestHandle id) { requests_.erase(id); }
   size_t num_requests() const { return requests_.size(); }
 
  private:
@@ -83,7 +83,7 @@ class OutputProcessor {
                                          bool skip_last);
 
   const Tokenizer* tokenizer_;
-  std::unordered_map<RequestId, State> requests_;
+  RequestTable<State> requests_;
 };
 
 }  // namespace kestrel

@@ -55,14 +55,14 @@ std::vector<BlockId> GroupManager::find_hit(std::span<const BlockHash> hashes,
   return out;
 }
 
-void GroupManager::remove_skipped(const RequestId& id, int64_t num_computed_tokens) {
+void GroupManager::remove_skipped(RequestHandle id, int64_t num_computed_tokens) {
   if (!sliding()) return;
-  const auto it = tables_.find(id);
-  if (it == tables_.end()) return;
+  std::vector<BlockId>* table = tables_.find(id);
+  if (table == nullptr) return;
   // Keys before p - window + 1 are out of every later query's window (queries start at p).
   const int64_t skipped = std::max<int64_t>(0, num_computed_tokens - spec_.sliding_window + 1);
   const size_t whole = size_t(skipped / spec_.block_size);
-  std::vector<BlockId>& t = it->second;
+  std::vector<BlockId>& t = *table;
   std::vector<BlockId> dropped;
   for (size_t i = 0; i < std::min(whole, t.size()); ++i) {
     if (t[i] == kNullBlock) continue;
@@ -72,10 +72,10 @@ void GroupManager::remove_skipped(const RequestId& id, int64_t num_computed_toke
   pool_.free(dropped);
 }
 
-int64_t GroupManager::num_blocks_needed(const RequestId& id, int64_t num_positions,
+int64_t GroupManager::num_blocks_needed(RequestHandle id, int64_t num_positions,
                                         std::span<const BlockId> hit) const {
-  const auto it = tables_.find(id);
-  const int64_t held = it == tables_.end() ? 0 : int64_t(it->second.size());
+  const std::vector<BlockId>* table = tables_.find(id);
+  const int64_t held = table == nullptr ? 0 : int64_t(table->size());
   const int64_t want = (num_positions + spec_.block_size - 1) / spec_.block_size;
   int64_t from_free = std::max<int64_t>(0, want - held - int64_t(hit.size()));
   // Hit blocks sitting on the free list stop being free once touched.
@@ -83,8 +83,7 @@ int64_t GroupManager::num_blocks_needed(const RequestId& id, int64_t num_positio
   return from_free;
 }
 
-void GroupManager::allocate(const RequestId& id, int64_t num_positions,
-                            std::span<const BlockId> hit) {
+void GroupManager::allocate(RequestHandle id, int64_t num_positions, std::span<const BlockId> hit) {
   std::vector<BlockId>& t = tables_[id];
   KCHECK(hit.empty() || t.empty(), "request {}: a prefix hit for a request holding blocks", id);
   pool_.touch(hit);
@@ -96,11 +95,11 @@ void GroupManager::allocate(const RequestId& id, int64_t num_positions,
   t.insert(t.end(), fresh->begin(), fresh->end());
 }
 
-void GroupManager::cache(const RequestId& id, std::span<const BlockHash> hashes, size_t first,
+void GroupManager::cache(RequestHandle id, std::span<const BlockHash> hashes, size_t first,
                          std::span<const int32_t> tokens, std::vector<BlockId>* published) {
-  const auto it = tables_.find(id);
-  KCHECK(it != tables_.end(), "caching blocks of unknown request {}", id);
-  const std::vector<BlockId>& t = it->second;
+  const std::vector<BlockId>* table = tables_.find(id);
+  KCHECK(table != nullptr, "caching blocks of unknown request {}", id);
+  const std::vector<BlockId>& t = *table;
   const size_t bs = size_t(spec_.block_size);
   for (size_t i = first; i < hashes.size() && i < t.size(); ++i) {
     // Null entries are a hit's padding: nothing of this request's to publish there. A false
@@ -112,23 +111,22 @@ void GroupManager::cache(const RequestId& id, std::span<const BlockHash> hashes,
   }
 }
 
-void GroupManager::free(const RequestId& id) {
-  const auto it = tables_.find(id);
-  if (it == tables_.end()) return;
+void GroupManager::free(RequestHandle id) {
+  std::vector<BlockId>* blocks = tables_.find(id);
+  if (blocks == nullptr) return;
   // Tail blocks first: they are the least likely to be shared, so they should be evicted first.
-  std::vector<BlockId>& blocks = it->second;
-  std::reverse(blocks.begin(), blocks.end());
-  pool_.free(blocks);
-  tables_.erase(it);
+  std::reverse(blocks->begin(), blocks->end());
+  pool_.free(*blocks);
+  tables_.erase(id);
 }
 
-std::span<const BlockId> GroupManager::table(const RequestId& id) const {
-  const auto it = tables_.find(id);
-  if (it == tables_.end()) return {};
-  return it->second;
+std::span<const BlockId> GroupManager::table(RequestHandle id) const {
+  const std::vector<BlockId>* t = tables_.find(id);
+  if (t == nullptr) return {};
+  return *t;
 }
 
-int64_t GroupManager::num_held(const RequestId& id) const {
+int64_t GroupManager::num_held(RequestHandle id) const {
   const std::span<const BlockId> t = table(id);
   return int64_t(std::count_if(t.begin(), t.end(), [](BlockId b) { return b != kNullBlock; }));
 }

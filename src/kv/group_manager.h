@@ -7,17 +7,14 @@
 
 #include <cstdint>
 #include <span>
-#include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "base/request_table.h"
 #include "kv/block_hash.h"
 #include "kv/block_pool.h"
 #include "kv/kv_cache_spec.h"
 
 namespace kestrel {
-
-using RequestId = std::string;
 
 class GroupManager {
  public:
@@ -33,22 +30,22 @@ class GroupManager {
 
   // Frees the request's blocks no query from position num_computed_tokens on can read (a
   // sliding window's; none for full attention). Safe at any time: they are not needed again.
-  void remove_skipped(const RequestId& id, int64_t num_computed_tokens);
+  void remove_skipped(RequestHandle id, int64_t num_computed_tokens);
   // Blocks the request needs taken from the free list to hold `num_positions` positions, given
   // the prefix hit `hit` for a request that holds nothing yet.
-  int64_t num_blocks_needed(const RequestId& id, int64_t num_positions,
+  int64_t num_blocks_needed(RequestHandle id, int64_t num_positions,
                             std::span<const BlockId> hit) const;
   // Appends the hit, then fresh blocks up to `num_positions`; the caller made sure they fit.
-  void allocate(const RequestId& id, int64_t num_positions, std::span<const BlockId> hit);
+  void allocate(RequestHandle id, int64_t num_positions, std::span<const BlockId> hit);
   // Publishes the request's blocks [first, hashes.size()) under its chained hashes; the blocks
   // this group newly cached are appended to `published` when given.
-  void cache(const RequestId& id, std::span<const BlockHash> hashes, size_t first,
+  void cache(RequestHandle id, std::span<const BlockHash> hashes, size_t first,
              std::span<const int32_t> tokens, std::vector<BlockId>* published);
-  void free(const RequestId& id);
+  void free(RequestHandle id);
 
-  std::span<const BlockId> table(const RequestId& id) const;
+  std::span<const BlockId> table(RequestHandle id) const;
   // Blocks the request holds (its table without null entries).
-  int64_t num_held(const RequestId& id) const;
+  int64_t num_held(RequestHandle id) const;
 
  private:
   // The pool's key for this group's copy of a block: groups never share blocks.
@@ -58,7 +55,7 @@ class GroupManager {
   KVCacheSpec spec_;
   int32_t group_;
   BlockPool& pool_;
-  std::unordered_map<RequestId, std::vector<BlockId>> tables_;
+  RequestTable<std::vector<BlockId>> tables_;
 };
 
 }  // namespace kestrel

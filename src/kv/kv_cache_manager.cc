@@ -48,13 +48,13 @@ ComputedBlocks KVCacheManager::get_computed_blocks(std::span<const int32_t> toke
   return out;
 }
 
-bool KVCacheManager::allocate_slots(const RequestId& id, int64_t num_new_tokens,
+bool KVCacheManager::allocate_slots(RequestHandle id, int64_t num_new_tokens,
                                     const ComputedBlocks& computed, int64_t num_lookahead_tokens) {
   KCHECK(num_new_tokens >= 0 && num_lookahead_tokens >= 0, "negative token count {} / {}",
          num_new_tokens, num_lookahead_tokens);
-  const auto it = requests_.find(id);
-  const int64_t held_slots = it == requests_.end() ? 0 : it->second.num_slots;
-  KCHECK(computed.num_blocks == 0 || it == requests_.end(),
+  const RequestBlocks* held = requests_.find(id);
+  const int64_t held_slots = held == nullptr ? 0 : held->num_slots;
+  KCHECK(computed.num_blocks == 0 || held == nullptr,
          "request {} already holds blocks; prefix hits apply to a fresh request only", id);
   const bool hit = computed.num_blocks > 0;
   KCHECK(!hit || computed.blocks.size() == groups_.size(), "computed blocks for {} groups, not {}",
@@ -80,14 +80,14 @@ bool KVCacheManager::allocate_slots(const RequestId& id, int64_t num_new_tokens,
   return true;
 }
 
-void KVCacheManager::cache_blocks(const RequestId& id, std::span<const int32_t> tokens,
+void KVCacheManager::cache_blocks(RequestHandle id, std::span<const int32_t> tokens,
                                   int64_t num_computed_tokens,
                                   std::span<const BlockHash> block_hashes,
                                   std::vector<BlockId>* published) {
   if (!enable_prefix_caching_) return;
-  const auto it = requests_.find(id);
-  KCHECK(it != requests_.end(), "caching blocks of unknown request {}", id);
-  RequestBlocks& req = it->second;
+  RequestBlocks* found = requests_.find(id);
+  KCHECK(found != nullptr, "caching blocks of unknown request {}", id);
+  RequestBlocks& req = *found;
   KCHECK(num_computed_tokens >= 0 && num_computed_tokens <= static_cast<int64_t>(tokens.size()) &&
              num_computed_tokens <= req.num_slots,
          "request {}: {} computed tokens of {} given, {} slots", id, num_computed_tokens,
@@ -101,34 +101,33 @@ void KVCacheManager::cache_blocks(const RequestId& id, std::span<const int32_t> 
   req.num_hashed = full;
 }
 
-void KVCacheManager::rollback_slots(const RequestId& id, int64_t num_slots) {
-  const auto it = requests_.find(id);
-  if (it == requests_.end()) return;
-  it->second.num_slots = std::min(it->second.num_slots, std::max<int64_t>(num_slots, 0));
+void KVCacheManager::rollback_slots(RequestHandle id, int64_t num_slots) {
+  RequestBlocks* req = requests_.find(id);
+  if (req == nullptr) return;
+  req->num_slots = std::min(req->num_slots, std::max<int64_t>(num_slots, 0));
 }
 
 void KVCacheManager::uncache(std::span<const BlockId> blocks) {
   for (const BlockId b : blocks) pool_.uncache(b);
 }
 
-void KVCacheManager::free(const RequestId& id) {
-  const auto it = requests_.find(id);
-  if (it == requests_.end()) return;
+void KVCacheManager::free(RequestHandle id) {
+  if (!requests_.contains(id)) return;
   for (GroupManager& g : groups_) g.free(id);
-  requests_.erase(it);
+  requests_.erase(id);
 }
 
-std::span<const BlockId> KVCacheManager::block_table(const RequestId& id, size_t group) const {
+std::span<const BlockId> KVCacheManager::block_table(RequestHandle id, size_t group) const {
   return group < groups_.size() ? groups_[group].table(id) : std::span<const BlockId>();
 }
 
-int64_t KVCacheManager::num_held_blocks(const RequestId& id, size_t group) const {
+int64_t KVCacheManager::num_held_blocks(RequestHandle id, size_t group) const {
   return group < groups_.size() ? groups_[group].num_held(id) : 0;
 }
 
-int64_t KVCacheManager::num_slots(const RequestId& id) const {
-  const auto it = requests_.find(id);
-  return it == requests_.end() ? 0 : it->second.num_slots;
+int64_t KVCacheManager::num_slots(RequestHandle id) const {
+  const RequestBlocks* req = requests_.find(id);
+  return req == nullptr ? 0 : req->num_slots;
 }
 
 }  // namespace kestrel

@@ -57,24 +57,24 @@ class KVCacheManager {
   // K/V past the scheduled tokens). `computed` (from get_computed_blocks, just before) is only
   // allowed while the request holds no blocks. Returns false, changing nothing, when the pool
   // cannot supply the blocks.
-  bool allocate_slots(const RequestId& id, int64_t num_new_tokens,
-                      const ComputedBlocks& computed = {}, int64_t num_lookahead_tokens = 0);
+  bool allocate_slots(RequestHandle id, int64_t num_new_tokens, const ComputedBlocks& computed = {},
+                      int64_t num_lookahead_tokens = 0);
 
   // Forgets the request's reserved slots past the first num_slots (speculative tokens that were
   // rejected, lookahead not used); its blocks stay allocated for the next allocate_slots().
-  void rollback_slots(const RequestId& id, int64_t num_slots);
+  void rollback_slots(RequestHandle id, int64_t num_slots);
 
   // Publishes the request's blocks made full by its first num_computed_tokens tokens to the
   // prefix cache (num_computed_tokens counts the tokens of the step being scheduled too), under
   // the request's block hashes, which must cover those blocks. The blocks it publishes (not
   // those already cached elsewhere) are appended to `published` when given.
-  void cache_blocks(const RequestId& id, std::span<const int32_t> tokens,
-                    int64_t num_computed_tokens, std::span<const BlockHash> block_hashes,
+  void cache_blocks(RequestHandle id, std::span<const int32_t> tokens, int64_t num_computed_tokens,
+                    std::span<const BlockHash> block_hashes,
                     std::vector<BlockId>* published = nullptr);
 
   // Returns all of the request's blocks; its cached ones stay hittable. Unknown ids are ignored,
   // so every exit path may call it.
-  void free(const RequestId& id);
+  void free(RequestHandle id);
   // Withdraws blocks from the prefix cache: those published when a step was scheduled whose
   // execution then failed, so their K/V was never written. Every request holding them must end
   // (they were all in that step); blocks no longer cached are skipped.
@@ -85,11 +85,11 @@ class KVCacheManager {
   int64_t prefix_cache_hits() const { return hits_; }        // of those, tokens found
   // The request's blocks of `group` in token order (null for blocks a sliding window dropped);
   // empty for unknown ids.
-  std::span<const BlockId> block_table(const RequestId& id, size_t group = 0) const;
+  std::span<const BlockId> block_table(RequestHandle id, size_t group = 0) const;
   // Blocks the request holds in `group`: the usage figure a sliding window keeps bounded.
-  int64_t num_held_blocks(const RequestId& id, size_t group) const;
+  int64_t num_held_blocks(RequestHandle id, size_t group) const;
   // Tokens the request has slots for.
-  int64_t num_slots(const RequestId& id) const;
+  int64_t num_slots(RequestHandle id) const;
   const BlockPool& pool() const { return pool_; }
   size_t num_requests() const { return requests_.size(); }
 
@@ -104,7 +104,7 @@ class KVCacheManager {
   int32_t block_size_;
   bool enable_prefix_caching_;
   std::vector<GroupManager> groups_;  // they refer to pool_
-  std::unordered_map<RequestId, RequestBlocks> requests_;
+  RequestTable<RequestBlocks> requests_;
   int64_t queries_ = 0;
   int64_t hits_ = 0;
 };

@@ -79,7 +79,7 @@ Expected<RunnerOutput> ModelRunner::execute(const SchedulerOutput& output) {
   KTRY(requests_.apply(output));
   RunnerOutput result;
   if (output.scheduled.empty()) return result;
-  std::unordered_map<RequestId, const std::vector<uint64_t>*> masks;
+  std::unordered_map<RequestHandle, const std::vector<uint64_t>*> masks;
   for (const TokenMask& m : output.token_masks) masks[m.id] = &m.bits;
   builder_.clear();
   std::vector<Rows> rows;
@@ -143,7 +143,7 @@ Expected<RunnerOutput> ModelRunner::execute(const SchedulerOutput& output) {
   for (size_t k = 0; k < rows.size(); ++k) {
     if (!rows[k].samples) continue;
     GroupSamples& s = samples_[group_of[k]];
-    const RequestId& id = rows[k].work->id;
+    RequestHandle id = rows[k].work->id;
     if (s.no_token_allowed) {
       result.failures.push_back(RequestFailure{id, true, ""});
       continue;

@@ -10,19 +10,19 @@ Status WorkerRequests::apply(const SchedulerOutput& output) {
   for (const NewRequestData& d : output.new_requests) {
     const bool finished_now = std::find(output.finished_ids.begin(), output.finished_ids.end(),
                                         d.id) != output.finished_ids.end();
-    if (requests_.count(d.id) != 0 && !finished_now)
+    if (requests_.contains(d.id) && !finished_now)
       return make_error("worker: request {} was sent as new twice", d.id);
     if (d.prompt_token_ids.empty()) return make_error("worker: request {} has no prompt", d.id);
   }
   for (const CachedRequestData& d : output.cached_requests) {
-    const auto it = requests_.find(d.id);
-    if (it == requests_.end()) return make_error("worker: request {} was never sent", d.id);
-    if (!d.resumed_from_preemption && d.new_block_ids.size() != it->second.block_ids.size())
+    const WorkerRequest* held = requests_.find(d.id);
+    if (held == nullptr) return make_error("worker: request {} was never sent", d.id);
+    if (!d.resumed_from_preemption && d.new_block_ids.size() != held->block_ids.size())
       return make_error("worker: request {} has {} KV cache groups, the update {}", d.id,
-                        it->second.block_ids.size(), d.new_block_ids.size());
+                        held->block_ids.size(), d.new_block_ids.size());
   }
 
-  for (const RequestId& id : output.finished_ids) requests_.erase(id);
+  for (RequestHandle id : output.finished_ids) requests_.erase(id);
   for (const NewRequestData& d : output.new_requests) {
     WorkerRequest r;
     r.all_tokens = d.prompt_token_ids;
@@ -31,7 +31,7 @@ Status WorkerRequests::apply(const SchedulerOutput& output) {
     r.num_computed_tokens = d.num_computed_tokens;
     r.sampling = d.sampling;
     r.rng = SamplerRng{d.sampling.seed, 0};
-    requests_.insert_or_assign(d.id, std::move(r));
+    requests_.put(d.id, std::move(r));
   }
   for (const CachedRequestData& d : output.cached_requests) {
     WorkerRequest& r = requests_.at(d.id);
@@ -47,9 +47,8 @@ Status WorkerRequests::apply(const SchedulerOutput& output) {
   return Status::Ok();
 }
 
-WorkerRequest* WorkerRequests::find(const RequestId& id) {
-  const auto it = requests_.find(id);
-  return it == requests_.end() ? nullptr : &it->second;
+WorkerRequest* WorkerRequests::find(RequestHandle id) {
+  return requests_.find(id);
 }
 
 }  // namespace kestrel

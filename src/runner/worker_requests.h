@@ -6,9 +6,9 @@
 
 #include <cstdint>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
+#include "base/request_table.h"
 #include "base/status.h"
 #include "sched/scheduler_output.h"
 
@@ -39,11 +39,11 @@ class WorkerRequests {
   // disagree about the requests; nothing of that step is applied then.
   Status apply(const SchedulerOutput& output);
 
-  WorkerRequest* find(const RequestId& id);
+  WorkerRequest* find(RequestHandle id);
   size_t size() const { return requests_.size(); }
 
  private:
-  std::unordered_map<RequestId, WorkerRequest> requests_;
+  RequestTable<WorkerRequest> requests_;
 };
 
 }  // namespace kestrel

@@ -23,7 +23,7 @@ struct StopRules {
 
 // What a request asks for, as the engine core hands it to the scheduler.
 struct RequestSpec {
-  RequestId id;
+  RequestHandle id;
   std::vector<int32_t> prompt;
   int64_t max_tokens = 16;
   RequestSampling sampling;
@@ -52,7 +52,7 @@ const char* status_name(RequestStatus status);
 struct Request {
   Request(RequestSpec spec, int64_t arrival);
 
-  RequestId id;
+  RequestHandle id;
   std::vector<int32_t> prompt_token_ids;
   std::vector<int32_t> output_token_ids;
   // Prompt then outputs, kept contiguous for prefix-cache hashing.

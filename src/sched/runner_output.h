@@ -13,7 +13,7 @@
 namespace kestrel {
 
 struct RequestSamples {
-  RequestId id;
+  RequestHandle id;
   // In order: the accepted draft tokens, then the one sampled after them.
   std::vector<int32_t> tokens;
   std::vector<TokenLogprobs> logprobs;  // one per token when the request asked for them
@@ -23,7 +23,7 @@ struct RequestSamples {
 // A request due a token that got none: its masks left no token allowed (no_token_allowed), or
 // something else failed for it alone (`error`).
 struct RequestFailure {
-  RequestId id;
+  RequestHandle id;
   bool no_token_allowed = false;
   std::string error;
   bool operator==(const RequestFailure&) const = default;
@@ -33,7 +33,7 @@ struct RunnerOutput {
   std::vector<RequestSamples> sampled;
   // Per request that asked for prompt logprobs: one entry per prompt token this step scored
   // (the token at position p + 1 under the logits of position p), in prompt order.
-  std::vector<std::pair<RequestId, std::vector<TokenLogprobs>>> prompt_logprobs;
+  std::vector<std::pair<RequestHandle, std::vector<TokenLogprobs>>> prompt_logprobs;
   std::vector<RequestFailure> failures;
   bool operator==(const RunnerOutput&) const = default;
 };

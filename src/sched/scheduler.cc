@@ -58,8 +58,8 @@ Scheduler::Scheduler(const SchedulerConfig& config)
 }
 
 Status Scheduler::add_request(RequestSpec spec) {
-  const RequestId id = spec.id;
-  if (requests_.count(id) != 0) return make_error("request {}: duplicate id", id);
+  const RequestHandle id = spec.id;
+  if (requests_.contains(id)) return make_error("request {}: duplicate id", id);
   if (spec.prompt.empty()) return make_error("request {}: empty prompt", id);
   if (spec.max_tokens < 1)
     return make_error("request {}: max_tokens must be >= 1, got {}", id, spec.max_tokens);
@@ -71,14 +71,14 @@ Status Scheduler::add_request(RequestSpec spec) {
   auto req = std::make_unique<Request>(std::move(spec), next_arrival_++);
   update_block_hashes(*req);
   waiting_.push_back(req.get());
-  requests_.emplace(id, std::move(req));
+  requests_.put(id, std::move(req));
   return Status::Ok();
 }
 
-void Scheduler::set_draft_tokens(const RequestId& id, std::vector<int32_t> draft_token_ids) {
-  const auto it = requests_.find(id);
-  if (it == requests_.end() || it->second->is_finished()) return;
-  it->second->draft_token_ids = std::move(draft_token_ids);
+void Scheduler::set_draft_tokens(RequestHandle id, std::vector<int32_t> draft_token_ids) {
+  Request* req = find_request(id);
+  if (req == nullptr || req->is_finished()) return;
+  req->draft_token_ids = std::move(draft_token_ids);
 }
 
 int64_t Scheduler::num_to_schedule(const Request& req, int64_t budget) const {
@@ -238,16 +238,16 @@ bool Scheduler::append_and_check_stop(Request& req, int32_t token, RequestUpdate
 
 std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& output,
                                                          const RunnerOutput& result) {
-  std::unordered_map<RequestId, const RequestSamples*> samples;
+  std::unordered_map<RequestHandle, const RequestSamples*> samples;
   for (const RequestSamples& s : result.sampled) samples[s.id] = &s;
-  std::unordered_set<RequestId> failed;
+  std::unordered_set<RequestHandle> failed;
   for (const RequestFailure& f : result.failures) failed.insert(f.id);
   std::vector<RequestUpdate> updates;
   for (const ScheduledTokens& work : output.scheduled) {
-    const auto it = requests_.find(work.id);
-    if (it == requests_.end() || it->second->status != RequestStatus::kRunning) continue;
+    Request* found = find_request(work.id);
+    if (found == nullptr || found->status != RequestStatus::kRunning) continue;
     if (failed.count(work.id) != 0) continue;  // the engine core ends it
-    Request& req = *it->second;
+    Request& req = *found;
     const int64_t known_before = req.num_tokens();
     req.num_computed_tokens += work.num_tokens;
     if (req.num_computed_tokens < known_before) continue;  // a prefill chunk samples nothing
@@ -289,26 +289,29 @@ void Scheduler::remove_from_queues(Request* req) {
   if (w != waiting_.end()) waiting_.erase(w);
 }
 
-void Scheduler::finish(const RequestId& id, RequestStatus status) {
+void Scheduler::finish(RequestHandle id, RequestStatus status) {
   KCHECK(is_finished_status(status), "finish() needs a finished status, got {}",
          status_name(status));
-  const auto it = requests_.find(id);
-  if (it == requests_.end() || it->second->is_finished()) return;
-  Request* req = it->second.get();
+  Request* req = find_request(id);
+  if (req == nullptr || req->is_finished()) return;
   remove_from_queues(req);
   kv_.free(id);
   req->status = status;
   finished_since_last_step_.push_back(id);
 }
 
-const Request* Scheduler::request(const RequestId& id) const {
-  const auto it = requests_.find(id);
-  return it == requests_.end() ? nullptr : it->second.get();
+Request* Scheduler::find_request(RequestHandle id) const {
+  const std::unique_ptr<Request>* r = requests_.find(id);
+  return r == nullptr ? nullptr : r->get();
 }
 
-void Scheduler::release(const RequestId& id) {
-  const auto it = requests_.find(id);
-  if (it != requests_.end() && it->second->is_finished()) requests_.erase(it);
+const Request* Scheduler::request(RequestHandle id) const {
+  return find_request(id);
+}
+
+void Scheduler::release(RequestHandle id) {
+  const Request* r = find_request(id);
+  if (r != nullptr && r->is_finished()) requests_.erase(id);
 }
 
 }  // namespace kestrel

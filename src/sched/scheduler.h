@@ -43,7 +43,7 @@ Status validate(const SchedulerConfig& config);
 
 // What update_from_output() did to one request.
 struct RequestUpdate {
-  RequestId id;
+  RequestHandle id;
   std::vector<int32_t> new_token_ids;  // appended this step, in order (after a stop: up to it)
   size_t num_rejected_drafts = 0;
   std::optional<RequestStatus> finished;  // kFinishedStopped or kFinishedLength
@@ -62,7 +62,7 @@ class Scheduler {
   // Speculative tokens to verify after the request's last token, replacing earlier ones, for its
   // next step (as far as budget and max_model_len allow). A step that samples it without them
   // (its admission or resumption, which take none) drops them: they followed an older token.
-  void set_draft_tokens(const RequestId& id, std::vector<int32_t> draft_token_ids);
+  void set_draft_tokens(RequestHandle id, std::vector<int32_t> draft_token_ids);
 
   // Picks this step's work: running requests first, then waiting ones in queue order.
   SchedulerOutput schedule();
@@ -77,15 +77,15 @@ class Scheduler {
 
   // Ends a request in any state with a finished status and frees its blocks at once. A no-op
   // for unknown or already finished requests.
-  void finish(const RequestId& id, RequestStatus status);
-  void abort(const RequestId& id) { finish(id, RequestStatus::kFinishedAborted); }
+  void finish(RequestHandle id, RequestStatus status);
+  void abort(RequestHandle id) { finish(id, RequestStatus::kFinishedAborted); }
   // The execution of `output`, the last schedule()'s, failed: every request it scheduled ends
   // (aborted), and the blocks published for it, never written, leave the prefix cache.
   void fail_step(const SchedulerOutput& output);
 
   // Finished requests stay readable until released.
-  const Request* request(const RequestId& id) const;
-  void release(const RequestId& id);
+  const Request* request(RequestHandle id) const;
+  void release(RequestHandle id);
 
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
@@ -112,16 +112,17 @@ class Scheduler {
   Request* preempt_newest();
   void remove_from_queues(Request* req);
   // Appends `token` to a running request and says whether it ends the request.
+  Request* find_request(RequestHandle id) const;
   // Extends req.block_hashes over its tokens' new full blocks (prefix caching only).
   void update_block_hashes(Request& req) const;
   bool append_and_check_stop(Request& req, int32_t token, RequestUpdate& update);
 
   SchedulerConfig config_;
   KVCacheManager kv_;
-  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  RequestTable<std::unique_ptr<Request>> requests_;
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;  // admission order: the back is the newest
-  std::vector<RequestId> finished_since_last_step_;
+  std::vector<RequestHandle> finished_since_last_step_;
   std::vector<BlockId> published_;  // blocks the last schedule() published to the prefix cache
   int64_t next_arrival_ = 0;
   int64_t num_preemptions_ = 0;

@@ -20,7 +20,7 @@ namespace kestrel {
 using GroupBlockIds = std::vector<std::vector<BlockId>>;
 
 struct NewRequestData {
-  RequestId id;
+  RequestHandle id;
   std::vector<int32_t> prompt_token_ids;
   RequestSampling sampling;
   GroupBlockIds block_ids;
@@ -29,7 +29,7 @@ struct NewRequestData {
 };
 
 struct CachedRequestData {
-  RequestId id;
+  RequestHandle id;
   // True after a preemption: block_ids replace the worker's table (the old blocks are gone)
   // and the tokens computed start again from num_computed_tokens.
   bool resumed_from_preemption = false;
@@ -42,7 +42,7 @@ struct CachedRequestData {
 // draft_token_ids.size() of which are speculative tokens to verify (none: it samples one token
 // when the step reaches its last known token).
 struct ScheduledTokens {
-  RequestId id;
+  RequestHandle id;
   int64_t num_tokens = 0;
   std::vector<int32_t> draft_token_ids;
   bool operator==(const ScheduledTokens&) const = default;
@@ -51,7 +51,7 @@ struct ScheduledTokens {
 // The allowed next tokens of a request whose output is constrained (structured output): bit i
 // of word i / 64 set = token i allowed. For the request's first sampled position this step.
 struct TokenMask {
-  RequestId id;
+  RequestHandle id;
   std::vector<uint64_t> bits;
   bool operator==(const TokenMask&) const = default;
 };
@@ -59,10 +59,10 @@ struct TokenMask {
 struct SchedulerOutput {
   std::vector<NewRequestData> new_requests;
   std::vector<CachedRequestData> cached_requests;
-  std::vector<ScheduledTokens> scheduled;  // in batch order
-  std::vector<TokenMask> token_masks;      // filled by the engine core after schedule()
-  std::vector<RequestId> preempted_ids;    // preempted during this step
-  std::vector<RequestId> finished_ids;     // finished or aborted since the previous step
+  std::vector<ScheduledTokens> scheduled;    // in batch order
+  std::vector<TokenMask> token_masks;        // filled by the engine core after schedule()
+  std::vector<RequestHandle> preempted_ids;  // preempted during this step
+  std::vector<RequestHandle> finished_ids;   // finished or aborted since the previous step
   int64_t total_num_scheduled_tokens = 0;
   bool operator==(const SchedulerOutput&) const = default;
 };

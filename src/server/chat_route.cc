@@ -105,7 +105,7 @@ void handle_chat(ServingContext& ctx, const HttpRequest& http, std::shared_ptr<R
   for (int64_t k = 0; k < req.sampling.n; ++k) {
     SessionChoice c;
     c.request = engine_request(ctx, req.sampling, rules.value(), prompt.ids, prompt.max_tokens);
-    c.request.engine.id = spec.id + "-" + std::to_string(k);
+    c.request.id = spec.id + "-" + std::to_string(k);
     if (req.sampling.seed) c.request.engine.seed += uint64_t(k);
     if (!ctx.reasoning_parser.empty())
       c.reasoning = chat::make_reasoning_parser(ctx.reasoning_parser, text.value());

@@ -47,7 +47,7 @@ void handle_completions(ServingContext& ctx, const HttpRequest& http,
     for (int64_t k = 0; k < req.sampling.n; ++k) {
       SessionChoice c;
       c.request = engine_request(ctx, req.sampling, rules.value(), prompt.ids, prompt.max_tokens);
-      c.request.engine.id = spec.id + "-" + std::to_string(spec.choices.size());
+      c.request.id = spec.id + "-" + std::to_string(spec.choices.size());
       if (req.sampling.seed) c.request.engine.seed += uint64_t(k);
       c.request.engine.prompt_logprobs = engine_prompt_logprobs;
       c.echo = echo;

@@ -121,7 +121,7 @@ void handle_responses_create(ServingContext& ctx, const HttpRequest& http,
   if (req.include_logprobs) spec.header.top_logprobs = req.sampling.logprobs.value_or(0);
   spec.request = engine_request(ctx, req.sampling, rules.value(), fitted.value().ids,
                                 fitted.value().max_tokens);
-  spec.request.engine.id = spec.header.id;
+  spec.request.id = spec.header.id;
   spec.stream = req.sampling.stream;
   spec.background = req.background;
   spec.store = req.store && store_on;

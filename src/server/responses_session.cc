@@ -44,7 +44,7 @@ class ResponsesSession : public std::enable_shared_from_this<ResponsesSession> {
       queued.status = "queued";
       const ojson object = response_object(queued, ojson::array(), std::nullopt);
       EngineClient* engine = ctx_.engine;
-      const RequestId id = stream_->id();
+      const std::string id = stream_->id();
       ctx_.responses_store->put(spec_.header.id, object, spec_.messages,
                                 [engine, id] { engine->abort(id); });
       responder_->respond(200, "application/json", object.dump());

@@ -72,7 +72,7 @@ class EngineClientTest : public ::testing::Test {
   static GenerateRequest greedy(const std::string& id, const std::vector<int32_t>& prompt,
                                 int64_t max_tokens, bool text = false) {
     GenerateRequest r;
-    r.engine.id = id;
+    r.id = id;
     r.engine.prompt_token_ids = prompt;
     r.engine.sampling.temperature = 0.0f;
     r.engine.max_tokens = max_tokens;
@@ -84,7 +84,6 @@ class EngineClientTest : public ::testing::Test {
   // Reads a stream to its end, checking that nothing follows the finished output.
   static RequestOutput drain(RequestStream& s) {
     RequestOutput all;
-    all.id = s.id();
     while (!all.finished()) all.merge(s.next());
     EXPECT_FALSE(s.try_next().has_value()) << "output after finishing";
     return all;
@@ -221,28 +220,63 @@ TEST_F(EngineClientTest, ShutdownFinishesInFlightRequests) {
 }
 
 TEST_F(EngineClientTest, RejectsInvalidRequestsWithoutSideEffects) {
-  EngineClient client(*lm_->model, tokenizer_.get(), options());
-  auto live = client.add_request(greedy("dup", golden_.prompts[0], 200));
+  // "dup" may run 4,000 tokens, far longer than the checks below take however the test thread
+  // is scheduled, so it is live for the duplicate check and still running when aborted.
+  EngineClient::Options o = options(300);
+  o.scheduler.max_model_len = 4096;
+  EngineClient client(*lm_->model, tokenizer_.get(), o);
+  auto live = client.add_request(greedy("dup", golden_.prompts[0], 4000));
   ASSERT_TRUE(live.ok());
   EXPECT_FALSE(client.add_request(greedy("dup", golden_.prompts[0], 2)).ok());
+  client.abort("dup");
   EXPECT_FALSE(client.add_request(greedy("", golden_.prompts[0], 2)).ok());
   EXPECT_FALSE(client.add_request(greedy("empty", {}, 2)).ok());
   EXPECT_FALSE(client.add_request(greedy("vocab", {1, 512}, 2)).ok());
   EXPECT_FALSE(client.add_request(greedy("neg", {-1}, 2)).ok());
   EXPECT_FALSE(client.add_request(greedy("zero", golden_.prompts[0], 0)).ok());
-  EXPECT_FALSE(client.add_request(greedy("long", std::vector<int32_t>(256, 3), 2)).ok());
+  EXPECT_FALSE(client.add_request(greedy("long", std::vector<int32_t>(4096, 3), 2)).ok());
   GenerateRequest min = greedy("min", golden_.prompts[0], 2);
   min.engine.min_tokens = 3;
   EXPECT_FALSE(client.add_request(min).ok());
   GenerateRequest stop_ids = greedy("stopids", golden_.prompts[0], 2);
   stop_ids.output.stop = {"x"};  // stop strings need text
   EXPECT_FALSE(client.add_request(stop_ids).ok());
-  client.abort("dup");
   EXPECT_EQ(drain(**live).finish_reason, FinishReason::kAbort);
   expect_idle(client);
   // None of the rejected ids is held.
   for (const char* id : {"empty", "vocab", "zero", "long", "min", "stopids"})
     EXPECT_TRUE(client.add_request(greedy(id, golden_.prompts[0], 1)).ok()) << id;
+}
+
+// Requests get dense handles that are reused once a request is gone: sequential requests (the
+// same API id again, or new ones) never grow the engine's tables past the peak number live at
+// once, and a reused handle carries no state of its previous request.
+TEST_F(EngineClientTest, RequestHandlesAreReusedAfterRequestsFinish) {
+  EngineClient client(*lm_->model, tokenizer_.get(), options());
+  for (int i = 0; i < 20; ++i) {
+    auto s = client.add_request(
+        greedy(i % 2 ? "same" : "r" + std::to_string(i), golden_.prompts[size_t(i) % 3], 16));
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_EQ(drain(**s).token_ids, golden_.greedy[size_t(i) % 3]) << i;
+  }
+  EXPECT_EQ(client.num_request_handles(), 1u);
+  // Three at once, one aborted halfway: three handles, and each stream gets its own tokens.
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (size_t p = 0; p < 3; ++p) {
+    auto s = client.add_request(greedy("c" + std::to_string(p), golden_.prompts[p], 16));
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    streams.push_back(*s);
+  }
+  client.abort("c1");
+  EXPECT_EQ(drain(*streams[0]).token_ids, golden_.greedy[0]);
+  EXPECT_EQ(drain(*streams[2]).token_ids, golden_.greedy[2]);
+  drain(*streams[1]);
+  expect_idle(client);
+  EXPECT_EQ(client.num_request_handles(), 3u);
+  auto again = client.add_request(greedy("c1", golden_.prompts[1], 16));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(drain(**again).token_ids, golden_.greedy[1]);
+  EXPECT_EQ(client.num_request_handles(), 3u);
 }
 
 TEST_F(EngineClientTest, TokenIdOnlyClientWithoutTokenizer) {

@@ -4,6 +4,7 @@
 // tokens' logprobs and top alternatives equal the log-softmax of the reference logits.
 #include "engine/engine_core.h"
 #include "engine/engine_runs.h"
+#include "engine/request_names.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -44,7 +45,7 @@ std::vector<int32_t> eos_ids(const LoadedModel& lm) {
 EngineRequest greedy_request(const std::string& id, const std::vector<int32_t>& prompt,
                              int64_t max_tokens) {
   EngineRequest r;
-  r.id = id;
+  r.id = test::handle(id);
   r.prompt_token_ids = prompt;
   r.sampling.temperature = 0.0f;
   r.max_tokens = max_tokens;
@@ -61,8 +62,8 @@ struct Result {
 
 // Steps until nothing is left, collecting every request's tokens and checking the outputs'
 // bookkeeping on the way.
-std::map<RequestId, Result> run_to_completion(EngineCore& engine) {
-  std::map<RequestId, Result> results;
+std::map<std::string, Result> run_to_completion(EngineCore& engine) {
+  std::map<std::string, Result> results;
   for (int steps = 0; engine.has_unfinished(); ++steps) {
     EXPECT_LT(steps, 10000) << "engine does not finish";
     if (steps >= 10000) break;
@@ -70,10 +71,10 @@ std::map<RequestId, Result> run_to_completion(EngineCore& engine) {
     EXPECT_TRUE(outs.ok()) << (outs.ok() ? "" : outs.error().message);
     if (!outs.ok()) break;
     for (const EngineCoreOutput& o : *outs) {
-      Result& r = results[o.id];
-      EXPECT_TRUE(r.finish_reason.empty()) << o.id << " output after finishing";
+      Result& r = results[test::name_of(o.id)];
+      EXPECT_TRUE(r.finish_reason.empty()) << test::name_of(o.id) << " output after finishing";
       r.tokens.insert(r.tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
-      EXPECT_EQ(o.num_output_tokens, int64_t(r.tokens.size())) << o.id;
+      EXPECT_EQ(o.num_output_tokens, int64_t(r.tokens.size())) << test::name_of(o.id);
       r.num_cached_tokens = o.num_cached_tokens;
       if (o.finish_reason) r.finish_reason = finish_reason_name(*o.finish_reason);
       if (o.stop_token_id) r.stop_token_id = *o.stop_token_id;
@@ -214,14 +215,14 @@ TEST_P(EngineGoldenPreemption, PreemptionByRecomputeGivesSameTokens) {
                     .add_request(greedy_request(std::to_string(p), golden_.prompts[p],
                                                 int64_t(golden_.greedy[p].size())))
                     .ok());
-  std::map<RequestId, Result> results;
+  std::map<std::string, Result> results;
   int preemptions = 0;
   for (int steps = 0; engine.has_unfinished() && steps < 1000; ++steps) {
     auto outs = engine.step();
     ASSERT_TRUE(outs.ok()) << outs.error().message;
     for (const EngineCoreOutput& o : *outs)
-      results[o.id].tokens.insert(results[o.id].tokens.end(), o.new_token_ids.begin(),
-                                  o.new_token_ids.end());
+      results[test::name_of(o.id)].tokens.insert(results[test::name_of(o.id)].tokens.end(),
+                                                 o.new_token_ids.begin(), o.new_token_ids.end());
     for (const Request* r : engine.scheduler().waiting())
       if (r->num_output_tokens() > 0) ++preemptions;
   }
@@ -237,22 +238,22 @@ TEST_P(EngineGolden, AbortMidGenerationFreesEverything) {
     ASSERT_TRUE(engine.add_request(greedy_request(std::to_string(p), golden_.prompts[p], 16)).ok());
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(engine.step().ok());
   EXPECT_GT(engine.scheduler().kv().usage(), 0.0);
-  engine.abort("1");
-  engine.abort("1");  // twice is harmless
-  engine.abort("unknown");
+  engine.abort(test::handle("1"));
+  engine.abort(test::handle("1"));  // twice is harmless
+  engine.abort(test::handle("unknown"));
   auto outs = engine.step();
   ASSERT_TRUE(outs.ok());
   int aborted = 0;
   for (const EngineCoreOutput& o : *outs) {
-    if (o.id != "1") continue;
+    if (test::name_of(o.id) != "1") continue;
     ++aborted;
     ASSERT_TRUE(o.finish_reason.has_value());
     EXPECT_EQ(*o.finish_reason, FinishReason::kAbort);
     EXPECT_TRUE(o.new_token_ids.empty());
   }
   EXPECT_EQ(aborted, 1);
-  engine.abort("0");
-  engine.abort("2");
+  engine.abort(test::handle("0"));
+  engine.abort(test::handle("2"));
   auto last = engine.step();
   ASSERT_TRUE(last.ok());
   EXPECT_EQ(last->size(), 2u);
@@ -304,7 +305,7 @@ TEST_P(EngineGolden, MinTokensSuppressesStopTokens) {
   EngineRequest plain = greedy_request("plain", golden_.prompts[0], 16);
   plain.stop_token_ids = {stop};
   EngineRequest held = plain;
-  held.id = "held";
+  held.id = test::handle("held");
   held.min_tokens = 4;
   ASSERT_TRUE(engine.add_request(plain).ok());
   ASSERT_TRUE(engine.add_request(held).ok());
@@ -336,7 +337,7 @@ TEST_P(EngineGolden, LogprobsOnlyWhenAskedWithTopAlternatives) {
     auto outs = engine.step();
     ASSERT_TRUE(outs.ok());
     for (const EngineCoreOutput& o : *outs) {
-      if (o.id == "without") {
+      if (test::name_of(o.id) == "without") {
         EXPECT_TRUE(o.new_logprobs.empty());
         continue;
       }
@@ -386,34 +387,34 @@ TEST_P(EngineGolden, SampleLogprobsMatchTheReferenceLogits) {
   struct Ref {
     size_t prompt, row;
   };
-  std::map<RequestId, Ref> refs;
+  std::map<std::string, Ref> refs;
   for (size_t k = 1; k <= longest.size(); ++k) {
     EngineRequest r = greedy_request("prefix" + std::to_string(k),
                                      std::vector<int32_t>(longest.begin(), longest.begin() + k), 1);
     r.sampling.logprobs = 5;
     ASSERT_TRUE(engine.add_request(r).ok());
-    refs[r.id] = {2, k - 1};
+    refs[test::name_of(r.id)] = {2, k - 1};
   }
   for (size_t p = 0; p < 2; ++p) {
     EngineRequest r = greedy_request("prompt" + std::to_string(p), golden_.prompts[p], 1);
     r.sampling.logprobs = 5;
     ASSERT_TRUE(engine.add_request(r).ok());
-    refs[r.id] = {p, golden_.prompts[p].size() - 1};
+    refs[test::name_of(r.id)] = {p, golden_.prompts[p].size() - 1};
   }
   const std::vector<float> golden[3] = {golden_logits(0), golden_logits(1), golden_logits(2)};
   const int64_t V = lm_->config.vocab_size;
-  std::map<RequestId, int> checked;
+  std::map<std::string, int> checked;
   for (int steps = 0; engine.has_unfinished() && steps < 1000; ++steps) {
     auto outs = engine.step();
     ASSERT_TRUE(outs.ok()) << outs.error().message;
     for (const EngineCoreOutput& o : *outs) {
-      ASSERT_EQ(o.new_logprobs.size(), o.new_token_ids.size()) << o.id;
+      ASSERT_EQ(o.new_logprobs.size(), o.new_token_ids.size()) << test::name_of(o.id);
       for (const TokenLogprobs& lp : o.new_logprobs) {
-        const Ref& ref = refs.at(o.id);
+        const Ref& ref = refs.at(test::name_of(o.id));
         ASSERT_EQ(golden[ref.prompt].size(), golden_.prompts[ref.prompt].size() * size_t(V));
         test::expect_logprobs_match(lp, golden[ref.prompt].data() + ref.row * V, V, 5,
-                                    test::Rank::kNone, test::kF32LogitsRelTol, o.id);
-        ++checked[o.id];
+                                    test::Rank::kNone, test::kF32LogitsRelTol, test::name_of(o.id));
+        ++checked[test::name_of(o.id)];
       }
     }
   }
@@ -435,17 +436,17 @@ TEST_P(EngineGoldenPreemption, PromptLogprobsOncePerTokenUnderChunkingAndPreempt
         EXPECT_TRUE(engine.add_request(r).ok());
       }
     }
-    std::map<RequestId, std::vector<TokenLogprobs>> scored;
-    std::map<RequestId, int64_t> cached;
+    std::map<std::string, std::vector<TokenLogprobs>> scored;
+    std::map<std::string, int64_t> cached;
     int preempted_steps = 0;
     for (int steps = 0; engine.has_unfinished() && steps < 2000; ++steps) {
       auto outs = engine.step();
       EXPECT_TRUE(outs.ok());
       if (!outs.ok()) break;
       for (EngineCoreOutput& o : *outs) {
-        auto& v = scored[o.id];
+        auto& v = scored[test::name_of(o.id)];
         v.insert(v.end(), o.prompt_logprobs.begin(), o.prompt_logprobs.end());
-        cached[o.id] = o.num_cached_tokens;
+        cached[test::name_of(o.id)] = o.num_cached_tokens;
       }
       for (const Request* r : engine.scheduler().waiting())
         if (r->num_output_tokens() > 0) ++preempted_steps;

@@ -35,7 +35,7 @@ inline EngineClient::Options engine_options(int64_t budget, bool prefix_caching,
 inline GenerateRequest greedy_request(const std::string& id, std::vector<int32_t> prompt,
                                       int64_t max_tokens) {
   GenerateRequest r;
-  r.engine.id = id;
+  r.id = id;
   r.engine.prompt_token_ids = std::move(prompt);
   r.engine.sampling.temperature = 0.0f;
   r.engine.max_tokens = max_tokens;

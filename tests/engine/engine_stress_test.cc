@@ -11,6 +11,7 @@
 
 #include "engine/engine_core.h"
 #include "engine/engine_runs.h"
+#include "engine/request_names.h"
 #include "model/loader.h"
 #include "test_paths.h"
 
@@ -80,8 +81,8 @@ TEST_P(EngineStress, RandomArrivalsAbortsAndPreemption) {
     for (int i = 0, n = uniform(4, 24); i < n; ++i) p.push_back(uniform(3, 511));
 
   constexpr int kRequests = 2000;
-  std::map<RequestId, Tracked> tracked;
-  std::vector<RequestId> live;
+  std::map<std::string, Tracked> tracked;
+  std::vector<std::string> live;
   int submitted = 0, aborted = 0;
   int64_t steps = 0;
   while (submitted < kRequests || engine.has_unfinished()) {
@@ -93,7 +94,8 @@ TEST_P(EngineStress, RandomArrivalsAbortsAndPreemption) {
       t.max_tokens = uniform(1, 12);
       t.greedy = uniform(0, 2) > 0;
       EngineRequest r;
-      r.id = "r" + std::to_string(submitted++);
+      const std::string name = "r" + std::to_string(submitted++);
+      r.id = test::handle(name);
       r.prompt_token_ids = t.prompt;
       r.max_tokens = t.max_tokens;
       r.sampling.temperature = t.greedy ? 0.0f : 0.8f;
@@ -101,26 +103,26 @@ TEST_P(EngineStress, RandomArrivalsAbortsAndPreemption) {
       r.seed = uint64_t(submitted);
       r.ignore_eos = uniform(0, 3) > 0;
       ASSERT_TRUE(engine.add_request(r).ok());
-      live.push_back(r.id);
-      tracked[r.id] = std::move(t);
+      live.push_back(name);
+      tracked[name] = std::move(t);
     }
     if (!live.empty() && uniform(0, 9) == 0) {
       const size_t i = size_t(uniform(0, int(live.size()) - 1));
-      engine.abort(live[i]);
+      engine.abort(test::handle(live[i]));
       ++aborted;
     }
     auto outs = engine.step();
     ASSERT_TRUE(outs.ok()) << outs.error().message;
     ++steps;
     for (EngineCoreOutput& o : *outs) {
-      Tracked& t = tracked.at(o.id);
-      ASSERT_FALSE(t.finished) << o.id << " output after finishing";
+      Tracked& t = tracked.at(test::name_of(o.id));
+      ASSERT_FALSE(t.finished) << test::name_of(o.id) << " output after finishing";
       t.tokens.insert(t.tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
       ASSERT_EQ(o.num_output_tokens, int64_t(t.tokens.size()));
       if (o.finished()) {
         t.finished = true;
         t.reason = o.finish_reason;
-        live.erase(std::find(live.begin(), live.end(), o.id));
+        live.erase(std::find(live.begin(), live.end(), test::name_of(o.id)));
       }
     }
     check_pool(engine);
@@ -151,7 +153,7 @@ TEST_P(EngineStress, RandomArrivalsAbortsAndPreemption) {
   for (const auto& [id, t] : tracked) {
     if (!t.greedy || t.reason != FinishReason::kLength || compared >= 40) continue;
     EngineRequest r;
-    r.id = "solo-" + id;
+    r.id = test::handle("solo-" + id);
     r.prompt_token_ids = t.prompt;
     r.max_tokens = t.max_tokens;
     r.sampling.temperature = 0.0f;

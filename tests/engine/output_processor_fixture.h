@@ -94,7 +94,7 @@ class OutputProcessorTest : public ::testing::Test {
     return ids.empty() ? -1 : ids[0];
   }
 
-  static Fed feed(OutputProcessor& p, const RequestId& id, Ids tokens, int64_t count,
+  static Fed feed(OutputProcessor& p, RequestHandle id, Ids tokens, int64_t count,
                   std::optional<FinishReason> finish = {}, std::optional<int32_t> stop_id = {}) {
     EngineCoreOutput in;
     in.id = id;
@@ -108,7 +108,7 @@ class OutputProcessorTest : public ::testing::Test {
   }
 
   // Feeds `ids` one per output; the last carries `finish`. Stops after the first finished output.
-  static std::vector<Fed> stream(OutputProcessor& p, const RequestId& id, const Ids& ids,
+  static std::vector<Fed> stream(OutputProcessor& p, RequestHandle id, const Ids& ids,
                                  std::optional<FinishReason> finish = FinishReason::kLength,
                                  std::optional<int32_t> stop_id = {}) {
     std::vector<Fed> fed;

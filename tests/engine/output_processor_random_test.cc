@@ -146,12 +146,12 @@ TEST_F(OutputProcessorTest, RandomizedAgainstDecodeReference) {
 
     const Reference ref = reference(tok(), ids, core_finish, stop_id, o, min_tokens);
     OutputProcessor p = processor();
-    ASSERT_TRUE(p.add_request("r", {}, o, min_tokens).ok());
+    ASSERT_TRUE(p.add_request(1, {}, o, min_tokens).ok());
     std::string sent;
     for (size_t i = 0; i < ids.size(); ++i) {
       const bool last = i + 1 == ids.size();
       const Fed f =
-          feed(p, "r", {ids[i]}, static_cast<int64_t>(i + 1),
+          feed(p, 1, {ids[i]}, static_cast<int64_t>(i + 1),
                last ? std::optional(core_finish) : std::nullopt, last ? stop_id : std::nullopt);
       if (i >= ref.steps.size()) {
         EXPECT_FALSE(f.out) << "output after the stop string, step " << i;

@@ -17,14 +17,13 @@ TEST_F(OutputProcessorTest, DeltasAddUpToDecodeAndAreWholeCharacters) {
     for (int32_t id : ids) saw_split_char |= !is_valid_utf8(tok().token_bytes(id));
 
     OutputProcessor p = processor();
-    ASSERT_TRUE(p.add_request("r", {}, {}, 0).ok());
-    const std::vector<Fed> fed = stream(p, "r", ids);
+    ASSERT_TRUE(p.add_request(1, {}, {}, 0).ok());
+    const std::vector<Fed> fed = stream(p, 1, ids);
     ASSERT_EQ(fed.size(), ids.size());
     for (size_t i = 0; i < fed.size(); ++i) {
       ASSERT_TRUE(fed[i].out);
       const RequestOutput& o = *fed[i].out;
       EXPECT_FALSE(fed[i].abort);
-      EXPECT_EQ(o.id, "r");
       EXPECT_EQ(o.token_ids, Ids{ids[i]});
       EXPECT_TRUE(is_valid_utf8(o.text)) << "step " << i;
       EXPECT_EQ(o.num_output_tokens, static_cast<int64_t>(i + 1));
@@ -43,10 +42,10 @@ TEST_F(OutputProcessorTest, WithoutStopStringsTextStreamsAsSoonAsComplete) {
   // No stop strings, so no hold-back: after each token everything complete so far is out.
   const Ids ids = encode(kTexts[2]);
   OutputProcessor p = processor();
-  ASSERT_TRUE(p.add_request("r", {}, {}, 0).ok());
+  ASSERT_TRUE(p.add_request(1, {}, {}, 0).ok());
   std::string sent;
   for (size_t i = 0; i < ids.size(); ++i) {
-    const Fed f = feed(p, "r", {ids[i]}, static_cast<int64_t>(i + 1));
+    const Fed f = feed(p, 1, {ids[i]}, static_cast<int64_t>(i + 1));
     ASSERT_TRUE(f.out);
     sent += f.out->text;
     EXPECT_EQ(sent, complete_chars(decode(Ids(ids.begin(), ids.begin() + i + 1))));
@@ -58,8 +57,8 @@ TEST_F(OutputProcessorTest, StopStringTruncatesFinishesAndAbortsInCore) {
   for (bool include : {false, true}) {
     SCOPED_TRACE(include);
     OutputProcessor p = processor();
-    ASSERT_TRUE(p.add_request("r", {}, with_stops({"fox"}, include), 0).ok());
-    const std::vector<Fed> fed = stream(p, "r", ids);
+    ASSERT_TRUE(p.add_request(1, {}, with_stops({"fox"}, include), 0).ok());
+    const std::vector<Fed> fed = stream(p, 1, ids);
     ASSERT_TRUE(fed.back().out);
     const RequestOutput& last = *fed.back().out;
     // The request ends on the token that completes "fox", well before the input runs out.
@@ -76,7 +75,7 @@ TEST_F(OutputProcessorTest, StopStringTruncatesFinishesAndAbortsInCore) {
     for (size_t i = 0; i + 1 < fed.size(); ++i) EXPECT_FALSE(fed[i].abort);
     EXPECT_EQ(p.num_requests(), 0u);
     // The core keeps producing until it sees the abort; those outputs are dropped.
-    const Fed after = feed(p, "r", {ids[fed.size()]}, static_cast<int64_t>(fed.size() + 1));
+    const Fed after = feed(p, 1, {ids[fed.size()]}, static_cast<int64_t>(fed.size() + 1));
     EXPECT_FALSE(after.out);
     EXPECT_FALSE(after.abort);
   }
@@ -87,8 +86,8 @@ TEST_F(OutputProcessorTest, StopStringInsideTokenCutsMidToken) {
   const Ids ids = encode("The quick brown fox");
   for (bool include : {false, true}) {
     OutputProcessor p = processor();
-    ASSERT_TRUE(p.add_request("r", {}, with_stops({"ui"}, include), 0).ok());
-    const std::vector<Fed> fed = stream(p, "r", ids);
+    ASSERT_TRUE(p.add_request(1, {}, with_stops({"ui"}, include), 0).ok());
+    const std::vector<Fed> fed = stream(p, 1, ids);
     EXPECT_EQ(joined(fed), include ? "The qui" : "The q");
     EXPECT_EQ(fed.back().out->finish_reason, FinishReason::kStop);
     EXPECT_TRUE(fed.back().abort);
@@ -102,8 +101,8 @@ TEST_F(OutputProcessorTest, StopStringSpanningTokensIsFound) {
   for (bool include : {false, true}) {
     SCOPED_TRACE(include);
     OutputProcessor p = processor();
-    ASSERT_TRUE(p.add_request("r", {}, with_stops({"nothing here", stop}, include), 0).ok());
-    const std::vector<Fed> fed = stream(p, "r", ids);
+    ASSERT_TRUE(p.add_request(1, {}, with_stops({"nothing here", stop}, include), 0).ok());
+    const std::vector<Fed> fed = stream(p, 1, ids);
     ASSERT_LT(fed.size(), ids.size());
     EXPECT_EQ(joined(fed), include ? "one two three fou" : "one two thr");
     EXPECT_EQ(std::get<std::string>(fed.back().out->stop_reason), stop);
@@ -117,15 +116,15 @@ TEST_F(OutputProcessorTest, StopStringsAreTriedInListOrderNotByPosition) {
   const Ids ids = encode("say hello world now");
   {
     OutputProcessor p = processor();
-    ASSERT_TRUE(p.add_request("r", {}, with_stops({"world", "hello world"}), 0).ok());
-    const std::vector<Fed> fed = stream(p, "r", ids);
+    ASSERT_TRUE(p.add_request(1, {}, with_stops({"world", "hello world"}), 0).ok());
+    const std::vector<Fed> fed = stream(p, 1, ids);
     EXPECT_EQ(joined(fed), "say hello ");
     EXPECT_EQ(std::get<std::string>(fed.back().out->stop_reason), "world");
   }
   {
     OutputProcessor p = processor();
-    ASSERT_TRUE(p.add_request("r", {}, with_stops({"hello world", "world"}), 0).ok());
-    const std::vector<Fed> fed = stream(p, "r", ids);
+    ASSERT_TRUE(p.add_request(1, {}, with_stops({"hello world", "world"}), 0).ok());
+    const std::vector<Fed> fed = stream(p, 1, ids);
     EXPECT_EQ(joined(fed), "say ");
     EXPECT_EQ(std::get<std::string>(fed.back().out->stop_reason), "hello world");
   }
@@ -133,8 +132,8 @@ TEST_F(OutputProcessorTest, StopStringsAreTriedInListOrderNotByPosition) {
   {
     const Ids ids2 = encode("in the end");
     OutputProcessor p = processor();
-    ASSERT_TRUE(p.add_request("r", {}, with_stops({"e", "th"}), 0).ok());
-    const std::vector<Fed> fed = stream(p, "r", ids2);
+    ASSERT_TRUE(p.add_request(1, {}, with_stops({"e", "th"}), 0).ok());
+    const std::vector<Fed> fed = stream(p, 1, ids2);
     EXPECT_EQ(joined(fed), "in th");
     EXPECT_EQ(std::get<std::string>(fed.back().out->stop_reason), "e");
   }
@@ -144,8 +143,8 @@ TEST_F(OutputProcessorTest, PartialStopStringIsHeldBackWhileStreaming) {
   // "three four" starts arriving with " three"; none of it may leak before the match.
   const Ids ids = encode("one two three four five");
   OutputProcessor p = processor();
-  ASSERT_TRUE(p.add_request("r", {}, with_stops({"three four"}), 0).ok());
-  const std::vector<Fed> fed = stream(p, "r", ids);
+  ASSERT_TRUE(p.add_request(1, {}, with_stops({"three four"}), 0).ok());
+  const std::vector<Fed> fed = stream(p, 1, ids);
   std::string sent;
   for (size_t i = 0; i + 1 < fed.size(); ++i) {
     sent += fed[i].out->text;
@@ -166,8 +165,8 @@ TEST_F(OutputProcessorTest, HoldBackUsesLongestStopAndKeepsCharactersWhole) {
   const Ids ids = encode(text);
   for (FinishReason end : {FinishReason::kLength, FinishReason::kAbort}) {
     OutputProcessor p = processor();
-    ASSERT_TRUE(p.add_request("r", {}, with_stops(stops), 0).ok());
-    const std::vector<Fed> fed = stream(p, "r", ids, end);
+    ASSERT_TRUE(p.add_request(1, {}, with_stops(stops), 0).ok());
+    const std::vector<Fed> fed = stream(p, 1, ids, end);
     ASSERT_EQ(fed.size(), ids.size());
     std::string sent;
     for (size_t i = 0; i < fed.size(); ++i) {
@@ -187,10 +186,10 @@ TEST_F(OutputProcessorTest, HoldBackUsesLongestStopAndKeepsCharactersWhole) {
 TEST_F(OutputProcessorTest, IncludeStopStrDisablesHoldBack) {
   const Ids ids = encode("one two three four five");
   OutputProcessor p = processor();
-  ASSERT_TRUE(p.add_request("r", {}, with_stops({"zzzzzzzz"}, true), 0).ok());
+  ASSERT_TRUE(p.add_request(1, {}, with_stops({"zzzzzzzz"}, true), 0).ok());
   std::string sent;
   for (size_t i = 0; i < ids.size(); ++i) {
-    sent += feed(p, "r", {ids[i]}, static_cast<int64_t>(i + 1)).out->text;
+    sent += feed(p, 1, {ids[i]}, static_cast<int64_t>(i + 1)).out->text;
     EXPECT_EQ(sent, decode(Ids(ids.begin(), ids.begin() + i + 1)));
   }
 }
@@ -198,12 +197,12 @@ TEST_F(OutputProcessorTest, IncludeStopStrDisablesHoldBack) {
 TEST_F(OutputProcessorTest, AbortOutputWithoutTokensReleasesHeldBackText) {
   const Ids ids = encode("alpha beta gamma");
   OutputProcessor p = processor();
-  ASSERT_TRUE(p.add_request("r", {}, with_stops({"a long stop string"}), 0).ok());
+  ASSERT_TRUE(p.add_request(1, {}, with_stops({"a long stop string"}), 0).ok());
   std::string sent;
   for (size_t i = 0; i < ids.size(); ++i)
-    sent += feed(p, "r", {ids[i]}, static_cast<int64_t>(i + 1)).out->text;
+    sent += feed(p, 1, {ids[i]}, static_cast<int64_t>(i + 1)).out->text;
   EXPECT_EQ(sent, "");  // 17 bytes held back, the text is only 16
-  const Fed f = feed(p, "r", {}, static_cast<int64_t>(ids.size()), FinishReason::kAbort);
+  const Fed f = feed(p, 1, {}, static_cast<int64_t>(ids.size()), FinishReason::kAbort);
   ASSERT_TRUE(f.out);
   EXPECT_EQ(f.out->text, "alpha beta gamma");
   EXPECT_TRUE(f.out->token_ids.empty());
@@ -235,8 +234,8 @@ TEST_F(OutputProcessorTest, MinTokensSuppressesEarlyStopStrings) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.stop + " min_tokens=" + std::to_string(c.min_tokens));
     OutputProcessor p = processor();
-    ASSERT_TRUE(p.add_request("r", {}, with_stops({c.stop}), c.min_tokens).ok());
-    const std::vector<Fed> fed = stream(p, "r", ids);
+    ASSERT_TRUE(p.add_request(1, {}, with_stops({c.stop}), c.min_tokens).ok());
+    const std::vector<Fed> fed = stream(p, 1, ids);
     EXPECT_EQ(joined(fed), c.expect);
     EXPECT_EQ(fed.back().out->finish_reason, c.stops ? FinishReason::kStop : FinishReason::kLength);
     EXPECT_EQ(fed.back().abort, c.stops);
@@ -266,9 +265,9 @@ TEST_F(OutputProcessorTest, CoreStopTokenTextIsLeftOutUnlessIncluded) {
     Ids ids = text_ids;
     ids.push_back(c.last);
     OutputProcessor p = processor();
-    ASSERT_TRUE(p.add_request("r", {}, o, 0).ok());
+    ASSERT_TRUE(p.add_request(1, {}, o, 0).ok());
     const std::vector<Fed> fed =
-        stream(p, "r", ids, FinishReason::kStop,
+        stream(p, 1, ids, FinishReason::kStop,
                c.is_user_stop ? std::optional<int32_t>(c.last) : std::nullopt);
     ASSERT_EQ(fed.size(), ids.size());
     const RequestOutput& last = *fed.back().out;
@@ -292,8 +291,8 @@ TEST_F(OutputProcessorTest, StopStringOnTheCoresLastTokenWins) {
     const Ids upto(ids.begin(), ids.begin() + 3);
     ASSERT_EQ(decode(upto), "the lazy dog");
     OutputProcessor p = processor();
-    ASSERT_TRUE(p.add_request("r", {}, with_stops({"dog"}), 0).ok());
-    const std::vector<Fed> fed = stream(p, "r", upto, FinishReason::kLength);
+    ASSERT_TRUE(p.add_request(1, {}, with_stops({"dog"}), 0).ok());
+    const std::vector<Fed> fed = stream(p, 1, upto, FinishReason::kLength);
     ASSERT_EQ(fed.size(), 3u);
     EXPECT_EQ(joined(fed), "the lazy ");
     EXPECT_EQ(fed.back().out->finish_reason, FinishReason::kStop);
@@ -306,8 +305,8 @@ TEST_F(OutputProcessorTest, StopStringOnTheCoresLastTokenWins) {
   for (bool include : {false, true}) {
     const Ids upto(ids.begin(), ids.begin() + 3);
     OutputProcessor p = processor();
-    ASSERT_TRUE(p.add_request("r", {}, with_stops({"og"}, include), 0).ok());
-    const std::vector<Fed> fed = stream(p, "r", upto, FinishReason::kStop, upto.back());
+    ASSERT_TRUE(p.add_request(1, {}, with_stops({"og"}, include), 0).ok());
+    const std::vector<Fed> fed = stream(p, 1, upto, FinishReason::kStop, upto.back());
     EXPECT_EQ(fed.back().out->finish_reason, FinishReason::kStop);
     EXPECT_FALSE(fed.back().abort);
     if (include) {
@@ -327,8 +326,8 @@ TEST_F(OutputProcessorTest, SpecialTokensFollowSkipSpecialTokens) {
     OutputOptions o;
     o.skip_special_tokens = skip;
     OutputProcessor p = processor();
-    ASSERT_TRUE(p.add_request("r", {}, o, 0).ok());
-    const std::vector<Fed> fed = stream(p, "r", ids);
+    ASSERT_TRUE(p.add_request(1, {}, o, 0).ok());
+    const std::vector<Fed> fed = stream(p, 1, ids);
     EXPECT_EQ(joined(fed), decode(ids, skip));
     EXPECT_EQ(joined(fed), skip ? "assistant\nhi" : "<|im_start|>assistant\nhi<|im_end|>");
   }
@@ -342,8 +341,8 @@ TEST_F(OutputProcessorTest, PromptIsDetokenizerContext) {
     const Ids prompt(all.begin(), all.begin() + split);
     const Ids outputs(all.begin() + split, all.end());
     OutputProcessor p = processor();
-    ASSERT_TRUE(p.add_request("r", prompt, {}, 0).ok());
-    const std::vector<Fed> fed = stream(p, "r", outputs);
+    ASSERT_TRUE(p.add_request(1, prompt, {}, 0).ok());
+    const std::vector<Fed> fed = stream(p, 1, outputs);
     EXPECT_EQ(joined(fed), decode(all).substr(decode(prompt).size()));
   }
   // A prompt ending inside a character: the deltas stay valid UTF-8 and everything after that
@@ -356,8 +355,8 @@ TEST_F(OutputProcessorTest, PromptIsDetokenizerContext) {
     if (is_valid_utf8(prompt_text)) continue;
     SCOPED_TRACE(split);
     OutputProcessor p = processor();
-    ASSERT_TRUE(p.add_request("r", prompt, {}, 0).ok());
-    const std::vector<Fed> fed = stream(p, "r", Ids(eids.begin() + split, eids.end()));
+    ASSERT_TRUE(p.add_request(1, prompt, {}, 0).ok());
+    const std::vector<Fed> fed = stream(p, 1, Ids(eids.begin() + split, eids.end()));
     for (const Fed& f : fed) EXPECT_TRUE(is_valid_utf8(f.out->text));
     size_t boundary = prompt_text.size();
     while (boundary < emoji.size() && is_continuation(emoji[boundary])) ++boundary;
@@ -378,12 +377,12 @@ TEST(OutputProcessorSentencePiece, PromptKeepsTheFirstOutputsLeadingSpace) {
   const Ids prompt(all.begin(), all.begin() + 2);
   ASSERT_EQ((*tok)->decode(prompt, true), "hello");
   OutputProcessor p(tok->get());
-  ASSERT_TRUE(p.add_request("r", prompt, {}, 0).ok());
+  ASSERT_TRUE(p.add_request(1, prompt, {}, 0).ok());
   std::string text;
   for (size_t i = 2; i < all.size(); ++i) {
     bool abort = true;
     EngineCoreOutput in;
-    in.id = "r";
+    in.id = 1;
     in.new_token_ids = {all[i]};
     in.num_output_tokens = static_cast<int64_t>(i - 1);
     if (i + 1 == all.size()) in.finish_reason = FinishReason::kLength;
@@ -409,9 +408,8 @@ TEST_F(OutputProcessorTest, FinishInsideACharacterFlushesAReplacementCharacter) 
       SCOPED_TRACE(k);
       for (bool with_stop : {false, true}) {
         OutputProcessor p = processor();
-        ASSERT_TRUE(
-            p.add_request("r", {}, with_stop ? with_stops({"zz"}) : OutputOptions{}, 0).ok());
-        const std::vector<Fed> fed = stream(p, "r", prefix);
+        ASSERT_TRUE(p.add_request(1, {}, with_stop ? with_stops({"zz"}) : OutputOptions{}, 0).ok());
+        const std::vector<Fed> fed = stream(p, 1, prefix);
         for (const Fed& f : fed) EXPECT_TRUE(is_valid_utf8(f.out->text));
         EXPECT_EQ(joined(fed), complete_chars(raw) + "\xEF\xBF\xBD");
       }
@@ -426,8 +424,8 @@ TEST_F(OutputProcessorTest, DetokenizeFalseGivesIdsOnly) {
   OutputOptions o;
   o.detokenize = false;
   OutputProcessor p = processor();
-  ASSERT_TRUE(p.add_request("r", {}, o, 0).ok());
-  const std::vector<Fed> fed = stream(p, "r", ids, FinishReason::kStop, stop_id);
+  ASSERT_TRUE(p.add_request(1, {}, o, 0).ok());
+  const std::vector<Fed> fed = stream(p, 1, ids, FinishReason::kStop, stop_id);
   ASSERT_EQ(fed.size(), ids.size());
   Ids got;
   for (const Fed& f : fed) {
@@ -443,32 +441,32 @@ TEST_F(OutputProcessorTest, AddRequestRejectsBadOptions) {
   OutputProcessor p = processor();
   OutputOptions no_text = with_stops({"x"});
   no_text.detokenize = false;
-  EXPECT_FALSE(p.add_request("a", {}, no_text, 0).ok());
-  EXPECT_FALSE(p.add_request("b", {}, with_stops({"x", ""}), 0).ok());
+  EXPECT_FALSE(p.add_request(2, {}, no_text, 0).ok());
+  EXPECT_FALSE(p.add_request(3, {}, with_stops({"x", ""}), 0).ok());
   EXPECT_EQ(p.num_requests(), 0u);
-  ASSERT_TRUE(p.add_request("c", {}, {}, 0).ok());
-  const Status dup = p.add_request("c", {}, {}, 0);
+  ASSERT_TRUE(p.add_request(4, {}, {}, 0).ok());
+  const Status dup = p.add_request(4, {}, {}, 0);
   EXPECT_FALSE(dup.ok());
   EXPECT_FALSE(dup.message().empty());
   EXPECT_EQ(p.num_requests(), 1u);
   // The rejected ids were not taken.
-  EXPECT_TRUE(p.add_request("a", {}, {}, 0).ok());
-  EXPECT_TRUE(p.add_request("b", {}, {}, 0).ok());
+  EXPECT_TRUE(p.add_request(2, {}, {}, 0).ok());
+  EXPECT_TRUE(p.add_request(3, {}, {}, 0).ok());
   // A finished id can be used again.
-  const Fed f = feed(p, "c", {single_token("hi")}, 1, FinishReason::kLength);
+  const Fed f = feed(p, 4, {single_token("hi")}, 1, FinishReason::kLength);
   ASSERT_TRUE(f.out);
-  EXPECT_TRUE(p.add_request("c", {}, {}, 0).ok());
+  EXPECT_TRUE(p.add_request(4, {}, {}, 0).ok());
 }
 
 TEST(OutputProcessorNoTokenizer, NeedsTokenizerOnlyForText) {
   OutputProcessor p(nullptr);
-  EXPECT_FALSE(p.add_request("a", {}, {}, 0).ok());
+  EXPECT_FALSE(p.add_request(2, {}, {}, 0).ok());
   OutputOptions o;
   o.detokenize = false;
   const Ids prompt = {1, 2, 3};
-  ASSERT_TRUE(p.add_request("b", prompt, o, 0).ok());
+  ASSERT_TRUE(p.add_request(3, prompt, o, 0).ok());
   EngineCoreOutput in;
-  in.id = "b";
+  in.id = 3;
   in.new_token_ids = {42};
   in.num_output_tokens = 1;
   in.num_prompt_tokens = 3;
@@ -487,10 +485,10 @@ TEST_F(OutputProcessorTest, LogprobsAndCountsPassThrough) {
   const Ids ids = encode("hello there");
   ASSERT_GE(ids.size(), 2u);
   OutputProcessor p = processor();
-  ASSERT_TRUE(p.add_request("r", {}, with_stops({"zz"}), 0).ok());
+  ASSERT_TRUE(p.add_request(1, {}, with_stops({"zz"}), 0).ok());
   for (size_t i = 0; i < ids.size(); ++i) {
     EngineCoreOutput in;
-    in.id = "r";
+    in.id = 1;
     in.new_token_ids = {ids[i]};
     TokenLogprobs lp;
     lp.token = ids[i];
@@ -521,21 +519,21 @@ TEST_F(OutputProcessorTest, LogprobsAndCountsPassThrough) {
 TEST_F(OutputProcessorTest, RemoveStopsTrackingAndUnknownIdsGiveNothing) {
   const Ids ids = encode("one two three");
   OutputProcessor p = processor();
-  ASSERT_TRUE(p.add_request("a", {}, {}, 0).ok());
-  ASSERT_TRUE(p.add_request("b", {}, {}, 0).ok());
+  ASSERT_TRUE(p.add_request(2, {}, {}, 0).ok());
+  ASSERT_TRUE(p.add_request(3, {}, {}, 0).ok());
   EXPECT_EQ(p.num_requests(), 2u);
-  EXPECT_TRUE(feed(p, "a", {ids[0]}, 1).out);
-  p.remove("a");
-  p.remove("never added");
+  EXPECT_TRUE(feed(p, 2, {ids[0]}, 1).out);
+  p.remove(2);
+  p.remove(99);  // never added
   EXPECT_EQ(p.num_requests(), 1u);
-  Fed f = feed(p, "a", {ids[1]}, 2);
+  Fed f = feed(p, 2, {ids[1]}, 2);
   EXPECT_FALSE(f.out);
   EXPECT_FALSE(f.abort);
-  f = feed(p, "zzz", {ids[1]}, 1, FinishReason::kLength);
+  f = feed(p, 5, {ids[1]}, 1, FinishReason::kLength);
   EXPECT_FALSE(f.out);
   EXPECT_FALSE(f.abort);
   // The other request is untouched.
-  const std::vector<Fed> fed = stream(p, "b", ids);
+  const std::vector<Fed> fed = stream(p, 3, ids);
   EXPECT_EQ(joined(fed), "one two three");
   EXPECT_EQ(p.num_requests(), 0u);
 }
@@ -544,17 +542,17 @@ TEST_F(OutputProcessorTest, InterleavedRequestsKeepSeparateState) {
   const Ids a = encode("first request text here");
   const Ids b = encode("\xE7\xAC\xAC\xE4\xBA\x8C\xE4\xB8\xAA \xF0\x9F\x98\x80 second one");
   OutputProcessor p = processor();
-  ASSERT_TRUE(p.add_request("a", {}, with_stops({"text"}), 0).ok());
-  ASSERT_TRUE(p.add_request("b", {}, {}, 0).ok());
+  ASSERT_TRUE(p.add_request(2, {}, with_stops({"text"}), 0).ok());
+  ASSERT_TRUE(p.add_request(3, {}, {}, 0).ok());
   std::string ta, tb;
   for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
     if (i < a.size()) {
-      const Fed f = feed(p, "a", {a[i]}, static_cast<int64_t>(i + 1));
+      const Fed f = feed(p, 2, {a[i]}, static_cast<int64_t>(i + 1));
       if (f.out) ta += f.out->text;
     }
     if (i < b.size()) {
       const bool last = i + 1 == b.size();
-      const Fed f = feed(p, "b", {b[i]}, static_cast<int64_t>(i + 1),
+      const Fed f = feed(p, 3, {b[i]}, static_cast<int64_t>(i + 1),
                          last ? std::optional(FinishReason::kLength) : std::nullopt);
       tb += f.out->text;
     }
@@ -566,7 +564,6 @@ TEST_F(OutputProcessorTest, InterleavedRequestsKeepSeparateState) {
 
 TEST(OutputProcessorMerge, AppendsDeltasAndTakesTheLaterState) {
   RequestOutput a;
-  a.id = "r";
   a.token_ids = {1, 2};
   a.text = "ab";
   a.logprobs = {TokenLogprobs{1, -0.5f, 0, {}}, TokenLogprobs{2, -1.5f, 0, {{2, -1.5f}}}};
@@ -575,7 +572,6 @@ TEST(OutputProcessorMerge, AppendsDeltasAndTakesTheLaterState) {
   a.num_output_tokens = 2;
 
   RequestOutput b;
-  b.id = "r";
   b.token_ids = {3};
   b.text = "c\xE2\x82\xAC";
   b.logprobs = {TokenLogprobs{3, -2.5f, 0, {}}};
@@ -595,7 +591,6 @@ TEST(OutputProcessorMerge, AppendsDeltasAndTakesTheLaterState) {
   EXPECT_EQ(a.num_output_tokens, 3);
 
   RequestOutput c;
-  c.id = "r";
   c.token_ids = {4};
   c.text = "d";
   c.finish_reason = FinishReason::kStop;
@@ -644,8 +639,8 @@ TEST_F(OutputProcessorTest, MergedStreamEqualsFinalState) {
   // What a slow reader sees after merging every delta equals the whole request.
   const Ids ids = encode(kTexts[3]);
   OutputProcessor p = processor();
-  ASSERT_TRUE(p.add_request("r", {}, with_stops({"!!"}), 0).ok());
-  std::vector<Fed> fed = stream(p, "r", ids);
+  ASSERT_TRUE(p.add_request(1, {}, with_stops({"!!"}), 0).ok());
+  std::vector<Fed> fed = stream(p, 1, ids);
   RequestOutput merged = std::move(*fed[0].out);
   for (size_t i = 1; i < fed.size(); ++i) merged.merge(std::move(*fed[i].out));
   EXPECT_EQ(merged.token_ids, ids);

@@ -11,6 +11,7 @@
 
 #include "engine/engine_core.h"
 #include "engine/engine_runs.h"
+#include "engine/request_names.h"
 #include "model/loader.h"
 #include "test_paths.h"
 
@@ -91,7 +92,7 @@ class RequestFaults : public ::testing::Test {
   EngineRequest request(const std::string& id, int64_t max_tokens = 20,
                         std::vector<int32_t> prompt = {5, 17, 42, 9}) const {
     EngineRequest r;
-    r.id = id;
+    r.id = test::handle(id);
     r.prompt_token_ids = std::move(prompt);
     r.sampling.temperature = 1.0f;
     r.seed = 3;
@@ -100,15 +101,15 @@ class RequestFaults : public ::testing::Test {
     return r;
   }
 
-  std::map<RequestId, Outcome> run() {
-    std::map<RequestId, Outcome> out;
+  std::map<std::string, Outcome> run() {
+    std::map<std::string, Outcome> out;
     for (int steps = 0; engine_->has_unfinished() && steps < 1000; ++steps) {
       auto outs = engine_->step();
       EXPECT_TRUE(outs.ok());
       if (!outs.ok()) break;
       for (const EngineCoreOutput& o : *outs) {
-        Outcome& r = out[o.id];
-        EXPECT_FALSE(r.finish) << o.id << " output after finishing";
+        Outcome& r = out[test::name_of(o.id)];
+        EXPECT_FALSE(r.finish) << test::name_of(o.id) << " output after finishing";
         r.tokens.insert(r.tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
         if (o.finish_reason) r.finish = o.finish_reason;
         r.error = o.error;
@@ -217,7 +218,7 @@ TEST_F(RequestFaults, FailedStepEndsItsRequestsAndUnpublishesTheirBlocks) {
   ASSERT_TRUE(failed.ok()) << failed.error().message;  // the engine itself carries on
   ASSERT_EQ(failed->size(), 2u);
   for (const EngineCoreOutput& o : *failed) {
-    EXPECT_EQ(o.finish_reason, FinishReason::kError) << o.id;
+    EXPECT_EQ(o.finish_reason, FinishReason::kError) << test::name_of(o.id);
     EXPECT_NE(o.error.find("device lost"), std::string::npos);
     EXPECT_FALSE(o.invalid_request);
   }

@@ -12,6 +12,7 @@
 #include "base/mmap_file.h"
 #include "engine/engine_core.h"
 #include "engine/engine_runs.h"
+#include "engine/request_names.h"
 #include "model/loader.h"
 #include "test_paths.h"
 
@@ -48,7 +49,7 @@ class SlidingWindowEngine : public ::testing::TestWithParam<std::string> {
 
   EngineRequest request(const std::string& id) const {
     EngineRequest r;
-    r.id = id;
+    r.id = test::handle(id);
     r.prompt_token_ids = prompt_;
     r.sampling.temperature = 0.0f;
     r.max_tokens = kOutputs;
@@ -78,7 +79,7 @@ class SlidingWindowEngine : public ::testing::TestWithParam<std::string> {
         out.num_cached_tokens = o.num_cached_tokens;
       }
       for (size_t g = 0; g < kv.num_groups(); ++g)
-        out.max_held[g] = std::max(out.max_held[g], kv.num_held_blocks(id, g));
+        out.max_held[g] = std::max(out.max_held[g], kv.num_held_blocks(test::handle(id), g));
     }
     EXPECT_EQ(kv.num_requests(), 0u);
     EXPECT_EQ(test::worker_requests(engine), 0u);

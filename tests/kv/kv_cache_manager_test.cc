@@ -22,7 +22,7 @@ std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& 
 }
 
 // Admits a request the way the scheduler does and computes its whole prompt.
-void run_prefill(KVCacheManager& m, const RequestId& id, const std::vector<int32_t>& tokens) {
+void run_prefill(KVCacheManager& m, RequestHandle id, const std::vector<int32_t>& tokens) {
   const ComputedBlocks hit = m.get_computed_blocks(tokens, test::hashes_of(m, tokens));
   ASSERT_TRUE(m.allocate_slots(id, static_cast<int64_t>(tokens.size()) - hit.num_tokens, hit));
   m.cache_blocks(id, tokens, static_cast<int64_t>(tokens.size()), test::hashes_of(m, tokens));
@@ -33,23 +33,23 @@ TEST(KVCacheManager, SharedPrefixHitsAcrossRequests) {
   const std::vector<int32_t> prefix = make_tokens(12, 1);  // three full blocks
   const std::vector<int32_t> a = concat(prefix, make_tokens(6, 2));
   const std::vector<int32_t> b = concat(prefix, make_tokens(3, 3));
-  run_prefill(m, "a", a);
+  run_prefill(m, 1, a);
   EXPECT_EQ(m.prefix_cache_hits(), 0);
   EXPECT_EQ(m.prefix_cache_queries(), 18);
 
   const ComputedBlocks hit = m.get_computed_blocks(b, test::hashes_of(m, b));
   EXPECT_EQ(hit.num_tokens, 12);
   ASSERT_EQ(hit.blocks[0].size(), 3u);
-  const auto table_a = m.block_table("a");
+  const auto table_a = m.block_table(1);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(hit.blocks[0][i], table_a[i]);
   // A lookup alone counts nothing: a request blocked on memory looks up again every step.
   EXPECT_EQ(m.prefix_cache_hits(), 0);
   EXPECT_EQ(m.prefix_cache_queries(), 18);
 
-  ASSERT_TRUE(m.allocate_slots("b", 3, hit));
+  ASSERT_TRUE(m.allocate_slots(2, 3, hit));
   EXPECT_EQ(m.prefix_cache_hits(), 12);
   EXPECT_EQ(m.prefix_cache_queries(), 18 + 15);
-  const auto table_b = m.block_table("b");
+  const auto table_b = m.block_table(2);
   ASSERT_EQ(table_b.size(), 4u);  // 15 tokens
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(table_b[i], table_a[i]);
@@ -62,7 +62,7 @@ TEST(KVCacheManager, SharedPrefixHitsAcrossRequests) {
 TEST(KVCacheManager, LastTokenIsAlwaysRecomputed) {
   KVCacheManager m(32, kBlock);
   const std::vector<int32_t> prompt = make_tokens(8, 4);  // exactly two blocks
-  run_prefill(m, "a", prompt);
+  run_prefill(m, 1, prompt);
   const ComputedBlocks hit = m.get_computed_blocks(prompt, test::hashes_of(m, prompt));
   // The second block holds the last token, so only the first can be reused.
   EXPECT_EQ(hit.num_tokens, 4);
@@ -76,35 +76,35 @@ TEST(KVCacheManager, LastTokenIsAlwaysRecomputed) {
 TEST(KVCacheManager, TokenEditBreaksTheChainFromThatBlockOn) {
   KVCacheManager m(16, kBlock);
   const std::vector<int32_t> prompt = make_tokens(13, 5);
-  run_prefill(m, "a", prompt);
+  run_prefill(m, 1, prompt);
   std::vector<int32_t> edited = prompt;
   edited[6] += 1;  // inside the second block
   const ComputedBlocks hit = m.get_computed_blocks(edited, test::hashes_of(m, edited));
   EXPECT_EQ(hit.num_tokens, 4);
   ASSERT_EQ(hit.blocks[0].size(), 1u);
-  EXPECT_EQ(hit.blocks[0][0], m.block_table("a")[0]);
+  EXPECT_EQ(hit.blocks[0][0], m.block_table(1)[0]);
 }
 
 TEST(KVCacheManager, FreedBlocksStayCachedUntilEvicted) {
   KVCacheManager m(7, kBlock);  // 6 usable blocks
   const std::vector<int32_t> prompt = make_tokens(13, 7);
-  run_prefill(m, "a", prompt);
-  const std::vector<BlockId> old(m.block_table("a").begin(), m.block_table("a").end());
-  m.free("a");
+  run_prefill(m, 1, prompt);
+  const std::vector<BlockId> old(m.block_table(1).begin(), m.block_table(1).end());
+  m.free(1);
   EXPECT_EQ(m.pool().num_free(), 6);
   EXPECT_EQ(m.num_requests(), 0u);
 
   const ComputedBlocks hit = m.get_computed_blocks(prompt, test::hashes_of(m, prompt));
   EXPECT_EQ(hit.num_tokens, 12);
-  ASSERT_TRUE(m.allocate_slots("a2", 1, hit));
-  const auto table = m.block_table("a2");
+  ASSERT_TRUE(m.allocate_slots(3, 1, hit));
+  const auto table = m.block_table(3);
   EXPECT_EQ(std::vector<BlockId>(table.begin(), table.begin() + 3),
             std::vector<BlockId>(old.begin(), old.begin() + 3));
-  m.free("a2");
+  m.free(3);
 
   // Another request needing every block evicts them all, and the mapping goes with them.
   const std::vector<int32_t> big = make_tokens(24, 8);
-  ASSERT_TRUE(m.allocate_slots("big", 24));
+  ASSERT_TRUE(m.allocate_slots(4, 24));
   EXPECT_EQ(m.pool().num_cached(), 0u);
   EXPECT_EQ(m.get_computed_blocks(prompt, test::hashes_of(m, prompt)).num_tokens, 0);
   EXPECT_EQ(m.pool().check_invariants(), "");
@@ -113,44 +113,44 @@ TEST(KVCacheManager, FreedBlocksStayCachedUntilEvicted) {
 TEST(KVCacheManager, RequestTailBlocksAreEvictedFirst) {
   KVCacheManager m(5, kBlock);                             // 4 usable blocks
   const std::vector<int32_t> prompt = make_tokens(13, 9);  // 3 full blocks + 1 partial
-  run_prefill(m, "a", prompt);
-  m.free("a");
+  run_prefill(m, 1, prompt);
+  m.free(1);
   // One new block evicts the partial tail block (never cached), the next the last full block.
-  ASSERT_TRUE(m.allocate_slots("x", 2 * kBlock));
+  ASSERT_TRUE(m.allocate_slots(5, 2 * kBlock));
   EXPECT_EQ(m.get_computed_blocks(prompt, test::hashes_of(m, prompt)).num_tokens, 8);
 }
 
 TEST(KVCacheManager, FailedAllocateLeavesStateUnchanged) {
   KVCacheManager m(5, kBlock);  // 4 usable blocks
   const std::vector<int32_t> prompt = make_tokens(9, 10);
-  run_prefill(m, "a", prompt);  // 3 blocks
-  m.free("a");
+  run_prefill(m, 1, prompt);  // 3 blocks
+  m.free(1);
   const ComputedBlocks hit = m.get_computed_blocks(prompt, test::hashes_of(m, prompt));
   ASSERT_EQ(hit.num_tokens, 8);
   // The two hit blocks are free, so touching them costs free blocks too: 2 + 3 new > 4.
-  EXPECT_FALSE(m.allocate_slots("b", 10, hit));
+  EXPECT_FALSE(m.allocate_slots(2, 10, hit));
   EXPECT_EQ(m.pool().num_free(), 4);
-  EXPECT_TRUE(m.block_table("b").empty());
+  EXPECT_TRUE(m.block_table(2).empty());
   EXPECT_EQ(m.num_requests(), 0u);
   EXPECT_EQ(m.pool().check_invariants(), "");
-  EXPECT_TRUE(m.allocate_slots("b", 8, hit));
+  EXPECT_TRUE(m.allocate_slots(2, 8, hit));
   EXPECT_EQ(m.pool().num_free(), 0);
   // Growth beyond the pool fails without touching the request's table.
-  EXPECT_FALSE(m.allocate_slots("b", 1));
-  EXPECT_EQ(m.block_table("b").size(), 4u);
-  EXPECT_EQ(m.num_slots("b"), 16);
+  EXPECT_FALSE(m.allocate_slots(2, 1));
+  EXPECT_EQ(m.block_table(2).size(), 4u);
+  EXPECT_EQ(m.num_slots(2), 16);
 }
 
 TEST(KVCacheManager, DecodeGrowthAllocatesOnBlockBoundaries) {
   KVCacheManager m(16, kBlock);
-  ASSERT_TRUE(m.allocate_slots("a", 5));
-  EXPECT_EQ(m.block_table("a").size(), 2u);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(m.allocate_slots("a", 1));
-  EXPECT_EQ(m.block_table("a").size(), 2u);  // 8 slots
-  ASSERT_TRUE(m.allocate_slots("a", 1));
-  EXPECT_EQ(m.block_table("a").size(), 3u);
-  m.free("a");
-  m.free("a");  // every exit path may free; the second is a no-op
+  ASSERT_TRUE(m.allocate_slots(1, 5));
+  EXPECT_EQ(m.block_table(1).size(), 2u);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(m.allocate_slots(1, 1));
+  EXPECT_EQ(m.block_table(1).size(), 2u);  // 8 slots
+  ASSERT_TRUE(m.allocate_slots(1, 1));
+  EXPECT_EQ(m.block_table(1).size(), 3u);
+  m.free(1);
+  m.free(1);  // every exit path may free; the second is a no-op
   EXPECT_EQ(m.pool().num_free(), 15);
 }
 
@@ -160,8 +160,8 @@ TEST(KVCacheManager, ExtraKeysSeparateCaches) {
   const std::vector<uint64_t> lora_a = {1};
   const std::vector<uint64_t> lora_b = {2};
   const ComputedBlocks miss = m.get_computed_blocks(prompt, test::hashes_of(m, prompt, lora_a));
-  ASSERT_TRUE(m.allocate_slots("a", 9, miss));
-  m.cache_blocks("a", prompt, 9, test::hashes_of(m, prompt, lora_a));
+  ASSERT_TRUE(m.allocate_slots(1, 9, miss));
+  m.cache_blocks(1, prompt, 9, test::hashes_of(m, prompt, lora_a));
   EXPECT_EQ(m.get_computed_blocks(prompt, test::hashes_of(m, prompt, lora_a)).num_tokens, 8);
   EXPECT_EQ(m.get_computed_blocks(prompt, test::hashes_of(m, prompt, lora_b)).num_tokens, 0);
   EXPECT_EQ(m.get_computed_blocks(prompt, test::hashes_of(m, prompt)).num_tokens, 0);
@@ -170,7 +170,7 @@ TEST(KVCacheManager, ExtraKeysSeparateCaches) {
 TEST(KVCacheManager, DisabledPrefixCachingNeverHits) {
   KVCacheManager m(16, kBlock, /*enable_prefix_caching=*/false);
   const std::vector<int32_t> prompt = make_tokens(9, 12);
-  run_prefill(m, "a", prompt);
+  run_prefill(m, 1, prompt);
   EXPECT_EQ(m.get_computed_blocks(prompt, test::hashes_of(m, prompt)).num_tokens, 0);
   EXPECT_EQ(m.pool().num_cached(), 0u);
 }
@@ -185,17 +185,17 @@ namespace {
 // allocation reuses them instead of growing the table past what the tokens need.
 TEST(KVCacheManager, RolledBackSlotsAreReusedNotLeaked) {
   KVCacheManager m(/*num_blocks=*/16, kBlock, /*enable_prefix_caching=*/true);
-  ASSERT_TRUE(m.allocate_slots("r", 5));  // 5 tokens: 2 blocks
-  ASSERT_TRUE(m.allocate_slots("r", 4));  // one token plus 3 drafts: 9 slots, 3 blocks
-  EXPECT_EQ(m.block_table("r").size(), 3u);
-  m.rollback_slots("r", 6);               // 2 drafts rejected: 6 tokens kept
-  ASSERT_TRUE(m.allocate_slots("r", 3));  // 9 slots again: still 3 blocks
-  EXPECT_EQ(m.block_table("r").size(), 3u);
-  ASSERT_TRUE(m.allocate_slots("r", 4));  // 13 slots: 4 blocks
-  EXPECT_EQ(m.block_table("r").size(), 4u);
-  m.rollback_slots("r", 100);             // never grows
-  ASSERT_TRUE(m.allocate_slots("r", 3));  // 16 slots: still 4 blocks
-  EXPECT_EQ(m.block_table("r").size(), 4u);
+  ASSERT_TRUE(m.allocate_slots(6, 5));  // 5 tokens: 2 blocks
+  ASSERT_TRUE(m.allocate_slots(6, 4));  // one token plus 3 drafts: 9 slots, 3 blocks
+  EXPECT_EQ(m.block_table(6).size(), 3u);
+  m.rollback_slots(6, 6);               // 2 drafts rejected: 6 tokens kept
+  ASSERT_TRUE(m.allocate_slots(6, 3));  // 9 slots again: still 3 blocks
+  EXPECT_EQ(m.block_table(6).size(), 3u);
+  ASSERT_TRUE(m.allocate_slots(6, 4));  // 13 slots: 4 blocks
+  EXPECT_EQ(m.block_table(6).size(), 4u);
+  m.rollback_slots(6, 100);             // never grows
+  ASSERT_TRUE(m.allocate_slots(6, 3));  // 16 slots: still 4 blocks
+  EXPECT_EQ(m.block_table(6).size(), 4u);
 }
 
 }  // namespace
@@ -208,14 +208,14 @@ namespace {
 // scheduled tokens, and a pool too small for the lookahead refuses the whole request.
 TEST(KVCacheManager, LookaheadReservesBlocksNotSlots) {
   KVCacheManager m(/*num_blocks=*/5, kBlock, /*enable_prefix_caching=*/true);
-  ASSERT_TRUE(m.allocate_slots("r", 5, {}, /*num_lookahead_tokens=*/4));  // 9 positions: 3 blocks
-  EXPECT_EQ(m.block_table("r").size(), 3u);
-  ASSERT_TRUE(m.allocate_slots("r", 1, {}, 2));  // slots 6, positions up to 8: still 3 blocks
-  EXPECT_EQ(m.block_table("r").size(), 3u);
-  EXPECT_FALSE(m.allocate_slots("r", 1, {}, 12));  // 19 positions: 5 blocks, only 4 usable
-  EXPECT_EQ(m.block_table("r").size(), 3u);
-  ASSERT_TRUE(m.allocate_slots("r", 1, {}, 8));  // 7 slots + 8: 4 blocks
-  EXPECT_EQ(m.block_table("r").size(), 4u);
+  ASSERT_TRUE(m.allocate_slots(6, 5, {}, /*num_lookahead_tokens=*/4));  // 9 positions: 3 blocks
+  EXPECT_EQ(m.block_table(6).size(), 3u);
+  ASSERT_TRUE(m.allocate_slots(6, 1, {}, 2));  // slots 6, positions up to 8: still 3 blocks
+  EXPECT_EQ(m.block_table(6).size(), 3u);
+  EXPECT_FALSE(m.allocate_slots(6, 1, {}, 12));  // 19 positions: 5 blocks, only 4 usable
+  EXPECT_EQ(m.block_table(6).size(), 3u);
+  ASSERT_TRUE(m.allocate_slots(6, 1, {}, 8));  // 7 slots + 8: 4 blocks
+  EXPECT_EQ(m.block_table(6).size(), 4u);
 }
 
 }  // namespace

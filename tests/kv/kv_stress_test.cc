@@ -20,7 +20,7 @@ constexpr int32_t kBlock = 4;
 constexpr int32_t kNumBlocks = 41;
 
 struct Live {
-  RequestId id;
+  RequestHandle id;
   std::vector<int32_t> tokens;  // prompt plus generated tokens
   int64_t num_computed = 0;
 };
@@ -67,7 +67,7 @@ class StressTest : public ::testing::TestWithParam<uint64_t> {
 
   void admit() {
     Live r;
-    r.id = "req" + std::to_string(next_id_++);
+    r.id = RequestHandle(1000 + next_id_++);
     r.tokens = prefixes_[rand_int(0, static_cast<int>(prefixes_.size()) - 1)];
     const std::vector<int32_t> suffix = random_tokens(rand_int(1, 20));
     r.tokens.insert(r.tokens.end(), suffix.begin(), suffix.end());

@@ -28,7 +28,7 @@ std::vector<int32_t> tokens(int n, int32_t seed) {
 }
 
 // Decodes `n` tokens one step at a time after the prompt, publishing as the scheduler does.
-void decode(KVCacheManager& m, const RequestId& id, const std::vector<int32_t>& all, int64_t from,
+void decode(KVCacheManager& m, RequestHandle id, const std::vector<int32_t>& all, int64_t from,
             int64_t n) {
   for (int64_t c = from; c < from + n; ++c) {
     ASSERT_TRUE(m.allocate_slots(id, 1));
@@ -40,21 +40,21 @@ TEST(SlidingWindow, LongRequestHoldsAboutOneWindow) {
   // Window 6 over blocks of 4: a query reads 5 earlier keys, at most 3 blocks with its own.
   KVCacheManager m(64, kBlock, true, {KVCacheSpec{}, sliding(6)});
   const std::vector<int32_t> all = tokens(200, 1);
-  ASSERT_TRUE(m.allocate_slots("r", 8));
-  m.cache_blocks("r", all, 8, test::hashes_of(m, all));
-  decode(m, "r", all, 8, 150);
-  EXPECT_EQ(m.num_held_blocks("r", 0), 40);  // full attention: every block of 158 tokens
-  EXPECT_LE(m.num_held_blocks("r", 1), 3);
-  EXPECT_GE(m.num_held_blocks("r", 1), 2);
+  ASSERT_TRUE(m.allocate_slots(1, 8));
+  m.cache_blocks(1, all, 8, test::hashes_of(m, all));
+  decode(m, 1, all, 8, 150);
+  EXPECT_EQ(m.num_held_blocks(1, 0), 40);  // full attention: every block of 158 tokens
+  EXPECT_LE(m.num_held_blocks(1, 1), 3);
+  EXPECT_GE(m.num_held_blocks(1, 1), 2);
   // The table keeps its length; dropped entries are the null block.
-  const std::span<const BlockId> t = m.block_table("r", 1);
+  const std::span<const BlockId> t = m.block_table(1, 1);
   ASSERT_EQ(t.size(), 40u);
   EXPECT_EQ(t[0], kNullBlock);
   EXPECT_NE(t.back(), kNullBlock);
   // What the pool lent is exactly what the two groups hold.
   EXPECT_EQ(m.pool().num_free(),
-            m.pool().num_blocks() - 1 - m.num_held_blocks("r", 0) - m.num_held_blocks("r", 1));
-  m.free("r");
+            m.pool().num_blocks() - 1 - m.num_held_blocks(1, 0) - m.num_held_blocks(1, 1));
+  m.free(1);
   EXPECT_EQ(m.pool().num_free(), m.pool().num_blocks() - 1);
 }
 
@@ -63,10 +63,10 @@ TEST(SlidingWindow, ChunkedPrefillKeepsTheWindowBeforeEachChunk) {
   const std::vector<int32_t> all = tokens(40, 2);
   // Chunks of 8: before the chunk at 16, keys 12.. stay (16 - 5 + 1 = 12: block 3 on).
   for (int64_t c = 0; c < 24; c += 8) {
-    ASSERT_TRUE(m.allocate_slots("r", 8));
-    m.cache_blocks("r", all, c + 8, test::hashes_of(m, all));
+    ASSERT_TRUE(m.allocate_slots(1, 8));
+    m.cache_blocks(1, all, c + 8, test::hashes_of(m, all));
   }
-  const std::span<const BlockId> t = m.block_table("r");
+  const std::span<const BlockId> t = m.block_table(1);
   ASSERT_EQ(t.size(), 6u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(t[i], kNullBlock) << i;
   for (size_t i = 3; i < 6; ++i) EXPECT_NE(t[i], kNullBlock) << i;
@@ -75,9 +75,9 @@ TEST(SlidingWindow, ChunkedPrefillKeepsTheWindowBeforeEachChunk) {
 TEST(SlidingWindow, PrefixHitNeedsOnlyTheLastWindow) {
   KVCacheManager m(64, kBlock, true, {sliding(6)});  // needs ceil(5 / 4) = 2 blocks
   const std::vector<int32_t> prompt = tokens(30, 3);
-  ASSERT_TRUE(m.allocate_slots("a", 30));
-  m.cache_blocks("a", prompt, 30, test::hashes_of(m, prompt));
-  m.free("a");
+  ASSERT_TRUE(m.allocate_slots(2, 30));
+  m.cache_blocks(2, prompt, 30, test::hashes_of(m, prompt));
+  m.free(2);
   // Same prompt: 7 full blocks below the last token, all cached → hit of 28 tokens with only
   // the last two blocks kept.
   ComputedBlocks hit = m.get_computed_blocks(prompt, test::hashes_of(m, prompt));
@@ -87,17 +87,17 @@ TEST(SlidingWindow, PrefixHitNeedsOnlyTheLastWindow) {
   EXPECT_NE(hit.blocks[0][5], kNullBlock);
   EXPECT_NE(hit.blocks[0][6], kNullBlock);
   const int32_t free_before = m.pool().num_free();
-  ASSERT_TRUE(m.allocate_slots("b", 2, hit));
-  EXPECT_EQ(m.num_held_blocks("b", 0), 2 + 1);  // the two hit blocks and one for 28..31
+  ASSERT_TRUE(m.allocate_slots(3, 2, hit));
+  EXPECT_EQ(m.num_held_blocks(3, 0), 2 + 1);  // the two hit blocks and one for 28..31
   EXPECT_EQ(m.pool().num_free(), free_before - 3);
-  m.free("b");
+  m.free(3);
 }
 
 TEST(SlidingWindow, PrefixHitEndsAtTheLastCompleteWindow) {
   KVCacheManager m(64, kBlock, true, {sliding(6)});
   const std::vector<int32_t> prompt = tokens(30, 4);
-  ASSERT_TRUE(m.allocate_slots("a", 30));
-  m.cache_blocks("a", prompt, 30, test::hashes_of(m, prompt));
+  ASSERT_TRUE(m.allocate_slots(2, 30));
+  m.cache_blocks(2, prompt, 30, test::hashes_of(m, prompt));
   // A prompt that agrees with "a" for 22 tokens: blocks 0..4 match, block 5 onwards differ.
   std::vector<int32_t> other = prompt;
   other[22] = 77;
@@ -108,7 +108,7 @@ TEST(SlidingWindow, PrefixHitEndsAtTheLastCompleteWindow) {
   other[13] = 77;
   hit = m.get_computed_blocks(other, test::hashes_of(m, other));
   EXPECT_EQ(hit.num_tokens, 12);
-  m.free("a");
+  m.free(2);
 }
 
 // Full attention needs the whole prefix, the window only its tail: the coordinator takes the
@@ -116,9 +116,9 @@ TEST(SlidingWindow, PrefixHitEndsAtTheLastCompleteWindow) {
 TEST(SlidingWindow, HybridHitIsValidInEveryGroup) {
   KVCacheManager m(128, kBlock, true, {KVCacheSpec{}, sliding(6)});
   const std::vector<int32_t> prompt = tokens(41, 5);
-  ASSERT_TRUE(m.allocate_slots("a", 41));
-  m.cache_blocks("a", prompt, 41, test::hashes_of(m, prompt));
-  m.free("a");
+  ASSERT_TRUE(m.allocate_slots(2, 41));
+  m.cache_blocks(2, prompt, 41, test::hashes_of(m, prompt));
+  m.free(2);
   ComputedBlocks hit = m.get_computed_blocks(prompt, test::hashes_of(m, prompt));
   EXPECT_EQ(hit.num_tokens, 40);
   ASSERT_EQ(hit.blocks.size(), 2u);
@@ -130,8 +130,8 @@ TEST(SlidingWindow, HybridHitIsValidInEveryGroup) {
   // used, then "a"'s full-attention blocks tail first (10, 9, 8, ...), then its window blocks.
   // 216 tokens take 54 blocks in each group: 108 from the head, through full blocks 10, 9, 8.
   ASSERT_EQ(m.pool().num_free(), 127);
-  ASSERT_TRUE(m.allocate_slots("hog", 216));
-  m.free("hog");
+  ASSERT_TRUE(m.allocate_slots(4, 216));
+  m.free(4);
   hit = m.get_computed_blocks(prompt, test::hashes_of(m, prompt));
   // Full attention now stops at block 8; the window's copies of blocks 6 and 7 end it there.
   EXPECT_EQ(hit.num_tokens, 32);

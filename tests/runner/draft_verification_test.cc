@@ -28,7 +28,7 @@ SchedulerConfig config() {
   return c;
 }
 
-RequestSpec spec(const std::string& id, const std::vector<int32_t>& prompt, const SamplingParams& p,
+RequestSpec spec(RequestHandle id, const std::vector<int32_t>& prompt, const SamplingParams& p,
                  uint64_t seed) {
   RequestSpec s = test::sampled_spec(id, prompt, kMaxTokens, seed);
   s.sampling.params = p;
@@ -37,15 +37,15 @@ RequestSpec spec(const std::string& id, const std::vector<int32_t>& prompt, cons
 
 DriverRun run(LoadedModel& lm, const SamplingParams& p, const test::DraftProposer& propose) {
   RunnerDriver d(lm, config());
-  EXPECT_TRUE(d.sched.add_request(spec("a", kPrompt, p, 11)).ok());
-  EXPECT_TRUE(d.sched.add_request(spec("b", kOther, p, 12)).ok());
+  EXPECT_TRUE(d.sched.add_request(spec(1, kPrompt, p, 11)).ok());
+  EXPECT_TRUE(d.sched.add_request(spec(2, kOther, p, 12)).ok());
   return d.run(propose);
 }
 
 // Proposes from a known continuation `want` (per request), perturbed by `wrong_from`: drafts at
 // or after that index are off by one.
-test::DraftProposer from(const std::map<RequestId, std::vector<int32_t>>& want, size_t wrong_from,
-                         int64_t vocab) {
+test::DraftProposer from(const std::map<RequestHandle, std::vector<int32_t>>& want,
+                         size_t wrong_from, int64_t vocab) {
   return [&want, wrong_from, vocab](const Request& req) {
     const std::vector<int32_t>& w = want.at(req.id);
     std::vector<int32_t> drafts;
@@ -94,7 +94,7 @@ TEST_P(DraftVerification, OutputsDoNotDependOnTheDrafts) {
   const int64_t vocab = lm->config.vocab_size;
   const SamplingParams p = params_for(GetParam());
   const DriverRun plain = run(*lm, p, nullptr);
-  ASSERT_EQ(plain.outputs.at("a").size(), size_t(kMaxTokens));
+  ASSERT_EQ(plain.outputs.at(1).size(), size_t(kMaxTokens));
   EXPECT_EQ(*std::max_element(plain.tokens_per_step.begin(), plain.tokens_per_step.end()), 1u);
 
   const DriverRun right = run(*lm, p, from(plain.outputs, kDrafts, vocab));

@@ -34,13 +34,12 @@ const std::vector<int32_t> kPromptA = {5, 77, 301, 42, 9, 250, 13, 400, 88};
 const std::vector<int32_t> kPromptB = {17, 3, 460, 211, 99};
 
 // Runs the given requests (id → seed) to max_tokens and returns each one's outputs.
-std::map<RequestId, std::vector<int32_t>> generate(LoadedModel& lm,
-                                                   const std::map<RequestId, uint64_t>& seeds,
-                                                   int64_t max_tokens) {
+std::map<RequestHandle, std::vector<int32_t>> generate(
+    LoadedModel& lm, const std::map<RequestHandle, uint64_t>& seeds, int64_t max_tokens) {
   RunnerDriver d(lm, small_config());
   for (const auto& [id, seed] : seeds)
     EXPECT_TRUE(
-        d.sched.add_request(sampled_spec(id, id == "b" ? kPromptB : kPromptA, max_tokens, seed))
+        d.sched.add_request(sampled_spec(id, id == 1 ? kPromptB : kPromptA, max_tokens, seed))
             .ok());
   return d.run().outputs;
 }
@@ -48,13 +47,13 @@ std::map<RequestId, std::vector<int32_t>> generate(LoadedModel& lm,
 TEST(ModelRunner, SeededSamplingIsPerRequest) {
   auto lm = test::load_llama_fixture();
   ASSERT_TRUE(lm);
-  const auto alone = generate(*lm, {{"a", 7}}, 12);
-  const auto batched = generate(*lm, {{"a", 7}, {"b", 9}}, 12);
-  const auto other_seed = generate(*lm, {{"a", 8}}, 12);
-  ASSERT_EQ(alone.at("a").size(), 12u);
-  EXPECT_EQ(alone.at("a"), batched.at("a"));
-  EXPECT_EQ(batched.at("b").size(), 12u);
-  EXPECT_NE(alone.at("a"), other_seed.at("a"));
+  const auto alone = generate(*lm, {{2, 7}}, 12);
+  const auto batched = generate(*lm, {{2, 7}, {1, 9}}, 12);
+  const auto other_seed = generate(*lm, {{2, 8}}, 12);
+  ASSERT_EQ(alone.at(2).size(), 12u);
+  EXPECT_EQ(alone.at(2), batched.at(2));
+  EXPECT_EQ(batched.at(1).size(), 12u);
+  EXPECT_NE(alone.at(2), other_seed.at(2));
 }
 
 TEST(ModelRunner, PrefillChunksSampleNothing) {
@@ -63,7 +62,7 @@ TEST(ModelRunner, PrefillChunksSampleNothing) {
   SchedulerConfig config = small_config();
   config.max_num_batched_tokens = 4;
   RunnerDriver d(*lm, config);
-  ASSERT_TRUE(d.sched.add_request(sampled_spec("a", kPromptA, 2, 1)).ok());
+  ASSERT_TRUE(d.sched.add_request(sampled_spec(2, kPromptA, 2, 1)).ok());
   // 9 prompt tokens in chunks of 4: two chunks without a token, then the last one samples.
   for (int step = 0; step < 3; ++step) {
     const SchedulerOutput out = d.sched.schedule();
@@ -82,7 +81,7 @@ TEST(ModelRunner, InconsistentStepsAreErrors) {
   ASSERT_TRUE(lm);
   const SchedulerConfig config = small_config();
   Scheduler sched(config);
-  ASSERT_TRUE(sched.add_request(sampled_spec("a", kPromptA, 4, 1)).ok());
+  ASSERT_TRUE(sched.add_request(sampled_spec(2, kPromptA, 4, 1)).ok());
   const SchedulerOutput first = sched.schedule();
   ASSERT_EQ(first.new_requests.size(), 1u);
   auto fresh_runner = [&] {
@@ -93,12 +92,12 @@ TEST(ModelRunner, InconsistentStepsAreErrors) {
     auto runner = fresh_runner();
     auto r = runner->execute(out);
     ASSERT_FALSE(r.ok()) << what;
-    EXPECT_NE(r.error().message.find("request a"), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find("request 2"), std::string::npos) << r.error().message;
   };
   {  // A cached request the worker never saw.
     SchedulerOutput bad = first;
     bad.new_requests.clear();
-    bad.cached_requests.push_back(CachedRequestData{"a", false, {{}}, 0});
+    bad.cached_requests.push_back(CachedRequestData{2, false, {{}}, 0});
     expect_error(bad, "unknown cached request");
   }
   {  // Scheduled without ever being sent.
@@ -127,7 +126,7 @@ TEST(ModelRunner, InconsistentStepsAreErrors) {
     SchedulerOutput bad = first;
     bad.scheduled[0].num_tokens += 1;
     bad.scheduled[0].draft_token_ids = {1};
-    bad.token_masks.push_back(TokenMask{"a", {~0ull}});
+    bad.token_masks.push_back(TokenMask{2, {~0ull}});
     expect_error(bad, "drafts with a mask");
   }
   {  // A block table too short for the positions.
@@ -155,22 +154,22 @@ TEST(ModelRunner, TokenMaskDecidesTheToken) {
   ASSERT_TRUE(lm);
   const std::vector<int32_t> script = {11, 500, 3, 3, 42, 7, 130};
   RunnerDriver d(*lm, small_config());
-  ASSERT_TRUE(d.sched.add_request(sampled_spec("a", kPromptA, int64_t(script.size()), 7)).ok());
-  ASSERT_TRUE(d.sched.add_request(sampled_spec("b", kPromptB, int64_t(script.size()), 9)).ok());
-  std::map<RequestId, std::vector<int32_t>> outputs;
+  ASSERT_TRUE(d.sched.add_request(sampled_spec(2, kPromptA, int64_t(script.size()), 7)).ok());
+  ASSERT_TRUE(d.sched.add_request(sampled_spec(1, kPromptB, int64_t(script.size()), 9)).ok());
+  std::map<RequestHandle, std::vector<int32_t>> outputs;
   while (d.sched.has_unfinished()) {
     SchedulerOutput out = d.sched.schedule();
-    const size_t n = outputs["a"].size();
+    const size_t n = outputs[2].size();
     std::vector<uint64_t> bits(size_t(script[n] / 64 + 1), 0);
     bits[size_t(script[n] / 64)] = 1ull << (script[n] % 64);
-    out.token_masks.push_back(TokenMask{"a", bits});
+    out.token_masks.push_back(TokenMask{2, bits});
     auto result = d.runner.execute(out);
     ASSERT_TRUE(result.ok());
     for (const RequestUpdate& u : d.sched.update_from_output(out, *result))
       outputs[u.id].insert(outputs[u.id].end(), u.new_token_ids.begin(), u.new_token_ids.end());
   }
-  EXPECT_EQ(outputs.at("a"), script);
-  EXPECT_EQ(outputs.at("b"), generate(*lm, {{"b", 9}}, int64_t(script.size())).at("b"));
+  EXPECT_EQ(outputs.at(2), script);
+  EXPECT_EQ(outputs.at(1), generate(*lm, {{1, 9}}, int64_t(script.size())).at(1));
 }
 
 // A mask that allows nothing (or only ids past the vocabulary) is reported as such, with no
@@ -179,20 +178,20 @@ TEST(ModelRunner, EmptyMaskIsReportedNotSampled) {
   auto lm = test::load_llama_fixture();
   ASSERT_TRUE(lm);
   RunnerDriver d(*lm, small_config());
-  ASSERT_TRUE(d.sched.add_request(sampled_spec("a", kPromptA, 4, 7)).ok());
-  ASSERT_TRUE(d.sched.add_request(sampled_spec("b", kPromptB, 4, 9)).ok());
+  ASSERT_TRUE(d.sched.add_request(sampled_spec(2, kPromptA, 4, 7)).ok());
+  ASSERT_TRUE(d.sched.add_request(sampled_spec(1, kPromptB, 4, 9)).ok());
   SchedulerOutput out = d.sched.schedule();
   const size_t words = size_t(lm->config.vocab_size / 64 + 2);
   std::vector<uint64_t> past_vocab(words, 0);
   past_vocab.back() = 1;  // an id past the vocabulary only
-  out.token_masks.push_back(TokenMask{"a", past_vocab});
+  out.token_masks.push_back(TokenMask{2, past_vocab});
   auto result = d.runner.execute(out);
   ASSERT_TRUE(result.ok());
   ASSERT_EQ(result->failures.size(), 1u);
-  EXPECT_EQ(result->failures[0].id, "a");
+  EXPECT_EQ(result->failures[0].id, 2);
   EXPECT_TRUE(result->failures[0].no_token_allowed);
   ASSERT_EQ(result->sampled.size(), 1u);
-  EXPECT_EQ(result->sampled[0].id, "b");
+  EXPECT_EQ(result->sampled[0].id, 1);
 }
 
 // Prompt logprobs equal log-softmax of transformers' logits (the fixture's golden.safetensors) at
@@ -216,7 +215,7 @@ TEST(ModelRunner, PromptLogprobsMatchTheReferenceLogits) {
     SchedulerConfig config = small_config();
     config.max_num_batched_tokens = budget;
     RunnerDriver d(*lm, config);
-    RequestSpec spec = sampled_spec("p", prompt, 1, 3);
+    RequestSpec spec = sampled_spec(3, prompt, 1, 3);
     spec.sampling.prompt_logprobs = 2;
     spec.read_prefix_cache = false;
     ASSERT_TRUE(d.sched.add_request(spec).ok());
@@ -226,7 +225,7 @@ TEST(ModelRunner, PromptLogprobsMatchTheReferenceLogits) {
       auto step = d.runner.execute(out);
       ASSERT_TRUE(step.ok()) << step.error().message;
       for (const auto& [id, s] : step->prompt_logprobs) {
-        EXPECT_EQ(id, "p");
+        EXPECT_EQ(id, 3);
         scored.insert(scored.end(), s.begin(), s.end());
       }
       d.sched.update_from_output(out, *step);

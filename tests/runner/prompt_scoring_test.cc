@@ -35,7 +35,7 @@ TEST(PromptScoring, LongPromptIsScoredInBoundedChunks) {
   Scheduler sched(c);
   ModelRunner runner(model, model.make_kv_cache(c.num_blocks, c.block_size));
   RequestSpec spec;
-  spec.id = "p";
+  spec.id = 1;
   spec.prompt = prompt;
   spec.max_tokens = 1;
   spec.read_prefix_cache = false;
@@ -48,7 +48,7 @@ TEST(PromptScoring, LongPromptIsScoredInBoundedChunks) {
   auto step = runner.execute(out);
   ASSERT_TRUE(step.ok()) << step.error().message;
   ASSERT_EQ(step->prompt_logprobs.size(), 1u);
-  EXPECT_EQ(step->prompt_logprobs[0].first, "p");
+  EXPECT_EQ(step->prompt_logprobs[0].first, 1);
   const std::vector<TokenLogprobs>& scored = step->prompt_logprobs[0].second;
   ASSERT_EQ(scored.size(), prompt.size() - 1);
   EXPECT_LE(runner.logits_bytes(),

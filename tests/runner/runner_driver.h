@@ -27,7 +27,7 @@ inline std::unique_ptr<LoadedModel> load_llama_fixture() {
   return m.ok() ? std::move(*m) : nullptr;
 }
 
-inline RequestSpec sampled_spec(RequestId id, std::vector<int32_t> prompt, int64_t max_tokens,
+inline RequestSpec sampled_spec(RequestHandle id, std::vector<int32_t> prompt, int64_t max_tokens,
                                 uint64_t seed, float temperature = 1.0f) {
   RequestSpec s;
   s.id = std::move(id);
@@ -42,8 +42,8 @@ inline RequestSpec sampled_spec(RequestId id, std::vector<int32_t> prompt, int64
 using DraftProposer = std::function<std::vector<int32_t>(const Request&)>;
 
 struct DriverRun {
-  std::map<RequestId, std::vector<int32_t>> outputs;
-  std::map<RequestId, std::vector<TokenLogprobs>> logprobs;
+  std::map<RequestHandle, std::vector<int32_t>> outputs;
+  std::map<RequestHandle, std::vector<TokenLogprobs>> logprobs;
   // Per step and request: how many tokens it appended (1 + the drafts it kept).
   std::vector<size_t> tokens_per_step;
   size_t rejected_drafts = 0;

@@ -20,7 +20,7 @@ SchedulerOutput full_scheduler_output() {
   SchedulerOutput out;
   for (int r = 0; r < 3; ++r) {
     NewRequestData n;
-    n.id = "req-" + std::to_string(r);
+    n.id = RequestHandle(10 + r);
     n.prompt_token_ids = {1, 200 + r, 70000, -5, 2147483647};
     RequestSampling& s = n.sampling;
     s.params = {.temperature = 0.7f + r,
@@ -42,19 +42,19 @@ SchedulerOutput full_scheduler_output() {
     n.num_computed_tokens = 16 + r;
     out.new_requests.push_back(n);
   }
-  out.cached_requests = {{.id = "old-a",
+  out.cached_requests = {{.id = 20,
                           .resumed_from_preemption = false,
                           .new_block_ids = {{9}},
                           .num_computed_tokens = 40},
-                         {.id = "old-b",
+                         {.id = 21,
                           .resumed_from_preemption = true,
                           .new_block_ids = {{5, 6, 7}, {8}},
                           .num_computed_tokens = 0}};
-  out.scheduled = {{.id = "req-0", .num_tokens = 5, .draft_token_ids = {}},
-                   {.id = "old-a", .num_tokens = 4, .draft_token_ids = {100, 101, 102}}};
-  out.token_masks = {{.id = "req-1", .bits = {0, ~0ull, 0x8000000000000001ull}}};
-  out.preempted_ids = {"old-c", ""};
-  out.finished_ids = {"done-1", "done-2", "unicode-\xc3\xa9"};
+  out.scheduled = {{.id = 10, .num_tokens = 5, .draft_token_ids = {}},
+                   {.id = 20, .num_tokens = 4, .draft_token_ids = {100, 101, 102}}};
+  out.token_masks = {{.id = 11, .bits = {0, ~0ull, 0x8000000000000001ull}}};
+  out.preempted_ids = {22, 0};
+  out.finished_ids = {30, 31, 0xffffffffu};  // the whole handle range
   out.total_num_scheduled_tokens = 9;
   return out;
 }
@@ -66,11 +66,11 @@ RunnerOutput full_runner_output() {
                    .rank = 1,
                    .top = {{.token = 42, .logprob = -0.125f}, {.token = 7, .logprob = -kInf}}};
   TokenLogprobs lp2{.token = 43, .logprob = -kInf, .rank = 151000, .top = {}};
-  out.sampled = {{.id = "a", .tokens = {42, 43, 44}, .logprobs = {lp, lp2, lp}},
-                 {.id = "b", .tokens = {9}, .logprobs = {}}};
-  out.prompt_logprobs = {{"a", {lp2, lp}}, {"c", {}}};
-  out.failures = {{.id = "d", .no_token_allowed = true, .error = ""},
-                  {.id = "e", .no_token_allowed = false, .error = "sampler blew up"}};
+  out.sampled = {{.id = 1, .tokens = {42, 43, 44}, .logprobs = {lp, lp2, lp}},
+                 {.id = 1, .tokens = {9}, .logprobs = {}}};
+  out.prompt_logprobs = {{2, {lp2, lp}}, {3, {}}};
+  out.failures = {{.id = 3, .no_token_allowed = true, .error = ""},
+                  {.id = 4, .no_token_allowed = false, .error = "sampler blew up"}};
   return out;
 }
 
@@ -117,7 +117,7 @@ TEST(ContractCodecTest, FloatsRoundTripBitExactly) {
       0x00000001u, 0x7f7fffffu,  // smallest denormal, largest finite
       0x3dcccccdu};              // 0.1f
   RunnerOutput in;
-  RequestSamples s{.id = "x", .tokens = {}, .logprobs = {}};
+  RequestSamples s{.id = 5, .tokens = {}, .logprobs = {}};
   for (uint32_t b : bits) {
     s.tokens.push_back(1);
     s.logprobs.push_back({.token = 1, .logprob = std::bit_cast<float>(b), .rank = 0, .top = {}});
@@ -147,12 +147,12 @@ TEST(ContractCodecTest, FutureVersionIsError) {
 }
 
 TEST(ContractCodecTest, WrongTypeNamesTheField) {
-  // SchedulerOutput whose first new request has an integer id.
+  // SchedulerOutput whose first new request has a string id (handles are integers).
   std::string bytes = hand_made("kestrel.sched_output.v1", [](auto& p) {
     p.pack_array(7);
     p.pack_array(1);
     p.pack_array(5);
-    p.pack(17);
+    p.pack(std::string("req-17"));
     for (int i = 0; i < 4; ++i) p.pack_nil();
     for (int i = 0; i < 5; ++i) p.pack_array(0);
     p.pack(0);
@@ -160,7 +160,7 @@ TEST(ContractCodecTest, WrongTypeNamesTheField) {
   Expected<SchedulerOutput> s = decode_scheduler_output(bytes);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error().message.find("new_requests[0].id"), std::string::npos) << s.error().message;
-  EXPECT_NE(s.error().message.find("expected a string"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("expected an integer"), std::string::npos) << s.error().message;
 }
 
 TEST(ContractCodecTest, WrongArrayLengthAndRangeAreErrors) {
@@ -175,7 +175,7 @@ TEST(ContractCodecTest, WrongArrayLengthAndRangeAreErrors) {
     p.pack_array(3);
     p.pack_array(1);
     p.pack_array(3);
-    p.pack(std::string("a"));
+    p.pack(1);
     p.pack_array(1);
     p.pack(int64_t{1} << 40);
     p.pack_array(0);
@@ -185,6 +185,20 @@ TEST(ContractCodecTest, WrongArrayLengthAndRangeAreErrors) {
   Expected<RunnerOutput> r = decode_runner_output(big_token);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("sampled[0].tokens[0]"), std::string::npos) << r.error().message;
+  // A request handle that does not fit 32 bits.
+  std::string big_id = hand_made("kestrel.runner_output.v1", [](auto& p) {
+    p.pack_array(3);
+    p.pack_array(1);
+    p.pack_array(3);
+    p.pack(int64_t{1} << 32);
+    p.pack_array(0);
+    p.pack_array(0);
+    p.pack_array(0);
+    p.pack_array(0);
+  });
+  r = decode_runner_output(big_id);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("sampled[0].id"), std::string::npos) << r.error().message;
 }
 
 TEST(ContractCodecTest, EveryTruncationIsError) {

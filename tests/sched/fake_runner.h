@@ -66,9 +66,9 @@ class FakeWorker {
   explicit FakeWorker(const SchedulerConfig& config) : config_(config) {}
 
   // The next execute() reports `id` as failed (if it is due a token) instead of sampling.
-  void fail_next(const RequestId& id) { fail_.insert(id); }
+  void fail_next(RequestHandle id) { fail_.insert(id); }
 
-  const State* find(const RequestId& id) const {
+  const State* find(RequestHandle id) const {
     const auto it = reqs_.find(id);
     return it == reqs_.end() ? nullptr : &it->second;
   }
@@ -80,24 +80,24 @@ class FakeWorker {
   RunnerOutput execute(const SchedulerOutput& out) {
     ++num_steps_;
     const int64_t bs = config_.block_size;
-    std::unordered_set<RequestId> scheduled_ids;
+    std::unordered_set<RequestHandle> scheduled_ids;
     for (const ScheduledTokens& w : out.scheduled) {
       EXPECT_TRUE(scheduled_ids.insert(w.id).second) << w.id << " scheduled twice";
     }
 
-    for (const RequestId& id : out.finished_ids) {
+    for (RequestHandle id : out.finished_ids) {
       EXPECT_TRUE(finished_seen_.insert(id).second) << id << " reported finished twice";
       EXPECT_EQ(scheduled_ids.count(id), 0u) << id << " scheduled after it finished";
       reqs_.erase(id);  // unknown ids (never scheduled) are fine
     }
-    for (const RequestId& id : out.preempted_ids) {
+    for (RequestHandle id : out.preempted_ids) {
       EXPECT_EQ(scheduled_ids.count(id), 0u) << id << " scheduled in the step that preempted it";
       const auto it = reqs_.find(id);
       EXPECT_NE(it, reqs_.end()) << id << " preempted but never sent";
       if (it != reqs_.end()) it->second.preempted = true;
     }
 
-    std::unordered_map<RequestId, int> data_count;
+    std::unordered_map<RequestHandle, int> data_count;
     for (const NewRequestData& d : out.new_requests) {
       ++data_count[d.id];
       EXPECT_EQ(reqs_.count(d.id), 0u) << d.id << ": NewRequestData for a known request";
@@ -148,7 +148,7 @@ class FakeWorker {
       std::vector<uint64_t> kv;  // digest per position of tokens + drafts
     };
     std::vector<Work> work;
-    std::map<std::pair<BlockId, int64_t>, RequestId> written;
+    std::map<std::pair<BlockId, int64_t>, RequestHandle> written;
     for (const ScheduledTokens& w : out.scheduled) {
       sum += w.num_tokens;
       EXPECT_EQ(data_count.count(w.id), 1u) << w.id << ": scheduled without request data";
@@ -234,9 +234,9 @@ class FakeWorker {
 
  private:
   SchedulerConfig config_;
-  std::unordered_map<RequestId, State> reqs_;
-  std::unordered_set<RequestId> finished_seen_;
-  std::unordered_set<RequestId> fail_;
+  std::unordered_map<RequestHandle, State> reqs_;
+  std::unordered_set<RequestHandle> finished_seen_;
+  std::unordered_set<RequestHandle> fail_;
   std::unordered_map<BlockId, std::vector<uint64_t>> kv_;  // per block, a digest per slot
   int64_t num_steps_ = 0;
   int64_t num_accepted_ = 0;
@@ -253,7 +253,7 @@ struct StepResult {
 // whose tokens are those returned (cut short only by a stop that finishes it).
 inline void check_updates(const SchedulerOutput& out, const RunnerOutput& result,
                           const std::vector<RequestUpdate>& updates) {
-  std::unordered_map<RequestId, const RequestSamples*> samples;
+  std::unordered_map<RequestHandle, const RequestSamples*> samples;
   for (const RequestSamples& s : result.sampled) samples[s.id] = &s;
   EXPECT_EQ(updates.size(), result.sampled.size());
   for (const RequestUpdate& u : updates) {

@@ -30,7 +30,7 @@ inline SchedulerConfig small_config() {
   return c;
 }
 
-inline RequestSpec spec(RequestId id, std::vector<int32_t> prompt, int64_t max_tokens,
+inline RequestSpec spec(RequestHandle id, std::vector<int32_t> prompt, int64_t max_tokens,
                         bool read_prefix_cache = true, std::vector<uint64_t> cache_keys = {}) {
   RequestSpec r;
   r.id = std::move(id);
@@ -41,40 +41,40 @@ inline RequestSpec spec(RequestId id, std::vector<int32_t> prompt, int64_t max_t
   return r;
 }
 
-inline const ScheduledTokens* find(const SchedulerOutput& out, const RequestId& id) {
+inline const ScheduledTokens* find(const SchedulerOutput& out, RequestHandle id) {
   for (const ScheduledTokens& r : out.scheduled)
     if (r.id == id) return &r;
   return nullptr;
 }
-inline const NewRequestData* find_new(const SchedulerOutput& out, const RequestId& id) {
+inline const NewRequestData* find_new(const SchedulerOutput& out, RequestHandle id) {
   for (const NewRequestData& r : out.new_requests)
     if (r.id == id) return &r;
   return nullptr;
 }
-inline const CachedRequestData* find_cached(const SchedulerOutput& out, const RequestId& id) {
+inline const CachedRequestData* find_cached(const SchedulerOutput& out, RequestHandle id) {
   for (const CachedRequestData& r : out.cached_requests)
     if (r.id == id) return &r;
   return nullptr;
 }
 // The position the request's work starts at this step (its computed tokens), or -1.
-inline int64_t start_of(const SchedulerOutput& out, const RequestId& id) {
+inline int64_t start_of(const SchedulerOutput& out, RequestHandle id) {
   if (const NewRequestData* n = find_new(out, id)) return n->num_computed_tokens;
   if (const CachedRequestData* c = find_cached(out, id)) return c->num_computed_tokens;
   return -1;
 }
 inline const RequestUpdate* find_update(const std::vector<RequestUpdate>& updates,
-                                        const RequestId& id) {
+                                        RequestHandle id) {
   for (const RequestUpdate& u : updates)
     if (u.id == id) return &u;
   return nullptr;
 }
 // Whether the worker sampled for the request (false: a prefill chunk, or not scheduled).
-inline bool sampled(const RunnerOutput& result, const RequestId& id) {
+inline bool sampled(const RunnerOutput& result, RequestHandle id) {
   for (const RequestSamples& s : result.sampled)
     if (s.id == id) return true;
   return false;
 }
-inline int count(const std::vector<RequestId>& ids, const RequestId& id) {
+inline int count(const std::vector<RequestHandle>& ids, RequestHandle id) {
   return static_cast<int>(std::count(ids.begin(), ids.end(), id));
 }
 
@@ -99,7 +99,7 @@ struct Harness {
 // Outputs of one request run alone in a roomy scheduler, without drafts or prefix caching.
 inline std::vector<int32_t> reference_outputs(RequestSpec r, SchedulerConfig c = small_config()) {
   c.enable_prefix_caching = false;
-  const RequestId id = r.id;
+  const RequestHandle id = r.id;
   Harness h(c);
   EXPECT_TRUE(h.s.add_request(std::move(r)).ok());
   h.run_to_completion();
@@ -107,7 +107,7 @@ inline std::vector<int32_t> reference_outputs(RequestSpec r, SchedulerConfig c =
 }
 inline std::vector<int32_t> reference_outputs(const std::vector<int32_t>& prompt,
                                               int64_t max_tokens) {
-  return reference_outputs(spec("ref", prompt, max_tokens));
+  return reference_outputs(spec(1, prompt, max_tokens));
 }
 
 }  // namespace kestrel

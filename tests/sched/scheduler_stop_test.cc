@@ -34,7 +34,7 @@ struct StopRun {
 
 StopRun run(RequestSpec r) {
   Harness h(small_config());
-  const RequestId id = r.id;
+  const RequestHandle id = r.id;
   EXPECT_TRUE(h.s.add_request(std::move(r)).ok());
   StopRun out;
   while (h.s.has_unfinished()) {
@@ -55,7 +55,7 @@ std::vector<int32_t> first(const std::vector<int32_t>& v, size_t n) {
 
 TEST(SchedulerStop, EosStopsWithoutStopTokenId) {
   const std::vector<int32_t> ref = plain_outputs(make_prompt(6, 1));
-  RequestSpec r = spec("a", make_prompt(6, 1), kMaxTokens);
+  RequestSpec r = spec(1, make_prompt(6, 1), kMaxTokens);
   r.stop.eos_token_ids = {30001, ref[3]};
   const StopRun got = run(r);
   EXPECT_EQ(got.outputs, first(ref, 4));  // the EOS token is kept as an output
@@ -68,7 +68,7 @@ TEST(SchedulerStop, EosStopsWithoutStopTokenId) {
 
 TEST(SchedulerStop, ListedStopIdStopsAndIsReported) {
   const std::vector<int32_t> ref = plain_outputs(make_prompt(6, 2));
-  RequestSpec r = spec("a", make_prompt(6, 2), kMaxTokens);
+  RequestSpec r = spec(1, make_prompt(6, 2), kMaxTokens);
   r.stop.stop_token_ids = {ref[5], 30002};
   r.stop.eos_token_ids = {30001};
   const StopRun got = run(r);
@@ -82,7 +82,7 @@ TEST(SchedulerStop, ListedStopIdStopsAndIsReported) {
 TEST(SchedulerStop, NeitherStopsBeforeMinTokens) {
   const std::vector<int32_t> ref = plain_outputs(make_prompt(6, 3));
   // EOS on the 2nd output, a stop id on the 3rd: min_tokens 4 holds both off.
-  RequestSpec r = spec("a", make_prompt(6, 3), kMaxTokens);
+  RequestSpec r = spec(1, make_prompt(6, 3), kMaxTokens);
   r.stop.eos_token_ids = {ref[1]};
   r.stop.stop_token_ids = {ref[2]};
   r.stop.min_tokens = 4;
@@ -106,7 +106,7 @@ TEST(SchedulerStop, NeitherStopsBeforeMinTokens) {
 
 TEST(SchedulerStop, EosWinsWhenATokenIsBoth) {
   const std::vector<int32_t> ref = plain_outputs(make_prompt(6, 4));
-  RequestSpec r = spec("a", make_prompt(6, 4), kMaxTokens);
+  RequestSpec r = spec(1, make_prompt(6, 4), kMaxTokens);
   r.stop.eos_token_ids = {ref[2]};
   r.stop.stop_token_ids = {ref[2]};
   const StopRun got = run(r);
@@ -118,7 +118,7 @@ TEST(SchedulerStop, EosWinsWhenATokenIsBoth) {
 
 TEST(SchedulerStop, FirstOutputCanStop) {
   const std::vector<int32_t> ref = plain_outputs(make_prompt(6, 5));
-  RequestSpec r = spec("a", make_prompt(6, 5), kMaxTokens);
+  RequestSpec r = spec(1, make_prompt(6, 5), kMaxTokens);
   r.stop.stop_token_ids = {ref[0]};
   const StopRun got = run(r);
   EXPECT_EQ(got.outputs, first(ref, 1));
@@ -129,12 +129,12 @@ TEST(SchedulerStop, FirstOutputCanStop) {
 // ends the request with "length" and no stop_reason.
 TEST(SchedulerStop, LengthWinsOverAStopOnTheLastToken) {
   const std::vector<int32_t> ref = plain_outputs(make_prompt(6, 8));
-  RequestSpec r = spec("a", make_prompt(6, 8), 3);
+  RequestSpec r = spec(1, make_prompt(6, 8), 3);
   r.stop.eos_token_ids = {ref[2]};
   StopRun got = run(r);
   EXPECT_EQ(got.outputs, first(ref, 3));
   EXPECT_EQ(got.status, RequestStatus::kFinishedLength);
-  r = spec("b", make_prompt(6, 8), 3);
+  r = spec(2, make_prompt(6, 8), 3);
   r.stop.stop_token_ids = {ref[2]};
   got = run(r);
   EXPECT_EQ(got.status, RequestStatus::kFinishedLength);
@@ -144,14 +144,14 @@ TEST(SchedulerStop, LengthWinsOverAStopOnTheLastToken) {
 
 TEST(SchedulerStop, MaxTokensAndMaxModelLenEndWithLength) {
   const std::vector<int32_t> ref = plain_outputs(make_prompt(6, 6));
-  StopRun got = run(spec("a", make_prompt(6, 6), 4));
+  StopRun got = run(spec(1, make_prompt(6, 6), 4));
   EXPECT_EQ(got.outputs, first(ref, 4));
   EXPECT_EQ(got.status, RequestStatus::kFinishedLength);
   EXPECT_EQ(got.last_update.finished, RequestStatus::kFinishedLength);
   EXPECT_FALSE(got.stop_token_id.has_value());
 
   // small_config's max_model_len is 64: a 60-token prompt has room for 4 outputs.
-  got = run(spec("b", make_prompt(60, 7), 100));
+  got = run(spec(2, make_prompt(60, 7), 100));
   EXPECT_EQ(got.outputs.size(), 4u);
   EXPECT_EQ(got.status, RequestStatus::kFinishedLength);
   EXPECT_EQ(got.last_update.finished, RequestStatus::kFinishedLength);

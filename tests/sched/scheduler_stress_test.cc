@@ -86,7 +86,7 @@ void run_stress(const StressCase& tc) {
 
   constexpr int kNumRequests = 300;
   std::vector<RequestSpec> specs;
-  std::unordered_set<RequestId> cut_short;  // aborted, failed or stopped by the engine
+  std::unordered_set<RequestHandle> cut_short;  // aborted, failed or stopped by the engine
   int64_t preemptions = 0;
   int64_t failures = 0;
   int steps = 0;
@@ -95,7 +95,7 @@ void run_stress(const StressCase& tc) {
       const std::vector<int32_t>& t = templates[uniform(0, 4)];
       std::vector<int32_t> prompt(t.begin(), t.begin() + uniform(0, 40));
       for (int i = uniform(1, 20); i > 0; --i) prompt.push_back(uniform(1, 5000));
-      RequestSpec r = spec("r" + std::to_string(specs.size()), prompt, uniform(1, 30));
+      RequestSpec r = spec(RequestHandle(1000 + specs.size()), prompt, uniform(1, 30));
       if (tc.drafts && uniform(0, 99) < 40 && static_cast<int64_t>(prompt.size()) < 63) {
         // A stop rule on a token it will produce: as EOS, a listed stop id, or both.
         const std::vector<int32_t> outs = reference_outputs(r, reference_config(c));
@@ -110,13 +110,13 @@ void run_stress(const StressCase& tc) {
       specs.push_back(std::move(r));
     }
     if (!specs.empty() && uniform(0, 99) < 5) {
-      const RequestId id = "r" + std::to_string(uniform(0, static_cast<int>(specs.size()) - 1));
+      const RequestHandle id = RequestHandle(1000 + uniform(0, static_cast<int>(specs.size()) - 1));
       const Request* r = s.request(id);
       if (r != nullptr && !r->is_finished()) cut_short.insert(id);
       s.abort(id);
     }
     if (s.num_running() > 0 && uniform(0, 99) < 3) {
-      const RequestId id = s.running()[uniform(0, static_cast<int>(s.num_running()) - 1)]->id;
+      const RequestHandle id = s.running()[uniform(0, static_cast<int>(s.num_running()) - 1)]->id;
       cut_short.insert(id);
       s.finish(id, RequestStatus::kFinishedStopped);
     }
@@ -149,7 +149,7 @@ void run_stress(const StressCase& tc) {
       w.fail_next(out.scheduled[uniform(0, static_cast<int>(out.scheduled.size()) - 1)].id);
     }
     RunnerOutput result = w.execute(out);
-    RequestId aborted;
+    RequestHandle aborted;
     if (uniform(0, 99) < 3 && !out.scheduled.empty()) {
       aborted = out.scheduled[uniform(0, static_cast<int>(out.scheduled.size()) - 1)].id;
       cut_short.insert(aborted);
