@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/request_table.h"
 #include "base/status.h"
 #include "engine/executor.h"
 #include "engine/token_constraint.h"

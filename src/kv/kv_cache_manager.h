@@ -10,10 +10,9 @@
 
 #include <cstdint>
 #include <span>
-#include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "base/request_table.h"
 #include "kv/block_hash.h"
 #include "kv/block_pool.h"
 #include "kv/group_manager.h"

@@ -10,9 +10,9 @@
 #include <deque>
 #include <memory>
 #include <optional>
-#include <unordered_map>
 #include <vector>
 
+#include "base/request_table.h"
 #include "base/status.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/kv_cache_spec.h"

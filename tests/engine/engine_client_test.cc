@@ -206,10 +206,13 @@ TEST_F(EngineClientTest, StopStringEndsTheRequestInTheCore) {
 }
 
 TEST_F(EngineClientTest, ShutdownFinishesInFlightRequests) {
-  auto client = std::make_unique<EngineClient>(*lm_->model, tokenizer_.get(), options());
+  // 4,000 tokens each: still running at the shutdown however this thread is scheduled.
+  EngineClient::Options o = options(800);
+  o.scheduler.max_model_len = 4096;
+  auto client = std::make_unique<EngineClient>(*lm_->model, tokenizer_.get(), o);
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < 3; ++i) {
-    auto s = client->add_request(greedy("r" + std::to_string(i), golden_.prompts[size_t(i)], 200));
+    auto s = client->add_request(greedy("r" + std::to_string(i), golden_.prompts[size_t(i)], 4000));
     ASSERT_TRUE(s.ok());
     streams.push_back(*s);
   }
