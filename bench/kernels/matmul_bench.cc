@@ -8,7 +8,8 @@
 // (F8_E4M3 with DeepSeek-V3's 128x128 block scales; random finite codes).
 // Shapes: SmolLM2-135M's projections (576x576, 1536x576, 576x1536) and LM head (49152x576), and a
 // 7B-like 4096x4096 (only 576x1536 and 4096x4096 for the K-quants, whose blocks are 256 wide);
-// M = 1 is a decode step, M = 8 a small decode batch, M = 32 and 256 are prefill chunks.
+// M = 1 is a decode step, M = 16 a decode batch, M = 64 and 512 are prefill chunks (issue 18's
+// shapes; bench/kernels/peak_bench gives the per-core peaks to compare GMAC/s with).
 //
 // Columns: Time is wall time per call. items/s = rows of x (tokens) per second. GB/s = weight
 // bytes read per call (the packed size for packed weights) over time — decode is bound by it.
@@ -150,7 +151,7 @@ void register_all() {
                                "x" + std::to_string(shape.k);
       auto* b = benchmark::RegisterBenchmark(name.c_str(), bm_linear, type, shape);
       b->ArgNames({"M", "threads"})->UseRealTime()->Unit(benchmark::kMicrosecond);
-      for (int64_t m : {1, 8, 32, 256})
+      for (int64_t m : {1, 16, 64, 512})
         for (int64_t threads : {1, 2}) b->Args({m, threads});
     }
   }
