@@ -1,9 +1,9 @@
-// Kestrel's f32 linear() against OpenBLAS sgemm at issue 18's shapes, one thread, for speed and
-// for batch invariance: y = x · Wᵀ with W [N, K] row-major (as Kestrel stores weights).
+// Kestrel's f32 linear() against OpenBLAS sgemm at issue 18's shapes, 1 and 2 threads, for speed
+// and for batch invariance: y = x · Wᵀ with W [N, K] row-major (as Kestrel stores weights).
 //
 // Run:   ./build-bench/bench/kernels/blas_bench --benchmark_min_time=0.1
-// Cases: gemm/<kestrel|openblas>/<N>x<K>/M:<rows>. Columns: GMAC/s, and rows_invariant = 1 when
-// output rows 0, M/2 and M-1 are bit-identical to the same rows computed alone (M = 1), 0
+// Cases: gemm/<kestrel|openblas>/<N>x<K>/M:<rows>/threads:<n>. Columns: GMAC/s, and rows_invariant
+// = 1 when output rows 0, M/2 and M-1 are bit-identical to the same rows computed alone (M = 1), 0
 // otherwise: a kernel whose reduction order over K depends on M or on the row's place in a tile
 // fails it (three rows sampled, not a proof of invariance).
 #include <benchmark/benchmark.h>
@@ -55,8 +55,8 @@ template <auto Run>
 void bm_gemm(benchmark::State& state, int64_t n, int64_t k) {
   const int64_t m = state.range(0);
   Problem p = make_problem(n, k, m);
-  ThreadPool pool(1);
-  openblas_set_num_threads(1);
+  ThreadPool pool(int(state.range(1)));
+  openblas_set_num_threads(int(state.range(1)));
   for (auto _ : state) {
     Run(p, p.x.data(), m, p.y.data(), pool);
     benchmark::DoNotOptimize(p.y.data());
@@ -81,8 +81,9 @@ void register_all() {
     auto* b = benchmark::RegisterBenchmark(("gemm/openblas/" + shape).c_str(),
                                            bm_gemm<run_openblas>, s[0], s[1]);
     for (auto* bm : {a, b}) {
-      bm->ArgName("M")->UseRealTime()->Unit(benchmark::kMicrosecond);
-      for (int64_t m : {1, 16, 64, 512}) bm->Arg(m);
+      bm->ArgNames({"M", "threads"})->UseRealTime()->Unit(benchmark::kMicrosecond);
+      for (int64_t m : {1, 16, 64, 512})
+        for (int64_t threads : {1, 2}) bm->Args({m, threads});
     }
   }
 }
