@@ -15,7 +15,7 @@ namespace {
 SchedulerOutput decode_step(int64_t n) {
   SchedulerOutput out;
   for (int64_t i = 0; i < n; ++i) {
-    const std::string id = "cmpl-" + std::to_string(100000 + i) + "-0";
+    const RequestHandle id = RequestHandle(i);
     std::vector<BlockId> added;
     if (i % 16 == 0) added.push_back(int32_t(i + 1));
     out.cached_requests.push_back(CachedRequestData{id, false, {added}, 300});
@@ -28,7 +28,7 @@ SchedulerOutput decode_step(int64_t n) {
 SchedulerOutput prefill_step() {
   SchedulerOutput out;
   NewRequestData d;
-  d.id = "cmpl-prefill-0";
+  d.id = 0;
   for (int32_t i = 0; i < 2048; ++i) d.prompt_token_ids.push_back(i * 37 % 151000);
   std::vector<BlockId> table;
   for (int32_t b = 0; b < 128; ++b) table.push_back(b + 1);
@@ -42,8 +42,7 @@ SchedulerOutput prefill_step() {
 RunnerOutput samples(int64_t n) {
   RunnerOutput out;
   for (int64_t i = 0; i < n; ++i)
-    out.sampled.push_back(
-        RequestSamples{"cmpl-" + std::to_string(100000 + i) + "-0", {int32_t(i * 7)}, {}});
+    out.sampled.push_back(RequestSamples{RequestHandle(i), {int32_t(i * 7)}, {}});
   return out;
 }
 
