@@ -9,7 +9,7 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="$root/build-bench"
 cmake -S "$root" -B "$build" -G Ninja -DKESTREL_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release \
   > /dev/null
-ninja -C "$build" matmul_bench attention_bench structured_bench
-for bin in matmul_bench attention_bench structured_bench; do
+ninja -C "$build" peak_bench matmul_bench blas_bench attention_bench structured_bench contract_bench
+for bin in peak_bench matmul_bench blas_bench attention_bench structured_bench contract_bench; do
   "$build/bench/kernels/$bin" --benchmark_min_time=0.05 "$@"
 done
