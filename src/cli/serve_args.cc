@@ -499,7 +499,8 @@ void check_deepseek_v41(const ServeArgs& a, Findings& f) {
   }
   if (!a.swa_bounded_replay)
     f.warn(
-        "--no-swa-bounded-replay is ignored: Kestrel has no bounded replay to turn off (on a prefix "
+        "--no-swa-bounded-replay is ignored: Kestrel has no bounded replay to turn off (on a "
+        "prefix "
         "hit its sliding-window layers reuse the cached blocks of the last window)");
 }
 
