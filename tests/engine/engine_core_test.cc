@@ -44,13 +44,7 @@ std::vector<int32_t> eos_ids(const LoadedModel& lm) {
 
 EngineRequest greedy_request(const std::string& id, const std::vector<int32_t>& prompt,
                              int64_t max_tokens) {
-  EngineRequest r;
-  r.id = test::handle(id);
-  r.prompt_token_ids = prompt;
-  r.sampling.temperature = 0.0f;
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  return r;
+  return test::greedy_core_request(id, prompt, max_tokens);
 }
 
 struct Result {

@@ -11,6 +11,7 @@
 #include "engine/engine_client.h"
 #include "engine/engine_core.h"
 #include "engine/executor.h"
+#include "engine/request_names.h"
 
 namespace kestrel::test {
 
@@ -30,6 +31,18 @@ inline EngineClient::Options engine_options(int64_t budget, bool prefix_caching,
   o.scheduler.max_num_batched_tokens = budget;
   o.scheduler.enable_prefix_caching = prefix_caching;
   return o;
+}
+
+// A greedy core request named `name` (test::handle) that ignores EOS.
+inline EngineRequest greedy_core_request(const std::string& name, std::vector<int32_t> prompt,
+                                         int64_t max_tokens) {
+  EngineRequest r;
+  r.id = handle(name);
+  r.prompt_token_ids = std::move(prompt);
+  r.sampling.temperature = 0.0f;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
 }
 
 inline GenerateRequest greedy_request(const std::string& id, std::vector<int32_t> prompt,

@@ -152,13 +152,8 @@ TEST_P(EngineStress, RandomArrivalsAbortsAndPreemption) {
   int compared = 0;
   for (const auto& [id, t] : tracked) {
     if (!t.greedy || t.reason != FinishReason::kLength || compared >= 40) continue;
-    EngineRequest r;
-    r.id = test::handle("solo-" + id);
-    r.prompt_token_ids = t.prompt;
-    r.max_tokens = t.max_tokens;
-    r.sampling.temperature = 0.0f;
-    r.ignore_eos = true;
-    ASSERT_TRUE(solo.add_request(r).ok());
+    ASSERT_TRUE(
+        solo.add_request(test::greedy_core_request("solo-" + id, t.prompt, t.max_tokens)).ok());
     std::vector<int32_t> tokens;
     while (solo.has_unfinished()) {
       auto outs = solo.step();

@@ -47,16 +47,6 @@ class SlidingWindowEngine : public ::testing::TestWithParam<std::string> {
     return c;
   }
 
-  EngineRequest request(const std::string& id) const {
-    EngineRequest r;
-    r.id = test::handle(id);
-    r.prompt_token_ids = prompt_;
-    r.sampling.temperature = 0.0f;
-    r.max_tokens = kOutputs;
-    r.ignore_eos = true;
-    return r;
-  }
-
   struct Run {
     std::vector<int32_t> tokens;
     int64_t num_cached_tokens = 0;
@@ -66,7 +56,7 @@ class SlidingWindowEngine : public ::testing::TestWithParam<std::string> {
 
   // Runs request `id` to the end, recording its block usage per group after every step.
   Run run(EngineCore& engine, const std::string& id) const {
-    EXPECT_TRUE(engine.add_request(request(id)).ok());
+    EXPECT_TRUE(engine.add_request(test::greedy_core_request(id, prompt_, kOutputs)).ok());
     const KVCacheManager& kv = engine.scheduler().kv();
     Run out;
     out.max_held.assign(kv.num_groups(), 0);
