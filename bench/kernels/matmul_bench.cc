@@ -4,7 +4,8 @@
 //   or:  ./build-bench/bench/kernels/matmul_bench --benchmark_min_time=0.05
 // Case names read linear/<type>/<N>x<K>/M:<rows of x>/threads:<pool size>, e.g.
 // linear/q4_1_packed/1536x576/M:1/threads:2. Types: f16, bf16, q4_0, q4_1, q8_0, q4_k, q6_k,
-// q4_0/q4_1/q8_0 with a packed copy ("_packed", only where packed_weights_supported()), and fp8
+// q4_0/q4_1/q8_0 with a packed copy ("_packed", only where packed_weights_supported(); batches
+// on AMX where packed_amx_active()), q4_1/q8_0 packed with AMX switched off ("_vnni"), and fp8
 // (F8_E4M3 with DeepSeek-V3's 128x128 block scales; random finite codes).
 // Shapes: SmolLM2-135M's projections (576x576, 1536x576, 576x1536) and LM head (49152x576), and a
 // 7B-like 4096x4096 (only 576x1536 and 4096x4096 for the K-quants, whose blocks are 256 wide);
@@ -36,6 +37,7 @@ struct WeightType {
   const char* label;
   DType dtype;
   bool packed;
+  bool amx = true;  // packed only: whether batches may run on AMX (where the CPU has it)
 };
 
 struct MatShape {
@@ -90,7 +92,7 @@ std::unique_ptr<Weight> make_weight(const WeightType& type, const MatShape& shap
   if (type.packed) {
     w->packed = pack_weight(w->tensor);
     w->tensor.packed = w->packed.get();
-    w->bytes_per_call = packed_weight_row_bytes(type.dtype, shape.k) * size_t(shape.n);
+    w->bytes_per_call = packed_panel_bytes(type.dtype, shape.k) * size_t(packed_panels(shape.n));
   }
   return w;
 }
@@ -118,11 +120,13 @@ void bm_linear(benchmark::State& state, WeightType type, MatShape shape) {
   std::minstd_rand rng{uint32_t(m)};
   std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
   for (float& v : x) v = ud(rng);
+  set_packed_amx(type.amx);
   for (auto _ : state) {
     linear(w.tensor, x.data(), m, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
+  set_packed_amx(true);
   state.SetItemsProcessed(state.iterations() * m);
   state.counters["GB/s"] = benchmark::Counter(double(w.bytes_per_call) * 1e-9,
                                               benchmark::Counter::kIsIterationInvariantRate);
@@ -133,11 +137,18 @@ void bm_linear(benchmark::State& state, WeightType type, MatShape shape) {
 void register_all() {
   const bool packed_ok = packed_weights_supported();
   const WeightType types[] = {
-      {"f16", DType::F16, false},     {"bf16", DType::BF16, false},
-      {"q4_0", DType::Q4_0, false},   {"q4_0_packed", DType::Q4_0, true},
-      {"q4_1", DType::Q4_1, false},   {"q4_1_packed", DType::Q4_1, true},
-      {"q8_0", DType::Q8_0, false},   {"q8_0_packed", DType::Q8_0, true},
-      {"q4_k", DType::Q4_K, false},   {"q6_k", DType::Q6_K, false},
+      {"f16", DType::F16, false},
+      {"bf16", DType::BF16, false},
+      {"q4_0", DType::Q4_0, false},
+      {"q4_0_packed", DType::Q4_0, true},
+      {"q4_1", DType::Q4_1, false},
+      {"q4_1_packed", DType::Q4_1, true},
+      {"q8_0", DType::Q8_0, false},
+      {"q8_0_packed", DType::Q8_0, true},
+      {"q4_1_vnni", DType::Q4_1, true, false},
+      {"q8_0_vnni", DType::Q8_0, true, false},
+      {"q4_k", DType::Q4_K, false},
+      {"q6_k", DType::Q6_K, false},
       {"fp8", DType::F8_E4M3, false},
   };
   const MatShape shapes[] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}, {4096, 4096}};
@@ -165,6 +176,7 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   kestrel::cpu::register_all();
   benchmark::AddCustomContext("linear_isa", kestrel::cpu::linear_isa());
+  benchmark::AddCustomContext("packed_amx", kestrel::cpu::packed_amx_active() ? "yes" : "no");
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -1,8 +1,9 @@
-// Packed weights (packed_matmul.h): the activation quantizer gives quantize_row_q8_0's codes
-// and scales in group order with exact sums; packing keeps every weight value; and linear() over
-// packed Q4_0/Q4_1/Q8_0 weights equals the dequantized weights times the quantized activations
-// (f32 rounding aside), does not depend on the batch or the thread count, and gives the same
-// numbers whichever ISA is forced (the packed copy is then ignored).
+// Packed weights (packed_matmul.h): the activation quantizer gives quantize_row_q8_0's codes and
+// per-row-tile scales with exact sums; packing keeps every weight value in its panel slot; and
+// linear() over packed Q4_0/Q4_1/Q8_0 weights equals the dequantized weights times the quantized
+// activations (f32 rounding aside), does not depend on the batch or the thread count, gives the
+// same bits on AMX and VNNI, and the same numbers whichever ISA is forced (the packed copy is then
+// ignored).
 #include "backend/cpu/packed_matmul.h"
 
 #include <gtest/gtest.h>
@@ -27,76 +28,61 @@ std::vector<float> randn(int64_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-// Group of each block of a row of nb blocks: {first block of its group, group size}.
-std::vector<std::pair<int64_t, int>> groups_of(int64_t nb) {
-  std::vector<std::pair<int64_t, int>> out(nb);
-  for (int64_t first = 0; first < nb;) {
-    const int g = packed_group_blocks(nb, first);
-    for (int b = 0; b < g; ++b) out[first + b] = {first, g};
-    first += g;
-  }
-  return out;
-}
-
-TEST(PackedLayout, GroupsAreLargestFirstAndCodeOffsetsABijection) {
-  std::vector<int> sizes;
-  for (int64_t first = 0; first < 30; first += sizes.back())
-    sizes.push_back(packed_group_blocks(30, first));
-  EXPECT_EQ(sizes, (std::vector<int>{16, 8, 4, 2}));
-  for (int g : {16, 8, 4, 2}) {
-    std::vector<int> seen(32 * g, 0), nibble_seen(32 * g, 0);
-    for (int b = 0; b < g; ++b) {
+TEST(PackedLayout, CodeSlotsAreABijectionInQuadRows) {
+  for (const bool nibbles : {false, true}) {
+    const int bytes = nibbles ? kPanelBlockCodes / 2 : kPanelBlockCodes;
+    std::vector<int> seen(2 * bytes, 0);
+    for (int n = 0; n < kPanelRows; ++n) {
       for (int e = 0; e < 32; ++e) {
-        const int o = packed_code_offset(g, b, e);
-        ASSERT_GE(o, 0);
-        ASSERT_LT(o, 32 * g);
-        ++seen[o];
-        // Each 32-bit lane of a step holds codes of one block only.
-        EXPECT_EQ((o % 64) / 4 / (16 / g), b) << "g " << g << " element " << e;
-        const NibbleSlot slot = packed_nibble_slot(g, o);
-        ASSERT_LT(slot.byte, 16 * g);
-        ++nibble_seen[2 * slot.byte + slot.high];
+        const CodeSlot slot = packed_code_slot(nibbles, n, e);
+        ASSERT_GE(slot.byte, 0);
+        ASSERT_LT(slot.byte, bytes);
+        ASSERT_TRUE(nibbles || !slot.high);
+        ++seen[2 * slot.byte + slot.high];
+        // Lane n of every 64-byte vector belongs to row n: what a broadcast activation needs.
+        EXPECT_EQ(slot.byte % 64 / 4, n);
+        // The four bytes of a lane are consecutive elements.
+        EXPECT_EQ(slot.byte % 4, e % 4);
       }
     }
-    for (int o = 0; o < 32 * g; ++o) {
-      EXPECT_EQ(seen[o], 1) << "g " << g << " offset " << o;
-      EXPECT_EQ(nibble_seen[o], 1) << "g " << g << " nibble " << o;
-    }
+    for (int o = 0; o < 2 * bytes; ++o) EXPECT_EQ(seen[o], nibbles || o % 2 == 0 ? 1 : 0) << o;
   }
 }
 
-TEST(PackedActivation, SameCodesAsQ8_0InGroupOrder) {
-  const int64_t k = 30 * 32;  // groups of 16, 8, 4 and 2 blocks
-  auto x = randn(k, 1, 3.0f);
+TEST(PackedActivation, SameCodesAsQ8_0AndScalesPerRowTile) {
+  const int64_t k = 30 * 32, m = 19;
+  auto x = randn(m * k, 1, 3.0f);
   // Exact halves exercise round-half-away-from-zero; a zero block gives d = 0.
   x[5] = 0.5f * (x[0] > 0 ? 1.0f : -1.0f);
   for (int i = 64; i < 96; ++i) x[i] = 0.0f;
   x[100] = 127.0f;
   x[101] = 63.5f;
   x[102] = -0.5f;
-  std::vector<BlockQ8_0> ref(k / 32);
-  quantize_row_q8_0(x.data(), ref.data(), k);
-  std::vector<uint8_t> packed(packed_activation_row_bytes(k));
-  quantize_row_packed(x.data(), packed.data(), k);
-  const auto groups = groups_of(k / 32);
-  const auto* sums =
-      reinterpret_cast<const float*>(packed.data() + packed.size() - (k / 32) * sizeof(float));
-  for (int64_t b = 0; b < k / 32; ++b) {
-    const auto [first, g] = groups[b];
-    size_t base = 0;
-    for (int64_t f = 0; f < first; f += packed_group_blocks(k / 32, f))
-      base += packed_activation_group_bytes(packed_group_blocks(k / 32, f));
-    const int bi = int(b - first);
-    int sum = 0;
-    for (int e = 0; e < 32; ++e) {
-      const auto code = int8_t(packed[base + packed_code_offset(g, bi, e)]);
-      ASSERT_EQ(code, ref[b].qs[e]) << "block " << b << " element " << e;
-      sum += code;
+  const size_t stride = 1024;
+  std::vector<int8_t> codes(packed_activation_rows(m) * stride);
+  std::vector<float> scales(packed_activation_scale_bytes(m, k) / sizeof(float));
+  ASSERT_EQ(scales.size(), size_t(2 * (k / 32) * 3 * kPanelRows));  // two row tiles
+  for (int64_t r = 0; r < m; ++r)
+    quantize_row_packed(x.data() + r * k, codes.data() + r * stride, scales.data(), r, k);
+  const PackedActivations a{codes.data(), stride, scales.data(), k / 32};
+  for (int64_t r = 0; r < m; ++r) {
+    std::vector<BlockQ8_0> ref(k / 32);
+    quantize_row_q8_0(x.data() + r * k, ref.data(), k);
+    for (int64_t b = 0; b < k / 32; ++b) {
+      int sum = 0;
+      for (int e = 0; e < 32; ++e) {
+        ASSERT_EQ(codes[r * stride + 32 * b + e], ref[b].qs[e]) << "row " << r << " block " << b;
+        sum += ref[b].qs[e];
+      }
+      const float* ts = a.tile_scales(r / kPanelRows, b);
+      const int lane = int(r % kPanelRows);
+      const float d = f16_to_f32(ref[b].d);
+      EXPECT_EQ(ts[lane], d);
+      EXPECT_EQ(ts[kPanelRows + lane], d * float(sum));
+      int32_t qsum;
+      std::memcpy(&qsum, ts + 2 * kPanelRows + lane, sizeof(qsum));
+      EXPECT_EQ(qsum, sum);
     }
-    const float d = f16_to_f32(ref[b].d);
-    const auto* lanes = reinterpret_cast<const float*>(packed.data() + base + 32 * g);
-    for (int i = 0; i < 16 / g; ++i) EXPECT_EQ(lanes[bi * (16 / g) + i], d) << "block " << b;
-    EXPECT_EQ(sums[b], d * float(sum));
   }
 }
 
@@ -118,37 +104,34 @@ PackedWeights make_packed(DType t, int64_t n, int64_t k, uint32_t seed) {
   return w;
 }
 
-TEST(PackWeight, KeepsEveryValue) {
+TEST(PackWeight, KeepsEveryValueAndPadsTheLastPanel) {
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-    const int64_t n = 3, k = 1920;  // 60 blocks: groups of 16, 16, 16, 8, 4
+    const int64_t n = 19, k = 1920;  // a whole panel and three rows of a second
     const PackedWeights w = make_packed(t, n, k, 7);
-    const size_t stride = packed_weight_row_bytes(t, k);
-    const bool q8 = t == DType::Q8_0;
-    const size_t codes = q8 ? size_t(k) : size_t(k) / 2;
-    const auto groups = groups_of(k / 32);
+    const bool nibbles = t != DType::Q8_0;
+    const size_t block_bytes = packed_block_bytes(t), codes = packed_block_code_bytes(t);
     std::vector<float> deq(k);
-    for (int64_t r = 0; r < n; ++r) {
-      dequantize_row(t, w.tensor.row(r), deq.data(), k);
-      const uint8_t* row = w.packed.get() + r * stride;
-      const auto* d = reinterpret_cast<const uint16_t*>(row + codes);
-      const uint16_t* m = d + k / 32;
+    for (int64_t r = 0; r < packed_panels(n) * kPanelRows; ++r) {
+      if (r < n) dequantize_row(t, w.tensor.row(r), deq.data(), k);
+      const uint8_t* panel = w.packed.get() + (r / kPanelRows) * packed_panel_bytes(t, k);
+      const int pr = int(r % kPanelRows);
       for (int64_t i = 0; i < k; ++i) {
         const int64_t b = i / 32;
-        const int e = int(i % 32);
-        const auto [first, g] = groups[b];
-        const uint8_t* group = row + (q8 ? 32 : 16) * first;
-        const int o = packed_code_offset(g, int(b - first), e);
-        int u;
-        if (q8) {
-          u = group[o];
-        } else {
-          const NibbleSlot slot = packed_nibble_slot(g, o);
-          u = slot.high ? group[slot.byte] >> 4 : group[slot.byte] & 0xF;
-        }
-        const float db = f16_to_f32(d[b]);
-        const float mb = t == DType::Q4_1   ? f16_to_f32(m[b])
+        const uint8_t* block = panel + b * block_bytes;
+        const CodeSlot slot = packed_code_slot(nibbles, pr, int(i % 32));
+        const int u = !nibbles    ? block[slot.byte]
+                      : slot.high ? block[slot.byte] >> 4
+                                  : block[slot.byte] & 0xF;
+        const auto* d = reinterpret_cast<const uint16_t*>(block + codes);
+        const float db = f16_to_f32(d[pr]);
+        const float mb = t == DType::Q4_1   ? f16_to_f32(d[kPanelRows + pr])
                          : t == DType::Q4_0 ? -8 * db
                                             : -128 * db;
+        if (r >= n) {
+          ASSERT_EQ(u, 0) << "padding row " << r;
+          ASSERT_EQ(d[pr], 0) << "padding row " << r;
+          continue;
+        }
         ASSERT_FLOAT_EQ(db * float(u) + mb, deq[i])
             << dtype_name(t) << " row " << r << " element " << i;
       }
@@ -156,12 +139,13 @@ TEST(PackWeight, KeepsEveryValue) {
   }
 }
 
-TEST(PackWeight, OnlyWholePairsOfSupportedTypes) {
+TEST(PackWeight, OnlyWholeBlocksOfSupportedTypes) {
   std::vector<uint8_t> bytes(4096);
   EXPECT_TRUE(packable(Tensor{bytes.data(), DType::Q4_1, Shape{2, 64}}));
-  EXPECT_FALSE(packable(Tensor{bytes.data(), DType::Q4_1, Shape{2, 96}}));
+  EXPECT_TRUE(packable(Tensor{bytes.data(), DType::Q8_0, Shape{3, 96}}));
   EXPECT_FALSE(packable(Tensor{bytes.data(), DType::Q4_K, Shape{2, 256}}));
   EXPECT_FALSE(packable(Tensor{bytes.data(), DType::F16, Shape{2, 64}}));
+  EXPECT_FALSE(packable(Tensor{bytes.data(), DType::Q4_0, Shape{4}}));
 }
 
 class PackedLinear : public testing::TestWithParam<DType> {
@@ -169,19 +153,22 @@ class PackedLinear : public testing::TestWithParam<DType> {
   void SetUp() override {
     if (!packed_weights_supported()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   }
-  void TearDown() override { set_linear_isa("auto"); }
+  void TearDown() override {
+    set_linear_isa("auto");
+    set_packed_amx(true);
+  }
 };
 
 TEST_P(PackedLinear, EqualsDequantizedWeightsTimesQuantizedActivations) {
   const DType t = GetParam();
   ThreadPool pool(2);
   uint32_t seed = 40;
-  for (int64_t k : {64, 128, 256, 576, 960, 1088}) {
-    for (int64_t n : {1, 7, 33}) {
+  for (int64_t k : {32, 64, 96, 576, 960, 1088}) {
+    for (int64_t n : {1, 7, 16, 33}) {
       const PackedWeights w = make_packed(t, n, k, seed++);
       std::vector<float> deq(n * k);
       for (int64_t r = 0; r < n; ++r) dequantize_row(t, w.tensor.row(r), deq.data() + r * k, k);
-      for (int64_t m : {1, 3, 8, 9, 20}) {
+      for (int64_t m : {1, 3, 8, 9, 20, 33}) {
         const auto x = randn(m * k, seed++);
         std::vector<float> y(m * n, -1.0f);
         linear(w.tensor, x.data(), m, y.data(), pool);
@@ -195,7 +182,6 @@ TEST_P(PackedLinear, EqualsDequantizedWeightsTimesQuantizedActivations) {
               ref += deq[j * k + l] * xq;
               mag += std::fabs(deq[j * k + l] * xq);
             }
-            // The unsigned codes make partial sums larger than the result (Q8_0: by 128·Σx).
             ASSERT_NEAR(y[i * n + j], ref, 3e-6 * mag + 1e-6)
                 << dtype_name(t) << " K=" << k << " N=" << n << " M=" << m << " row " << i;
           }
@@ -217,6 +203,36 @@ TEST_P(PackedLinear, RowsDoNotDependOnBatchOrThreads) {
   for (int64_t i = 0; i < m; ++i) {
     linear(w.tensor, x.data() + i * k, 1, one.data(), two);
     ASSERT_EQ(std::memcmp(one.data(), all.data() + i * n, n * sizeof(float)), 0) << "row " << i;
+  }
+}
+
+// AMX (batches from a few rows) and VNNI (decode, and where AMX is absent) must agree bit for
+// bit, or a request's output would depend on how many others share its step.
+TEST_P(PackedLinear, AmxAndVnniGiveTheSameBits) {
+  if (!packed_amx_active()) GTEST_SKIP() << "no AMX on this CPU or kernel";
+  ThreadPool pool(2);
+  uint32_t seed = 90;
+  for (int64_t k : {32, 96, 1536}) {
+    for (int64_t n : {5, 48, 70}) {
+      const PackedWeights w = make_packed(GetParam(), n, k, seed++);
+      for (int64_t m : {8, 16, 17, 40}) {
+        const auto x = randn(m * k, seed++);
+        std::vector<float> amx(m * n), vnni(m * n);
+        set_packed_amx(true);
+        linear(w.tensor, x.data(), m, amx.data(), pool);
+        set_packed_amx(false);
+        linear(w.tensor, x.data(), m, vnni.data(), pool);
+        ASSERT_EQ(std::memcmp(amx.data(), vnni.data(), amx.size() * sizeof(float)), 0)
+            << "K=" << k << " N=" << n << " M=" << m;
+        std::vector<float> one(n);
+        set_packed_amx(true);
+        for (int64_t i = 0; i < m; ++i) {
+          linear(w.tensor, x.data() + i * k, 1, one.data(), pool);
+          ASSERT_EQ(std::memcmp(one.data(), amx.data() + i * n, n * sizeof(float)), 0)
+              << "row " << i << " alone vs in a batch of " << m;
+        }
+      }
+    }
   }
 }
 

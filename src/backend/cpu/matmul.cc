@@ -188,9 +188,12 @@ size_t activation_row_bytes(ActFormat act, int64_t k) {
       return dtype_bytes(DType::Q8_1, k);
     case ActFormat::kQ8_K:
       return dtype_bytes(DType::Q8_K, k);
-    case ActFormat::kPacked:
-      // Whole cache lines, so that no row's 64-byte loads straddle two (the buffer is aligned).
-      return (packed_activation_row_bytes(k) + kCacheLine - 1) / kCacheLine * kCacheLine;
+    case ActFormat::kPacked: {
+      // Code rows in whole cache lines, so that tile loads of a row never straddle two, and an
+      // odd number of them: sixteen rows a power-of-two apart would share one L1 set.
+      const size_t lines = (size_t(k) + kCacheLine - 1) / kCacheLine;
+      return (lines | 1) * kCacheLine;
+    }
     default:
       return size_t(k) * sizeof(float);
   }
@@ -202,27 +205,29 @@ void quantize_activation_row(ActFormat act, const float* x, void* dst, int64_t k
       return quantize_row_q8_0(x, static_cast<BlockQ8_0*>(dst), k);
     case ActFormat::kQ8_1:
       return quantize_row_q8_1(x, static_cast<BlockQ8_1*>(dst), k);
-    case ActFormat::kPacked:
-      return quantize_row_packed(x, static_cast<uint8_t*>(dst), k);
     default:
       return quantize_row_q8_k(x, static_cast<BlockQ8_K*>(dst), k);
   }
 }
 
-// The packed-weight kernel for w, or nullptr when w has no packed copy or this ISA cannot read
-// it.
-RowsDotFn packed_kernel(const Tensor& w, Isa isa, QuantCompute mode) {
+// Packed GEMMs run for int8 compute under the AVX-512 ISA when w has a packed copy: AMX from
+// kAmxMinRows activation rows where the CPU has it and it is not switched off, VNNI otherwise.
+// Both give the same bits (packed_matmul.h), so the choice is only about speed.
+constexpr int64_t kAmxMinRows = 8;
+
+std::atomic<bool>& amx_enabled() {
+  static std::atomic<bool> on{[] {
+    const char* env = std::getenv("KESTREL_CPU_AMX");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }()};
+  return on;
+}
+
+PackedGemmFn packed_gemm_for(const Tensor& w, Isa isa, QuantCompute mode, int64_t m) {
   if (w.packed == nullptr || isa != Isa::kAvx512 || mode != QuantCompute::kInt8) return nullptr;
-  const PackedKernels* pk = avx512_packed_kernels();
-  if (pk == nullptr) return nullptr;
-  switch (w.dtype) {
-    case DType::Q4_0:
-      return pk->q4_0;
-    case DType::Q4_1:
-      return pk->q4_1;
-    default:
-      return pk->q8_0;
-  }
+  if (m >= kAmxMinRows && amx_enabled().load())
+    if (PackedGemmFn amx = amx_packed_gemm()) return amx;
+  return avx512_packed_gemm();
 }
 
 // A thread's share must be at least this many multiply-adds, so small matrices stay on one
@@ -243,7 +248,15 @@ const char* linear_isa() {
 }
 
 bool packed_weights_supported() {
-  return selected_isa().load() == Isa::kAvx512 && avx512_packed_kernels() != nullptr;
+  return selected_isa().load() == Isa::kAvx512 && avx512_packed_gemm() != nullptr;
+}
+
+bool packed_amx_active() {
+  return packed_weights_supported() && amx_enabled().load() && amx_packed_gemm() != nullptr;
+}
+
+void set_packed_amx(bool on) {
+  amx_enabled().store(on);
 }
 
 void set_linear_isa(const char* isa) {
@@ -275,6 +288,8 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
     const uint8_t* x;
     size_t x_stride;
     int64_t n;
+    PackedGemmFn gemm = nullptr;  // where set, a packed job: its units are panels, not rows
+    int64_t units = 0;
   };
   constexpr int kMaxJobs = 8;
   KCHECK(jobs.size() <= kMaxJobs, "linear_group: at most {} weights", kMaxJobs);
@@ -282,7 +297,9 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
   Fp8Weight fp8[kMaxJobs];  // codes set: an FP8 job, whose kernel reads its rows as Fp8Row
   thread_local std::vector<uint8_t> scratch[kNumQuantFormats];
   bool quantized[kNumQuantFormats] = {};
-  int64_t total_rows = 0;
+  PackedActivations packed_x;
+  int64_t total_units = 0;
+  bool any_packed = false;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const Tensor& w = *jobs[i].w;
     const DTypeInfo& info = dtype_info(w.dtype);
@@ -294,54 +311,83 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
          reinterpret_cast<const uint8_t*>(x), size_t(k) * sizeof(float),           w.rows()};
     if (mode == QuantCompute::kF32 && info.quantized)
       p.plan = {dequant_dot_for(w.dtype), ActFormat::kF32};
-    if (RowsDotFn fn = packed_kernel(w, isa, mode)) {
-      p.plan = {nullptr, ActFormat::kPacked, kMaxWideTileRows, fn};
+    if (PackedGemmFn gemm = packed_gemm_for(w, isa, mode, m)) {
+      p.plan = {nullptr, ActFormat::kPacked};
+      p.gemm = gemm;
       p.w = static_cast<const uint8_t*>(w.packed);
-      p.row_bytes = packed_weight_row_bytes(w.dtype, k);
+      any_packed = true;
     }
     if (w.dtype == DType::F8_E4M3) {
       const Fp8Kernels& fk = fp8_kernels(isa_name(isa));
       p.plan = {fk.dot, ActFormat::kF32, fk.tile_rows};
       fp8[i] = fp8_weight(w);
     }
-    KCHECK(p.plan.fn != nullptr || p.plan.rows_fn != nullptr, "linear: unsupported weight dtype {}",
-           info.name);
-    total_rows += p.n;
+    KCHECK(p.plan.fn != nullptr || p.plan.rows_fn != nullptr || p.gemm != nullptr,
+           "linear: unsupported weight dtype {}", info.name);
+    p.units = p.gemm != nullptr ? packed_panels(p.n) : p.n;
+    total_units += p.units;
     if (p.plan.act == ActFormat::kF32 || m <= 0) continue;
     const ActFormat act = p.plan.act;
     const int f = int(act) - 1;
     p.x_stride = activation_row_bytes(act, k);
     std::vector<uint8_t>& buf = scratch[f];
+    // Packed activations: code rows padded to whole row tiles, then the scale area.
+    const int64_t rows = act == ActFormat::kPacked ? packed_activation_rows(m) : m;
+    const size_t code_bytes = size_t(rows) * p.x_stride;
+    const size_t bytes =
+        code_bytes + (act == ActFormat::kPacked ? packed_activation_scale_bytes(m, k) : 0);
     // Rows start on a cache line: the buffer is over-allocated by one line and used from the
     // first aligned byte.
-    if (buf.size() < size_t(m) * p.x_stride + kCacheLine)
-      buf.resize(size_t(m) * p.x_stride + kCacheLine);
+    if (buf.size() < bytes + kCacheLine) buf.resize(bytes + kCacheLine);
     uint8_t* q = buf.data() +
                  (kCacheLine - reinterpret_cast<uintptr_t>(buf.data()) % kCacheLine) % kCacheLine;
-    if (!quantized[f]) {
-      const size_t stride = p.x_stride;
-      pool.parallel_for(m, kMinQuantElemsPerThread / std::max<int64_t>(k, 1) + 1,
-                        [&](int64_t r0, int64_t r1) {
-                          for (int64_t r = r0; r < r1; ++r)
-                            quantize_activation_row(act, x + r * k, q + r * stride, k);
-                        });
-      quantized[f] = true;
-    }
     p.x = q;
+    if (quantized[f]) continue;
+    quantized[f] = true;
+    const size_t stride = p.x_stride;
+    const int64_t grain = kMinQuantElemsPerThread / std::max<int64_t>(k, 1) + 1;
+    if (act != ActFormat::kPacked) {
+      pool.parallel_for(m, grain, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+          quantize_activation_row(act, x + r * k, q + r * stride, k);
+      });
+      continue;
+    }
+    auto* scales = reinterpret_cast<float*>(q + code_bytes);
+    packed_x = {reinterpret_cast<const int8_t*>(q), stride, scales, k / QK};
+    if (rows > m) {
+      // The tile unit reads whole row tiles: padding rows are zero codes with zero scales.
+      std::memset(q + size_t(m) * stride, 0, size_t(rows - m) * stride);
+      const size_t tile_scale_bytes = packed_activation_scale_bytes(kPanelRows, k);
+      std::memset(reinterpret_cast<uint8_t*>(scales) + packed_activation_scale_bytes(m, k) -
+                      tile_scale_bytes,
+                  0, tile_scale_bytes);
+    }
+    pool.parallel_for(m, grain, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        quantize_row_packed(x + r * k, reinterpret_cast<int8_t*>(q + r * stride), scales, r, k);
+    });
   }
-  if (m <= 0 || total_rows <= 0) return;
+  if (m <= 0 || total_units <= 0) return;
 
-  // Output rows of all jobs form one range split over threads; each output is computed whole by
-  // one kernel call, so neither the split nor the activation tile it lands in changes its
-  // summation order.
-  const int64_t grain = kMinMacsPerThread / std::max<int64_t>(1, m * k) + 1;
-  pool.parallel_for(total_rows, grain, [&](int64_t r0, int64_t r1) {
+  // Output rows (panels, for packed jobs) of all jobs form one range split over threads; each
+  // output is computed whole by one kernel call, so neither the split nor the activation tile it
+  // lands in changes its summation order.
+  const int64_t row_grain = kMinMacsPerThread / std::max<int64_t>(1, m * k) + 1;
+  const int64_t grain = any_packed ? row_grain / kPanelRows + 1 : row_grain;
+  pool.parallel_for(total_units, grain, [&](int64_t r0, int64_t r1) {
     int64_t base = 0;
-    for (size_t i = 0; i < jobs.size() && base < r1; base += prep[i].n, ++i) {
+    for (size_t i = 0; i < jobs.size() && base < r1; base += prep[i].units, ++i) {
       const Prepared& p = prep[i];
-      const int64_t n0 = std::max<int64_t>(r0 - base, 0), n1 = std::min<int64_t>(r1 - base, p.n);
+      const int64_t n0 = std::max<int64_t>(r0 - base, 0),
+                    n1 = std::min<int64_t>(r1 - base, p.units);
       if (n0 >= n1) continue;
       float* y = jobs[i].y;
+      if (p.gemm != nullptr) {
+        const PackedGemm g{jobs[i].w->dtype, p.w, p.n, k, packed_x, m, y, p.n};
+        p.gemm(g, n0, n1);
+        continue;
+      }
       const uint8_t* wb = p.w;
       // Activation tiles stay within half of L1, next to the weight row streaming past them.
       // Float kernels keep at least four rows: they convert each weight vector once per call,

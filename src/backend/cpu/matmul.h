@@ -35,6 +35,12 @@ bool packed_weights_supported();
 // CPU runs, or at most the one named by the environment variable KESTREL_CPU_ISA.
 const char* linear_isa();
 
+// Whether batches over packed weights run on AMX (packed_weights_supported, this CPU and kernel
+// have AMX, and neither set_packed_amx(false) nor KESTREL_CPU_AMX=0 switched it off). AMX and
+// VNNI give the same bits; the switch exists to compare them.
+bool packed_amx_active();
+void set_packed_amx(bool on);
+
 // Forces an ISA for tests (falls back if the CPU lacks it); "auto" restores detection.
 void set_linear_isa(const char* isa);
 

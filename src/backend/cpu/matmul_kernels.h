@@ -40,14 +40,6 @@ const DotKernels& scalar_dot_kernels();
 const DotKernels* avx2_dot_kernels();
 const DotKernels* avx512_dot_kernels();
 
-// Kernels over packed rows (packed_matmul.h), with the RowsDotFn contract: w the first of nw
-// packed weight rows, x packed activation rows x_stride bytes apart, up to kMaxWideTileRows.
-struct PackedKernels {
-  RowsDotFn q4_0, q4_1, q8_0;
-};
-// nullptr when this build has no AVX-512 VNNI code; callers check CPU support themselves.
-const PackedKernels* avx512_packed_kernels();
-
 // Turns a kernel with a compile-time tile height, K::run<NX>(w, x, x_stride, k, out,
 // out_stride), into a DotFn. K lives in an unnamed namespace of each ISA's file, so every
 // instantiation stays local to the file (and its compile flags).

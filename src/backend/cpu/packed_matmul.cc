@@ -2,7 +2,6 @@
 
 #include <immintrin.h>
 
-#include <bit>
 #include <cstring>
 
 #include "base/status.h"
@@ -10,8 +9,6 @@
 
 namespace kestrel::cpu {
 namespace {
-
-constexpr int64_t kPairElems = 2 * QK;
 
 // Unsigned code e (0..31) of a block, as w = d·u + m.
 uint8_t weight_code(DType t, const uint8_t* src, int64_t b, int e) {
@@ -36,126 +33,99 @@ __m256 round_away(__m256 v) {
 
 bool packable(const Tensor& w) {
   const bool type_ok = w.dtype == DType::Q4_0 || w.dtype == DType::Q4_1 || w.dtype == DType::Q8_0;
-  return type_ok && w.shape.ndim == 2 && w.cols() % kPairElems == 0 && w.cols() > 0;
+  return type_ok && w.shape.ndim == 2 && w.cols() % QK == 0 && w.cols() > 0 && w.rows() > 0;
 }
 
-size_t packed_weight_row_bytes(DType t, int64_t k) {
+size_t packed_block_code_bytes(DType t) {
+  return t == DType::Q8_0 ? kPanelBlockCodes : kPanelBlockCodes / 2;
+}
+
+size_t packed_block_bytes(DType t) {
   const size_t scales = t == DType::Q4_1 ? 2 : 1;
-  const size_t codes = t == DType::Q8_0 ? size_t(k) : size_t(k) / 2;
-  return codes + size_t(k / QK) * scales * sizeof(uint16_t);
+  return packed_block_code_bytes(t) + scales * kPanelRows * sizeof(uint16_t);
 }
 
 std::unique_ptr<uint8_t[]> pack_weight(const Tensor& w) {
   KCHECK(packable(w), "pack_weight: {} [{}] is not packable", dtype_name(w.dtype), w.shape.str());
   const int64_t n = w.rows(), k = w.cols(), nb = k / QK;
-  const bool q8 = w.dtype == DType::Q8_0;
-  const size_t stride = packed_weight_row_bytes(w.dtype, k);
-  const size_t codes = q8 ? size_t(k) : size_t(k) / 2;
-  auto out = std::make_unique<uint8_t[]>(size_t(n) * stride);
+  const bool nibbles = w.dtype != DType::Q8_0;
+  const size_t block_bytes = packed_block_bytes(w.dtype), codes = packed_block_code_bytes(w.dtype);
+  const size_t panel_bytes = packed_panel_bytes(w.dtype, k);
+  const size_t total = size_t(packed_panels(n)) * panel_bytes;
+  // Zero-filled: padding rows of a last panel have codes and scales 0, so they add nothing.
+  auto out = std::make_unique<uint8_t[]>(total);
+  std::memset(out.get(), 0, total);
   for (int64_t r = 0; r < n; ++r) {
-    uint8_t* dst = out.get() + size_t(r) * stride;
-    std::memset(dst, 0, codes);
-    auto* d = reinterpret_cast<uint16_t*>(dst + codes);
-    uint16_t* m = d + nb;  // Q4_1 only
+    const int64_t panel = r / kPanelRows;
+    const int pr = int(r % kPanelRows);
     const uint8_t* src = w.row(r);
-    uint8_t* group = dst;
-    for (int64_t first = 0; first < nb;) {
-      const int g = packed_group_blocks(nb, first);
-      for (int b = 0; b < g; ++b) {
-        for (int e = 0; e < QK; ++e) {
-          const uint8_t u = weight_code(w.dtype, src, first + b, e);
-          const int o = packed_code_offset(g, b, e);
-          if (q8) {
-            group[o] = u;
-          } else {
-            const NibbleSlot slot = packed_nibble_slot(g, o);
-            group[slot.byte] |= slot.high ? uint8_t(u << 4) : u;
-          }
-        }
-      }
-      group += q8 ? 32 * g : 16 * g;
-      first += g;
-    }
     for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* block = out.get() + size_t(panel) * panel_bytes + size_t(b) * block_bytes;
+      for (int e = 0; e < QK; ++e) {
+        const uint8_t u = weight_code(w.dtype, src, b, e);
+        const CodeSlot slot = packed_code_slot(nibbles, pr, e);
+        block[slot.byte] |= slot.high ? uint8_t(u << 4) : u;
+      }
+      auto* d = reinterpret_cast<uint16_t*>(block + codes);
       if (w.dtype == DType::Q4_0) {
-        d[b] = reinterpret_cast<const BlockQ4_0*>(src)[b].d;
+        d[pr] = reinterpret_cast<const BlockQ4_0*>(src)[b].d;
       } else if (w.dtype == DType::Q4_1) {
-        d[b] = reinterpret_cast<const BlockQ4_1*>(src)[b].d;
-        m[b] = reinterpret_cast<const BlockQ4_1*>(src)[b].m;
+        d[pr] = reinterpret_cast<const BlockQ4_1*>(src)[b].d;
+        d[kPanelRows + pr] = reinterpret_cast<const BlockQ4_1*>(src)[b].m;
       } else {
-        d[b] = reinterpret_cast<const BlockQ8_0*>(src)[b].d;
+        d[pr] = reinterpret_cast<const BlockQ8_0*>(src)[b].d;
       }
     }
   }
   return out;
 }
 
-size_t packed_activation_group_bytes(int g) {
-  return size_t(32 * g) + 16 * sizeof(float);
+size_t packed_activation_scale_bytes(int64_t m, int64_t k) {
+  return size_t(packed_activation_rows(m) / kPanelRows) * size_t(k / QK) * 3 * kPanelRows *
+         sizeof(float);
 }
 
-size_t packed_activation_row_bytes(int64_t k) {
-  const int64_t nb = k / QK;
-  size_t bytes = size_t(nb) * sizeof(float);
-  for (int64_t first = 0; first < nb; first += packed_group_blocks(nb, first))
-    bytes += packed_activation_group_bytes(packed_group_blocks(nb, first));
-  return bytes;
-}
-
-void quantize_row_packed(const float* x, uint8_t* dst, int64_t k) {
-  KCHECK(k % kPairElems == 0, "packed activation row of {} elements is not whole block pairs", k);
-  const int64_t nb = k / QK;
-  auto* sums = reinterpret_cast<float*>(dst + packed_activation_row_bytes(k) - nb * sizeof(float));
+void quantize_row_packed(const float* x, int8_t* codes, float* scales, int64_t row, int64_t k) {
+  KCHECK(k % QK == 0, "packed activation row of {} elements is not whole blocks", k);
+  const int64_t nb = k / QK, tile = row / kPanelRows;
+  const int lane = int(row % kPanelRows);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-  uint8_t* group = dst;
-  for (int64_t first = 0; first < nb;) {
-    const int g = packed_group_blocks(nb, first), lanes_per_block = 16 / g;
-    // lanes_per_block is a power of two; shifts and masks instead of divisions by a variable.
-    const int lane_shift = std::countr_zero(unsigned(lanes_per_block));
-    auto* lanes = reinterpret_cast<float*>(group + 32 * g);
-    for (int b = 0; b < g; ++b, x += QK) {
-      __m256 v[4];
-      __m256 amax = _mm256_setzero_ps();
-      for (int i = 0; i < 4; ++i) {
-        v[i] = _mm256_loadu_ps(x + 8 * i);
-        amax = _mm256_max_ps(amax, _mm256_and_ps(v[i], abs_mask));
-      }
-      amax = _mm256_max_ps(amax, _mm256_permute2f128_ps(amax, amax, 1));
-      amax = _mm256_max_ps(amax, _mm256_shuffle_ps(amax, amax, _MM_SHUFFLE(1, 0, 3, 2)));
-      amax = _mm256_max_ps(amax, _mm256_shuffle_ps(amax, amax, _MM_SHUFFLE(2, 3, 0, 1)));
-      const float d = _mm256_cvtss_f32(amax) / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      __m256i q32[4];
-      for (int i = 0; i < 4; ++i) {
-        __m256 q = round_away(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
-        q = _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
-        q32[i] = _mm256_cvttps_epi32(q);
-      }
-      // Narrow to 32 int8 codes in element order (packs interleave 128-bit lanes; the permute
-      // undoes it).
-      const __m256i q16a = _mm256_packs_epi32(q32[0], q32[1]);
-      const __m256i q16b = _mm256_packs_epi32(q32[2], q32[3]);
-      const __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16a, q16b),
-                                                     _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-      alignas(32) int32_t quads[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(quads), q8);
-      // Four consecutive elements stay together (packed_code_offset): one 4-byte store each.
-      for (int quad = 0; quad < 8; ++quad)
-        std::memcpy(group + (quad >> lane_shift) * 64 +
-                        (b * lanes_per_block + (quad & (lanes_per_block - 1))) * 4,
-                    &quads[quad], 4);
-      __m256i acc =
-          _mm256_add_epi32(_mm256_add_epi32(q32[0], q32[1]), _mm256_add_epi32(q32[2], q32[3]));
-      acc = _mm256_hadd_epi32(acc, acc);
-      acc = _mm256_hadd_epi32(acc, acc);
-      const int sum = _mm256_extract_epi32(acc, 0) + _mm256_extract_epi32(acc, 4);
-      // d rounded to f16 as f32_to_f16 does (nearest even), in one F16C round trip.
-      const float dr = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-      for (int i = 0; i < lanes_per_block; ++i) lanes[b * lanes_per_block + i] = dr;
-      sums[first + b] = dr * float(sum);
+  for (int64_t b = 0; b < nb; ++b, x += QK) {
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(x + 8 * i);
+      amax = _mm256_max_ps(amax, _mm256_and_ps(v[i], abs_mask));
     }
-    group += packed_activation_group_bytes(g);
-    first += g;
+    amax = _mm256_max_ps(amax, _mm256_permute2f128_ps(amax, amax, 1));
+    amax = _mm256_max_ps(amax, _mm256_shuffle_ps(amax, amax, _MM_SHUFFLE(1, 0, 3, 2)));
+    amax = _mm256_max_ps(amax, _mm256_shuffle_ps(amax, amax, _MM_SHUFFLE(2, 3, 0, 1)));
+    const float d = _mm256_cvtss_f32(amax) / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    __m256i q32[4];
+    for (int i = 0; i < 4; ++i) {
+      __m256 q = round_away(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
+      q = _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+      q32[i] = _mm256_cvttps_epi32(q);
+    }
+    // Narrow to 32 int8 codes in element order (packs interleave 128-bit lanes; the permute
+    // undoes it).
+    const __m256i q16a = _mm256_packs_epi32(q32[0], q32[1]);
+    const __m256i q16b = _mm256_packs_epi32(q32[2], q32[3]);
+    const __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16a, q16b),
+                                                   _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + QK * b), q8);
+    __m256i acc =
+        _mm256_add_epi32(_mm256_add_epi32(q32[0], q32[1]), _mm256_add_epi32(q32[2], q32[3]));
+    acc = _mm256_hadd_epi32(acc, acc);
+    acc = _mm256_hadd_epi32(acc, acc);
+    const int sum = _mm256_extract_epi32(acc, 0) + _mm256_extract_epi32(acc, 4);
+    // d rounded to f16 as f32_to_f16 does (nearest even), in one F16C round trip.
+    const float dr = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    float* s = scales + (tile * nb + b) * 3 * kPanelRows;
+    s[lane] = dr;
+    s[kPanelRows + lane] = dr * float(sum);
+    std::memcpy(s + 2 * kPanelRows + lane, &sum, sizeof(sum));
   }
 }
 

@@ -1,80 +1,108 @@
 // backend/cpu/packed_matmul.h — a second, machine-friendly copy of 32-element-block weights
-// (Q4_0, Q4_1, Q8_0) for the AVX-512 VNNI kernels, and the activation format they read.
+// (Q4_0, Q4_1, Q8_0) for the AVX-512 VNNI and AMX kernels, and the activation format they read.
 //
-// Why: in GGUF's layout every 32 weights carry their own f16 scales, so a dot product spends
-// most of its instructions converting and applying scales rather than multiplying. Here a row's
-// blocks form groups of up to sixteen whose codes are interleaved so that each 32-bit lane of a
-// VNNI accumulator collects products of one block only: a group of sixteen blocks runs eight
-// VNNI instructions into one integer vector and applies all sixteen blocks' scales with one
-// conversion, one multiply and one FMA.
+// Why: in GGUF's layout every 32 weights carry their own f16 scales, and a row's codes sit in
+// one line, which suits one dot product at a time. A GEMM wants the other orientation: sixteen
+// output rows' codes side by side, so one 64-byte vector holds four consecutive elements of each
+// of sixteen rows. That is the B operand of both VNNI with a broadcast activation (sixteen outputs
+// per instruction, one per 32-bit lane) and AMX's TDPB*D, so one copy serves every batch size:
+// decode streams it with VNNI and prefill feeds it to the tile unit.
 //
 // Weights become unsigned codes u with w = d·u + m per block: Q4_1 as is; Q4_0 with m = -8d;
 // Q8_0 as u = q + 128 with m = -128d (so only Q4_1 stores m). Scales stay f16, as in the file:
-// decode reads as many bytes per token as the original. Then Σ w·x = Σ_b d_b·d_x,b·(Σ u·q_x) + Σ_b
-// m_b·s_b, where activations are int8 codes q_x with scale d_x and s_b = d_x,b·Σ q_x over the block
-// — one activation format for all three weight types.
+// decode reads as many bytes per token as the original.
 //
-// Groups: the row's K/32 blocks (an even number) are cut greedily into groups of G = 16, 8, 4 or
-// 2 consecutive blocks. A group has S = G/2 steps of 64 codes; block b of the group owns the
-// L = 16/G lanes b·L .. b·L+L-1 of every step (four bytes per lane), so element e of block b sits
-// in step e / (4L), lane b·L + (e/4) % L, byte e % 4 — at code offset packed_code_offset(G, b, e).
+// Panels: output rows go in panels of kPanelRows. For each block b of K (32 elements), in order,
+// a panel holds the block's codes as 8 quad rows of 64 bytes (quad row q: bytes 4n..4n+3 are
+// elements 4q..4q+3 of the panel's row n), then the sixteen rows' d as f16, then for Q4_1 their
+// m as f16. Q4_x keeps codes as nibbles in 4 chunks of 64 bytes: chunk t's low nibbles are quad
+// row t, its high nibbles quad row t + 4. A last, partial panel is padded with zero rows.
+//
+// Arithmetic, the same in every kernel so that no output depends on the batch or the thread
+// split: per block, the exact integer c = Σ w_code·x_code (Q4_0 and Q8_0 counted with signed
+// codes u - 8 and u - 128), then acc = fma(float(c)·d_x, d_w, acc) and for Q4_1 acc = fma(m_w,
+// s_x, acc), blocks in order from a zero acc.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
-#include "backend/cpu/matmul_kernels.h"
 #include "tensor/tensor.h"
 
 namespace kestrel::cpu {
 
-// Size of the group starting at block `first` of a row of nb blocks (16, 8, 4 or 2).
-inline int packed_group_blocks(int64_t nb, int64_t first) {
-  const int64_t left = nb - first;
-  return left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : 2;
-}
+constexpr int kPanelRows = 16;
+constexpr int kPanelBlockCodes = 32 * kPanelRows;  // codes of one block of a panel
 
-// Offset of element e of the group's block b among the group's 32·G codes.
-inline int packed_code_offset(int g, int b, int e) {
-  const int lanes = 16 / g;
-  return (e / (4 * lanes)) * 64 + (b * lanes + (e / 4) % lanes) * 4 + e % 4;
-}
-
-// Whether pack_weight handles this tensor: Q4_0, Q4_1 or Q8_0 with K a multiple of 64.
+// Whether pack_weight handles this tensor: a 2-D Q4_0, Q4_1 or Q8_0 weight.
 bool packable(const Tensor& w);
 
-// Packed row of a [N, K] weight: the groups' codes one after the other (Q8_0: one byte per code;
-// Q4_x: 16·G bytes per group, nibbles as in packed_nibble_slot), then d[K/32] as f16, then for
-// Q4_1 m[K/32] as f16.
-size_t packed_weight_row_bytes(DType t, int64_t k);
+inline int64_t packed_panels(int64_t n) {
+  return (n + kPanelRows - 1) / kPanelRows;
+}
+// Bytes of one block of a panel: codes, then d (and m) of its sixteen rows.
+size_t packed_block_bytes(DType t);
+// Bytes of the codes alone in one block of a panel.
+size_t packed_block_code_bytes(DType t);
+inline size_t packed_panel_bytes(DType t, int64_t k) {
+  return size_t(k / 32) * packed_block_bytes(t);
+}
 
-// Where a Q4_x group keeps code offset `o` (0 .. 32·G-1): byte `byte` of the group's 16·G bytes,
-// high nibble or low. Steps are paired: 64 bytes hold step 2t in their low nibbles and step
-// 2t+1 in their high ones; a group of one step (G = 2) keeps codes 0..31 low and 32..63 high.
-struct NibbleSlot {
+// Where element e (0..31) of the panel's row n sits among a block's codes: byte `byte` of the
+// code bytes, and for nibbles whether in the high half.
+struct CodeSlot {
   int byte;
   bool high;
 };
-inline NibbleSlot packed_nibble_slot(int g, int o) {
-  if (g == 2) return {o % 32, o >= 32};
-  const int step = o / 64;
-  return {(step / 2) * 64 + o % 64, step % 2 == 1};
+inline CodeSlot packed_code_slot(bool nibbles, int n, int e) {
+  const int quad_row = e / 4, byte = 4 * n + e % 4;
+  if (!nibbles) return {quad_row * 64 + byte, false};
+  return {(quad_row % 4) * 64 + byte, quad_row >= 4};
 }
 
-// The packed copy of `w` (which must be packable), N rows of packed_weight_row_bytes.
+// The packed copy of `w` (which must be packable): packed_panels(N) panels one after the other.
 std::unique_ptr<uint8_t[]> pack_weight(const Tensor& w);
 
-// Packed activation row of K elements: per group, its 32·G int8 codes (packed_code_offset) and
-// then sixteen f32 lanes of d_x (lane i holds the scale of the block owning lane i); then
-// s[K/32] f32. Codes and scales of a group sit together so a kernel needs one pointer per row.
-size_t packed_activation_group_bytes(int g);
-size_t packed_activation_row_bytes(int64_t k);
+// Packed activations for M rows of K: int8 codes row by row (`stride` bytes apart, rows padded
+// to a multiple of kPanelRows with zeros for the tile unit), and per tile of kPanelRows rows and
+// per block b, the rows' scales in 64-byte vectors: d_x (f32), s_x = d_x·Σq (f32) and Σq (i32).
+// Codes and d_x are quantize_row_q8_0's (d rounded to f16).
+struct PackedActivations {
+  const int8_t* codes = nullptr;
+  size_t stride = 0;
+  const float* scales = nullptr;
+  int64_t blocks = 0;  // K / 32
+  // The three vectors of row tile t, block b: d_x at [0, 16), s_x at [16, 32), Σq at [32, 48).
+  const float* tile_scales(int64_t t, int64_t b) const {
+    return scales + (t * blocks + b) * 3 * kPanelRows;
+  }
+};
+inline int64_t packed_activation_rows(int64_t m) {
+  return (m + kPanelRows - 1) / kPanelRows * kPanelRows;
+}
+// Bytes of the scale area for M rows of K.
+size_t packed_activation_scale_bytes(int64_t m, int64_t k);
 
-// Quantizes one row as quantize_row_q8_0 does (same codes, d rounded to f16) into the packed
-// activation format; s is exact (d_x times the integer code sum).
-void quantize_row_packed(const float* x, uint8_t* dst, int64_t k);
+// Quantizes row `row` of the activations (x: its K floats) into codes (its code row) and the
+// scale area.
+void quantize_row_packed(const float* x, int8_t* codes, float* scales, int64_t row, int64_t k);
 
-// The kernels reading these rows are PackedKernels (matmul_kernels.h).
+// One packed GEMM: y[r * y_stride + n] = Σ_k w[n][k]·x[r][k] for r < m, n < n_rows.
+struct PackedGemm {
+  DType type;
+  const uint8_t* w;  // the packed copy
+  int64_t n, k;
+  PackedActivations x;
+  int64_t m;
+  float* y;
+  int64_t y_stride;
+};
+// Computes every row of y for the panels [p0, p1).
+using PackedGemmFn = void (*)(const PackedGemm& g, int64_t p0, int64_t p1);
+
+// nullptr where this build or CPU lacks the instructions (AMX also needs the kernel's consent).
+PackedGemmFn avx512_packed_gemm();
+PackedGemmFn amx_packed_gemm();
 
 }  // namespace kestrel::cpu

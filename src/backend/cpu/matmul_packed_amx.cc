@@ -1,0 +1,209 @@
+// AMX GEMM over packed weights (layout in packed_matmul.h), for batches: per tile of sixteen
+// activation rows and one panel, each 32-element block is one TDPBSSD/TDPBSUD (16×16×32 MACs)
+// into an int32 tile, stored and handed to block_update — the same per-block step as the VNNI
+// kernel, so both give the same bits. The integer tile is exact; the scales force one store and
+// sixteen vector updates per block, and that epilogue, not the tile unit, bounds this kernel
+// (docs/benchmarks.md has the arithmetic). A block's epilogue runs while the next block's tile
+// product does.
+//
+// Per call a thread converts each panel's codes once into signed bytes (Q4_0: u - 8, Q8_0:
+// u - 128) or unsigned ones (Q4_1) in a thread-local buffer, then every row tile reads it.
+#include "backend/cpu/packed_matmul.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
+
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cpu/packed_block_avx512.h"
+
+// GCC 12 warns inside its own AVX-512 intrinsics (the unused halves of _mm512_set1_*).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace kestrel::cpu {
+namespace {
+
+// Tiles 0 and 1: int32 results (16 rows × 16 lanes); 2 and 3: activation codes (16 rows × 32
+// bytes); 4 and 5: weight codes (8 quad rows × 64 bytes). Two of each so that one block's
+// product runs while the previous block's epilogue does.
+struct alignas(64) TileConfig {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+// Constant-initialised: GCC 12 does not see ldtilecfg read its operand and would drop stores
+// to a configuration built at run time.
+const TileConfig kTileConfig = {1, 0, {}, {64, 64, 32, 32, 64, 64}, {16, 16, 16, 16, 8, 8}};
+
+// One block's converted codes: 8 quad rows of 64 bytes.
+constexpr int kTileBlockBytes = kPanelBlockCodes;
+
+// Converts a panel's codes for the tile unit (see the file comment).
+template <DType T>
+void convert_panel(const uint8_t* panel, int64_t nb, uint8_t* out) {
+  using F = PackedFormat<T>;
+  const __m512i low4 = _mm512_set1_epi8(0xF);
+  for (int64_t b = 0; b < nb; ++b, panel += F::kBlockBytes, out += kTileBlockBytes) {
+    if constexpr (F::kNibbles) {
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {
+        const __m512i v = _mm512_loadu_si512(panel + 64 * t);
+        __m512i lo = _mm512_and_si512(v, low4);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        if constexpr (T == DType::Q4_0) {
+          lo = _mm512_sub_epi8(lo, _mm512_set1_epi8(8));
+          hi = _mm512_sub_epi8(hi, _mm512_set1_epi8(8));
+        }
+        _mm512_store_si512(out + 64 * t, lo);
+        _mm512_store_si512(out + 64 * (t + 4), hi);
+      }
+    } else {
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q)
+        _mm512_store_si512(out + 64 * q, _mm512_xor_si512(_mm512_loadu_si512(panel + 64 * q),
+                                                          _mm512_set1_epi8(char(0x80))));
+    }
+  }
+}
+
+// The tile product for one block: Q4_1's codes are unsigned, the others' signed. (GCC's tile
+// intrinsics paste their tile numbers into the assembly text: literals only.)
+#define KESTREL_TILE_PRODUCT(T, C, A, B) \
+  do {                                   \
+    if constexpr (T == DType::Q4_1) {    \
+      _tile_dpbsud(C, A, B);             \
+    } else {                             \
+      _tile_dpbssd(C, A, B);             \
+    }                                    \
+  } while (false)
+
+template <DType T>
+__attribute__((always_inline)) inline void epilogue(const int32_t* c, const float* ts,
+                                                    const uint8_t* block, __m512 (&acc)[16]) {
+  using F = PackedFormat<T>;
+  const __m512 dw = panel_scales(block, F::kCodeBytes, 0);
+  const __m512 mw = F::kMin ? panel_scales(block, F::kCodeBytes, 1) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int r = 0; r < kPanelRows; ++r)
+    acc[r] = block_update<F::kMin>(acc[r], _mm512_load_si512(c + 16 * r), ts[r], ts[kPanelRows + r],
+                                   dw, mw);
+}
+
+// Sixteen rows (scale tile t) of one panel; `codes` the tile's first activation row, `tb` the
+// panel's converted codes, `panel` its packed blocks (for the scales).
+template <DType T>
+void row_tile(const PackedGemm& g, int64_t t, const uint8_t* panel, const uint8_t* tb, float* y,
+              int valid_cols) {
+  using F = PackedFormat<T>;
+  const int64_t nb = g.k / 32;
+  const int8_t* a = g.x.codes + size_t(t) * kPanelRows * g.x.stride;
+  const auto stride = int64_t(g.x.stride);
+  alignas(64) int32_t c0[256], c1[256];
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int r = 0; r < kPanelRows; ++r) acc[r] = _mm512_setzero_ps();
+  auto issue0 = [&](int64_t b) {
+    _tile_zero(0);
+    _tile_loadd(2, a + 32 * b, stride);
+    _tile_loadd(4, tb + kTileBlockBytes * b, 64);
+    KESTREL_TILE_PRODUCT(T, 0, 2, 4);
+  };
+  auto issue1 = [&](int64_t b) {
+    _tile_zero(1);
+    _tile_loadd(3, a + 32 * b, stride);
+    _tile_loadd(5, tb + kTileBlockBytes * b, 64);
+    KESTREL_TILE_PRODUCT(T, 1, 3, 5);
+  };
+  // Block b's results are stored, and its epilogue runs one block later: vector loads cannot
+  // take data straight from a tile store, so reading them at once would wait for the store to
+  // reach the cache.
+  const auto update = [&](const int32_t* c, int64_t b) {
+    epilogue<T>(c, g.x.tile_scales(t, b), panel + size_t(b) * F::kBlockBytes, acc);
+  };
+  for (int64_t b = 0; b < nb; b += 2) {
+    issue0(b);
+    _tile_stored(0, c0, 64);
+    if (b > 0) update(c1, b - 1);
+    if (b + 1 >= nb) break;
+    issue1(b + 1);
+    _tile_stored(1, c1, 64);
+    update(c0, b);
+  }
+  update(nb % 2 == 1 ? c0 : c1, nb - 1);
+  const int valid_rows = int(std::min<int64_t>(kPanelRows, g.m - t * kPanelRows));
+  for (int r = 0; r < valid_rows; ++r) store_panel_row(y + r * g.y_stride, acc[r], valid_cols);
+}
+
+// Row tiles are taken in chunks of about this many bytes of activation codes, which stay in L2
+// while the thread's panels pass over them.
+constexpr size_t kRowChunkBytes = size_t(1) << 20;
+
+template <DType T>
+void gemm(const PackedGemm& g, int64_t p0, int64_t p1) {
+  using F = PackedFormat<T>;
+  const int64_t nb = g.k / 32;
+  const size_t panel_bytes = size_t(nb) * F::kBlockBytes;
+  thread_local std::vector<uint8_t> buffer;
+  if (buffer.size() < size_t(nb) * kTileBlockBytes + 64)
+    buffer.resize(size_t(nb) * kTileBlockBytes + 64);
+  uint8_t* tb = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
+  _tile_loadconfig(&kTileConfig);
+  const int64_t tiles = packed_activation_rows(g.m) / kPanelRows;
+  const int64_t chunk = std::max<int64_t>(1, int64_t(kRowChunkBytes / (kPanelRows * g.x.stride)));
+  for (int64_t t0 = 0; t0 < tiles; t0 += chunk) {
+    const int64_t t1 = std::min(tiles, t0 + chunk);
+    for (int64_t p = p0; p < p1; ++p) {
+      const uint8_t* panel = g.w + size_t(p) * panel_bytes;
+      convert_panel<T>(panel, nb, tb);
+      const int valid_cols = int(std::min<int64_t>(kPanelRows, g.n - p * kPanelRows));
+      for (int64_t t = t0; t < t1; ++t)
+        row_tile<T>(g, t, panel, tb, g.y + t * kPanelRows * g.y_stride + p * kPanelRows,
+                    valid_cols);
+    }
+  }
+  _tile_release();
+}
+
+void gemm_any(const PackedGemm& g, int64_t p0, int64_t p1) {
+  switch (g.type) {
+    case DType::Q4_0:
+      return gemm<DType::Q4_0>(g, p0, p1);
+    case DType::Q4_1:
+      return gemm<DType::Q4_1>(g, p0, p1);
+    default:
+      return gemm<DType::Q8_0>(g, p0, p1);
+  }
+}
+
+// Linux hands out the tile state only on request, once per process.
+bool amx_permitted() {
+  if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-int8") ||
+      !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vnni"))
+    return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+}  // namespace
+
+PackedGemmFn amx_packed_gemm() {
+  static const bool ok = amx_permitted();
+  return ok ? gemm_any : nullptr;
+}
+
+}  // namespace kestrel::cpu
+
+#else
+
+namespace kestrel::cpu {
+PackedGemmFn amx_packed_gemm() {
+  return nullptr;
+}
+}  // namespace kestrel::cpu
+
+#endif
