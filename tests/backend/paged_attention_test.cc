@@ -2,6 +2,7 @@
 // sequences of different lengths (prefill chunks and decodes mixed) and GQA; the rounding of
 // f16/bf16 caches and bf16 activations; batch invariance.
 #include "backend/cpu/paged_attention.h"
+#include "backend/cpu/matmul.h"
 
 #include <gtest/gtest.h>
 
@@ -365,6 +366,48 @@ TEST(PagedAttention, WriteKvWithRopeEqualsRopeThenWrite) {
       EXPECT_EQ(fv, sv) << dtype_name(dt);
     }
   }
+}
+
+// The AVX-512 block kernels give the AVX2 kernels' bits (attention_kernels.h), over head dims
+// that fill whole, half and no AVX-512 registers, each cache dtype, and a sliding window.
+void check_isas_agree(int hd, DType cache_dtype, DType act, int window) {
+  const int nh = 4, kvh = 2, bs = 16, len = 37;
+  std::mt19937 rng(uint32_t(hd) * 31 + uint32_t(window));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t row = int64_t(kvh) * hd;
+  std::vector<float> k(len * row), v(k.size()), q(len * nh * hd);
+  for (auto* vec : {&k, &v, &q})
+    for (auto& x : *vec) x = nd(rng);
+  std::vector<uint8_t> kc(size_t(4 * bs * row) * 4), vc(kc.size());
+  const KVLayer layer{kc.data(), vc.data(), cache_dtype, 4, bs, kvh, hd};
+  std::vector<int32_t> table = {3, 0, 2}, positions(len), qsl = {0, len};
+  std::vector<int64_t> slots(len);
+  for (int i = 0; i < len; ++i) {
+    positions[i] = i;
+    slots[i] = int64_t(table[i / bs]) * bs + i % bs;
+  }
+  AttentionBatch batch{len, 1, positions.data(), slots.data(), qsl.data(), table.data(), 3};
+  batch.sliding_window = window;
+  write_kv(layer, k.data(), v.data(), batch);
+  ThreadPool pool(2);
+  std::vector<float> wide(q.size()), narrow(q.size());
+  set_linear_isa("auto");
+  paged_attention(q.data(), layer, batch, nh, 0.3f, wide.data(), pool, act);
+  set_linear_isa("avx2");
+  paged_attention(q.data(), layer, batch, nh, 0.3f, narrow.data(), pool, act);
+  set_linear_isa("auto");
+  for (size_t i = 0; i < wide.size(); ++i)
+    ASSERT_EQ(f32_to_bits(wide[i]), f32_to_bits(narrow[i]))
+        << "hd " << hd << " " << dtype_name(cache_dtype) << " window " << window << " element "
+        << i;
+}
+
+TEST(PagedAttention, IsasGiveTheSameBits) {
+  if (std::string(linear_isa()) != "avx512") GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (int hd : {8, 40, 64, 72, 128})
+    for (DType cache : {DType::F32, DType::F16, DType::BF16})
+      for (int window : {0, 9})
+        check_isas_agree(hd, cache, cache == DType::BF16 ? cache : DType::F32, window);
 }
 
 TEST(PagedAttention, BatchInvariantF32) {

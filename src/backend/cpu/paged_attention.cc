@@ -7,7 +7,9 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/attention_kernels.h"
 #include "backend/cpu/attention_rows.h"
+#include "backend/cpu/matmul.h"
 #include "backend/cpu/simd_math.h"
 #include "base/fp16.h"
 #include "base/status.h"
@@ -19,7 +21,7 @@ namespace {
 // arithmetic is the same whatever tile it is in, so outputs do not depend on the batch.
 constexpr int kQueryTile = 8;
 // Keys scored together: eight dot products reduce into one vector.
-constexpr int kKeyBlock = 8;
+constexpr int kKeyBlock = kAttentionKeyBlock;
 // Below about this many multiply-adds per thread the work stays on the calling thread.
 constexpr int64_t kMinMacsPerThread = int64_t(1) << 15;
 
@@ -53,6 +55,8 @@ struct Unit {
 struct Scratch {
   std::vector<float> q, out, scores, rows;
   std::vector<int64_t> offs;
+  std::vector<uint8_t> active;
+  std::vector<int8_t> first, end;
 };
 
 struct Params {
@@ -61,7 +65,15 @@ struct Params {
   int num_heads, group, hd;
   float scale;
   DType act;
+  const AttentionKernels& kernels;
 };
+
+// The block kernels of the ISA linear() runs (KESTREL_CPU_ISA caps both); same bits either way.
+const AttentionKernels& attention_kernels() {
+  const AttentionKernels* k512 = avx512_attention_kernels();
+  if (k512 != nullptr && std::strcmp(linear_isa(), "avx512") == 0) return *k512;
+  return avx2_attention_kernels();
+}
 
 // Scores (two passes: every score of a row, then softmax), then P·V. Per query row the steps and
 // their order depend only on its own position and data:
@@ -98,15 +110,13 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   // scattered over the blocks and read once per step, so the next block's rows are prefetched:
   // waiting on them was most of the widening time in batched decode.
   const int64_t row_bytes = hd * es;
-  auto widen_block = [&](const void* base, int64_t j0, int nk) {
+  auto block_rows = [&](const void* base, int64_t j0, int nk, const uint8_t** src) {
     const auto* b = static_cast<const uint8_t*>(base);
-    const uint8_t* src[kKeyBlock];
     for (int jj = 0; jj < nk; ++jj) src[jj] = b + s.offs[size_t(j0 - begin + jj)] * es;
     for (int64_t j = j0 + kKeyBlock; j < std::min(len, j0 + 2 * kKeyBlock); ++j)
       for (int64_t off = 0; off < row_bytes; off += 64)
         _mm_prefetch(reinterpret_cast<const char*>(b + s.offs[size_t(j - begin)] * es + off),
                      _MM_HINT_T0);
-    widen_cache_rows(op, src, nk, s.rows.data(), hdp, hd);
   };
 
   s.q.resize(size_t(nq) * hdp);
@@ -124,27 +134,19 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
       _mm256_storeu_ps(dst + d, simd::round_to8(op, _mm256_loadu_ps(dst + d)));
   }
 
-  // Pass 1: scores, eight keys at a time.
-  const __m256 scale8 = _mm256_set1_ps(p.scale);
+  // Pass 1: scores, eight keys at a time. Cached rows are scattered over the blocks and read
+  // once per step, so the next block's rows are prefetched: waiting on them was most of the
+  // widening time in batched decode.
+  s.active.resize(size_t(nq));
+  const uint8_t* src[kKeyBlock];
   for (int64_t j0 = begin; j0 < len; j0 += kKeyBlock) {
     const int nk = int(std::min<int64_t>(kKeyBlock, len - j0));
-    widen_block(p.cache.k, j0, nk);
-    std::fill(s.rows.data() + nk * hdp, s.rows.data() + kKeyBlock * hdp, 0.0f);
-    for (int r = 0; r < nq; ++r) {
-      if (pos_of(r) < j0 || first_key(pos_of(r)) >= j0 + kKeyBlock) continue;
-      const float* qr = s.q.data() + r * hdp;
-      __m256 acc[kKeyBlock];
-      for (__m256& a : acc) a = _mm256_setzero_ps();
-      for (int64_t d = 0; d < hdp; d += 8) {
-        const __m256 qv = _mm256_loadu_ps(qr + d);
-#pragma GCC unroll 8
-        for (int jj = 0; jj < kKeyBlock; ++jj)
-          acc[jj] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(s.rows.data() + jj * hdp + d), acc[jj]);
-      }
-      __m256 sc = simd::round_to8(p.act, simd::hsum8x8(acc));
-      sc = simd::round_to8(p.act, _mm256_mul_ps(sc, scale8));
-      _mm256_storeu_ps(s.scores.data() + r * stride + (j0 - begin), sc);
-    }
+    block_rows(p.cache.k, j0, nk, src);
+    p.kernels.widen_keys(op, src, nk, s.rows.data(), hdp, hd);
+    for (int r = 0; r < nq; ++r)
+      s.active[size_t(r)] = pos_of(r) >= j0 && first_key(pos_of(r)) < j0 + kKeyBlock;
+    p.kernels.scores(s.q.data(), nq, hdp, s.rows.data(), s.active.data(), p.scale, p.act,
+                     s.scores.data() + (j0 - begin), stride);
   }
 
   // Pass 2: softmax of each row over its own keys (from its own first key, so the order of the
@@ -154,37 +156,21 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
     softmax_row(s.scores.data() + r * stride + (lo - begin), pos_of(r) - lo + 1, p_dtype);
   }
 
-  // Pass 3: out += p_j · v_j in key order. V rows are widened eight at a time for the whole
-  // unit; each query keeps a 64-wide slice of its output in registers across the eight keys.
-  constexpr int64_t kSlice = 64;
+  // Pass 3: out += p_j · v_j in key order, V rows widened eight at a time for the whole unit.
+  s.first.resize(size_t(nq));
+  s.end.resize(size_t(nq));
   for (int64_t j0 = begin; j0 < len; j0 += kKeyBlock) {
     const int nk = int(std::min<int64_t>(kKeyBlock, len - j0));
-    widen_block(p.cache.v, j0, nk);
+    block_rows(p.cache.v, j0, nk, src);
+    widen_cache_rows(op, src, nk, s.rows.data(), hdp, hd);
     for (int r = 0; r < nq; ++r) {
       const int64_t pos = pos_of(r), lo = first_key(pos);
-      if (pos < j0 || lo >= j0 + nk) continue;
-      const int first = int(std::max<int64_t>(0, lo - j0));
-      const int keys = int(std::min<int64_t>(nk, pos - j0 + 1));
-      const float* pr = s.scores.data() + r * stride + (j0 - begin);
-      float* o = s.out.data() + r * hdp;
-      for (int64_t d0 = 0; d0 < hdp; d0 += kSlice) {
-        const int vecs = int(std::min<int64_t>(kSlice, hdp - d0) / 8);
-        __m256 acc[kSlice / 8];
-#pragma GCC unroll 8
-        for (int v = 0; v < kSlice / 8; ++v)
-          acc[v] = v < vecs ? _mm256_loadu_ps(o + d0 + 8 * v) : _mm256_setzero_ps();
-        for (int jj = first; jj < keys; ++jj) {
-          const __m256 pj = _mm256_broadcast_ss(pr + jj);
-          const float* vr = s.rows.data() + jj * hdp + d0;
-#pragma GCC unroll 8
-          for (int v = 0; v < kSlice / 8; ++v)
-            if (v < vecs) acc[v] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8 * v), acc[v]);
-        }
-#pragma GCC unroll 8
-        for (int v = 0; v < kSlice / 8; ++v)
-          if (v < vecs) _mm256_storeu_ps(o + d0 + 8 * v, acc[v]);
-      }
+      const bool sees = pos >= j0 && lo < j0 + nk;
+      s.first[size_t(r)] = int8_t(sees ? std::max<int64_t>(0, lo - j0) : 0);
+      s.end[size_t(r)] = int8_t(sees ? std::min<int64_t>(nk, pos - j0 + 1) : 0);
     }
+    p.kernels.accumulate(s.scores.data() + (j0 - begin), stride, s.rows.data(), hdp, nq,
+                         s.first.data(), s.end.data(), s.out.data());
   }
   for (int r = 0; r < nq; ++r) {
     const int64_t t = u.t0 + r / group;
@@ -237,7 +223,8 @@ void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch&
   std::sort(units.begin(), units.end(), [&](const Unit& a, const Unit& b) {
     return batch.positions[a.t1 - 1] > batch.positions[b.t1 - 1];
   });
-  const Params params{cache, batch, num_heads, num_heads / kvh, cache.head_dim, scale, act};
+  const Params params{cache,          batch, num_heads, num_heads / kvh,
+                      cache.head_dim, scale, act,       attention_kernels()};
   // Short contexts (early decode steps) are cheaper than waking the workers.
   int64_t work = 0;
   for (const Unit& u : units) {
