@@ -10,14 +10,6 @@
 namespace kestrel::cpu {
 namespace {
 
-// Unsigned code e (0..31) of a block, as w = d·u + m.
-uint8_t weight_code(DType t, const uint8_t* src, int64_t b, int e) {
-  if (t == DType::Q8_0) return uint8_t(reinterpret_cast<const BlockQ8_0*>(src)[b].qs[e]) ^ 0x80;
-  const uint8_t* qs = t == DType::Q4_0 ? reinterpret_cast<const BlockQ4_0*>(src)[b].qs
-                                       : reinterpret_cast<const BlockQ4_1*>(src)[b].qs;
-  return e < 16 ? qs[e] & 0xF : qs[e - 16] >> 4;
-}
-
 // Round half away from zero, exactly as std::round.
 __m256 round_away(__m256 v) {
   const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
@@ -48,32 +40,40 @@ size_t packed_block_bytes(DType t) {
 std::unique_ptr<uint8_t[]> pack_weight(const Tensor& w) {
   KCHECK(packable(w), "pack_weight: {} [{}] is not packable", dtype_name(w.dtype), w.shape.str());
   const int64_t n = w.rows(), k = w.cols(), nb = k / QK;
-  const bool nibbles = w.dtype != DType::Q8_0;
   const size_t block_bytes = packed_block_bytes(w.dtype), codes = packed_block_code_bytes(w.dtype);
   const size_t panel_bytes = packed_panel_bytes(w.dtype, k);
   const size_t total = size_t(packed_panels(n)) * panel_bytes;
   // Zero-filled: padding rows of a last panel have codes and scales 0, so they add nothing.
   auto out = std::make_unique<uint8_t[]>(total);
   std::memset(out.get(), 0, total);
+  // GGUF keeps element j of a Q4 block in the low nibble of qs[j] and element j + 16 in its high
+  // nibble, which is exactly chunk j / 4's byte pair (quad rows t and t + 4): each row's lane of
+  // a chunk is four bytes of qs as they are. Q8_0's quad row q is qs[4q .. 4q+3], offset by 128.
   for (int64_t r = 0; r < n; ++r) {
-    const int64_t panel = r / kPanelRows;
     const int pr = int(r % kPanelRows);
     const uint8_t* src = w.row(r);
+    uint8_t* panel = out.get() + size_t(r / kPanelRows) * panel_bytes;
     for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* block = out.get() + size_t(panel) * panel_bytes + size_t(b) * block_bytes;
-      for (int e = 0; e < QK; ++e) {
-        const uint8_t u = weight_code(w.dtype, src, b, e);
-        const CodeSlot slot = packed_code_slot(nibbles, pr, e);
-        block[slot.byte] |= slot.high ? uint8_t(u << 4) : u;
-      }
+      uint8_t* block = panel + size_t(b) * block_bytes;
       auto* d = reinterpret_cast<uint16_t*>(block + codes);
+      const uint8_t* qs;
       if (w.dtype == DType::Q4_0) {
+        qs = reinterpret_cast<const BlockQ4_0*>(src)[b].qs;
         d[pr] = reinterpret_cast<const BlockQ4_0*>(src)[b].d;
       } else if (w.dtype == DType::Q4_1) {
+        qs = reinterpret_cast<const BlockQ4_1*>(src)[b].qs;
         d[pr] = reinterpret_cast<const BlockQ4_1*>(src)[b].d;
         d[kPanelRows + pr] = reinterpret_cast<const BlockQ4_1*>(src)[b].m;
       } else {
+        qs = reinterpret_cast<const uint8_t*>(reinterpret_cast<const BlockQ8_0*>(src)[b].qs);
         d[pr] = reinterpret_cast<const BlockQ8_0*>(src)[b].d;
+      }
+      const int quads = w.dtype == DType::Q8_0 ? 8 : 4;
+      for (int q = 0; q < quads; ++q) {
+        uint32_t lane;
+        std::memcpy(&lane, qs + 4 * q, sizeof(lane));
+        if (w.dtype == DType::Q8_0) lane ^= 0x80808080u;
+        std::memcpy(block + 64 * q + 4 * pr, &lane, sizeof(lane));
       }
     }
   }
