@@ -19,7 +19,6 @@ void widen_keys(DType t, const uint8_t* const* src, int nk, float* dst, int64_t 
 
 void scores(const float* q, int nq, int64_t hdp, const float* keys, const uint8_t* active,
             float scale, DType act, float* out, int64_t out_stride) {
-  const __m256 scale8 = _mm256_set1_ps(scale);
   for (int r = 0; r < nq; ++r) {
     if (!active[r]) continue;
     const float* qr = q + r * hdp;
@@ -31,9 +30,7 @@ void scores(const float* q, int nq, int64_t hdp, const float* keys, const uint8_
       for (int jj = 0; jj < kAttentionKeyBlock; ++jj)
         acc[jj] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + jj * hdp + d), acc[jj]);
     }
-    __m256 sc = simd::round_to8(act, simd::hsum8x8(acc));
-    sc = simd::round_to8(act, _mm256_mul_ps(sc, scale8));
-    _mm256_storeu_ps(out + r * out_stride, sc);
+    simd::store_scores8(acc, scale, act, out + r * out_stride);
   }
 }
 

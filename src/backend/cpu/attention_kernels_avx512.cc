@@ -47,7 +47,6 @@ void widen_keys(DType t, const uint8_t* const* src, int nk, float* dst, int64_t 
 
 void scores(const float* q, int nq, int64_t hdp, const float* keys, const uint8_t* active,
             float scale, DType act, float* out, int64_t out_stride) {
-  const __m256 scale8 = _mm256_set1_ps(scale);
   const int64_t chunks = hdp / 8;
   for (int r = 0; r < nq; ++r) {
     if (!active[r]) continue;
@@ -66,9 +65,7 @@ void scores(const float* q, int nq, int64_t hdp, const float* keys, const uint8_
       halves[2 * i] = _mm512_castps512_ps256(acc[i]);
       halves[2 * i + 1] = _mm512_extractf32x8_ps(acc[i], 1);
     }
-    __m256 sc = simd::round_to8(act, simd::hsum8x8(halves));
-    sc = simd::round_to8(act, _mm256_mul_ps(sc, scale8));
-    _mm256_storeu_ps(out + r * out_stride, sc);
+    simd::store_scores8(halves, scale, act, out + r * out_stride);
   }
 }
 

@@ -169,16 +169,8 @@ void gemm(const PackedGemm& g, int64_t p0, int64_t p1) {
   _tile_release();
 }
 
-void gemm_any(const PackedGemm& g, int64_t p0, int64_t p1) {
-  switch (g.type) {
-    case DType::Q4_0:
-      return gemm<DType::Q4_0>(g, p0, p1);
-    case DType::Q4_1:
-      return gemm<DType::Q4_1>(g, p0, p1);
-    default:
-      return gemm<DType::Q8_0>(g, p0, p1);
-  }
-}
+constexpr PackedGemmFn kGemm =
+    gemm_for_type<gemm<DType::Q4_0>, gemm<DType::Q4_1>, gemm<DType::Q8_0>>;
 
 // Linux hands out the tile state only on request, once per process.
 bool amx_permitted() {
@@ -193,7 +185,7 @@ bool amx_permitted() {
 
 PackedGemmFn amx_packed_gemm() {
   static const bool ok = amx_permitted();
-  return ok ? gemm_any : nullptr;
+  return ok ? kGemm : nullptr;
 }
 
 }  // namespace kestrel::cpu

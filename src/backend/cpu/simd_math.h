@@ -82,4 +82,12 @@ static inline __m256 hsum8x8(const __m256 a[8]) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+// Eight attention scores from their keys' eight-lane partial dot products: summed by hsum8x8,
+// rounded to act, scaled, rounded again (paged_attention.h's precision rules), stored. Every
+// attention kernel finishes its scores here, so they all round alike.
+static inline void store_scores8(const __m256 partial[8], float scale, DType act, float* out) {
+  const __m256 sc = round_to8(act, hsum8x8(partial));
+  _mm256_storeu_ps(out, round_to8(act, _mm256_mul_ps(sc, _mm256_set1_ps(scale))));
+}
+
 }  // namespace kestrel::cpu::simd
