@@ -7,6 +7,7 @@
 // q4_0/q4_1/q8_0 with a packed copy ("_packed", only where packed_weights_supported(); batches
 // on AMX where packed_amx_active()), q4_1/q8_0 packed with AMX switched off ("_vnni"), and fp8
 // (F8_E4M3 with DeepSeek-V3's 128x128 block scales; random finite codes).
+// f16/bf16 with float panels ("_packed", float_panels.h; same bytes per call as unpacked).
 // Shapes: SmolLM2-135M's projections (576x576, 1536x576, 576x1536) and LM head (49152x576), and a
 // 7B-like 4096x4096 (only 576x1536 and 4096x4096 for the K-quants, whose blocks are 256 wide);
 // M = 1 is a decode step, M = 16 a decode batch, M = 64 and 512 are prefill chunks (issue 18's
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/float_panels.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/packed_matmul.h"
 #include "base/thread_pool.h"
@@ -89,7 +91,10 @@ std::unique_ptr<Weight> make_weight(const WeightType& type, const MatShape& shap
     quantize_row(type.dtype, row.data(), dst + size_t(r) * w->tensor.row_bytes(), shape.k);
   }
   w->bytes_per_call = w->tensor.nbytes();
-  if (type.packed) {
+  if (type.packed && float_packable(w->tensor)) {
+    w->packed = pack_float_weight(w->tensor);
+    w->tensor.packed = w->packed.get();
+  } else if (type.packed) {
     w->packed = pack_weight(w->tensor);
     w->tensor.packed = w->packed.get();
     w->bytes_per_call = packed_panel_bytes(type.dtype, shape.k) * size_t(packed_panels(shape.n));
@@ -139,6 +144,8 @@ void register_all() {
   const WeightType types[] = {
       {"f16", DType::F16, false},
       {"bf16", DType::BF16, false},
+      {"f16_packed", DType::F16, true},
+      {"bf16_packed", DType::BF16, true},
       {"q4_0", DType::Q4_0, false},
       {"q4_0_packed", DType::Q4_0, true},
       {"q4_1", DType::Q4_1, false},

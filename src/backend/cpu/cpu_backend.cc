@@ -3,6 +3,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cpu/float_panels.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/mla_attention.h"
 #include "backend/cpu/moe_routing.h"
@@ -25,10 +26,14 @@ class CpuBackend final : public Backend {
   }
   Workspace& workspace() override { return workspace_; }
   void prepare_weight(Tensor& w) override {
-    if (quant_compute_ != QuantCompute::kInt8 || w.packed != nullptr ||
-        !cpu::packed_weights_supported() || !cpu::packable(w))
+    if (w.packed != nullptr || !cpu::packed_weights_supported()) return;
+    if (cpu::float_packable(w)) {
+      packed_.push_back(cpu::pack_float_weight(w));
+    } else if (quant_compute_ == QuantCompute::kInt8 && cpu::packable(w)) {
+      packed_.push_back(cpu::pack_weight(w));
+    } else {
       return;
-    packed_.push_back(cpu::pack_weight(w));
+    }
     w.packed = packed_.back().get();
   }
   void linear(const Tensor& w, const float* x, int64_t m, float* y) override {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "backend/cpu/float_panels.h"
 #include "backend/cpu/fp8_matmul.h"
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/packed_matmul.h"
@@ -215,6 +216,12 @@ void quantize_activation_row(ActFormat act, const float* x, void* dst, int64_t k
 // Both give the same bits (packed_matmul.h), so the choice is only about speed.
 constexpr int64_t kAmxMinRows = 8;
 
+// The float panel GEMM for a float weight with a packed copy, under the AVX-512 ISA.
+FloatGemmFn float_gemm_for(const Tensor& w, Isa isa) {
+  if (w.packed == nullptr || isa != Isa::kAvx512 || !float_packable(w)) return nullptr;
+  return avx512_float_gemm();
+}
+
 std::atomic<bool>& amx_enabled() {
   static std::atomic<bool> on{[] {
     const char* env = std::getenv("KESTREL_CPU_AMX");
@@ -224,7 +231,8 @@ std::atomic<bool>& amx_enabled() {
 }
 
 PackedGemmFn packed_gemm_for(const Tensor& w, Isa isa, QuantCompute mode, int64_t m) {
-  if (w.packed == nullptr || isa != Isa::kAvx512 || mode != QuantCompute::kInt8) return nullptr;
+  if (w.packed == nullptr || isa != Isa::kAvx512 || mode != QuantCompute::kInt8 || !packable(w))
+    return nullptr;
   if (m >= kAmxMinRows && amx_enabled().load())
     if (PackedGemmFn amx = amx_packed_gemm()) return amx;
   return avx512_packed_gemm();
@@ -288,7 +296,8 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
     const uint8_t* x;
     size_t x_stride;
     int64_t n;
-    PackedGemmFn gemm = nullptr;  // where set, a packed job: its units are panels, not rows
+    PackedGemmFn gemm = nullptr;  // where set (or fgemm), a packed job: its units are panels
+    FloatGemmFn fgemm = nullptr;
     int64_t units = 0;
   };
   constexpr int kMaxJobs = 8;
@@ -317,14 +326,20 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       p.w = static_cast<const uint8_t*>(w.packed);
       any_packed = true;
     }
+    if (FloatGemmFn fgemm = float_gemm_for(w, isa)) {
+      p.fgemm = fgemm;
+      p.w = static_cast<const uint8_t*>(w.packed);
+      any_packed = true;
+    }
     if (w.dtype == DType::F8_E4M3) {
       const Fp8Kernels& fk = fp8_kernels(isa_name(isa));
       p.plan = {fk.dot, ActFormat::kF32, fk.tile_rows};
       fp8[i] = fp8_weight(w);
     }
-    KCHECK(p.plan.fn != nullptr || p.plan.rows_fn != nullptr || p.gemm != nullptr,
+    const bool panels = p.gemm != nullptr || p.fgemm != nullptr;
+    KCHECK(p.plan.fn != nullptr || p.plan.rows_fn != nullptr || panels,
            "linear: unsupported weight dtype {}", info.name);
-    p.units = p.gemm != nullptr ? packed_panels(p.n) : p.n;
+    p.units = panels ? packed_panels(p.n) : p.n;
     total_units += p.units;
     if (p.plan.act == ActFormat::kF32 || m <= 0) continue;
     const ActFormat act = p.plan.act;
@@ -386,6 +401,11 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       if (p.gemm != nullptr) {
         const PackedGemm g{jobs[i].w->dtype, p.w, p.n, k, packed_x, m, y, p.n};
         p.gemm(g, n0, n1);
+        continue;
+      }
+      if (p.fgemm != nullptr) {
+        const FloatGemm g{jobs[i].w->dtype, p.w, p.n, k, x, m, y, p.n};
+        p.fgemm(g, n0, n1);
         continue;
       }
       const uint8_t* wb = p.w;

@@ -1,0 +1,196 @@
+// AVX-512 float GEMM over float panels (float_panels.h): a register tile of R activation rows × P
+// panels; per k, P weight vectors (converted once) meet R broadcast activations. K runs in chunks
+// that keep the tile's weights in L1; between chunks the accumulators go through y, which is
+// exact, so the per-output FMA sequence is the one float_panels.h states.
+#include "backend/cpu/float_panels.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+// GCC 12 warns inside its own AVX-512 intrinsics (the unused halves of _mm512_set1_*).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace kestrel::cpu {
+namespace {
+
+template <DType T>
+__attribute__((always_inline)) inline __m512 load_weights(const uint8_t* p) {
+  if constexpr (T == DType::F32) {
+    return _mm512_loadu_ps(p);
+  } else if constexpr (T == DType::F16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  } else {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+  }
+}
+
+constexpr int64_t kElemBytes(DType t) {
+  return t == DType::F32 ? 4 : 2;
+}
+
+// Elements of K per chunk: R = 6 rows × 4 panels of f16 weights read 32 KiB per chunk.
+constexpr int64_t kChunk = 256;
+
+// Where a tile reads the weights of K chunk [k0, k1): panel p's element k0 + i at
+// base + p * panel_stride + i * 16 elements, in dtype T.
+struct ChunkWeights {
+  const uint8_t* base;  // the first panel of the call's range
+  size_t panel_stride;
+};
+
+template <DType T, int R, int P>
+void tile(const FloatGemm& g, ChunkWeights cw, int64_t panel0, int64_t panel, int64_t row,
+          int64_t k0, int64_t k1) {
+  constexpr int64_t kStep = kPanelRows * kElemBytes(T);  // bytes per k in a panel
+  const uint8_t* wp[P];
+  __mmask16 valid[P];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) {
+    wp[p] = cw.base + size_t(panel + p - panel0) * cw.panel_stride;
+    const int64_t cols = std::min<int64_t>(kPanelRows, g.n - (panel + p) * kPanelRows);
+    valid[p] = __mmask16((1u << cols) - 1);
+  }
+  const float* xr[R];
+  __m512 acc[R][P];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    xr[r] = g.x + (row + r) * g.k + k0;
+    float* y = g.y + (row + r) * g.y_stride + panel * kPanelRows;
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p)
+      acc[r][p] =
+          k0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid[p], y + p * kPanelRows);
+  }
+  for (int64_t i = 0; i < k1 - k0; ++i) {
+    __m512 w[P];
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) w[p] = load_weights<T>(wp[p] + i * kStep);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 x = _mm512_set1_ps(xr[r][i]);
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(x, w[p], acc[r][p]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* y = g.y + (row + r) * g.y_stride + panel * kPanelRows;
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) _mm512_mask_storeu_ps(y + p * kPanelRows, valid[p], acc[r][p]);
+  }
+}
+
+// Panels [c0, c1) for rows row .. row+R-1 over K elements [k0, k1): P panels per tile (eight
+// for a single row, whose accumulators alone would give too few independent FMA chains).
+template <DType T, int R>
+void rows(const FloatGemm& g, ChunkWeights cw, int64_t c0, int64_t c1, int64_t row, int64_t k0,
+          int64_t k1) {
+  constexpr int P = R == 1 ? 8 : 4;
+  int64_t p = c0;
+  for (; p + P <= c1; p += P) tile<T, R, P>(g, cw, c0, p, row, k0, k1);
+  for (; p < c1; ++p) tile<T, R, 1>(g, cw, c0, p, row, k0, k1);
+}
+
+template <DType T>
+void row_tiles(const FloatGemm& g, ChunkWeights cw, int64_t c0, int64_t c1, int64_t k0,
+               int64_t k1) {
+  constexpr int kRows = 6;
+  for (int64_t row = 0; row < g.m; row += kRows) {
+    switch (std::min<int64_t>(kRows, g.m - row)) {
+      case 1:
+        rows<T, 1>(g, cw, c0, c1, row, k0, k1);
+        break;
+      case 2:
+        rows<T, 2>(g, cw, c0, c1, row, k0, k1);
+        break;
+      case 3:
+        rows<T, 3>(g, cw, c0, c1, row, k0, k1);
+        break;
+      case 4:
+        rows<T, 4>(g, cw, c0, c1, row, k0, k1);
+        break;
+      case 5:
+        rows<T, 5>(g, cw, c0, c1, row, k0, k1);
+        break;
+      default:
+        rows<T, 6>(g, cw, c0, c1, row, k0, k1);
+    }
+  }
+}
+
+// Panels are taken in chunks of about this many bytes per K chunk, which stay in L2 while every
+// row tile passes over them.
+constexpr size_t kPanelChunkBytes = size_t(512) << 10;
+// From this many rows, half-precision weights are widened to f32 once per group of kWidenPanels
+// panels and K chunk, and every row tile reads the f32 copy from L1: the conversions otherwise
+// share the FMA ports, once per tile.
+constexpr int64_t kWidenMinRows = 32;
+constexpr int64_t kWidenPanels = 4;
+
+template <DType T>
+void gemm(const FloatGemm& g, int64_t p0, int64_t p1) {
+  const size_t panel_bytes = float_panel_bytes(T, g.k);
+  const bool widen = T != DType::F32 && g.m >= kWidenMinRows;
+  const int64_t chunk_panels =
+      widen
+          ? kWidenPanels
+          : std::max<int64_t>(8, int64_t(kPanelChunkBytes / (kChunk * kPanelRows * kElemBytes(T))));
+  alignas(64) float buffer[kWidenPanels * kChunk * kPanelRows];
+  for (int64_t k0 = 0; k0 < g.k; k0 += kChunk) {
+    const int64_t k1 = std::min(g.k, k0 + kChunk);
+    for (int64_t c0 = p0; c0 < p1; c0 += chunk_panels) {
+      const int64_t c1 = std::min(p1, c0 + chunk_panels);
+      const ChunkWeights direct{
+          g.w + size_t(c0) * panel_bytes + size_t(k0) * kPanelRows * kElemBytes(T), panel_bytes};
+      if (!widen) {
+        row_tiles<T>(g, direct, c0, c1, k0, k1);
+        continue;
+      }
+      const size_t stride = size_t(k1 - k0) * kPanelRows;  // floats per widened panel chunk
+      for (int64_t p = c0; p < c1; ++p) {
+        const uint8_t* src = direct.base + size_t(p - c0) * panel_bytes;
+        float* dst = buffer + size_t(p - c0) * stride;
+        for (int64_t i = 0; i < k1 - k0; ++i)
+          _mm512_store_ps(dst + i * kPanelRows,
+                          load_weights<T>(src + i * kPanelRows * kElemBytes(T)));
+      }
+      row_tiles<DType::F32>(
+          g, ChunkWeights{reinterpret_cast<const uint8_t*>(buffer), stride * sizeof(float)}, c0, c1,
+          k0, k1);
+    }
+  }
+}
+
+void gemm_any(const FloatGemm& g, int64_t p0, int64_t p1) {
+  switch (g.type) {
+    case DType::F32:
+      return gemm<DType::F32>(g, p0, p1);
+    case DType::F16:
+      return gemm<DType::F16>(g, p0, p1);
+    default:
+      return gemm<DType::BF16>(g, p0, p1);
+  }
+}
+
+}  // namespace
+
+FloatGemmFn avx512_float_gemm() {
+  return gemm_any;
+}
+
+}  // namespace kestrel::cpu
+
+#else
+
+namespace kestrel::cpu {
+FloatGemmFn avx512_float_gemm() {
+  return nullptr;
+}
+}  // namespace kestrel::cpu
+
+#endif
