@@ -86,13 +86,18 @@ void tile(const FloatGemm& g, ChunkWeights cw, int64_t panel0, int64_t panel, in
 }
 
 // Panels [c0, c1) for rows row .. row+R-1 over K elements [k0, k1): P panels per tile (eight
-// for a single row, whose accumulators alone would give too few independent FMA chains).
+// for a single row, whose accumulators alone would give too few independent FMA chains), then
+// two and one: a tile of one panel is bound by its activation broadcasts.
 template <DType T, int R>
 void rows(const FloatGemm& g, ChunkWeights cw, int64_t c0, int64_t c1, int64_t row, int64_t k0,
           int64_t k1) {
   constexpr int P = R == 1 ? 8 : 4;
   int64_t p = c0;
   for (; p + P <= c1; p += P) tile<T, R, P>(g, cw, c0, p, row, k0, k1);
+  if (P > 2 && p + 2 <= c1) {
+    tile<T, R, 2>(g, cw, c0, p, row, k0, k1);
+    p += 2;
+  }
   for (; p < c1; ++p) tile<T, R, 1>(g, cw, c0, p, row, k0, k1);
 }
 

@@ -43,9 +43,9 @@ std::unique_ptr<uint8_t[]> pack_weight(const Tensor& w) {
   const size_t block_bytes = packed_block_bytes(w.dtype), codes = packed_block_code_bytes(w.dtype);
   const size_t panel_bytes = packed_panel_bytes(w.dtype, k);
   const size_t total = size_t(packed_panels(n)) * panel_bytes;
-  // Zero-filled: padding rows of a last panel have codes and scales 0, so they add nothing.
+  // Zero-filled (make_unique value-initialises): padding rows of a last panel have codes and
+  // scales 0, so they add nothing.
   auto out = std::make_unique<uint8_t[]>(total);
-  std::memset(out.get(), 0, total);
   // GGUF keeps element j of a Q4 block in the low nibble of qs[j] and element j + 16 in its high
   // nibble, which is exactly chunk j / 4's byte pair (quad rows t and t + 4): each row's lane of
   // a chunk is four bytes of qs as they are. Q8_0's quad row q is qs[4q .. 4q+3], offset by 128.
