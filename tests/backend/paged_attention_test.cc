@@ -149,6 +149,13 @@ TEST(PagedAttention, MultiQueryAttention) {
   run_case({8, 1, 32, 16, {70, 3}, {2, 3}}, 2);
 }
 
+// Long contexts against the reference: hundreds of key blocks, queries deep into them, and a
+// window of 300 keys over 20 and more cache blocks.
+TEST(PagedAttention, LongContexts) {
+  run_case({4, 2, 16, 16, {600, 300, 257}, {3, 45, 1}}, 2);
+  run_case({4, 2, 24, 16, {700, 520}, {2, 9}, 300}, 2);
+}
+
 // Windows shorter and longer than a block, crossed by prefill chunks and decodes; blocks before
 // every window hold NaN.
 TEST(PagedAttention, SlidingWindowReadsOnlyTheWindow) {
