@@ -48,6 +48,7 @@ Problem make_problem(int64_t n, int64_t k, int64_t m) {
   if (packed_weights_supported()) {
     p.panels = pack_float_weight(p.packed);
     p.packed.packed = p.panels.get();
+    p.packed.packed_kind = PackedKind::kPanels;
   }
   return p;
 }

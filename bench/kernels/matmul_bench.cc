@@ -7,7 +7,8 @@
 // q4_0/q4_1/q8_0 with a packed copy ("_packed", only where packed_weights_supported(); batches
 // on AMX where packed_amx_active()), q4_1/q8_0 packed with AMX switched off ("_vnni"), and fp8
 // (F8_E4M3 with DeepSeek-V3's 128x128 block scales; random finite codes).
-// f16/bf16 with float panels ("_packed", float_panels.h; same bytes per call as unpacked).
+// f16/bf16 with float panels ("_packed", float_panels.h; same bytes per call as unpacked), and
+// bf16 as AMX bf16 tiles with bf16 activations ("bf16_amx", bf16_tiles.h; where the CPU has it).
 // Shapes: SmolLM2-135M's projections (576x576, 1536x576, 576x1536) and LM head (49152x576), and a
 // 7B-like 4096x4096 (only 576x1536 and 4096x4096 for the K-quants, whose blocks are 256 wide);
 // M = 1 is a decode step, M = 16 a decode batch, M = 64 and 512 are prefill chunks (issue 18's
@@ -25,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/bf16_tiles.h"
 #include "backend/cpu/float_panels.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/packed_matmul.h"
@@ -40,6 +42,7 @@ struct WeightType {
   DType dtype;
   bool packed;
   bool amx = true;  // packed only: whether batches may run on AMX (where the CPU has it)
+  bool bf16_tiles = false;  // BF16 packed as AMX bf16 tiles (a model with bf16 activations)
 };
 
 struct MatShape {
@@ -91,9 +94,14 @@ std::unique_ptr<Weight> make_weight(const WeightType& type, const MatShape& shap
     quantize_row(type.dtype, row.data(), dst + size_t(r) * w->tensor.row_bytes(), shape.k);
   }
   w->bytes_per_call = w->tensor.nbytes();
-  if (type.packed && float_packable(w->tensor)) {
+  if (type.bf16_tiles) {
+    w->packed = pack_bf16_tiles(w->tensor);
+    w->tensor.packed = w->packed.get();
+    w->tensor.packed_kind = PackedKind::kBf16Tiles;
+  } else if (type.packed && float_packable(w->tensor)) {
     w->packed = pack_float_weight(w->tensor);
     w->tensor.packed = w->packed.get();
+    w->tensor.packed_kind = PackedKind::kPanels;
   } else if (type.packed) {
     w->packed = pack_weight(w->tensor);
     w->tensor.packed = w->packed.get();
@@ -146,6 +154,7 @@ void register_all() {
       {"bf16", DType::BF16, false},
       {"f16_packed", DType::F16, true},
       {"bf16_packed", DType::BF16, true},
+      {"bf16_amx", DType::BF16, true, true, true},
       {"q4_0", DType::Q4_0, false},
       {"q4_0_packed", DType::Q4_0, true},
       {"q4_1", DType::Q4_1, false},
@@ -161,6 +170,7 @@ void register_all() {
   const MatShape shapes[] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}, {4096, 4096}};
   for (const WeightType& type : types) {
     if (type.packed && !packed_ok) continue;
+    if (type.bf16_tiles && !bf16_tiles_supported()) continue;
     for (const MatShape& shape : shapes) {
       // K-quant super-blocks are 256 wide, so they cannot hold SmolLM2's 576-wide rows (GGUF
       // files store those tensors in another type).

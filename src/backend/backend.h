@@ -23,8 +23,11 @@ class Backend {
   virtual Workspace& workspace() = 0;
 
   // Lets the backend keep a copy of a matmul weight in the layout its kernels read fastest: sets
-  // w.packed when it makes one. The backend owns the copy, so it must outlive every use of w.
-  virtual void prepare_weight(Tensor& w) = 0;
+  // w.packed (and w.packed_kind) when it makes one. The backend owns the copy, so it must outlive
+  // every use of w. `act` is the model's activation dtype: with BF16 activations a BF16 weight
+  // may become a bf16 GEMM (activations rounded to bf16, as the reference's bf16 matmul takes
+  // them).
+  virtual void prepare_weight(Tensor& w, DType act) = 0;
   // y[m, N] = x[m, K] · W[N, K]ᵀ for weights of any supported dtype.
   virtual void linear(const Tensor& w, const float* x, int64_t m, float* y) = 0;
   // Several weights over the same x in one pass: activations prepared once, the output rows of

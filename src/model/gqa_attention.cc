@@ -30,7 +30,7 @@ class GqaAttention final : public AttentionLayer {
       KASSIGN(q_norm_, load_vector(lc.src, p + "q_norm.weight", hd_));
       KASSIGN(k_norm_, load_vector(lc.src, p + "k_norm.weight", hd_));
     }
-    for (Tensor* t : {&q_, &k_, &v_, &o_}) lc.be.prepare_weight(*t);
+    for (Tensor* t : {&q_, &k_, &v_, &o_}) lc.be.prepare_weight(*t, lc.act);
     return Status::Ok();
   }
 

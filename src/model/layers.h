@@ -37,6 +37,7 @@ struct LoadContext {
   const ModelConfig& cfg;
   WeightStore& store;
   Backend& be;
+  DType act;  // the model's activation dtype (Backend::prepare_weight may pack for it)
 };
 
 // Grouped-query attention with optional q/k/v biases and per-head q/k RMSNorm.

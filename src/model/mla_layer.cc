@@ -42,7 +42,7 @@ class MlaAttention final : public AttentionLayer {
     KASSIGN(o_, load_linear(lc.src, p + "o_proj", H_, nh_ * dv_, c, lc.store));
     split_kv_b(kv_b, lc.store);
     for (Tensor* t : {&q_a_, &q_b_, &kv_a_, &o_})
-      if (t->defined()) lc.be.prepare_weight(*t);
+      if (t->defined()) lc.be.prepare_weight(*t, lc.act);
 
     // Softmax scale of the (dn + dr)-wide heads, times mscale² under YaRN (as transformers).
     scale_ = float(1.0 / std::sqrt(double(qk)));

@@ -14,7 +14,7 @@ class DenseMlp final : public FfnLayer {
     KASSIGN(gate_, load_linear(lc.src, p + "gate_proj", I_, H_, lc.cfg, lc.store));
     KASSIGN(up_, load_linear(lc.src, p + "up_proj", I_, H_, lc.cfg, lc.store));
     KASSIGN(down_, load_linear(lc.src, p + "down_proj", H_, I_, lc.cfg, lc.store));
-    for (Tensor* t : {&gate_, &up_, &down_}) lc.be.prepare_weight(*t);
+    for (Tensor* t : {&gate_, &up_, &down_}) lc.be.prepare_weight(*t, lc.act);
     return Status::Ok();
   }
   // From views into fused expert tensors.
@@ -24,7 +24,7 @@ class DenseMlp final : public FfnLayer {
     gate_ = gate;
     up_ = up;
     down_ = down;
-    for (Tensor* t : {&gate_, &up_, &down_}) lc.be.prepare_weight(*t);
+    for (Tensor* t : {&gate_, &up_, &down_}) lc.be.prepare_weight(*t, lc.act);
   }
 
   void forward(const LayerContext& ctx, const float* h, float* out) override {

@@ -54,7 +54,7 @@ class TransformerModel final : public CausalLM {
 
   Status load(WeightSource& src) {
     const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
-    const LoadContext lc{src, cfg_, store_, be_};
+    const LoadContext lc{src, cfg_, store_, be_, act_};
     KASSIGN(embed_, src.get("model.embed_tokens.weight", Shape{V, H}));
     if (src.has("lm_head.weight") && !cfg_.tie_word_embeddings) {
       KASSIGN(lm_head_, src.get("lm_head.weight", Shape{V, H}));
@@ -66,7 +66,7 @@ class TransformerModel final : public CausalLM {
       KASSIGN(Block b, load_block(lc, i));
       blocks_.push_back(std::move(b));
     }
-    be_.prepare_weight(lm_head_);
+    be_.prepare_weight(lm_head_, act_);
     rope_ = make_rope_table(cfg_, src.rope_freq_divisors());
     const std::string mtp = fmt::format("model.layers.{}.", cfg_.num_hidden_layers);
     if (cfg_.num_nextn_predict_layers > 0 && src.has(mtp + "eh_proj.weight")) {
@@ -159,11 +159,11 @@ class TransformerModel final : public CausalLM {
     KASSIGN(m->eh_proj, lc.src.get(p + "eh_proj.weight", Shape{H, 2 * H}));
     if (lc.src.has(p + "shared_head.head.weight")) {
       KASSIGN(m->head, lc.src.get(p + "shared_head.head.weight", Shape{V, H}));
-      be_.prepare_weight(m->head);
+      be_.prepare_weight(m->head, act_);
     } else {
       m->head = lm_head_;
     }
-    be_.prepare_weight(m->eh_proj);
+    be_.prepare_weight(m->eh_proj, act_);
     KASSIGN(m->block, load_block(lc, cfg_.num_hidden_layers));
     mtp_ = std::move(m);
     return Status::Ok();

@@ -46,6 +46,8 @@ struct Shape {
   std::string str() const;
 };
 
+enum class PackedKind : uint8_t { kNone, kPanels, kBf16Tiles };
+
 struct Tensor {
   const void* data = nullptr;
   DType dtype = DType::F32;
@@ -54,6 +56,9 @@ struct Tensor {
   // backend/cpu/packed_matmul.h), owned by the backend that made it; kernels that cannot read it
   // use `data`.
   const void* packed = nullptr;
+  // Which layout `packed` is in, for dtypes with more than one (BF16: float panels, or AMX bf16
+  // tiles read with bf16 activations).
+  PackedKind packed_kind = PackedKind::kNone;
   // Block scales of an F8_E4M3 weight (DeepSeek-V3's `weight_scale_inv`, set by the loader):
   // value[r][c] = fp8[r][c] · block_scale[(r / scale_block_rows) · ceil(cols / scale_block_cols)
   // + c / scale_block_cols]. nullptr: every scale is 1.

@@ -206,7 +206,7 @@ TEST_F(BackendConformance, LinearQuantizedWeights) {
         EXPECT_TRUE(same_bits(y1, y2));
         if (isa != "avx512") return;
         Tensor packed = w.tensor();
-        one->prepare_weight(packed);
+        one->prepare_weight(packed, DType::F32);
         ASSERT_NE(packed.packed, nullptr) << "no packed copy under AVX-512";
         ++packed_runs;
         one->linear(packed, x.data(), s.m, y1.data());

@@ -46,6 +46,7 @@ FloatWeights make_weights(DType t, int64_t n, int64_t k, uint32_t seed) {
   w.tensor = Tensor{w.bytes.data(), t, Shape{n, k}};
   w.packed = pack_float_weight(w.tensor);
   w.tensor.packed = w.packed.get();
+  w.tensor.packed_kind = PackedKind::kPanels;
   return w;
 }
 
@@ -140,6 +141,13 @@ TEST_P(FloatPanels, OtherIsasIgnoreThePackedCopy) {
     linear(plain, x.data(), m, b.data(), pool);
     EXPECT_EQ(a, b) << isa;
   }
+  set_linear_isa("auto");
+  std::vector<float> packed(m * n), unpacked(m * n);
+  linear(w.tensor, x.data(), m, packed.data(), pool);
+  linear(plain, x.data(), m, unpacked.data(), pool);
+  EXPECT_NE(packed, unpacked);  // the panel kernel really ran (it sums K in another order)
+  for (size_t i = 0; i < packed.size(); ++i)
+    EXPECT_NEAR(packed[i], unpacked[i], 1e-5 * (1 + std::fabs(unpacked[i])));
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, FloatPanels, testing::Values(DType::F32, DType::F16, DType::BF16),

@@ -3,6 +3,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cpu/bf16_tiles.h"
 #include "backend/cpu/float_panels.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/mla_attention.h"
@@ -25,9 +26,14 @@ class CpuBackend final : public Backend {
                        cpu::linear_isa(), quant_compute_ == QuantCompute::kInt8 ? "int8" : "f32");
   }
   Workspace& workspace() override { return workspace_; }
-  void prepare_weight(Tensor& w) override {
+  void prepare_weight(Tensor& w, DType act) override {
     if (w.packed != nullptr || !cpu::packed_weights_supported()) return;
-    if (cpu::float_packable(w)) {
+    PackedKind kind = PackedKind::kPanels;
+    if (act == DType::BF16 && w.dtype == DType::BF16 && w.shape.ndim == 2 &&
+        cpu::bf16_tiles_supported()) {
+      packed_.push_back(cpu::pack_bf16_tiles(w));
+      kind = PackedKind::kBf16Tiles;
+    } else if (cpu::float_packable(w)) {
       packed_.push_back(cpu::pack_float_weight(w));
     } else if (quant_compute_ == QuantCompute::kInt8 && cpu::packable(w)) {
       packed_.push_back(cpu::pack_weight(w));
@@ -35,6 +41,7 @@ class CpuBackend final : public Backend {
       return;
     }
     w.packed = packed_.back().get();
+    w.packed_kind = kind;
   }
   void linear(const Tensor& w, const float* x, int64_t m, float* y) override {
     cpu::linear(w, x, m, y, pool_, quant_compute_);

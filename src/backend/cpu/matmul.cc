@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "backend/cpu/bf16_tiles.h"
 #include "backend/cpu/float_panels.h"
 #include "backend/cpu/fp8_matmul.h"
 #include "backend/cpu/matmul_kernels.h"
@@ -218,8 +219,17 @@ constexpr int64_t kAmxMinRows = 8;
 
 // The float panel GEMM for a float weight with a packed copy, under the AVX-512 ISA.
 FloatGemmFn float_gemm_for(const Tensor& w, Isa isa) {
-  if (w.packed == nullptr || isa != Isa::kAvx512 || !float_packable(w)) return nullptr;
+  if (w.packed == nullptr || w.packed_kind != PackedKind::kPanels || isa != Isa::kAvx512 ||
+      !float_packable(w))
+    return nullptr;
   return avx512_float_gemm();
+}
+
+// The AMX bf16 GEMM for a weight packed as bf16 tiles, under the AVX-512 ISA.
+Bf16GemmFn bf16_gemm_for(const Tensor& w, Isa isa) {
+  if (w.packed == nullptr || w.packed_kind != PackedKind::kBf16Tiles || isa != Isa::kAvx512)
+    return nullptr;
+  return amx_bf16_gemm();
 }
 
 std::atomic<bool>& amx_enabled() {
@@ -298,6 +308,7 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
     int64_t n;
     PackedGemmFn gemm = nullptr;  // where set (or fgemm), a packed job: its units are panels
     FloatGemmFn fgemm = nullptr;
+    Bf16GemmFn bgemm = nullptr;
     int64_t units = 0;
   };
   constexpr int kMaxJobs = 8;
@@ -307,6 +318,8 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
   thread_local std::vector<uint8_t> scratch[kNumQuantFormats];
   bool quantized[kNumQuantFormats] = {};
   PackedActivations packed_x;
+  const uint16_t* bf16_x = nullptr;  // bf16 rows for the AMX bf16 jobs, when there are any
+  size_t bf16_stride = 0;
   int64_t total_units = 0;
   bool any_packed = false;
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -326,6 +339,11 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       p.w = static_cast<const uint8_t*>(w.packed);
       any_packed = true;
     }
+    if (Bf16GemmFn bgemm = bf16_gemm_for(w, isa)) {
+      p.bgemm = bgemm;
+      p.w = static_cast<const uint8_t*>(w.packed);
+      any_packed = true;
+    }
     if (FloatGemmFn fgemm = float_gemm_for(w, isa)) {
       p.fgemm = fgemm;
       p.w = static_cast<const uint8_t*>(w.packed);
@@ -336,7 +354,7 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       p.plan = {fk.dot, ActFormat::kF32, fk.tile_rows};
       fp8[i] = fp8_weight(w);
     }
-    const bool panels = p.gemm != nullptr || p.fgemm != nullptr;
+    const bool panels = p.gemm != nullptr || p.fgemm != nullptr || p.bgemm != nullptr;
     KCHECK(p.plan.fn != nullptr || p.plan.rows_fn != nullptr || panels,
            "linear: unsupported weight dtype {}", info.name);
     p.units = panels ? packed_panels(p.n) : p.n;
@@ -384,6 +402,23 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
     });
   }
   if (m <= 0 || total_units <= 0) return;
+  if (std::any_of(prep, prep + jobs.size(), [](const Prepared& p) { return p.bgemm != nullptr; })) {
+    // Rows padded to whole row tiles with zeros: the tile unit reads sixteen at a time.
+    thread_local std::vector<uint16_t> bf16_buf;
+    bf16_stride = bf16_activation_stride(k);
+    const int64_t rows = packed_activation_rows(m);
+    const size_t elems = size_t(rows) * bf16_stride / sizeof(uint16_t);
+    if (bf16_buf.size() < elems + kCacheLine) bf16_buf.resize(elems + kCacheLine);
+    uint16_t* q =
+        bf16_buf.data() + (kCacheLine - reinterpret_cast<uintptr_t>(bf16_buf.data()) % kCacheLine) %
+                              kCacheLine / sizeof(uint16_t);
+    std::memset(reinterpret_cast<uint8_t*>(q) + size_t(m) * bf16_stride, 0,
+                size_t(rows - m) * bf16_stride);
+    pool.parallel_for(
+        m, kMinQuantElemsPerThread / std::max<int64_t>(k, 1) + 1,
+        [&](int64_t r0, int64_t r1) { round_rows_to_bf16(x, k, q, bf16_stride, r0, r1); });
+    bf16_x = q;
+  }
 
   // Output rows (panels, for packed jobs) of all jobs form one range split over threads; each
   // output is computed whole by one kernel call, so neither the split nor the activation tile it
@@ -401,6 +436,11 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       if (p.gemm != nullptr) {
         const PackedGemm g{jobs[i].w->dtype, p.w, p.n, k, packed_x, m, y, p.n};
         p.gemm(g, n0, n1);
+        continue;
+      }
+      if (p.bgemm != nullptr) {
+        const Bf16Gemm g{p.w, p.n, k, bf16_x, bf16_stride, m, y, p.n};
+        p.bgemm(g, n0, n1);
         continue;
       }
       if (p.fgemm != nullptr) {
