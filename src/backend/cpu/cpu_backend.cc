@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -93,7 +95,16 @@ class CpuBackend final : public Backend {
   void add_bias(float* y, const float* bias, int64_t rows, int64_t n) override {
     cpu::add_bias(y, bias, rows, n);
   }
-  void round_to(DType dt, float* x, int64_t n) override { cpu::round_to(dt, x, n); }
+  void round_to(DType dt, float* x, int64_t n) override {
+    if (dt == DType::F32) return;
+    // Split in whole vectors so every element takes the same (vector) path whatever the split.
+    const bool wide = std::strcmp(cpu::linear_isa(), "avx512") == 0;
+    pool_.parallel_for((n + 7) / 8, 1 << 11, [&](int64_t b, int64_t e) {
+      float* p = x + 8 * b;
+      const int64_t len = std::min(n, 8 * e) - 8 * b;
+      if (!wide || !cpu::round_to_avx512(dt, p, len)) cpu::round_to(dt, p, len);
+    });
+  }
   void embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) override {
     cpu::embedding(table, ids, n, out);
   }

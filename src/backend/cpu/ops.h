@@ -32,6 +32,9 @@ void add_bias(float* y, const float* bias, int64_t rows, int64_t n);
 // Rounds each value to the nearest `dt` (BF16 or F16) and back: emulates a model whose
 // activations are stored in that dtype. F32 is a no-op.
 void round_to(DType dt, float* x, int64_t n);
+// round_to with AVX-512 (the same bits); false, doing nothing, where this build lacks it or dt
+// is F32. The caller checks that the CPU has AVX-512.
+bool round_to_avx512(DType dt, float* x, int64_t n);
 float round_to(DType dt, float x);
 
 // out[t, :] = table[ids[t], :] as f32, for a table of any dtype dequantize_row supports.
