@@ -41,7 +41,7 @@ struct WeightType {
   const char* label;
   DType dtype;
   bool packed;
-  bool amx = true;  // packed only: whether batches may run on AMX (where the CPU has it)
+  bool amx = true;          // packed only: whether batches may run on AMX (where the CPU has it)
   bool bf16_tiles = false;  // BF16 packed as AMX bf16 tiles (a model with bf16 activations)
 };
 

@@ -61,8 +61,7 @@ TEST_F(Bf16Tiles, PackPutsEveryWeightInItsSlotAndPads) {
   for (int64_t r = 0; r < 32; ++r) {
     for (int64_t i = 0; i < 64; ++i) {
       const int64_t b = i / 32, e = i % 32;
-      const uint16_t got =
-          packed[(r / 16) * panel + b * 512 + (e / 2) * 32 + 2 * (r % 16) + e % 2];
+      const uint16_t got = packed[(r / 16) * panel + b * 512 + (e / 2) * 32 + 2 * (r % 16) + e % 2];
       const uint16_t want = r < n && i < k ? w.bits[r * k + i] : 0;
       ASSERT_EQ(got, want) << "row " << r << " element " << i;
     }

@@ -31,8 +31,9 @@ class CpuBackend final : public Backend {
   void prepare_weight(Tensor& w, DType act) override {
     if (w.packed != nullptr || !cpu::packed_weights_supported()) return;
     PackedKind kind = PackedKind::kPanels;
+    // KESTREL_CPU_AMX=0 (packed_amx_active) keeps BF16 weights on the FMA panels as well.
     if (act == DType::BF16 && w.dtype == DType::BF16 && w.shape.ndim == 2 &&
-        cpu::bf16_tiles_supported()) {
+        cpu::packed_amx_active() && cpu::bf16_tiles_supported()) {
       packed_.push_back(cpu::pack_bf16_tiles(w));
       kind = PackedKind::kBf16Tiles;
     } else if (cpu::float_packable(w)) {

@@ -35,9 +35,10 @@ bool packed_weights_supported();
 // CPU runs, or at most the one named by the environment variable KESTREL_CPU_ISA.
 const char* linear_isa();
 
-// Whether batches over packed weights run on AMX (packed_weights_supported, this CPU and kernel
-// have AMX, and neither set_packed_amx(false) nor KESTREL_CPU_AMX=0 switched it off). AMX and
-// VNNI give the same bits; the switch exists to compare them.
+// Whether batches over packed int8 weights run on AMX (packed_weights_supported, this CPU and
+// kernel have AMX, and neither set_packed_amx(false) nor KESTREL_CPU_AMX=0 switched it off). AMX
+// and VNNI give the same bits; the switch exists to compare them. The CPU backend also packs BF16
+// weights as AMX bf16 tiles (bf16_tiles.h) only while this holds.
 bool packed_amx_active();
 void set_packed_amx(bool on);
 
