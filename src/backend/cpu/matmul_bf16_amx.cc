@@ -1,7 +1,7 @@
-// AMX bf16 GEMM over bf16 tiles (bf16_tiles.h): per tile of sixteen activation rows and pair of
-// panels, one TDPBF16PS per panel and 32-element block into f32 result tiles that stay in the
-// tile registers for all of K, then one store per tile. Unlike the int8 formats there are no
-// per-block scales, so nothing but the tile unit runs in the loop.
+// AMX bf16 GEMM over bf16 tiles (bf16_tiles.h): per two tiles of sixteen activation rows and two
+// panels (fewer at the edges), one TDPBF16PS per tile pair and 32-element block into f32 result
+// tiles that stay in the tile registers for all of K, then one store per tile. Unlike the int8
+// formats there are no per-block scales, so nothing but the tile unit runs in the loop.
 #include "backend/cpu/bf16_tiles.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AMX_TILE__) && \
@@ -21,8 +21,8 @@
 namespace kestrel::cpu {
 namespace {
 
-// Tiles 0 and 1: f32 results (16 rows × 16 lanes) of two panels; 2: activations (16 rows × 32
-// bf16); 4 and 5: the two panels' weights (16 pair rows × 64 bytes).
+// Tiles 0–3: f32 results (16 rows × 16 lanes) of two row tiles × two panels; 4 and 5: the row
+// tiles' activations (16 rows × 32 bf16); 6 and 7: the panels' weights (16 pair rows × 64 bytes).
 struct alignas(64) TileConfig {
   uint8_t palette, start_row, reserved[14];
   uint16_t colsb[16];
@@ -30,7 +30,8 @@ struct alignas(64) TileConfig {
 };
 // Constant-initialised: GCC 12 does not see ldtilecfg read its operand and would drop stores
 // to a configuration built at run time.
-const TileConfig kTileConfig = {1, 0, {}, {64, 64, 64, 0, 64, 64}, {16, 16, 16, 0, 16, 16}};
+const TileConfig kTileConfig = {
+    1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
 
 constexpr size_t kBlockBytes = size_t(kPanelRows) * kBf16TileK * 2;
 
@@ -67,29 +68,56 @@ void gemm(const Bf16Gemm& g, int64_t p0, int64_t p1) {
       const uint8_t* b1 = b0 + panel_bytes;
       const int cols0 = int(std::min<int64_t>(kPanelRows, g.n - p * kPanelRows));
       const int cols1 = pair ? int(std::min<int64_t>(kPanelRows, g.n - (p + 1) * kPanelRows)) : 0;
-      for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t t = t0; t < t1;) {
         const auto* a = reinterpret_cast<const uint8_t*>(g.x) + size_t(t) * kPanelRows * g.x_stride;
+        float* y = g.y + t * kPanelRows * g.y_stride + p * kPanelRows;
+        const int rows = int(std::min<int64_t>(kPanelRows, g.m - t * kPanelRows));
+        if (pair && t + 1 < t1) {
+          // Two row tiles × two panels: each loaded tile feeds two products.
+          const uint8_t* a1 = a + kPanelRows * g.x_stride;
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+          for (int64_t b = 0; b < nb; ++b) {
+            _tile_loadd(4, a + 64 * b, stride);
+            _tile_loadd(5, a1 + 64 * b, stride);
+            _tile_loadd(6, b0 + kBlockBytes * b, 64);
+            _tile_loadd(7, b1 + kBlockBytes * b, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          }
+          const int rows1 = int(std::min<int64_t>(kPanelRows, g.m - (t + 1) * kPanelRows));
+          float* y1 = y + kPanelRows * g.y_stride;
+          KESTREL_STORE_RESULT(0, y, rows, cols0, g.y_stride);
+          KESTREL_STORE_RESULT(1, y + kPanelRows, rows, cols1, g.y_stride);
+          KESTREL_STORE_RESULT(2, y1, rows1, cols0, g.y_stride);
+          KESTREL_STORE_RESULT(3, y1 + kPanelRows, rows1, cols1, g.y_stride);
+          t += 2;
+          continue;
+        }
         _tile_zero(0);
         if (pair) {
           _tile_zero(1);
           for (int64_t b = 0; b < nb; ++b) {
-            _tile_loadd(2, a + 64 * b, stride);
-            _tile_loadd(4, b0 + kBlockBytes * b, 64);
-            _tile_loadd(5, b1 + kBlockBytes * b, 64);
-            _tile_dpbf16ps(0, 2, 4);
-            _tile_dpbf16ps(1, 2, 5);
+            _tile_loadd(4, a + 64 * b, stride);
+            _tile_loadd(6, b0 + kBlockBytes * b, 64);
+            _tile_loadd(7, b1 + kBlockBytes * b, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
           }
         } else {
           for (int64_t b = 0; b < nb; ++b) {
-            _tile_loadd(2, a + 64 * b, stride);
-            _tile_loadd(4, b0 + kBlockBytes * b, 64);
-            _tile_dpbf16ps(0, 2, 4);
+            _tile_loadd(4, a + 64 * b, stride);
+            _tile_loadd(6, b0 + kBlockBytes * b, 64);
+            _tile_dpbf16ps(0, 4, 6);
           }
         }
-        const int rows = int(std::min<int64_t>(kPanelRows, g.m - t * kPanelRows));
-        float* y = g.y + t * kPanelRows * g.y_stride + p * kPanelRows;
         KESTREL_STORE_RESULT(0, y, rows, cols0, g.y_stride);
         if (pair) KESTREL_STORE_RESULT(1, y + kPanelRows, rows, cols1, g.y_stride);
+        ++t;
       }
     }
   }
