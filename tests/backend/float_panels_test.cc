@@ -92,7 +92,7 @@ TEST_P(FloatPanels, MatchesAFloat64Reference) {
   for (int64_t k : {1, 37, 256, 600}) {  // 600: more than one K chunk
     for (int64_t n : {1, 16, 33}) {
       const FloatWeights w = make_weights(t, n, k, seed++);
-      for (int64_t m : {1, 5, 13, 40}) {  // 40: widened to f32 once per chunk
+      for (int64_t m : {1, 5, 13, 16, 17, 40}) {  // ≤ 16: one row tile; 40: widened once
         const auto x = randn(m * k, seed++);
         std::vector<float> y(size_t(m * n), -1.0f);
         linear(w.tensor, x.data(), m, y.data(), pool);
@@ -124,6 +124,13 @@ TEST_P(FloatPanels, RowsDoNotDependOnBatchOrThreads) {
   for (int64_t r = 0; r < m; ++r) {
     linear(w.tensor, x.data() + r * k, 1, one.data(), two);
     ASSERT_EQ(std::memcmp(one.data(), all.data() + r * n, n * sizeof(float)), 0) << "row " << r;
+  }
+  // Batches of one row tile (transposed activations) against the six-row tiles of the 37.
+  for (int64_t rows : {2, 7, 12, 15, 16, 17}) {
+    std::vector<float> part(size_t(rows * n));
+    linear(w.tensor, x.data(), rows, part.data(), two);
+    ASSERT_EQ(std::memcmp(part.data(), all.data(), part.size() * sizeof(float)), 0)
+        << rows << " rows";
   }
 }
 

@@ -36,4 +36,9 @@ std::unique_ptr<uint8_t[]> pack_float_weight(const Tensor& w) {
   return out;
 }
 
+void transpose_activations(const float* x, int64_t m, int64_t k, float* xt) {
+  for (int64_t i = 0; i < k; ++i)
+    for (int64_t r = 0; r < m; ++r) xt[i * m + r] = x[r * k + i];
+}
+
 }  // namespace kestrel::cpu

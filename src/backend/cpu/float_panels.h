@@ -34,6 +34,13 @@ inline size_t float_panel_bytes(DType t, int64_t k) {
 // with zero rows.
 std::unique_ptr<uint8_t[]> pack_float_weight(const Tensor& w);
 
+// Up to this many activation rows run as one register tile (a batched decode), reading the
+// activations transposed: every weight vector is then loaded once per call.
+constexpr int64_t kFloatSinglePassRows = 16;
+
+// xt[i * m + r] = x[r * k + i]: the layout FloatGemm::xt takes.
+void transpose_activations(const float* x, int64_t m, int64_t k, float* xt);
+
 // One float panel GEMM: y[r * y_stride + n] = Σ_k w[n][k]·x[r * k_dim + k] for r < m, n < n_rows.
 struct FloatGemm {
   DType type;
@@ -43,6 +50,7 @@ struct FloatGemm {
   int64_t m;
   float* y;
   int64_t y_stride;
+  const float* xt;  // x transposed (transpose_activations) when m <= kFloatSinglePassRows
 };
 // Computes every row of y for the panels [p0, p1).
 using FloatGemmFn = void (*)(const FloatGemm& g, int64_t p0, int64_t p1);

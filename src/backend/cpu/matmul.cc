@@ -402,6 +402,14 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
     });
   }
   if (m <= 0 || total_units <= 0) return;
+  const float* xt = nullptr;  // x transposed for the float panel jobs of a small batch
+  if (m <= kFloatSinglePassRows &&
+      std::any_of(prep, prep + jobs.size(), [](const Prepared& p) { return p.fgemm != nullptr; })) {
+    thread_local std::vector<float> xt_buf;
+    xt_buf.resize(size_t(m * k));
+    transpose_activations(x, m, k, xt_buf.data());
+    xt = xt_buf.data();
+  }
   if (std::any_of(prep, prep + jobs.size(), [](const Prepared& p) { return p.bgemm != nullptr; })) {
     // Rows padded to whole row tiles with zeros: the tile unit reads sixteen at a time.
     thread_local std::vector<uint16_t> bf16_buf;
@@ -444,7 +452,7 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
         continue;
       }
       if (p.fgemm != nullptr) {
-        const FloatGemm g{jobs[i].w->dtype, p.w, p.n, k, x, m, y, p.n};
+        const FloatGemm g{jobs[i].w->dtype, p.w, p.n, k, x, m, y, p.n, xt};
         p.fgemm(g, n0, n1);
         continue;
       }

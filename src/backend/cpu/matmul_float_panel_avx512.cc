@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <utility>
 
 // GCC 12 warns inside its own AVX-512 intrinsics (the unused halves of _mm512_set1_*).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -43,13 +44,16 @@ struct ChunkWeights {
   size_t panel_stride;
 };
 
-template <DType T, int R, int P>
-void tile(const FloatGemm& g, ChunkWeights cw, int64_t panel0, int64_t panel, int64_t row,
-          int64_t k0, int64_t k1) {
+// The activations of a tile: rows of g.x, or (Interleaved) the K chunk repacked k-major, element
+// (r, i) at xi[i·R + r], so that every broadcast is a fixed offset from one pointer: R row
+// pointers no longer fit the general registers once R passes about eight.
+template <DType T, int R, int P, bool Interleaved>
+void tile(const FloatGemm& g, ChunkWeights cw, const float* xi, int64_t panel0, int64_t panel,
+          int64_t row, int64_t k0, int64_t k1) {
   constexpr int64_t kStep = kPanelRows * kElemBytes(T);  // bytes per k in a panel
   const uint8_t* wp[P];
   __mmask16 valid[P];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int p = 0; p < P; ++p) {
     wp[p] = cw.base + size_t(panel + p - panel0) * cw.panel_stride;
     const int64_t cols = std::min<int64_t>(kPanelRows, g.n - (panel + p) * kPanelRows);
@@ -57,73 +61,96 @@ void tile(const FloatGemm& g, ChunkWeights cw, int64_t panel0, int64_t panel, in
   }
   const float* xr[R];
   __m512 acc[R][P];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     xr[r] = g.x + (row + r) * g.k + k0;
     float* y = g.y + (row + r) * g.y_stride + panel * kPanelRows;
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int p = 0; p < P; ++p)
       acc[r][p] =
           k0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid[p], y + p * kPanelRows);
   }
   for (int64_t i = 0; i < k1 - k0; ++i) {
     __m512 w[P];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int p = 0; p < P; ++p) w[p] = load_weights<T>(wp[p] + i * kStep);
-#pragma GCC unroll 8
+    if constexpr (Interleaved)
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p)
+        _mm_prefetch(reinterpret_cast<const char*>(wp[p] + (i + 32) * kStep), _MM_HINT_T0);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const __m512 x = _mm512_set1_ps(xr[r][i]);
-#pragma GCC unroll 8
+      const __m512 x = _mm512_set1_ps(Interleaved ? xi[i * R + r] : xr[r][i]);
+#pragma GCC unroll 16
       for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(x, w[p], acc[r][p]);
     }
   }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     float* y = g.y + (row + r) * g.y_stride + panel * kPanelRows;
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int p = 0; p < P; ++p) _mm512_mask_storeu_ps(y + p * kPanelRows, valid[p], acc[r][p]);
   }
 }
 
 // Panels [c0, c1) for rows row .. row+R-1 over K elements [k0, k1): P panels per tile (eight
-// for a single row, whose accumulators alone would give too few independent FMA chains), then
-// two and one: a tile of one panel is bound by its activation broadcasts.
-template <DType T, int R>
-void rows(const FloatGemm& g, ChunkWeights cw, int64_t c0, int64_t c1, int64_t row, int64_t k0,
-          int64_t k1) {
-  constexpr int P = R == 1 ? 8 : 4;
+// for a single row, whose accumulators alone would give too few independent FMA chains; fewer as
+// R grows, so that R·P accumulators fit the registers), then the remainder in smaller tiles: a
+// tile of one panel is bound by its activation broadcasts unless R is large.
+template <DType T, int R, bool Interleaved = false>
+void rows(const FloatGemm& g, ChunkWeights cw, const float* xi, int64_t c0, int64_t c1, int64_t row,
+          int64_t k0, int64_t k1) {
+  constexpr int P = R == 1 ? 8 : R <= 6 ? 4 : R <= 12 ? 2 : 1;
   int64_t p = c0;
-  for (; p + P <= c1; p += P) tile<T, R, P>(g, cw, c0, p, row, k0, k1);
+  for (; p + P <= c1; p += P) tile<T, R, P, Interleaved>(g, cw, xi, c0, p, row, k0, k1);
   if (P > 2 && p + 2 <= c1) {
-    tile<T, R, 2>(g, cw, c0, p, row, k0, k1);
+    tile<T, R, 2, Interleaved>(g, cw, xi, c0, p, row, k0, k1);
     p += 2;
   }
-  for (; p < c1; ++p) tile<T, R, 1>(g, cw, c0, p, row, k0, k1);
+  for (; p < c1; ++p) tile<T, R, 1, Interleaved>(g, cw, xi, c0, p, row, k0, k1);
 }
 
+// Up to this many rows run as one row tile: each weight vector is read once per call, so a
+// batched decode streams its weights from memory once instead of once per six-row tile (the
+// later tiles found them in L2, but the first one waited on memory without computing).
+constexpr int kSinglePassRows = int(kFloatSinglePassRows);
+
+template <DType T, int... R>
+void one_tile(const FloatGemm& g, ChunkWeights cw, const float* xi, int64_t c0, int64_t c1,
+              int64_t k0, int64_t k1, std::integer_sequence<int, R...>) {
+  using Fn = void (*)(const FloatGemm&, ChunkWeights, const float*, int64_t, int64_t, int64_t,
+                      int64_t, int64_t);
+  static constexpr Fn kByRows[] = {rows<T, R + 1, true>...};
+  kByRows[g.m - 1](g, cw, xi, c0, c1, 0, k0, k1);
+}
+
+// xi: the K chunk's activations transposed (the tile's layout) when g.m <= kSinglePassRows.
 template <DType T>
-void row_tiles(const FloatGemm& g, ChunkWeights cw, int64_t c0, int64_t c1, int64_t k0,
-               int64_t k1) {
+void row_tiles(const FloatGemm& g, ChunkWeights cw, const float* xi, int64_t c0, int64_t c1,
+               int64_t k0, int64_t k1) {
+  if (g.m <= kSinglePassRows)
+    return one_tile<T>(g, cw, xi, c0, c1, k0, k1,
+                       std::make_integer_sequence<int, kSinglePassRows>());
   constexpr int kRows = 6;
   for (int64_t row = 0; row < g.m; row += kRows) {
     switch (std::min<int64_t>(kRows, g.m - row)) {
       case 1:
-        rows<T, 1>(g, cw, c0, c1, row, k0, k1);
+        rows<T, 1>(g, cw, nullptr, c0, c1, row, k0, k1);
         break;
       case 2:
-        rows<T, 2>(g, cw, c0, c1, row, k0, k1);
+        rows<T, 2>(g, cw, nullptr, c0, c1, row, k0, k1);
         break;
       case 3:
-        rows<T, 3>(g, cw, c0, c1, row, k0, k1);
+        rows<T, 3>(g, cw, nullptr, c0, c1, row, k0, k1);
         break;
       case 4:
-        rows<T, 4>(g, cw, c0, c1, row, k0, k1);
+        rows<T, 4>(g, cw, nullptr, c0, c1, row, k0, k1);
         break;
       case 5:
-        rows<T, 5>(g, cw, c0, c1, row, k0, k1);
+        rows<T, 5>(g, cw, nullptr, c0, c1, row, k0, k1);
         break;
       default:
-        rows<T, 6>(g, cw, c0, c1, row, k0, k1);
+        rows<T, 6>(g, cw, nullptr, c0, c1, row, k0, k1);
     }
   }
 }
@@ -148,12 +175,13 @@ void gemm(const FloatGemm& g, int64_t p0, int64_t p1) {
   alignas(64) float buffer[kWidenPanels * kChunk * kPanelRows];
   for (int64_t k0 = 0; k0 < g.k; k0 += kChunk) {
     const int64_t k1 = std::min(g.k, k0 + kChunk);
+    const float* xi = g.m <= kSinglePassRows ? g.xt + k0 * g.m : nullptr;
     for (int64_t c0 = p0; c0 < p1; c0 += chunk_panels) {
       const int64_t c1 = std::min(p1, c0 + chunk_panels);
       const ChunkWeights direct{
           g.w + size_t(c0) * panel_bytes + size_t(k0) * kPanelRows * kElemBytes(T), panel_bytes};
       if (!widen) {
-        row_tiles<T>(g, direct, c0, c1, k0, k1);
+        row_tiles<T>(g, direct, xi, c0, c1, k0, k1);
         continue;
       }
       const size_t stride = size_t(k1 - k0) * kPanelRows;  // floats per widened panel chunk
@@ -165,8 +193,8 @@ void gemm(const FloatGemm& g, int64_t p0, int64_t p1) {
                           load_weights<T>(src + i * kPanelRows * kElemBytes(T)));
       }
       row_tiles<DType::F32>(
-          g, ChunkWeights{reinterpret_cast<const uint8_t*>(buffer), stride * sizeof(float)}, c0, c1,
-          k0, k1);
+          g, ChunkWeights{reinterpret_cast<const uint8_t*>(buffer), stride * sizeof(float)},
+          nullptr, c0, c1, k0, k1);
     }
   }
 }
