@@ -35,9 +35,10 @@ struct RopeParams {
   DType act = DType::F32;
 };
 
-// One layer's paged K/V cache: [num_blocks, block_size, num_kv_heads, head_dim] for K and for
+// One layer's paged K/V cache: [num_blocks, num_kv_heads, block_size, head_dim] for K and for
 // V, in f32, f16 or bf16; a sequence's token at position p lives in block
-// block_table[p / block_size], row p % block_size.
+// block_table[p / block_size], row p % block_size of each head. Heads are outside the rows so
+// that one head's keys of a block are one contiguous run: attention reads a head at a time.
 struct KVLayer {
   void* k = nullptr;
   void* v = nullptr;
@@ -47,6 +48,12 @@ struct KVLayer {
   int num_kv_heads = 0;
   int head_dim = 0;
 };
+
+// Where slot `slot` (block · block_size + row) of head `head` starts, in elements from k or v.
+inline int64_t kv_row_offset(const KVLayer& c, int64_t slot, int head) {
+  const int64_t block = slot / c.block_size, row = slot % c.block_size;
+  return ((block * c.num_kv_heads + head) * c.block_size + row) * c.head_dim;
+}
 
 // One layer's MLA cache of latents: [num_blocks, block_size, latent_dim + rope_dim], each row
 // [c | kpe] (the normalized latent and the roped shared key), paged like KVLayer.

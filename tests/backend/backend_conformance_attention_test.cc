@@ -169,6 +169,16 @@ TEST_F(BackendConformanceAttention, WriteKvAndPagedAttention) {
     const RopeParams* rope_k = c.rot_dim > 0 ? &rope : nullptr;
     const float scale = 1.0f / std::sqrt(float(hd));
     const size_t cache_bytes = size_t(lay.num_blocks * c.block_size * row) * elem_bytes(c.cache);
+    // The cache's shape (the data pointers are not read by kv_row_offset).
+    KVLayer shape;
+    shape.num_blocks = lay.num_blocks;
+    shape.block_size = c.block_size;
+    shape.num_kv_heads = c.kv_heads;
+    shape.head_dim = hd;
+    // Where slot `slot`, head g starts in the cache, in bytes.
+    auto at_of = [&](int64_t slot, int g) {
+      return size_t(kv_row_offset(shape, slot, g)) * elem_bytes(c.cache);
+    };
 
     for_each_isa([&](const std::string&) {
       std::vector<AlignedVector<uint8_t>> kc, vc;
@@ -202,9 +212,13 @@ TEST_F(BackendConformanceAttention, WriteKvAndPagedAttention) {
         const std::vector<float>& k = tk == &lay.history ? kh : ks;
         const std::vector<float>& v = tk == &lay.history ? vh : vs;
         for (size_t t = 0; t < tk->pos.size(); ++t) {
-          const size_t at = size_t(tk->slots[t] * row) * elem_bytes(c.cache);
-          const std::vector<float> kr = widen(c.cache, kc[1].data() + at, row);
-          const std::vector<float> vr = widen(c.cache, vc[1].data() + at, row);
+          std::vector<float> kr, vr;
+          for (int g = 0; g < c.kv_heads; ++g) {
+            const std::vector<float> kg = widen(c.cache, kc[1].data() + at_of(tk->slots[t], g), hd);
+            const std::vector<float> vg = widen(c.cache, vc[1].data() + at_of(tk->slots[t], g), hd);
+            kr.insert(kr.end(), kg.begin(), kg.end());
+            vr.insert(vr.end(), vg.begin(), vg.end());
+          }
           for (int64_t i = 0; i < row; ++i) {
             const int d = int(i % hd), half = c.rot_dim / 2;
             Interval want{rounded(c.cache, k[t * row + i]), rounded(c.cache, k[t * row + i])};
@@ -239,7 +253,7 @@ TEST_F(BackendConformanceAttention, WriteKvAndPagedAttention) {
           std::vector<std::vector<float>> kr, vr;
           std::vector<const float*> keys, values;
           for (int j = 0; j <= pos; ++j) {
-            const size_t at = size_t(lay.slot_of(s, j) * row + g * hd) * elem_bytes(c.cache);
+            const size_t at = at_of(lay.slot_of(s, j), g);
             kr.push_back(widen(c.cache, kc[1].data() + at, hd));
             vr.push_back(widen(c.cache, vc[1].data() + at, hd));
           }

@@ -70,8 +70,9 @@ void run_case(const Case& c, int threads) {
       for (int64_t i = 0; i < row; ++i) {
         float kv = nd(rng), vv = nd(rng);
         if (!is_new) {
-          kc[slot * row + i] = kv;
-          vc[slot * row + i] = vv;
+          const int64_t at = kv_row_offset(layer, slot, int(i / hd)) + i % hd;
+          kc[at] = kv;
+          vc[at] = vv;
         } else {
           knew.push_back(kv);
           vnew.push_back(vv);

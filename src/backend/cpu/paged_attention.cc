@@ -34,7 +34,7 @@ void key_offsets(const KVLayer& c, const int32_t* block_table, int kv_head, int6
   int64_t blk = j0 / c.block_size, off = j0 % c.block_size;
   for (int64_t i = 0; i < n; ++i) {
     offs[size_t(i)] =
-        ((int64_t(block_table[blk]) * c.block_size + off) * c.num_kv_heads + kv_head) *
+        ((int64_t(block_table[blk]) * c.num_kv_heads + kv_head) * c.block_size + off) *
         int64_t(c.head_dim);
     if (++off == c.block_size) {
       off = 0;
@@ -113,7 +113,7 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   auto block_rows = [&](const void* base, int64_t j0, int nk, const uint8_t** src) {
     const auto* b = static_cast<const uint8_t*>(base);
     for (int jj = 0; jj < nk; ++jj) src[jj] = b + s.offs[size_t(j0 - begin + jj)] * es;
-    for (int64_t j = j0 + kKeyBlock; j < std::min(len, j0 + 2 * kKeyBlock); ++j)
+    for (int64_t j = j0 + 1 * kKeyBlock; j < std::min(len, j0 + 2 * kKeyBlock); ++j)
       for (int64_t off = 0; off < row_bytes; off += 64)
         _mm_prefetch(reinterpret_cast<const char*>(b + s.offs[size_t(j - begin)] * es + off),
                      _MM_HINT_T0);
@@ -185,8 +185,9 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
 
 void write_kv(const KVLayer& cache, const float* k, const float* v, const AttentionBatch& batch,
               const RopeParams* rope_k) {
-  const int64_t row = int64_t(cache.num_kv_heads) * cache.head_dim;
-  const int64_t row_bytes = row * int64_t(cache_elem_size(cache.dtype));
+  const int hd = cache.head_dim;
+  const int64_t row = int64_t(cache.num_kv_heads) * hd;
+  const int64_t es = int64_t(cache_elem_size(cache.dtype));
   thread_local std::vector<float> rotated;
   for (int64_t t = 0; t < batch.num_tokens; ++t) {
     const int64_t slot = batch.slot_mapping[t];
@@ -194,13 +195,14 @@ void write_kv(const KVLayer& cache, const float* k, const float* v, const Attent
     const float* kr = k + t * row;
     if (rope_k != nullptr) {
       rotated.assign(kr, kr + row);
-      apply_rope(rotated.data(), 1, cache.num_kv_heads, cache.head_dim, batch.positions + t,
-                 *rope_k);
+      apply_rope(rotated.data(), 1, cache.num_kv_heads, hd, batch.positions + t, *rope_k);
       kr = rotated.data();
     }
-    store_cache_row(cache.dtype, kr, static_cast<uint8_t*>(cache.k) + slot * row_bytes, row);
-    store_cache_row(cache.dtype, v + t * row, static_cast<uint8_t*>(cache.v) + slot * row_bytes,
-                    row);
+    for (int h = 0; h < cache.num_kv_heads; ++h) {
+      const int64_t at = kv_row_offset(cache, slot, h) * es;
+      store_cache_row(cache.dtype, kr + h * hd, static_cast<uint8_t*>(cache.k) + at, hd);
+      store_cache_row(cache.dtype, v + t * row + h * hd, static_cast<uint8_t*>(cache.v) + at, hd);
+    }
   }
 }
 
@@ -220,7 +222,7 @@ void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch&
   for_each_query_tile(batch, kQueryTile, [&](int s, int64_t t0, int64_t t1) {
     for (int h = 0; h < kvh; ++h) units.push_back({t0, t1, s, h});
   });
-  std::sort(units.begin(), units.end(), [&](const Unit& a, const Unit& b) {
+  std::stable_sort(units.begin(), units.end(), [&](const Unit& a, const Unit& b) {
     return batch.positions[a.t1 - 1] > batch.positions[b.t1 - 1];
   });
   const Params params{cache,          batch, num_heads, num_heads / kvh,

@@ -1,7 +1,7 @@
 // backend/cpu/paged_attention.h — causal attention over a paged KV cache.
-// The cache of one layer is [num_blocks, block_size, num_kv_heads, head_dim] for K and for V, in
-// f32, f16 or bf16; a sequence's token at position p lives in block block_table[p / block_size],
-// row p % block_size.
+// The cache of one layer is [num_blocks, num_kv_heads, block_size, head_dim] for K and for V, in
+// f32, f16 or bf16 (KVLayer, kv_row_offset); a sequence's token at position p lives in block
+// block_table[p / block_size], row p % block_size.
 #pragma once
 
 #include <cstdint>
