@@ -162,5 +162,33 @@ TEST(Rope, Bf16ActivationsGiveRepresentableValuesNearF32) {
   EXPECT_TRUE(any_differs);
 }
 
+// With bf16 activations each product and the sum are rounded, in the vector lanes (pairs 0..15)
+// exactly as in the scalar tail (pairs 16..19).
+TEST(Rope, Bf16RoundsEachProductAndTheSum) {
+  const int heads = 3, hd = 40, half = hd / 2;
+  std::vector<float> inv(half);
+  for (int i = 0; i < half; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / hd);
+  auto x = randn(2 * heads * hd, 32);
+  round_to(DType::BF16, x.data(), int64_t(x.size()));
+  auto y = x;
+  const int32_t pos[2] = {7, 1000};
+  apply_rope(y.data(), 2, heads, hd, pos, RopeParams{inv.data(), hd, 1.0f, false, DType::BF16});
+  auto r = [](float v) { return bf16_to_f32(f32_to_bf16(v)); };
+  for (int t = 0; t < 2; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      const float* v = x.data() + (t * heads + h) * hd;
+      const float* out = y.data() + (t * heads + h) * hd;
+      for (int i = 0; i < half; ++i) {
+        const float theta = float(pos[t]) * inv[i];
+        const float c = r(std::cos(theta)), sn = r(std::sin(theta));
+        const float a = v[i], b = v[i + half];
+        ASSERT_EQ(out[i], r(r(a * c) + r(-b * sn))) << "t " << t << " h " << h << " pair " << i;
+        ASSERT_EQ(out[i + half], r(r(b * c) + r(a * sn)))
+            << "t " << t << " h " << h << " pair " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kestrel::cpu

@@ -35,7 +35,14 @@ void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t d
     if (act == DType::F32) {
       for (int64_t i = 0; i < dim; ++i) yr[i] = w[i] * (xr[i] * scale);
     } else {
-      for (int64_t i = 0; i < dim; ++i) yr[i] = round_to(act, w[i] * round_to(act, xr[i] * scale));
+      // Eight lanes through round_to8, which rounds exactly as the scalar round_to of the tail.
+      const __m256 vs = _mm256_set1_ps(scale);
+      int64_t i = 0;
+      for (; i + 8 <= dim; i += 8) {
+        const __m256 n = simd::round_to8(act, _mm256_mul_ps(_mm256_loadu_ps(xr + i), vs));
+        _mm256_storeu_ps(yr + i, simd::round_to8(act, _mm256_mul_ps(_mm256_loadu_ps(w + i), n)));
+      }
+      for (; i < dim; ++i) yr[i] = round_to(act, w[i] * round_to(act, xr[i] * scale));
     }
   }
 }

@@ -1,9 +1,12 @@
 #include "backend/cpu/rope.h"
 
+#include <immintrin.h>
+
 #include <cmath>
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/simd_math.h"
 
 namespace kestrel::cpu {
 
@@ -36,7 +39,24 @@ void apply_rope(float* x, int64_t n_tokens, int n_heads, int head_dim, const int
           v[2 * i + 1] = rot(b, cos_t[i], a, sin_t[i]);
         }
       } else {
-        for (int i = 0; i < half; ++i) {
+        int i = 0;
+        if (p.act != DType::F32) {
+          // Eight pairs at a time, each product and sum rounded as rot rounds it.
+          const DType act = p.act;
+          auto rot8 = [act](__m256 a, __m256 c, __m256 b, __m256 s) {
+            return simd::round_to8(act, _mm256_add_ps(simd::round_to8(act, _mm256_mul_ps(a, c)),
+                                                      simd::round_to8(act, _mm256_mul_ps(b, s))));
+          };
+          const __m256 sign = _mm256_set1_ps(-0.0f);
+          for (; i + 8 <= half; i += 8) {
+            const __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(v + i + half);
+            const __m256 c = _mm256_loadu_ps(cos_t.data() + i),
+                         s = _mm256_loadu_ps(sin_t.data() + i);
+            _mm256_storeu_ps(v + i, rot8(a, c, _mm256_xor_ps(b, sign), s));
+            _mm256_storeu_ps(v + i + half, rot8(b, c, a, s));
+          }
+        }
+        for (; i < half; ++i) {
           const float a = v[i], b = v[i + half];
           v[i] = rot(a, cos_t[i], -b, sin_t[i]);
           v[i + half] = rot(b, cos_t[i], a, sin_t[i]);
