@@ -36,10 +36,7 @@ class DenseMlp final : public FfnLayer {
     float* u = ctx.scratch.get(kSlotMlpUp, m * I_);
     const LinearJob gate_up[2] = {{&gate_, g}, {&up_, u}};
     ctx.be.linear_group(gate_up, h, m);
-    ctx.round(g, m * I_);
-    ctx.round(u, m * I_);
-    ctx.be.silu_mul(g, u, g, m * I_);
-    ctx.round(g, m * I_);
+    ctx.be.silu_mul(g, u, g, m * I_, ctx.act);  // rounds g and u first, and the product
     ctx.be.linear(down_, g, m, out);
     ctx.round(out, m * H_);
   }

@@ -338,9 +338,9 @@ TEST_F(BackendConformance, SiluMul) {
   const std::vector<float> g = randn(size_t(n), rng, 0.0f, 4.0f), u = randn(size_t(n), rng);
   for_each_isa([&](const std::string&) {
     std::vector<float> s1(size_t(n), kNaN), s2 = s1, alias = g;
-    one->silu_mul(g.data(), u.data(), s1.data(), n);
-    two->silu_mul(g.data(), u.data(), s2.data(), n);
-    two->silu_mul(alias.data(), u.data(), alias.data(), n);
+    one->silu_mul(g.data(), u.data(), s1.data(), n, DType::F32);
+    two->silu_mul(g.data(), u.data(), s2.data(), n, DType::F32);
+    two->silu_mul(alias.data(), u.data(), alias.data(), n, DType::F32);
     EXPECT_TRUE(same_bits(s1, s2));
     EXPECT_TRUE(same_bits(alias, s2)) << "out aliasing gate";
     int bad = 0;
@@ -352,6 +352,28 @@ TEST_F(BackendConformance, SiluMul) {
     }
     EXPECT_EQ(bad, 0);
   });
+}
+
+// With bf16/f16 activations silu_mul rounds gate and up first and the product after: the same bits
+// as rounding each tensor in its own pass around the f32 silu_mul.
+TEST_F(BackendConformance, SiluMulRoundsToTheActivationDtype) {
+  std::mt19937 rng(6);
+  const int64_t n = 40003;
+  const std::vector<float> g = randn(size_t(n), rng, 0.0f, 4.0f), u = randn(size_t(n), rng);
+  for (const DType act : {DType::BF16, DType::F16}) {
+    for_each_isa([&](const std::string&) {
+      std::vector<float> fused(size_t(n), kNaN), gr = g, ur = u, passes(size_t(n), kNaN);
+      two->silu_mul(g.data(), u.data(), fused.data(), n, act);
+      one->round_to(act, gr.data(), n);
+      one->round_to(act, ur.data(), n);
+      one->silu_mul(gr.data(), ur.data(), passes.data(), n, DType::F32);
+      one->round_to(act, passes.data(), n);
+      EXPECT_TRUE(same_bits(fused, passes)) << dtype_name(act);
+      std::vector<float> f32_result(static_cast<size_t>(n));
+      one->silu_mul(g.data(), u.data(), f32_result.data(), n, DType::F32);
+      EXPECT_FALSE(same_bits(fused, f32_result)) << dtype_name(act) << ": nothing was rounded";
+    });
+  }
 }
 
 // add_inplace and add_bias: exact f32 adds, on a length past the backend's parallel grain.

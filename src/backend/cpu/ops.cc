@@ -57,13 +57,14 @@ void add_rms_norm(float* x, const float* y, const float* w, float eps, int64_t r
   }
 }
 
-void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+void silu_mul(const float* gate, const float* up, float* out, int64_t n, DType act) {
   const __m256 one = _mm256_set1_ps(1.0f);
   auto eight = [&](const float* g8, const float* u8, float* o8) {
-    const __m256 g = _mm256_loadu_ps(g8);
+    const __m256 g = simd::round_to8(act, _mm256_loadu_ps(g8));
+    const __m256 u = simd::round_to8(act, _mm256_loadu_ps(u8));
     const __m256 e = simd::exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
-    _mm256_storeu_ps(o8,
-                     _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(u8)));
+    _mm256_storeu_ps(
+        o8, simd::round_to8(act, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u)));
   };
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) eight(gate + i, up + i, out + i);

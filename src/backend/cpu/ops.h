@@ -20,8 +20,9 @@ void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t d
 void add_rms_norm(float* x, const float* y, const float* w, float eps, int64_t rows, int64_t dim,
                   float* out, DType act = DType::F32);
 
-// out[i] = silu(gate[i]) * up[i]; out may alias gate or up.
-void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+// out[i] = silu(gate[i]) * up[i]; out may alias gate or up. With act BF16/F16:
+// r(silu(r(gate[i])) * r(up[i])), r rounding to act (round_to's bits).
+void silu_mul(const float* gate, const float* up, float* out, int64_t n, DType act = DType::F32);
 
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n);
