@@ -55,8 +55,8 @@ struct Unit {
 struct Scratch {
   std::vector<float> q, out, scores, rows;
   std::vector<int64_t> offs;
-  std::vector<uint8_t> active;
-  std::vector<int8_t> first, end;
+  std::vector<uint8_t> active, all_active;
+  std::vector<int8_t> first, end, all_first, all_end;
 };
 
 struct Params {
@@ -137,15 +137,23 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   // Pass 1: scores, eight keys at a time. Cached rows are scattered over the blocks and read
   // once per step, so the next block's rows are prefetched: waiting on them was most of the
   // widening time in batched decode.
+  // Blocks of keys [j0, j0 + 8) with j0 + 7 <= min_pos and j0 >= max_lo are seen whole by every
+  // row (all but the causal diagonal and the window's edge): their per-row masks are constant.
+  const int64_t max_lo = first_key(max_pos);
+  auto whole = [&](int64_t j0) { return j0 + kKeyBlock - 1 <= min_pos && j0 >= max_lo; };
   s.active.resize(size_t(nq));
+  s.all_active.assign(size_t(nq), 1);
   const uint8_t* src[kKeyBlock];
   for (int64_t j0 = begin; j0 < len; j0 += kKeyBlock) {
     const int nk = int(std::min<int64_t>(kKeyBlock, len - j0));
     block_rows(p.cache.k, j0, nk, src);
     p.kernels.widen_keys(op, src, nk, s.rows.data(), hdp, hd);
-    for (int r = 0; r < nq; ++r)
-      s.active[size_t(r)] = pos_of(r) >= j0 && first_key(pos_of(r)) < j0 + kKeyBlock;
-    p.kernels.scores(s.q.data(), nq, hdp, s.rows.data(), s.active.data(), p.scale, p.act,
+    const bool all = whole(j0);
+    if (!all)
+      for (int r = 0; r < nq; ++r)
+        s.active[size_t(r)] = pos_of(r) >= j0 && first_key(pos_of(r)) < j0 + kKeyBlock;
+    p.kernels.scores(s.q.data(), nq, hdp, s.rows.data(),
+                     all ? s.all_active.data() : s.active.data(), p.scale, p.act,
                      s.scores.data() + (j0 - begin), stride);
   }
 
@@ -159,10 +167,17 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   // Pass 3: out += p_j · v_j in key order, V rows widened eight at a time for the whole unit.
   s.first.resize(size_t(nq));
   s.end.resize(size_t(nq));
+  s.all_first.assign(size_t(nq), 0);
+  s.all_end.assign(size_t(nq), int8_t(kKeyBlock));
   for (int64_t j0 = begin; j0 < len; j0 += kKeyBlock) {
     const int nk = int(std::min<int64_t>(kKeyBlock, len - j0));
     block_rows(p.cache.v, j0, nk, src);
     widen_cache_rows(op, src, nk, s.rows.data(), hdp, hd);
+    if (whole(j0)) {
+      p.kernels.accumulate(s.scores.data() + (j0 - begin), stride, s.rows.data(), hdp, nq,
+                           s.all_first.data(), s.all_end.data(), s.out.data());
+      continue;
+    }
     for (int r = 0; r < nq; ++r) {
       const int64_t pos = pos_of(r), lo = first_key(pos);
       const bool sees = pos >= j0 && lo < j0 + nk;
