@@ -65,8 +65,10 @@ class CpuBackend final : public Backend {
     });
   }
   void silu_mul(const float* gate, const float* up, float* out, int64_t n, DType act) override {
+    const bool wide = std::strcmp(cpu::linear_isa(), "avx512") == 0;
     pool_.parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
-      cpu::silu_mul(gate + b, up + b, out + b, e - b, act);
+      if (!wide || !cpu::silu_mul_avx512(gate + b, up + b, out + b, e - b, act))
+        cpu::silu_mul(gate + b, up + b, out + b, e - b, act);
     });
   }
   void parallel_for(int64_t n, int64_t grain,
