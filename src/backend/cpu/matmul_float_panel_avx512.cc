@@ -74,6 +74,7 @@ void tile(const FloatGemm& g, ChunkWeights cw, const float* xi, int64_t panel0, 
     __m512 w[P];
 #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) w[p] = load_weights<T>(wp[p] + i * kStep);
+    // The one-pass tile streams its weights from memory: each panel's run is fetched 32 k ahead.
     if constexpr (Interleaved)
 #pragma GCC unroll 16
       for (int p = 0; p < P; ++p)

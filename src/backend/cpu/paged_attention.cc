@@ -113,7 +113,7 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   auto block_rows = [&](const void* base, int64_t j0, int nk, const uint8_t** src) {
     const auto* b = static_cast<const uint8_t*>(base);
     for (int jj = 0; jj < nk; ++jj) src[jj] = b + s.offs[size_t(j0 - begin + jj)] * es;
-    for (int64_t j = j0 + 1 * kKeyBlock; j < std::min(len, j0 + 2 * kKeyBlock); ++j)
+    for (int64_t j = j0 + kKeyBlock; j < std::min(len, j0 + 2 * kKeyBlock); ++j)
       for (int64_t off = 0; off < row_bytes; off += 64)
         _mm_prefetch(reinterpret_cast<const char*>(b + s.offs[size_t(j - begin)] * es + off),
                      _MM_HINT_T0);
@@ -228,7 +228,8 @@ void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch&
   KCHECK(cache.dtype == DType::F32 || cache.dtype == DType::F16 || cache.dtype == DType::BF16,
          "unsupported KV cache dtype {}", dtype_name(cache.dtype));
   // Units: each sequence's tokens in tiles of kQueryTile, times the KV heads; the longest
-  // contexts (last tiles) first so the dynamic split ends evenly.
+  // contexts (last tiles) first so the dynamic split ends evenly, and stably, so that a tile's
+  // heads stay adjacent and one thread reads that sequence's blocks back to back.
   // Reused across calls: no allocation per layer once the largest batch has been seen. Named
   // through a reference so the workers below see the caller's vector, not their own.
   thread_local std::vector<Unit> reused;
