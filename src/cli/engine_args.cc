@@ -146,6 +146,9 @@ Expected<Engine> start_engine(const EngineArgs& a) {
   KLOG_INFO("KV cache size: {} tokens", e.kv.num_tokens);
   KLOG_INFO("Maximum concurrency for {} tokens per request: {:.2f}x", sc.max_model_len,
             double(e.kv.num_tokens) / double(sc.max_model_len));
+  KLOG_INFO("Chunked prefill is {} with max_num_batched_tokens={}, max_num_seqs={}",
+            sc.enable_chunked_prefill ? "enabled" : "disabled", sc.max_num_batched_tokens,
+            sc.max_num_seqs);
 
   EngineClient::Options opts;
   opts.scheduler = sc;
