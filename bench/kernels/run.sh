@@ -9,7 +9,7 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="$root/build-bench"
 cmake -S "$root" -B "$build" -G Ninja -DKESTREL_BUILD_BENCHMARKS=ON -DCMAKE_BUILD_TYPE=Release \
   > /dev/null
-bins=(peak_bench matmul_bench blas_bench attention_bench structured_bench contract_bench)
+bins=(peak_bench matmul_bench blas_bench attention_bench structured_bench contract_bench pool_bench)
 # oneDNN's matmul beside Kestrel's (issue 18), where Debian's libdnnl-dev is installed.
 [[ -e /usr/include/oneapi/dnnl/dnnl.hpp ]] && bins+=(dnnl_bench)
 ninja -C "$build" "${bins[@]}"
