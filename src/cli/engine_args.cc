@@ -11,10 +11,10 @@ namespace {
 
 // The default token budget with chunked prefill (and at least max_num_seqs, so that every running
 // decode fits a step). vLLM tunes this per platform (its CPU server default is 2,048, TPU v5e's
-// 512); on this CPU a step of 512 tokens already runs the GEMMs at
-// the speed of 2,048 (docs/benchmarks.md, issue 18: prefill throughput equal or 3 % better), while
-// each larger step holds every running decode and every queued prompt's first token for longer:
-// in vLLM's `bench serve` race, 16 prompts at once, mean TTFT fell from 2.7 s to 1.4 s.
+// 512). On the CPU a step of 512 tokens already runs the GEMMs at the speed of 2,048
+// (docs/benchmarks.md, issue 18: prefill throughput equal or 3 % better), while each larger step
+// holds every running decode and every queued prompt's first token for longer: in vLLM's
+// `bench serve` race, 16 prompts at once, mean TTFT fell from 2.7 s to 1.4 s.
 constexpr int64_t kDefaultChunkedBatchedTokens = 512;
 // Without chunked prefill a step must hold a whole prompt: at least this, and max_model_len.
 constexpr int64_t kDefaultMaxNumBatchedTokens = 2048;
