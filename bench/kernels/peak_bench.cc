@@ -8,11 +8,11 @@
 // Column GMAC/s is the peak; a case the CPU lacks is skipped with a message.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
+
+#include "backend/cpu/amx_tiles.h"
 
 namespace {
 
@@ -70,34 +70,13 @@ void bm_vnni(benchmark::State& state) {
   run_peak(state, 64, vnni_steps);
 }
 
-// Linux hands out AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA).
-bool amx_ready() {
-  static const bool ready = [] {
-    if (!__builtin_cpu_supports("amx-tile")) return false;
-    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  }();
-  return ready;
-}
-
 // Tiles 0–3 accumulate (16 rows × 64 bytes), 4–5 and 6–7 are the operands; four independent
 // accumulations per round stand for the twelve of the vector loops (AMX has eight tiles).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
+const kestrel::cpu::AmxTileConfig kTiles = {
+    1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
 
 __attribute__((target("amx-tile,amx-int8,amx-bf16"))) void load_tiles() {
-  // Static, then a compiler barrier: GCC 12 does not treat ldtilecfg as reading its operand and
-  // drops the stores to a local configuration (the tiles then stay unconfigured: #UD).
-  static TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  benchmark::ClobberMemory();
-  _tile_loadconfig(&cfg);
+  _tile_loadconfig(&kTiles);
   alignas(64) static uint8_t buf[16 * 64];
   std::memset(buf, 1, sizeof(buf));
   _tile_loadd(4, buf, 64);
@@ -127,7 +106,8 @@ __attribute__((target("amx-tile"))) void release_tiles() {
 }
 
 void bm_amx_int8(benchmark::State& state) {
-  if (!amx_ready()) return state.SkipWithError("no AMX (CPU or kernel permission)");
+  if (!kestrel::cpu::amx_tile_state_granted())
+    return state.SkipWithError("no AMX (CPU or kernel permission)");
   load_tiles();
   run_peak(state, 16.0 * 16 * 64, amx_int8_steps);
   release_tiles();
@@ -145,7 +125,8 @@ __attribute__((target("amx-tile,amx-bf16"))) void amx_bf16_steps() {
 }
 
 void bm_amx_bf16(benchmark::State& state) {
-  if (!amx_ready()) return state.SkipWithError("no AMX (CPU or kernel permission)");
+  if (!kestrel::cpu::amx_tile_state_granted())
+    return state.SkipWithError("no AMX (CPU or kernel permission)");
   load_tiles();
   run_peak(state, 16.0 * 16 * 32, amx_bf16_steps);
   release_tiles();

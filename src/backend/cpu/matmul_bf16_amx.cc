@@ -8,11 +8,11 @@
     defined(__AMX_BF16__)
 
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+
+#include "backend/cpu/amx_tiles.h"
 
 // GCC 12 warns inside its own AVX-512 intrinsics (the unused halves of _mm512_set1_*).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -23,14 +23,7 @@ namespace {
 
 // Tiles 0–3: f32 results (16 rows × 16 lanes) of two row tiles × two panels; 4 and 5: the row
 // tiles' activations (16 rows × 32 bf16); 6 and 7: the panels' weights (16 pair rows × 64 bytes).
-struct alignas(64) TileConfig {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-// Constant-initialised: GCC 12 does not see ldtilecfg read its operand and would drop stores
-// to a configuration built at run time.
-const TileConfig kTileConfig = {
+const AmxTileConfig kTileConfig = {
     1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
 
 constexpr size_t kBlockBytes = size_t(kPanelRows) * kBf16TileK * 2;
@@ -124,13 +117,9 @@ void gemm(const Bf16Gemm& g, int64_t p0, int64_t p1) {
   _tile_release();
 }
 
-// Linux hands out the tile state only on request, once per process.
 bool amx_bf16_permitted() {
-  if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16") ||
-      !__builtin_cpu_supports("avx512bf16"))
-    return false;
-  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return __builtin_cpu_supports("amx-bf16") && __builtin_cpu_supports("avx512bf16") &&
+         amx_tile_state_granted();
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 // GCC 12 warns inside its own AVX-512 intrinsics (the unused halves of _mm512_set1_*).
@@ -116,44 +117,28 @@ void rows(const FloatGemm& g, ChunkWeights cw, const float* xi, int64_t c0, int6
 // later tiles found them in L2, but the first one waited on memory without computing).
 constexpr int kSinglePassRows = int(kFloatSinglePassRows);
 
-template <DType T, int... R>
-void one_tile(const FloatGemm& g, ChunkWeights cw, const float* xi, int64_t c0, int64_t c1,
-              int64_t k0, int64_t k1, std::integer_sequence<int, R...>) {
-  using Fn = void (*)(const FloatGemm&, ChunkWeights, const float*, int64_t, int64_t, int64_t,
-                      int64_t, int64_t);
-  static constexpr Fn kByRows[] = {rows<T, R + 1, true>...};
-  kByRows[g.m - 1](g, cw, xi, c0, c1, 0, k0, k1);
+using RowsFn = void (*)(const FloatGemm&, ChunkWeights, const float*, int64_t, int64_t, int64_t,
+                        int64_t, int64_t);
+
+// rows<T, r, Interleaved> for r = 1 .. sizeof...(R): the tile for a run-time row count.
+template <DType T, bool Interleaved, int... R>
+constexpr std::array<RowsFn, sizeof...(R)> rows_by_count(std::integer_sequence<int, R...>) {
+  return {rows<T, R + 1, Interleaved>...};
 }
 
 // xi: the K chunk's activations transposed (the tile's layout) when g.m <= kSinglePassRows.
 template <DType T>
 void row_tiles(const FloatGemm& g, ChunkWeights cw, const float* xi, int64_t c0, int64_t c1,
                int64_t k0, int64_t k1) {
-  if (g.m <= kSinglePassRows)
-    return one_tile<T>(g, cw, xi, c0, c1, k0, k1,
-                       std::make_integer_sequence<int, kSinglePassRows>());
-  constexpr int kRows = 6;
-  for (int64_t row = 0; row < g.m; row += kRows) {
-    switch (std::min<int64_t>(kRows, g.m - row)) {
-      case 1:
-        rows<T, 1>(g, cw, nullptr, c0, c1, row, k0, k1);
-        break;
-      case 2:
-        rows<T, 2>(g, cw, nullptr, c0, c1, row, k0, k1);
-        break;
-      case 3:
-        rows<T, 3>(g, cw, nullptr, c0, c1, row, k0, k1);
-        break;
-      case 4:
-        rows<T, 4>(g, cw, nullptr, c0, c1, row, k0, k1);
-        break;
-      case 5:
-        rows<T, 5>(g, cw, nullptr, c0, c1, row, k0, k1);
-        break;
-      default:
-        rows<T, 6>(g, cw, nullptr, c0, c1, row, k0, k1);
-    }
+  if (g.m <= kSinglePassRows) {
+    static constexpr auto kOnePass =
+        rows_by_count<T, true>(std::make_integer_sequence<int, kSinglePassRows>());
+    return kOnePass[size_t(g.m - 1)](g, cw, xi, c0, c1, 0, k0, k1);
   }
+  constexpr int kRows = 6;
+  static constexpr auto kTiles = rows_by_count<T, false>(std::make_integer_sequence<int, kRows>());
+  for (int64_t row = 0; row < g.m; row += kRows)
+    kTiles[size_t(std::min<int64_t>(kRows, g.m - row) - 1)](g, cw, nullptr, c0, c1, row, k0, k1);
 }
 
 // Panels are taken in chunks of about this many bytes per K chunk, which stay in L2 while every

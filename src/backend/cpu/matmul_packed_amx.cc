@@ -13,12 +13,11 @@
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
 
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "backend/cpu/amx_tiles.h"
 #include "backend/cpu/packed_block_avx512.h"
 
 // GCC 12 warns inside its own AVX-512 intrinsics (the unused halves of _mm512_set1_*).
@@ -31,14 +30,7 @@ namespace {
 // Tiles 0 and 1: int32 results (16 rows × 16 lanes); 2 and 3: activation codes (16 rows × 32
 // bytes); 4 and 5: weight codes (8 quad rows × 64 bytes). Two of each so that one block's
 // product runs while the previous block's epilogue does.
-struct alignas(64) TileConfig {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
-// Constant-initialised: GCC 12 does not see ldtilecfg read its operand and would drop stores
-// to a configuration built at run time.
-const TileConfig kTileConfig = {1, 0, {}, {64, 64, 32, 32, 64, 64}, {16, 16, 16, 16, 8, 8}};
+const AmxTileConfig kTileConfig = {1, 0, {}, {64, 64, 32, 32, 64, 64}, {16, 16, 16, 16, 8, 8}};
 
 // One block's converted codes: 8 quad rows of 64 bytes.
 constexpr int kTileBlockBytes = kPanelBlockCodes;
@@ -184,13 +176,9 @@ void gemm(const PackedGemm& g, int64_t p0, int64_t p1) {
 constexpr PackedGemmFn kGemm =
     gemm_for_type<gemm<DType::Q4_0>, gemm<DType::Q4_1>, gemm<DType::Q8_0>>;
 
-// Linux hands out the tile state only on request, once per process.
 bool amx_permitted() {
-  if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-int8") ||
-      !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vnni"))
-    return false;
-  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return __builtin_cpu_supports("amx-int8") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vnni") && amx_tile_state_granted();
 }
 
 }  // namespace
