@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/matmul.h"
+#include "backend/linear_checks.h"
 #include "base/fp16.h"
 #include "base/thread_pool.h"
 
@@ -34,14 +35,6 @@ Weights make_weights(int64_t n, int64_t k, uint32_t seed) {
   w.tensor.packed = w.packed.get();
   w.tensor.packed_kind = PackedKind::kBf16Tiles;
   return w;
-}
-
-std::vector<float> randn(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = normal(rng);
-  return v;
 }
 
 class Bf16Tiles : public testing::Test {

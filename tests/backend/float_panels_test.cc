@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/matmul.h"
+#include "backend/linear_checks.h"
 #include "base/fp16.h"
 #include "base/thread_pool.h"
 
@@ -48,14 +49,6 @@ FloatWeights make_weights(DType t, int64_t n, int64_t k, uint32_t seed) {
   w.tensor.packed = w.packed.get();
   w.tensor.packed_kind = PackedKind::kPanels;
   return w;
-}
-
-std::vector<float> randn(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = normal(rng);
-  return v;
 }
 
 class FloatPanels : public testing::TestWithParam<DType> {
@@ -138,23 +131,7 @@ TEST_P(FloatPanels, OtherIsasIgnoreThePackedCopy) {
   const int64_t m = 5, n = 9, k = 48;
   FloatWeights w = make_weights(GetParam(), n, k, 5);
   const auto x = randn(m * k, 6);
-  ThreadPool pool(1);
-  Tensor plain = w.tensor;
-  plain.packed = nullptr;
-  for (const char* isa : {"avx2", "scalar"}) {
-    set_linear_isa(isa);
-    std::vector<float> a(m * n), b(m * n);
-    linear(w.tensor, x.data(), m, a.data(), pool);
-    linear(plain, x.data(), m, b.data(), pool);
-    EXPECT_EQ(a, b) << isa;
-  }
-  set_linear_isa("auto");
-  std::vector<float> packed(m * n), unpacked(m * n);
-  linear(w.tensor, x.data(), m, packed.data(), pool);
-  linear(plain, x.data(), m, unpacked.data(), pool);
-  EXPECT_NE(packed, unpacked);  // the panel kernel really ran (it sums K in another order)
-  for (size_t i = 0; i < packed.size(); ++i)
-    EXPECT_NEAR(packed[i], unpacked[i], 1e-5 * (1 + std::fabs(unpacked[i])));
+  check_other_isas_ignore_packed_copy(w.tensor, x, m, 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, FloatPanels, testing::Values(DType::F32, DType::F16, DType::BF16),

@@ -70,14 +70,6 @@ TEST(Fp8Conversion, F16BitsAreTheValueTimesTwoToTheMinusEight) {
   }
 }
 
-std::vector<float> randn(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(size_t(n), 0.0f);
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
-
 // A random [n, k] FP8 weight: every finite code equally likely, and one random scale per block of
 // br x bc elements (br = 0: no block_scale, every scale 1).
 struct Fp8Weights {

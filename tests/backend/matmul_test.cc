@@ -23,14 +23,6 @@ const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0
                               DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
                               DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
-std::vector<float> randn(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
-
 struct Weights {
   DType type;
   int64_t n, k;

@@ -14,19 +14,12 @@
 #include <vector>
 
 #include "backend/cpu/matmul.h"
+#include "backend/linear_checks.h"
 #include "base/fp16.h"
 #include "tensor/quant_formats.h"
 
 namespace kestrel::cpu {
 namespace {
-
-std::vector<float> randn(int64_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
 
 TEST(PackedLayout, CodeSlotsAreABijectionInQuadRows) {
   for (const bool nibbles : {false, true}) {
@@ -240,23 +233,7 @@ TEST_P(PackedLinear, OtherIsasIgnoreThePackedCopy) {
   const int64_t m = 5, n = 9, k = 256;
   PackedWeights w = make_packed(GetParam(), n, k, 5);
   const auto x = randn(m * k, 6);
-  ThreadPool pool(1);
-  Tensor plain = w.tensor;
-  plain.packed = nullptr;
-  for (const char* isa : {"avx2", "scalar"}) {
-    set_linear_isa(isa);
-    std::vector<float> a(m * n), b(m * n);
-    linear(w.tensor, x.data(), m, a.data(), pool);
-    linear(plain, x.data(), m, b.data(), pool);
-    EXPECT_EQ(a, b) << isa;
-  }
-  set_linear_isa("auto");
-  std::vector<float> packed(m * n), unpacked(m * n);
-  linear(w.tensor, x.data(), m, packed.data(), pool);
-  linear(plain, x.data(), m, unpacked.data(), pool);
-  EXPECT_NE(packed, unpacked);  // the packed kernels really ran
-  for (size_t i = 0; i < packed.size(); ++i)
-    EXPECT_NEAR(packed[i], unpacked[i], 2e-2 * (1 + std::fabs(unpacked[i])));
+  check_other_isas_ignore_packed_copy(w.tensor, x, m, 2e-2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedLinear,
