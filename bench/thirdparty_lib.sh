@@ -2,6 +2,7 @@
 # Shared by bench/aisbench.sh, bench/evalscope.sh and bench/guidellm.sh (sourced, not run): a
 # virtualenv per tool, `kestrel serve` on a free port (or a running server's --base-url), the HF
 # tokenizer directory the tools want (made from the GGUF), and a trap that stops the server by pid.
+# bench/serve_vs_vllm.sh uses only the free port and the stop.
 #
 # Environment, all optional:
 #   KESTREL_BIN        kestrel binary (default build/src/kestrel)
@@ -80,7 +81,7 @@ tp_stop_server() {
     kill -0 "$SERVER_PID" 2>/dev/null && kill -KILL "$SERVER_PID" 2>/dev/null
   fi
   wait "$SERVER_PID" 2>/dev/null || true
-  echo "== stopped kestrel serve (pid $SERVER_PID)" >&2
+  echo "== stopped the server (pid $SERVER_PID)" >&2
   SERVER_PID=
 }
 
