@@ -1,7 +1,6 @@
 #include "backend/backend.h"
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -65,7 +64,7 @@ class CpuBackend final : public Backend {
     });
   }
   void silu_mul(const float* gate, const float* up, float* out, int64_t n, DType act) override {
-    const bool wide = std::strcmp(cpu::linear_isa(), "avx512") == 0;
+    const bool wide = cpu::avx512_selected();
     pool_.parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
       if (!wide || !cpu::silu_mul_avx512(gate + b, up + b, out + b, e - b, act))
         cpu::silu_mul(gate + b, up + b, out + b, e - b, act);
@@ -102,7 +101,7 @@ class CpuBackend final : public Backend {
   void round_to(DType dt, float* x, int64_t n) override {
     if (dt == DType::F32) return;
     // Split in whole vectors so every element takes the same (vector) path whatever the split.
-    const bool wide = std::strcmp(cpu::linear_isa(), "avx512") == 0;
+    const bool wide = cpu::avx512_selected();
     pool_.parallel_for((n + 7) / 8, 1 << 11, [&](int64_t b, int64_t e) {
       float* p = x + 8 * b;
       const int64_t len = std::min(n, 8 * e) - 8 * b;

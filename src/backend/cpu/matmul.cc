@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "backend/cpu/aligned_scratch.h"
 #include "backend/cpu/bf16_tiles.h"
 #include "backend/cpu/float_panels.h"
 #include "backend/cpu/fp8_matmul.h"
@@ -92,8 +93,6 @@ const DotKernels& kernels_for(Isa isa) {
       return scalar_dot_kernels();
   }
 }
-
-constexpr size_t kCacheLine = 64;
 
 // How activations enter a kernel: as f32, or quantized to one of the int8 formats.
 enum class ActFormat { kF32, kQ8_0, kQ8_1, kQ8_K, kPacked };
@@ -193,8 +192,8 @@ size_t activation_row_bytes(ActFormat act, int64_t k) {
     case ActFormat::kPacked: {
       // Code rows in whole cache lines, so that tile loads of a row never straddle two, and an
       // odd number of them: sixteen rows a power-of-two apart would share one L1 set.
-      const size_t lines = (size_t(k) + kCacheLine - 1) / kCacheLine;
-      return (lines | 1) * kCacheLine;
+      const size_t lines = (size_t(k) + kCacheLineBytes - 1) / kCacheLineBytes;
+      return (lines | 1) * kCacheLineBytes;
     }
     default:
       return size_t(k) * sizeof(float);
@@ -275,6 +274,10 @@ bool packed_amx_active() {
 
 void set_packed_amx(bool on) {
   amx_enabled().store(on);
+}
+
+bool avx512_selected() {
+  return selected_isa().load() == Isa::kAvx512;
 }
 
 void set_linear_isa(const char* isa) {
@@ -369,11 +372,8 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
     const size_t code_bytes = size_t(rows) * p.x_stride;
     const size_t bytes =
         code_bytes + (act == ActFormat::kPacked ? packed_activation_scale_bytes(m, k) : 0);
-    // Rows start on a cache line: the buffer is over-allocated by one line and used from the
-    // first aligned byte.
-    if (buf.size() < bytes + kCacheLine) buf.resize(bytes + kCacheLine);
-    uint8_t* q = buf.data() +
-                 (kCacheLine - reinterpret_cast<uintptr_t>(buf.data()) % kCacheLine) % kCacheLine;
+    // Rows start on a cache line.
+    uint8_t* q = cache_aligned(buf, bytes);
     p.x = q;
     if (quantized[f]) continue;
     quantized[f] = true;
@@ -415,11 +415,7 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
     thread_local std::vector<uint16_t> bf16_buf;
     bf16_stride = bf16_activation_stride(k);
     const int64_t rows = packed_activation_rows(m);
-    const size_t elems = size_t(rows) * bf16_stride / sizeof(uint16_t);
-    if (bf16_buf.size() < elems + kCacheLine) bf16_buf.resize(elems + kCacheLine);
-    uint16_t* q =
-        bf16_buf.data() + (kCacheLine - reinterpret_cast<uintptr_t>(bf16_buf.data()) % kCacheLine) %
-                              kCacheLine / sizeof(uint16_t);
+    uint16_t* q = cache_aligned(bf16_buf, size_t(rows) * bf16_stride / sizeof(uint16_t));
     std::memset(reinterpret_cast<uint8_t*>(q) + size_t(m) * bf16_stride, 0,
                 size_t(rows - m) * bf16_stride);
     pool.parallel_for(

@@ -34,6 +34,8 @@ bool packed_weights_supported();
 // Which SIMD implementation linear() uses on this CPU ("avx512", "avx2", "scalar"): the best the
 // CPU runs, or at most the one named by the environment variable KESTREL_CPU_ISA.
 const char* linear_isa();
+// linear_isa() is "avx512": the other per-ISA kernels (attention, round_to, silu_mul) follow it.
+bool avx512_selected();
 
 // Whether batches over packed int8 weights run on AMX (packed_weights_supported, this CPU and
 // kernel have AMX, and neither set_packed_amx(false) nor KESTREL_CPU_AMX=0 switched it off). AMX

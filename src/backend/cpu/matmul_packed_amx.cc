@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "backend/cpu/aligned_scratch.h"
 #include "backend/cpu/amx_tiles.h"
 #include "backend/cpu/packed_block_avx512.h"
 
@@ -149,9 +150,7 @@ void gemm(const PackedGemm& g, int64_t p0, int64_t p1) {
   const int64_t chunk_panels =
       std::clamp<int64_t>(int64_t(kPanelChunkBytes / converted_bytes), 1, p1 - p0);
   thread_local std::vector<uint8_t> buffer;
-  if (buffer.size() < size_t(chunk_panels) * converted_bytes + 64)
-    buffer.resize(size_t(chunk_panels) * converted_bytes + 64);
-  uint8_t* tb = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
+  uint8_t* tb = cache_aligned(buffer, size_t(chunk_panels) * converted_bytes);
   _tile_loadconfig(&kTileConfig);
   const int64_t tiles = packed_activation_rows(g.m) / kPanelRows;
   const int64_t chunk = std::max<int64_t>(1, int64_t(kRowChunkBytes / (kPanelRows * g.x.stride)));

@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/aligned_scratch.h"
 #include "backend/cpu/attention_rows.h"
 #include "backend/cpu/simd_math.h"
 #include "base/fp16.h"
@@ -69,10 +70,9 @@ struct Scratch {
     auto lines = [](int64_t n) { return (n + 15) & ~int64_t(15); };
     const int64_t sizes[5] = {lines(nq * kp), lines(nq * lp), lines(nq * lenp),
                               lines(kKeyBlock * kp), lines(kp)};
-    int64_t total = 16;
+    int64_t total = 0;
     for (int64_t n : sizes) total += n;
-    if (buf.size() < size_t(total)) buf.resize(size_t(total));
-    float* at = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64 / 4;
+    float* at = cache_aligned(buf, size_t(total));
     float** parts[5] = {&q, &out, &scores, &rows, &zero};
     for (int i = 0; i < 5; ++i) {
       *parts[i] = at;

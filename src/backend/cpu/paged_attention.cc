@@ -3,7 +3,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -71,7 +70,7 @@ struct Params {
 // The block kernels of the ISA linear() runs (KESTREL_CPU_ISA caps both); same bits either way.
 const AttentionKernels& attention_kernels() {
   const AttentionKernels* k512 = avx512_attention_kernels();
-  if (k512 != nullptr && std::strcmp(linear_isa(), "avx512") == 0) return *k512;
+  if (k512 != nullptr && avx512_selected()) return *k512;
   return avx2_attention_kernels();
 }
 
