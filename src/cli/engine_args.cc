@@ -4,6 +4,8 @@
 #include <thread>
 
 #include "base/logging.h"
+#include "spec/proposer.h"
+#include "spec/speculative_config.h"
 
 namespace kestrel::cli {
 
@@ -79,6 +81,10 @@ void add_engine_args(CLI::App& app, EngineArgs& a, bool model_required) {
                  "on the CPU: fraction of RAM for weights + activations + KV cache")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--log-level", a.log_level, "debug | info | warning | error");
+  app.add_option(
+      "--speculative-config", a.speculative_config,
+      "JSON: method (ngram | draft_model | mtp and its aliases), "
+      "num_speculative_tokens, prompt_lookup_min/max, model, disable_by_batch_size, ...");
 }
 
 Expected<SchedulerConfig> scheduler_config(const EngineArgs& a, const ModelConfig& m) {
@@ -127,6 +133,29 @@ Expected<Engine> start_engine(const EngineArgs& a) {
     }
   }
 
+  KASSIGN(std::optional<SpeculativeConfig> spec, parse_speculative_config(a.speculative_config));
+  if (spec) {
+    if (spec->method == SpeculativeMethod::kMtp && spec->method_alias != "mtp")
+      KLOG_WARN("method `{}` is deprecated and replaced with mtp.", spec->method_alias);
+    KTRY(resolve_speculative_config(*spec, e.model->model->num_mtp_modules(), mc.model_type));
+    if (spec->method == SpeculativeMethod::kDraftModel) {
+      LoadOptions dl = lo;
+      dl.model = spec->draft_model;
+      dl.load_format = "auto";
+      dl.kv_cache_dtype = "auto";
+      dl.shared_backend = &e.model->model->backend();
+      KASSIGN(e.draft_model, load_model(dl));
+    }
+    sc.num_lookahead_tokens = spec->num_lookahead_tokens();
+  }
+  ProposerOptions po;
+  if (spec) {
+    po.config = *spec;
+    po.max_model_len = sc.max_model_len;
+    po.block_size = sc.block_size;
+    po.draft_model = e.draft_model ? e.draft_model->model.get() : nullptr;
+  }
+
   KVBudgetRequest kr;
   if (a.kv_cache_memory) {
     KASSIGN(kr.kv_cache_memory_bytes, parse_byte_count(*a.kv_cache_memory));
@@ -134,6 +163,11 @@ Expected<Engine> start_engine(const EngineArgs& a) {
   kr.memory_utilization = a.gpu_memory_utilization;
   kr.weight_bytes = static_cast<int64_t>(e.model->model->resident_weight_bytes());
   kr.activation_reserve_bytes = activation_reserve(mc, sc);
+  if (e.draft_model) {
+    kr.weight_bytes += static_cast<int64_t>(e.draft_model->model->resident_weight_bytes());
+    kr.activation_reserve_bytes += activation_reserve(e.draft_model->config, sc);
+  }
+  if (spec) kr.extra_bytes_per_block = proposer_kv_bytes_per_block(*e.model->model, po);
   kr.layout = e.model->model->kv_cache_layout(sc.block_size);
   sc.kv_groups = kr.layout.groups;
   kr.max_model_len = sc.max_model_len;
@@ -154,7 +188,17 @@ Expected<Engine> start_engine(const EngineArgs& a) {
   EngineClient::Options opts;
   opts.scheduler = sc;
   for (int64_t id : e.model->generation.eos_token_ids) opts.eos_token_ids.push_back(int32_t(id));
-  e.client = std::make_unique<EngineClient>(*e.model->model, e.tokenizer.get(), opts);
+  if (spec) {
+    po.num_blocks = e.kv.num_blocks;
+    KASSIGN(opts.speculation.proposer, make_proposer(*e.model->model, po));
+    opts.speculation.max_drafting_requests =
+        spec->disable_by_batch_size.value_or(default_max_drafting_requests(spec->k()));
+    KLOG_INFO(
+        "Speculative decoding: method={}, num_speculative_tokens={}, drafting while at most {} "
+        "requests sample in a step",
+        spec->method_alias, spec->k(), opts.speculation.max_drafting_requests);
+  }
+  e.client = std::make_unique<EngineClient>(*e.model->model, e.tokenizer.get(), std::move(opts));
   return e;
 }
 

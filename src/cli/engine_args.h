@@ -35,6 +35,8 @@ struct EngineArgs {
   std::optional<std::string> kv_cache_memory;
   std::optional<double> gpu_memory_utilization;
   std::string log_level = "info";
+  // --speculative-config JSON as given (empty: absent); spec/speculative_config.h parses it.
+  std::string speculative_config;
 };
 
 // Registers the flags on `app`. `model_required`: a --model/-m option must be given (commands
@@ -45,7 +47,8 @@ struct Engine {
   std::unique_ptr<LoadedModel> model;
   std::unique_ptr<Tokenizer> tokenizer;  // null when the model has none Kestrel can read
   KVBudget kv;
-  std::unique_ptr<EngineClient> client;  // declared last: stopped first
+  std::unique_ptr<LoadedModel> draft_model;  // --speculative-config method=draft_model
+  std::unique_ptr<EngineClient> client;      // declared last: stopped first
 };
 
 // The scheduler settings the flags imply for this model (max_model_len from the model when not

@@ -11,6 +11,8 @@
 #include <system_error>
 #include <utility>
 
+#include "spec/speculative_config.h"
+
 namespace kestrel::cli {
 
 namespace {
@@ -95,9 +97,6 @@ struct JsonKey {
   std::span<const JsonKey> children = {};
 };
 
-constexpr JsonKey kSpeculativeKeys[] = {{"method", JsonType::kString},
-                                        {"num_speculative_tokens", JsonType::kNonNegInt},
-                                        {"enforce_eager", JsonType::kBool}};
 constexpr JsonKey kPdLayoutKeys[] = {{"dp_size", JsonType::kPositiveInt},
                                      {"tp_size", JsonType::kPositiveInt}};
 constexpr JsonKey kKvConnectorExtraKeys[] = {{"prefill", JsonType::kObject, kPdLayoutKeys},
@@ -399,20 +398,11 @@ void check_quantization(const ServeArgs& a, Findings& f) {
   }
 }
 
+// The text alone; the engine checks the config against the model once it is loaded (MTP layers,
+// num_speculative_tokens against n_predict).
 void check_speculative(const ServeArgs& a, Findings& f) {
-  const auto spec =
-      checked_object("--speculative-config", a.speculative_config, kSpeculativeKeys, f);
-  if (!spec) return;
-  if (spec->contains("method")) {
-    f.refuse(
-        fmt::format("--speculative-config method={}: speculative decoding is not supported yet",
-                    (*spec)["method"].get<std::string>()));
-  } else if (spec->value("num_speculative_tokens", uint64_t{0}) > 0) {
-    f.refuse(fmt::format(
-        "--speculative-config num_speculative_tokens={}: speculative decoding is not supported "
-        "yet",
-        (*spec)["num_speculative_tokens"].get<uint64_t>()));
-  }
+  const auto spec = parse_speculative_config(a.engine.speculative_config);
+  if (!spec.ok()) f.refuse(spec.error().message);
 }
 
 void check_kv_transfer(const ServeArgs& a, Findings& f) {
@@ -643,10 +633,9 @@ void add_serve_args(CLI::App& app, ServeArgs& a) {
   app.add_option("--api-server-count", a.api_server_count, "1 (more is planned)")
       ->check(CLI::Range(1, 1024));
 
-  // §3–§6: quantization, speculative decoding, PD, platform options.
+  // §3–§6: quantization, PD, platform options (--speculative-config is an engine flag).
   app.add_option("--quantization", a.quantization,
                  "empty: from the checkpoint (ascend, fp8 are planned)");
-  app.add_option("--speculative-config", a.speculative_config, "JSON object (planned)");
   app.add_option("--kv-transfer-config", a.kv_transfer_config, "JSON object (planned)");
   app.add_option("--additional-config", a.additional_config,
                  "JSON object of vLLM-Ascend platform options (no effect)");

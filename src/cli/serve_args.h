@@ -62,8 +62,8 @@ struct ServeArgs {
   std::string allowed_local_media_path;
   std::optional<double> mm_processor_cache_gb;
   std::string mm_encoder_tp_mode;
-  // JSON flags, as given (empty: absent); finalize_serve_args() validates them.
-  std::string speculative_config;
+  // JSON flags, as given (empty: absent); finalize_serve_args() validates them (and
+  // engine.speculative_config).
   std::string kv_transfer_config;
   std::string compilation_config;
   std::string additional_config;

@@ -54,7 +54,7 @@ void RequestStream::push(RequestOutput&& out) {
 EngineClient::EngineClient(CausalLM& model, const Tokenizer* tokenizer, Options options)
     : model_(model),
       options_(std::move(options)),
-      core_(model, options_.scheduler, options_.eos_token_ids),
+      core_(model, options_.scheduler, options_.eos_token_ids, std::move(options_.speculation)),
       processor_(tokenizer) {
   engine_thread_ = std::thread([this] { engine_loop(); });
   output_thread_ = std::thread([this] { output_loop(); });

@@ -72,6 +72,8 @@ class EngineClient {
   struct Options {
     SchedulerConfig scheduler;
     std::vector<int32_t> eos_token_ids;
+    // Speculative decoding (moved into the engine): scheduler.num_lookahead_tokens must match.
+    Speculation speculation;
   };
 
   // `tokenizer` may be null (token-id requests only). Both must outlive the client. Starts the

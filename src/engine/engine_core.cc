@@ -31,8 +31,9 @@ SchedulerConfig with_model_kv_groups(SchedulerConfig c, const CausalLM& model) {
 }  // namespace
 
 EngineCore::EngineCore(CausalLM& model, const SchedulerConfig& config,
-                       std::vector<int32_t> eos_token_ids)
-    : EngineCore(std::make_unique<InProcessExecutor>(model, config.num_blocks, config.block_size),
+                       std::vector<int32_t> eos_token_ids, Speculation speculation)
+    : EngineCore(std::make_unique<InProcessExecutor>(model, config.num_blocks, config.block_size,
+                                                     std::move(speculation)),
                  with_model_kv_groups(config, model), std::move(eos_token_ids)) {}
 
 EngineCore::EngineCore(std::unique_ptr<Executor> executor, const SchedulerConfig& config,
@@ -249,6 +250,8 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
       const RequestUpdate& u = update->second;
       out.new_token_ids = u.new_token_ids;
       counters_.generation_tokens += static_cast<int64_t>(u.new_token_ids.size());
+      const int64_t drafts = static_cast<int64_t>(s.draft_token_ids.size());
+      counters_.spec_decode.observe(drafts, drafts - static_cast<int64_t>(u.num_rejected_drafts));
       if (request_state_.at(s.id).wants_logprobs) {
         std::vector<TokenLogprobs>& lp = logprobs[s.id];
         lp.resize(std::min(lp.size(), u.new_token_ids.size()));

@@ -21,6 +21,7 @@
 #include "model/causal_lm.h"
 #include "sched/sampling_params.h"
 #include "sched/scheduler.h"
+#include "spec/spec_decode_stats.h"
 
 namespace kestrel {
 
@@ -75,13 +76,16 @@ struct EngineCoreCounters {
   int64_t scheduled_tokens = 0;        // tokens through the model (vllm:iteration_tokens_total)
   int64_t prompt_tokens_computed = 0;  // of those, prompt positions (prefix hits excluded)
   int64_t generation_tokens = 0;       // tokens sampled
+  SpecDecodeStats spec_decode;         // drafts verified and accepted (vllm:spec_decode_*)
 };
 
 class EngineCore {
  public:
   // eos_token_ids: the model's generation defaults. The config must pass validate(). The first
-  // form runs the model in this thread (InProcessExecutor).
-  EngineCore(CausalLM& model, const SchedulerConfig& config, std::vector<int32_t> eos_token_ids);
+  // form runs the model in this thread (InProcessExecutor), with drafts from `speculation`'s
+  // proposer when it has one (config.num_lookahead_tokens must then be the proposer's).
+  EngineCore(CausalLM& model, const SchedulerConfig& config, std::vector<int32_t> eos_token_ids,
+             Speculation speculation = {});
   EngineCore(std::unique_ptr<Executor> executor, const SchedulerConfig& config,
              std::vector<int32_t> eos_token_ids);
 

@@ -24,8 +24,9 @@ class Executor {
 
 class InProcessExecutor final : public Executor {
  public:
-  InProcessExecutor(CausalLM& model, int32_t num_blocks, int32_t block_size)
-      : runner_(model, model.make_kv_cache(num_blocks, block_size)) {}
+  InProcessExecutor(CausalLM& model, int32_t num_blocks, int32_t block_size,
+                    Speculation speculation = {})
+      : runner_(model, model.make_kv_cache(num_blocks, block_size), std::move(speculation)) {}
 
   // An exception from the step (an allocation failure, a kernel's check) becomes its error.
   Expected<RunnerOutput> execute(const SchedulerOutput& output) override;

@@ -60,7 +60,8 @@ Expected<MemoryInfo> read_memory_info() {
 }
 
 Expected<KVBudget> plan_kv_cache(const KVBudgetRequest& request, const MemoryInfo& memory) {
-  const int64_t bytes_per_block = request.layout.bytes_per_block();
+  const int64_t bytes_per_block =
+      request.layout.bytes_per_block() + std::max<int64_t>(request.extra_bytes_per_block, 0);
   if (bytes_per_block <= 0) return make_error("KV cache: the layer groups have no size");
   const int64_t block_size = request.layout.block_size();
   KVBudget out;

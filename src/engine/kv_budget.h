@@ -31,6 +31,8 @@ struct KVBudgetRequest {
   int64_t weight_bytes = 0;
   int64_t activation_reserve_bytes = 0;  // workspace the forward pass needs besides KV
   KVCacheLayout layout;                  // the model's KV cache groups over one block pool
+  // Bytes each block adds elsewhere: the speculative proposer's own cache under the same ids.
+  int64_t extra_bytes_per_block = 0;
   int64_t max_model_len = 0;
   int64_t max_num_batched_tokens = 0;  // a step's tokens: what a sliding window holds besides
 };

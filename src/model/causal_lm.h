@@ -72,12 +72,20 @@ class CausalLM {
   // The final-normed hidden states [logits_indices.size(), hidden] of the last forward(): the
   // input an MTP module takes next to the following token.
   virtual const float* last_hidden() const { return nullptr; }
+  // The final-normed hidden states [rows.size(), hidden] of any rows of the last
+  // forward_hidden(), as the head would see them; valid until the next forward.
+  virtual void final_hidden(std::span<const int32_t> rows, float* out) {
+    (void)rows, (void)out;
+    KCHECK(false, "this model does not expose its hidden states");
+  }
   // Runs MTP module 0: batch.token_ids are the next tokens t_{i+1}, batch.positions the positions
   // i of the hidden states `hidden` ([T, hidden], one row per batch token); mtp_kv holds the
-  // module's own cache (make_kv_cache_for_layers(1, ...)). Writes logits of logits_indices rows.
+  // module's own cache (make_kv_cache_for_layers(1, ...)). Writes logits of logits_indices rows
+  // and, when next_hidden is not null, their pre-norm outputs [logits_indices.size(), hidden]:
+  // the hidden state the module takes at the following position when it drafts again.
   virtual void mtp_forward(const ForwardBatch& batch, const float* hidden, KVCacheStorage& mtp_kv,
-                           float* logits) {
-    (void)batch, (void)hidden, (void)mtp_kv, (void)logits;
+                           float* logits, float* next_hidden) {
+    (void)batch, (void)hidden, (void)mtp_kv, (void)logits, (void)next_hidden;
     KCHECK(false, "this model has no MTP module");
   }
 };

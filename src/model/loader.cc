@@ -108,12 +108,12 @@ Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
   } else if (o.quant_compute != "int8") {
     return make_error("unsupported --quant-compute '{}' (use int8 or f32)", o.quant_compute);
   }
-  lm->backend = make_cpu_backend(o.threads, qc, o.pin_threads);
-  KASSIGN(lm->model,
-          build_transformer(lm->config, act_dtype, cache_dtype, *lm->weights, *lm->backend));
+  if (o.shared_backend == nullptr) lm->backend = make_cpu_backend(o.threads, qc, o.pin_threads);
+  Backend& backend = o.shared_backend != nullptr ? *o.shared_backend : *lm->backend;
+  KASSIGN(lm->model, build_transformer(lm->config, act_dtype, cache_dtype, *lm->weights, backend));
   KLOG_INFO("loaded {} ({}) from {} on {}, {} activations, {} KV cache", lm->config.architecture,
-            lm->config.model_type, lm->weights->describe(), lm->backend->name(),
-            dtype_name(act_dtype), dtype_name(cache_dtype));
+            lm->config.model_type, lm->weights->describe(), backend.name(), dtype_name(act_dtype),
+            dtype_name(cache_dtype));
   return lm;
 }
 

@@ -29,6 +29,9 @@ struct LoadOptions {
   // Quantized weights: int8 (activations quantized per block, as llama.cpp) | f32 (weight
   // blocks dequantized against f32 activations, as a dequantized reference computes).
   std::string quant_compute = "int8";
+  // Run on this backend (another model's: a draft model shares its target's threads) instead of
+  // a new one; threads, pin_threads and quant_compute are then the backend's.
+  Backend* shared_backend = nullptr;
 };
 
 struct LoadedModel {
@@ -37,8 +40,8 @@ struct LoadedModel {
   GenerationDefaults generation;
   std::unique_ptr<GgufFile> gguf;  // set for GGUF models (tensors and the vocab live in it)
   std::unique_ptr<WeightSource> weights;
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<CausalLM> model;  // declared last: destroyed first
+  std::unique_ptr<Backend> backend;  // null when it runs on LoadOptions::shared_backend
+  std::unique_ptr<CausalLM> model;   // declared last: destroyed first
 };
 
 Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& opts);

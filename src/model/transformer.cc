@@ -123,8 +123,12 @@ class TransformerModel final : public CausalLM {
     tokens_ = T;
   }
 
+  void final_hidden(std::span<const int32_t> rows, float* out) override {
+    normed_rows(rows, final_norm_, out);
+  }
+
   void mtp_forward(const ForwardBatch& fb, const float* hidden, KVCacheStorage& mtp_kv,
-                   float* logits) override {
+                   float* logits, float* next_hidden) override {
     KCHECK(mtp_ != nullptr, "this model has no MTP module");
     const int64_t T = int64_t(fb.token_ids.size()), H = cfg_.hidden_size;
     const float eps = float(cfg_.rms_norm_eps);
@@ -146,6 +150,12 @@ class TransformerModel final : public CausalLM {
     ctx.round(x, T * H);
     run_blocks(ctx, std::span<Block>(&mtp_->block, 1), x);
     tokens_ = T;
+    if (next_hidden != nullptr)
+      for (size_t r = 0; r < fb.logits_indices.size(); ++r) {
+        const int64_t row = fb.logits_indices[r];
+        KCHECK(row >= 0 && row < T, "logits index {} out of range", row);
+        std::copy(x + row * H, x + (row + 1) * H, next_hidden + int64_t(r) * H);
+      }
     head(fb.logits_indices, mtp_->head_norm, mtp_->head, logits);
   }
 
@@ -228,18 +238,24 @@ class TransformerModel final : public CausalLM {
   // normed hidden states stay in ws_.h (last_hidden()).
   void head(std::span<const int32_t> rows, const std::vector<float>& norm, const Tensor& w,
             float* logits) {
+    const int64_t R = int64_t(rows.size());
+    float* h = ws_.h.data();
+    normed_rows(rows, norm, h);
+    be_.linear(w, h, R, logits);
+    be_.round_to(act_, logits, R * cfg_.vocab_size);
+  }
+
+  // Rows of the last pass's residual stream through `norm`, into out [rows.size(), hidden].
+  void normed_rows(std::span<const int32_t> rows, const std::vector<float>& norm, float* out) {
     const int64_t H = cfg_.hidden_size;
     const int64_t R = int64_t(rows.size());
     const float* x = ws_.x.data();
-    float* h = ws_.h.data();
     for (int64_t r = 0; r < R; ++r) {
       const int32_t row = rows[r];
       KCHECK(row >= 0 && row < tokens_, "logits index {} out of range", row);
-      std::copy(x + int64_t(row) * H, x + int64_t(row + 1) * H, h + r * H);
+      std::copy(x + int64_t(row) * H, x + int64_t(row + 1) * H, out + r * H);
     }
-    be_.rms_norm(h, norm.data(), float(cfg_.rms_norm_eps), R, H, h, act_);
-    be_.linear(w, h, R, logits);
-    be_.round_to(act_, logits, R * cfg_.vocab_size);
+    be_.rms_norm(out, norm.data(), float(cfg_.rms_norm_eps), R, H, out, act_);
   }
 
   // The residual stream and block-level buffers, grown to the largest batch seen.

@@ -9,10 +9,19 @@
 
 namespace kestrel {
 
-ModelRunner::ModelRunner(CausalLM& model, KVCacheStorage kv)
-    : model_(model), kv_(std::move(kv)), builder_(kv_.block_size(), kv_.num_groups()) {}
+ModelRunner::ModelRunner(CausalLM& model, KVCacheStorage kv, Speculation speculation)
+    : model_(model),
+      kv_(std::move(kv)),
+      builder_(kv_.block_size(), kv_.num_groups()),
+      spec_(std::move(speculation)) {
+  if (spec_.proposer) {
+    const Expected<size_t> g = proposer_table_group(kv_.layout());
+    KCHECK(g.ok(), "{}", g.error().message);
+    proposer_group_ = *g;
+  }
+}
 
-Expected<ModelRunner::Rows> ModelRunner::add_to_batch(const ScheduledTokens& work,
+Expected<ModelRunner::Rows> ModelRunner::add_to_batch(const ScheduledTokens& work, int64_t offset,
                                                       int64_t first_row) {
   WorkerRequest* req = requests_.find(work.id);
   if (req == nullptr) return make_error("scheduled request {} is unknown to the worker", work.id);
@@ -52,7 +61,7 @@ Expected<ModelRunner::Rows> ModelRunner::add_to_batch(const ScheduledTokens& wor
                              start < static_cast<int64_t>(req->num_prompt_tokens) - 1;
   const int64_t count = scores_prompt ? work.num_tokens : samples ? num_drafts + 1 : 0;
   builder_.add(tokens_, int32_t(start), req->block_ids, size_t(count));
-  return Rows{&work, req, start, first_row, count, samples};
+  return Rows{&work, req, start, offset, first_row, count, samples};
 }
 
 void ModelRunner::score_prompt(const Rows& r, const ForwardBatch& batch, RunnerOutput& out) {
@@ -77,20 +86,23 @@ void ModelRunner::score_prompt(const Rows& r, const ForwardBatch& batch, RunnerO
 
 Expected<RunnerOutput> ModelRunner::execute(const SchedulerOutput& output) {
   KTRY(requests_.apply(output));
+  if (spec_.proposer)
+    for (const RequestHandle id : output.finished_ids) spec_.proposer->finished(id);
   RunnerOutput result;
   if (output.scheduled.empty()) return result;
   std::unordered_map<RequestHandle, const std::vector<uint64_t>*> masks;
   for (const TokenMask& m : output.token_masks) masks[m.id] = &m.bits;
   builder_.clear();
   std::vector<Rows> rows;
-  int64_t num_rows = 0;
+  int64_t num_rows = 0, num_batch_tokens = 0;
   for (const ScheduledTokens& work : output.scheduled) {
     // A mask covers the first sampled position only; later ones would need the grammar
     // advanced over each draft.
     if (!work.draft_token_ids.empty() && masks.count(work.id) != 0)
       return make_error("request {}: draft tokens cannot be verified under a token mask", work.id);
-    KASSIGN(Rows r, add_to_batch(work, num_rows));
+    KASSIGN(Rows r, add_to_batch(work, num_batch_tokens, num_rows));
     num_rows += r.count;
+    num_batch_tokens += work.num_tokens;
     rows.push_back(r);
   }
 
@@ -140,19 +152,52 @@ Expected<RunnerOutput> ModelRunner::execute(const SchedulerOutput& output) {
   }
   samples_.resize(groups.size());
   model_.backend().sample(groups, samples_);
+  std::vector<int64_t> sample_of(rows.size(), -1);
+  std::vector<bool> masked(rows.size(), false);
   for (size_t k = 0; k < rows.size(); ++k) {
     if (!rows[k].samples) continue;
     GroupSamples& s = samples_[group_of[k]];
     RequestHandle id = rows[k].work->id;
+    masked[k] = groups[group_of[k]].masked;
     if (s.no_token_allowed) {
       result.failures.push_back(RequestFailure{id, true, ""});
       continue;
     }
     std::vector<int32_t>& all = rows[k].req->all_tokens;
     all.insert(all.end(), s.tokens.begin(), s.tokens.end());
-    result.sampled.push_back(RequestSamples{id, std::move(s.tokens), std::move(s.logprobs)});
+    sample_of[k] = int64_t(result.sampled.size());
+    result.sampled.push_back(RequestSamples{id, std::move(s.tokens), std::move(s.logprobs), {}});
   }
+  if (spec_.proposer) propose(rows, sample_of, masked, result);
   return result;
+}
+
+void ModelRunner::propose(const std::vector<Rows>& rows, const std::vector<int64_t>& sample_of,
+                          const std::vector<bool>& masked, RunnerOutput& out) {
+  proposal_inputs_.clear();
+  int64_t num_sampled = 0;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const Rows& r = rows[k];
+    const int64_t known = r.work->num_tokens - int64_t(r.work->draft_token_ids.size());
+    ProposalInput in;
+    in.id = r.work->id;
+    in.tokens = r.req->all_tokens;
+    in.block_table = r.req->block_ids[proposer_group_];
+    in.start = r.start;
+    in.batch_offset = r.offset;
+    // A sampled request's accepted drafts ran with the tokens it keeps; rejected ones did not.
+    in.num_valid = sample_of[k] >= 0
+                       ? known + int64_t(out.sampled[size_t(sample_of[k])].tokens.size()) - 1
+                       : known;
+    in.sampled = sample_of[k] >= 0 && !masked[k];
+    num_sampled += in.sampled ? 1 : 0;
+    proposal_inputs_.push_back(in);
+  }
+  spec_.proposer->propose(proposal_inputs_, model_, num_sampled <= spec_.max_drafting_requests,
+                          drafts_);
+  for (size_t k = 0; k < rows.size(); ++k)
+    if (proposal_inputs_[k].sampled)
+      out.sampled[size_t(sample_of[k])].draft_token_ids = std::move(drafts_[k]);
 }
 
 }  // namespace kestrel

@@ -5,11 +5,14 @@
 // generator, its drafts verified by exact match. With one draw per emitted token in order, a
 // request emits the tokens decoding without drafts gives for the same seed (exact-match
 // verification of a point-mass proposal is lossless). Input and output are plain data
-// (SchedulerOutput → RunnerOutput), so the runner can sit behind any executor. Only the thread
-// that calls execute() touches it.
+// (SchedulerOutput → RunnerOutput), so the runner can sit behind any executor. With a proposer
+// (spec/proposer.h) it then proposes the drafts each sampled request verifies in its next step,
+// returned with its samples; a request sampled under a token mask gets none (a mask covers one
+// position). Only the thread that calls execute() touches it.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/batch_builder.h"
@@ -17,6 +20,7 @@
 #include "runner/worker_requests.h"
 #include "sched/runner_output.h"
 #include "sched/scheduler_output.h"
+#include "spec/proposer.h"
 
 namespace kestrel {
 
@@ -27,7 +31,7 @@ class ModelRunner {
   static constexpr int64_t kScoreChunkRows = 64;
 
   // `kv` must have the scheduler's num_blocks and block_size.
-  ModelRunner(CausalLM& model, KVCacheStorage kv);
+  ModelRunner(CausalLM& model, KVCacheStorage kv, Speculation speculation = {});
 
   // Requests the worker holds (sent and not yet finished).
   size_t num_requests() const { return requests_.size(); }
@@ -46,23 +50,33 @@ class ModelRunner {
     const ScheduledTokens* work;
     WorkerRequest* req;
     int64_t start;      // its first position this step
+    int64_t offset;     // its first token in the step's batch
     int64_t first_row;  // its first logits row
     int64_t count;      // its logits rows
     bool samples;       // the last drafts + 1 rows are sampled
   };
 
   // Checks `work` against the request's state and adds its tokens to the batch.
-  Expected<Rows> add_to_batch(const ScheduledTokens& work, int64_t first_row);
+  Expected<Rows> add_to_batch(const ScheduledTokens& work, int64_t offset, int64_t first_row);
   void score_prompt(const Rows& r, const ForwardBatch& batch, RunnerOutput& out);
+  // Runs the proposer over the step's requests once their samples are in; `sample_of[k]` is
+  // rows[k]'s entry in out.sampled (-1: it sampled nothing), `masked[k]` whether it sampled
+  // under a token mask.
+  void propose(const std::vector<Rows>& rows, const std::vector<int64_t>& sample_of,
+               const std::vector<bool>& masked, RunnerOutput& out);
 
   CausalLM& model_;
   KVCacheStorage kv_;
   BatchBuilder builder_;
   WorkerRequests requests_;
+  Speculation spec_;
+  size_t proposer_group_ = 0;          // the KV cache group whose tables the proposer's cache uses
   std::vector<int32_t> tokens_;        // one request's tokens of a step (known ones, then drafts)
   std::vector<float> logits_;          // the sampled rows of a step
   std::vector<float> score_logits_;    // one chunk of prompt rows being scored
   std::vector<GroupSamples> samples_;  // one per sampling request of a step
+  std::vector<ProposalInput> proposal_inputs_;
+  std::vector<std::vector<int32_t>> drafts_;
 };
 
 }  // namespace kestrel

@@ -21,7 +21,7 @@ namespace kestrel {
 namespace {
 
 constexpr const char* kSchedulerOutputTag = "kestrel.sched_output.v1";
-constexpr const char* kRunnerOutputTag = "kestrel.runner_output.v1";
+constexpr const char* kRunnerOutputTag = "kestrel.runner_output.v2";
 
 // Each struct is listed once, in declaration order, and both directions walk that list, so the
 // encoder and the decoder cannot disagree on the layout.
@@ -64,7 +64,7 @@ KDESCRIBE(SchedulerOutput, KFIELD(new_requests), KFIELD(cached_requests), KFIELD
           KFIELD(total_num_scheduled_tokens))
 KDESCRIBE(TokenLogprob, KFIELD(token), KFIELD(logprob))
 KDESCRIBE(TokenLogprobs, KFIELD(token), KFIELD(logprob), KFIELD(rank), KFIELD(top))
-KDESCRIBE(RequestSamples, KFIELD(id), KFIELD(tokens), KFIELD(logprobs))
+KDESCRIBE(RequestSamples, KFIELD(id), KFIELD(tokens), KFIELD(logprobs), KFIELD(draft_token_ids))
 KDESCRIBE(RequestFailure, KFIELD(id), KFIELD(no_token_allowed), KFIELD(error))
 KDESCRIBE(RunnerOutput, KFIELD(sampled), KFIELD(prompt_logprobs), KFIELD(failures))
 #undef KDESCRIBE

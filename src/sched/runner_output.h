@@ -17,6 +17,9 @@ struct RequestSamples {
   // In order: the accepted draft tokens, then the one sampled after them.
   std::vector<int32_t> tokens;
   std::vector<TokenLogprobs> logprobs;  // one per token when the request asked for them
+  // Speculative tokens proposed to follow `tokens`, for the request's next step (none without
+  // a proposer, or when it had none).
+  std::vector<int32_t> draft_token_ids;
   bool operator==(const RequestSamples&) const = default;
 };
 

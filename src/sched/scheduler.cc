@@ -84,10 +84,12 @@ void Scheduler::set_draft_tokens(RequestHandle id, std::vector<int32_t> draft_to
 int64_t Scheduler::num_to_schedule(const Request& req, int64_t budget) const {
   const int64_t known = req.num_tokens() - req.num_computed_tokens;
   // Drafts ride only on the step that reaches the last known token, and never past the
-  // context window (the token sampled after them needs a position too).
-  const int64_t drafts =
-      std::min<int64_t>(static_cast<int64_t>(req.draft_token_ids.size()),
-                        std::max<int64_t>(config_.max_model_len - req.num_tokens() - 1, 0));
+  // context window or max_tokens (the token sampled after them needs a place too).
+  const int64_t room =
+      std::min(config_.max_model_len - req.num_tokens(), req.max_tokens - req.num_output_tokens()) -
+      1;
+  const int64_t drafts = std::min<int64_t>(static_cast<int64_t>(req.draft_token_ids.size()),
+                                           std::max<int64_t>(room, 0));
   return std::min(known + (known <= budget ? drafts : 0), budget);
 }
 
@@ -260,7 +262,8 @@ std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& 
     RequestUpdate update;
     update.id = work.id;
     update.num_rejected_drafts = num_drafts + 1 - tokens.size();
-    req.draft_token_ids.clear();
+    // The worker's proposals follow its last sampled token.
+    req.draft_token_ids = s->second->draft_token_ids;
     for (const int32_t token : tokens)
       if (append_and_check_stop(req, token, update)) break;
     // Every token but the last appended one has K/V now (accepted drafts were computed as

@@ -109,7 +109,7 @@ TEST(RunBatch, CountsTokensAndPrefixHits) {
   opts.scheduler.block_size = 16;
   opts.scheduler.num_blocks = 128;
   opts.scheduler.max_model_len = 256;
-  EngineClient client(*(*lm)->model, nullptr, opts);
+  EngineClient client(*(*lm)->model, nullptr, std::move(opts));
   RandomPromptSpec s;
   s.num_prompts = 10;
   s.input_len = 5;

@@ -147,10 +147,6 @@ inline std::string dp_start(int n) {
 inline std::string dp_rank(int n) {
   return dp("--data-parallel-rank", n);
 }
-inline std::string spec(std::string_view method) {
-  return "--speculative-config method=" + std::string(method) +
-         ": speculative decoding is not supported yet";
-}
 inline std::string pd(std::string_view connector) {
   return "--kv-transfer-config kv_connector=" + std::string(connector) +
          ": PD disaggregation is not supported yet";
@@ -178,6 +174,9 @@ inline const std::string kToolV41 =
 inline const std::string kReasoningV41 =
     "--reasoning-parser deepseek_v41: not supported (qwen3, deepseek_r1, deepseek_v3, "
     "deepseek_v31)";
+inline const std::string kDspark =
+    "--speculative-config method=dspark: DSpark drafting needs DeepSeek-V4.1, which Kestrel cannot "
+    "load yet";
 inline const std::string kEngram =
     "--engram-config: needs a model with Engram layers (DeepSeek-V4.1), which Kestrel does not "
     "support yet";

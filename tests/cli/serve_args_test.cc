@@ -1,6 +1,8 @@
 // `kestrel serve` flags: the argparse behaviours vLLM scripts rely on (prefixes, underscores,
 // --no-X, last value wins), model and key options, the JSON flag checks and the other
 // dispositions. The guides' command lines: serve_args_deepseek_test.cc, serve_args_qwen35_test.cc.
+#include <algorithm>
+
 #include "cli/serve_args_fixture.h"
 
 namespace kestrel::cli::serve_test {
@@ -45,7 +47,7 @@ TEST_F(ServeArgsTest, UnderscoresMeanDashesInNamesOnly) {
   EXPECT_EQ(a.tokenizer_mode, "hf");
   EXPECT_EQ(a.served_model_names, (std::vector<std::string>{"my_model"}));
   EXPECT_EQ(a.engine.max_num_seqs, 3);
-  EXPECT_EQ(a.speculative_config, "{\"num_speculative_tokens\":0}");
+  EXPECT_EQ(a.engine.speculative_config, "{\"num_speculative_tokens\":0}");
 }
 
 TEST_F(ServeArgsTest, NormalizeLeavesValuesAndTheRestAfterDoubleDashAlone) {
@@ -164,8 +166,12 @@ TEST_F(ServeArgsTest, JsonFlagsRefuseUnknownKeysAndWrongTypes) {
       Lines{"--kv-transfer-config: unknown key 'kv_connector_extra_config.prefill.pp_size'"});
   EXPECT_EQ(refusals(serve(R"(@MODEL@ --model-loader-extra-config '{"num_threads":"8"}')")),
             Lines{"--model-loader-extra-config: 'num_threads' must be a positive integer"});
-  EXPECT_EQ(refusals(serve(R"(@MODEL@ --speculative-config '{"model":"/draft"}')")),
-            Lines{"--speculative-config: unknown key 'model'"});
+  EXPECT_EQ(refusals(serve(R"(@MODEL@ --speculative-config '{"speculative_model":"/draft"}')")),
+            Lines{"--speculative-config: unknown key 'speculative_model'"});
+  EXPECT_EQ(
+      refusals(serve(
+          R"(@MODEL@ --speculative-config '{"method":"ngram","num_speculative_tokens":"3"}')")),
+      Lines{"--speculative-config: 'num_speculative_tokens' must be a non-negative integer"});
   EXPECT_EQ(refusals(serve(R"(@MODEL@ --limit-mm-per-prompt '{"image":-1}')")),
             Lines{"--limit-mm-per-prompt: 'image' must be a non-negative integer"});
   EXPECT_EQ(refusals(serve(R"(@MODEL@ --additional-config '{"enable_cpu_binding":"yes"}')")),
@@ -195,6 +201,49 @@ TEST_F(ServeArgsTest, JsonFlagValuesAndNeutralValues) {
   EXPECT_TRUE(has_note(*accepted(R"(@MODEL@ --limit-mm-per-prompt '{"image":2}')").args,
                        "--limit-mm-per-prompt"));
   EXPECT_TRUE(accepted(R"(@MODEL@ --limit-mm-per-prompt '{"image":0}')").args->notes.empty());
+}
+
+// --speculative-config is parsed as vLLM does (spec/speculative_config.h): the methods Kestrel
+// runs are accepted, with no note; the engine checks them against the model at start-up.
+TEST_F(ServeArgsTest, SpeculativeConfigMethods) {
+  for (const char* config :
+       {R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4})",
+        R"({"method":"draft_model","model":"/w/draft.gguf","num_speculative_tokens":2})",
+        R"({"num_speculative_tokens": 3, "method": "mtp"})",
+        R"({"method": "qwen3_5_mtp", "num_speculative_tokens": 3, "enforce_eager": true})",
+        R"({"method":"deepseek_mtp"})"}) {
+    const Outcome o = accepted(std::string("@MODEL@ --speculative-config '") + config + "'");
+    EXPECT_EQ(o.args->engine.speculative_config, config);
+    EXPECT_TRUE(o.args->notes.empty()) << config;
+  }
+  EXPECT_EQ(
+      refusals(serve(
+          R"(@MODEL@ --speculative-config '{"num_speculative_tokens":5,"method":"dspark","enforce_eager":true}')")),
+      Lines{kDspark});
+  EXPECT_EQ(
+      refusals(serve(
+          R"(@MODEL@ --speculative-config '{"method":"draft_model","num_speculative_tokens":3}')")),
+      Lines{"--speculative-config method=draft_model: \"model\" (the draft checkpoint) is "
+            "required"});
+  EXPECT_EQ(
+      refusals(serve(R"(@MODEL@ --speculative-config '{"num_speculative_tokens":3}')")).size(), 1u);
+  // The last of repeated values counts, as for every serve flag.
+  EXPECT_EQ(
+      accepted(R"(@MODEL@ --speculative-config '{"method":"dspark"}' --speculative_config '{}')")
+          .args->engine.speculative_config,
+      "{}");
+}
+
+// generate and bench take --speculative-config too (add_engine_args).
+TEST(EngineArgs, SpeculativeConfigIsAnEngineFlag) {
+  CLI::App app;
+  EngineArgs e;
+  add_engine_args(app, e);
+  std::vector<std::string> argv = {"--model", "m", "--speculative-config",
+                                   R"({"method":"ngram","num_speculative_tokens":2})"};
+  std::reverse(argv.begin(), argv.end());  // CLI11's order
+  app.parse(argv);
+  EXPECT_EQ(e.speculative_config, R"({"method":"ngram","num_speculative_tokens":2})");
 }
 
 TEST_F(ServeArgsTest, AdditionalConfigWarnsOnUnknownKeys) {
@@ -317,7 +366,8 @@ TEST_F(ServeArgsTest, DocumentedRefusalTextsMatch) {
         refusal("@MODEL@ --tensor-parallel-size 4"), refusal("@MODEL@ --headless"),
         refusal("@MODEL@ --quantization X"), refusal("@MODEL@ --tokenizer-mode X"),
         refusal("@MODEL@ --chat-template X"),
-        refusal(R"(@MODEL@ --speculative-config '{"method":"mtp"}')"),
+        refusal(R"(@MODEL@ --speculative-config '{"method":"dspark","num_speculative_tokens":5}')"),
+        refusal(R"(@MODEL@ --speculative-config '{"method":"suffix","num_speculative_tokens":5}')"),
         refusal(R"(@MODEL@ --kv-transfer-config '{"kv_connector":"MooncakeConnectorV1"}')"),
         hub_text})
     EXPECT_NE(doc->find(text), std::string::npos) << text;

@@ -209,7 +209,7 @@ TEST_F(EngineClientTest, ShutdownFinishesInFlightRequests) {
   // 4,000 tokens each: still running at the shutdown however this thread is scheduled.
   EngineClient::Options o = options(800);
   o.scheduler.max_model_len = 4096;
-  auto client = std::make_unique<EngineClient>(*lm_->model, tokenizer_.get(), o);
+  auto client = std::make_unique<EngineClient>(*lm_->model, tokenizer_.get(), std::move(o));
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < 3; ++i) {
     auto s = client->add_request(greedy("r" + std::to_string(i), golden_.prompts[size_t(i)], 4000));
@@ -227,7 +227,7 @@ TEST_F(EngineClientTest, RejectsInvalidRequestsWithoutSideEffects) {
   // is scheduled, so it is live for the duplicate check and still running when aborted.
   EngineClient::Options o = options(300);
   o.scheduler.max_model_len = 4096;
-  EngineClient client(*lm_->model, tokenizer_.get(), o);
+  EngineClient client(*lm_->model, tokenizer_.get(), std::move(o));
   auto live = client.add_request(greedy("dup", golden_.prompts[0], 4000));
   ASSERT_TRUE(live.ok());
   EXPECT_FALSE(client.add_request(greedy("dup", golden_.prompts[0], 2)).ok());

@@ -209,7 +209,7 @@ TEST_P(MtpGolden, LogitsMatchReference) {
     mb.add(std::span<const int32_t>(prompt.data() + 1, n - 1), 0, table,
            BatchBuilder::Logits::kAll);
     std::vector<float> draft((n - 1) * V);
-    lm->model->mtp_forward(mb.batch(), hidden.data(), mtp_kv, draft.data());
+    lm->model->mtp_forward(mb.batch(), hidden.data(), mtp_kv, draft.data(), nullptr);
     auto want = (*gl)->tensor("mtp_logits." + std::to_string(p));
     ASSERT_TRUE(want.ok());
     ASSERT_EQ(want->numel(), (n - 1) * V);

@@ -66,8 +66,9 @@ RunnerOutput full_runner_output() {
                    .rank = 1,
                    .top = {{.token = 42, .logprob = -0.125f}, {.token = 7, .logprob = -kInf}}};
   TokenLogprobs lp2{.token = 43, .logprob = -kInf, .rank = 151000, .top = {}};
-  out.sampled = {{.id = 1, .tokens = {42, 43, 44}, .logprobs = {lp, lp2, lp}},
-                 {.id = 1, .tokens = {9}, .logprobs = {}}};
+  out.sampled = {
+      {.id = 1, .tokens = {42, 43, 44}, .logprobs = {lp, lp2, lp}, .draft_token_ids = {5, 6}},
+      {.id = 1, .tokens = {9}, .logprobs = {}, .draft_token_ids = {}}};
   out.prompt_logprobs = {{2, {lp2, lp}}, {3, {}}};
   out.failures = {{.id = 3, .no_token_allowed = true, .error = ""},
                   {.id = 4, .no_token_allowed = false, .error = "sampler blew up"}};
@@ -117,7 +118,7 @@ TEST(ContractCodecTest, FloatsRoundTripBitExactly) {
       0x00000001u, 0x7f7fffffu,  // smallest denormal, largest finite
       0x3dcccccdu};              // 0.1f
   RunnerOutput in;
-  RequestSamples s{.id = 5, .tokens = {}, .logprobs = {}};
+  RequestSamples s{.id = 5, .tokens = {}, .logprobs = {}, .draft_token_ids = {}};
   for (uint32_t b : bits) {
     s.tokens.push_back(1);
     s.logprobs.push_back({.token = 1, .logprob = std::bit_cast<float>(b), .rank = 0, .top = {}});
@@ -134,7 +135,7 @@ TEST(ContractCodecTest, FloatsRoundTripBitExactly) {
 TEST(ContractCodecTest, WrongKindIsError) {
   Expected<SchedulerOutput> s = decode_scheduler_output(encode(full_runner_output()));
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().message.find("kestrel.runner_output.v1"), std::string::npos)
+  EXPECT_NE(s.error().message.find("kestrel.runner_output.v2"), std::string::npos)
       << s.error().message;
   EXPECT_FALSE(decode_runner_output(encode(full_scheduler_output())).ok());
 }
@@ -171,13 +172,14 @@ TEST(ContractCodecTest, WrongArrayLengthAndRangeAreErrors) {
   });
   EXPECT_FALSE(decode_scheduler_output(short_body).ok());
   // A TokenLogprob whose token does not fit int32.
-  std::string big_token = hand_made("kestrel.runner_output.v1", [](auto& p) {
+  std::string big_token = hand_made("kestrel.runner_output.v2", [](auto& p) {
     p.pack_array(3);
     p.pack_array(1);
-    p.pack_array(3);
+    p.pack_array(4);
     p.pack(1);
     p.pack_array(1);
     p.pack(int64_t{1} << 40);
+    p.pack_array(0);
     p.pack_array(0);
     p.pack_array(0);
     p.pack_array(0);
@@ -186,11 +188,12 @@ TEST(ContractCodecTest, WrongArrayLengthAndRangeAreErrors) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("sampled[0].tokens[0]"), std::string::npos) << r.error().message;
   // A request handle that does not fit 32 bits.
-  std::string big_id = hand_made("kestrel.runner_output.v1", [](auto& p) {
+  std::string big_id = hand_made("kestrel.runner_output.v2", [](auto& p) {
     p.pack_array(3);
     p.pack_array(1);
-    p.pack_array(3);
+    p.pack_array(4);
     p.pack(int64_t{1} << 32);
+    p.pack_array(0);
     p.pack_array(0);
     p.pack_array(0);
     p.pack_array(0);

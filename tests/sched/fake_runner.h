@@ -227,7 +227,7 @@ class FakeWorker {
       num_rejected_ += num_drafts - accepted;
       st.tokens.insert(st.tokens.end(), sampled.begin(), sampled.end());
       st.num_computed = static_cast<int64_t>(st.tokens.size()) - 1;
-      result.sampled.push_back({w.id, std::move(sampled), {}});
+      result.sampled.push_back({w.id, std::move(sampled), {}, {}});
     }
     return result;
   }

@@ -120,7 +120,7 @@ TEST(SchedulerDrafts, CappedByTheTokenBudget) {
   EXPECT_EQ(d.a().num_computed_tokens, 22);
 
   // Beside another request's decode the budget left is what caps them.
-  ASSERT_TRUE(d.h.s.add_request(spec(3, make_prompt(3, 2), 5)).ok());
+  ASSERT_TRUE(d.h.s.add_request(spec(3, make_prompt(3, 2), 30)).ok());
   d.h.step();  // "a" decodes one, "b" prefills 3
   d.h.s.set_draft_tokens(3, fake_continuation(d.h.s.request(3)->all_token_ids, 20));
   d.h.s.set_draft_tokens(1, {kWrong});
@@ -131,7 +131,22 @@ TEST(SchedulerDrafts, CappedByTheTokenBudget) {
   EXPECT_EQ(both.out.total_num_scheduled_tokens, 16);
   d.h.run_to_completion();
   EXPECT_EQ(d.a().output_token_ids, d.ref);
-  EXPECT_EQ(d.h.s.request(3)->output_token_ids, reference_outputs(make_prompt(3, 2), 5));
+  EXPECT_EQ(d.h.s.request(3)->output_token_ids, reference_outputs(make_prompt(3, 2), 30));
+}
+
+TEST(SchedulerDrafts, CappedByMaxTokens) {
+  Decoding d;  // 1 of 30 outputs
+  d.h.s.set_draft_tokens(1, slice(d.ref, 1, 29));
+  StepResult r = d.h.step();
+  EXPECT_EQ(find(r.out, 1)->draft_token_ids, slice(d.ref, 1, 15));  // the budget of 16 first
+  ASSERT_EQ(d.a().num_output_tokens(), 17);
+  // 17 outputs: 12 drafts and the token sampled after them reach max_tokens.
+  d.h.s.set_draft_tokens(1, slice(d.ref, 17, 13));
+  r = d.h.step();
+  EXPECT_EQ(find(r.out, 1)->draft_token_ids, slice(d.ref, 17, 12));
+  EXPECT_EQ(find_update(r.updates, 1)->new_token_ids, slice(d.ref, 17, 13));
+  EXPECT_EQ(find_update(r.updates, 1)->finished, RequestStatus::kFinishedLength);
+  EXPECT_EQ(d.a().output_token_ids, d.ref);
 }
 
 TEST(SchedulerDrafts, CappedByMaxModelLen) {

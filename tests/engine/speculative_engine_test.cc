@@ -1,0 +1,266 @@
+// Speculative decoding end to end in the engine core, for every proposer (n-gram, a draft model,
+// DeepSeek-V3's MTP module) on the fixture checkpoints: greedy outputs are token for token the
+// outputs of decoding without drafts, alone, batched, chunked, from the prefix cache, under
+// preemption and when drafting turns off and on with the batch size — and drafts were really
+// proposed and (where the proposer is good) accepted, with every block freed at the end.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <memory>
+#include <random>
+
+#include "base/mmap_file.h"
+#include "engine_runs.h"
+#include "model/loader.h"
+#include "spec/proposer.h"
+#include "spec/speculative_config.h"
+#include "test_paths.h"
+
+namespace kestrel {
+namespace {
+
+struct SpecCase {
+  std::string target;
+  std::string config;  // --speculative-config
+  std::string draft;   // fixture of the draft model, for draft_model
+  bool accepts;        // the proposer is good enough that some drafts must be accepted
+  // The draft is the target itself: with batch-invariant kernels its argmax is the target's at
+  // every position, so every draft must be accepted — unless its cache missed a position.
+  bool self_draft = false;
+};
+
+std::ostream& operator<<(std::ostream& os, const SpecCase& c) {
+  return os << c.target << " " << c.config;
+}
+
+std::unique_ptr<LoadedModel> load_fixture(const std::string& name, Backend* shared = nullptr) {
+  const std::string dir = test::fixtures_dir() + "/models/" + name;
+  auto golden = read_text_file(dir + "/golden.json");
+  EXPECT_TRUE(golden.ok());
+  LoadOptions o;
+  o.model = dir;
+  o.threads = 2;
+  o.dtype = nlohmann::json::parse(*golden).at("dtype").get<std::string>();
+  o.shared_backend = shared;
+  auto lm = load_model(o);
+  EXPECT_TRUE(lm.ok()) << lm.error().message;
+  return lm.ok() ? std::move(*lm) : nullptr;
+}
+
+class SpeculativeEngine : public ::testing::TestWithParam<SpecCase> {
+ protected:
+  void SetUp() override {
+    target_ = load_fixture(GetParam().target);
+    ASSERT_NE(target_, nullptr);
+    if (!GetParam().draft.empty()) {
+      draft_ = load_fixture(GetParam().draft, &target_->model->backend());
+      ASSERT_NE(draft_, nullptr);
+    }
+    auto parsed = parse_speculative_config(GetParam().config);
+    ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+    ASSERT_TRUE(parsed->has_value());
+    spec_ = **parsed;
+    if (!GetParam().draft.empty()) spec_.draft_model = GetParam().draft;
+    const Status s = resolve_speculative_config(spec_, target_->model->num_mtp_modules(),
+                                                target_->config.model_type);
+    ASSERT_TRUE(s.ok()) << s.message();
+
+    std::mt19937 rng(20261201);
+    auto random_tokens = [&](int n) {
+      std::vector<int32_t> t;
+      for (int i = 0; i < n; ++i) t.push_back(std::uniform_int_distribution<int32_t>(3, 511)(rng));
+      return t;
+    };
+    // Prompts of 5..40 tokens; three repeat a phrase, which n-gram lookup copies from.
+    for (int i = 0; i < 6; ++i) {
+      std::vector<int32_t> p = random_tokens(5 + i * 7);
+      if (i % 2 == 0) {
+        const std::vector<int32_t> phrase(p.begin(), p.begin() + 5);
+        for (int r = 0; r < 3; ++r) p.insert(p.end(), phrase.begin(), phrase.end());
+      }
+      prompts_.push_back(std::move(p));
+    }
+  }
+
+  SchedulerConfig config(int64_t budget = 512, int32_t num_blocks = 256) const {
+    SchedulerConfig c;
+    c.block_size = 4;  // drafts cross block boundaries
+    c.num_blocks = num_blocks;
+    c.max_model_len = 128;
+    c.max_num_batched_tokens = budget;
+    c.kv_groups = target_->model->kv_cache_layout(c.block_size).groups;
+    return c;
+  }
+
+  std::unique_ptr<EngineCore> engine(SchedulerConfig c, bool speculative,
+                                     int64_t max_drafting = 1 << 20) const {
+    Speculation s;
+    if (speculative) {
+      c.num_lookahead_tokens = spec_.num_lookahead_tokens();
+      ProposerOptions po;
+      po.config = spec_;
+      po.max_model_len = c.max_model_len;
+      po.num_blocks = c.num_blocks;
+      po.block_size = c.block_size;
+      po.draft_model = draft_ ? draft_->model.get() : nullptr;
+      auto p = make_proposer(*target_->model, po);
+      EXPECT_TRUE(p.ok()) << p.error().message;
+      if (p.ok()) s.proposer = std::move(*p);
+      s.max_drafting_requests = max_drafting;
+    }
+    return std::make_unique<EngineCore>(*target_->model, c, std::vector<int32_t>{}, std::move(s));
+  }
+
+  // Runs every prompt (named tag + index) to its 24 outputs and returns the tokens by name.
+  std::map<std::string, std::vector<int32_t>> run(
+      EngineCore& e, const std::string& tag, std::map<std::string, int64_t>* cached = nullptr) {
+    for (size_t i = 0; i < prompts_.size(); ++i)
+      EXPECT_TRUE(
+          e.add_request(test::greedy_core_request(tag + std::to_string(i), prompts_[i], 24)).ok());
+    std::map<std::string, std::vector<int32_t>> out;
+    for (int steps = 0; e.has_unfinished() && steps < 5000; ++steps) {
+      auto outs = e.step();
+      EXPECT_TRUE(outs.ok()) << (outs.ok() ? "" : outs.error().message);
+      if (!outs.ok()) break;
+      for (const EngineCoreOutput& o : *outs) {
+        std::vector<int32_t>& t = out[test::name_of(o.id)];
+        t.insert(t.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+        EXPECT_FALSE(o.finish_reason == FinishReason::kError) << o.error;
+        if (cached != nullptr) (*cached)[test::name_of(o.id)] = o.num_cached_tokens;
+      }
+    }
+    return out;
+  }
+
+  // The same tokens as `want` (named "ref" + index) under `tag`.
+  void expect_same(const std::map<std::string, std::vector<int32_t>>& got,
+                   const std::map<std::string, std::vector<int32_t>>& want,
+                   const std::string& tag) {
+    for (size_t i = 0; i < prompts_.size(); ++i) {
+      const auto g = got.find(tag + std::to_string(i));
+      ASSERT_NE(g, got.end()) << tag << i;
+      EXPECT_EQ(g->second, want.at("ref" + std::to_string(i))) << tag << " prompt " << i;
+      EXPECT_EQ(g->second.size(), 24u);
+    }
+  }
+
+  void expect_drafted_and_drained(const EngineCore& e, const std::string& what) {
+    const SpecDecodeStats& s = e.counters().spec_decode;
+    EXPECT_GT(s.num_drafts, 0) << what;
+    EXPECT_LE(s.num_accepted_tokens, s.num_draft_tokens) << what;
+    if (GetParam().accepts) {
+      EXPECT_GT(s.num_accepted_tokens, 0) << what;
+    }
+    if (GetParam().self_draft) {
+      EXPECT_EQ(s.num_accepted_tokens, s.num_draft_tokens) << what;
+    }
+    EXPECT_FALSE(e.has_unfinished());
+    EXPECT_EQ(test::worker_requests(e), 0u);
+    EXPECT_EQ(e.scheduler().kv().num_requests(), 0u) << what;
+    EXPECT_EQ(e.scheduler().kv().usage(), 0.0) << what;
+  }
+
+  std::map<std::string, std::vector<int32_t>> reference() {
+    auto plain = engine(config(), false);
+    auto ref = run(*plain, "ref");
+    EXPECT_EQ(plain->counters().spec_decode.num_drafts, 0);
+    return ref;
+  }
+
+  std::unique_ptr<LoadedModel> target_, draft_;
+  SpeculativeConfig spec_;
+  std::vector<std::vector<int32_t>> prompts_;
+};
+
+TEST_P(SpeculativeEngine, GreedyOutputsEqualDecodingWithoutDrafts) {
+  const auto ref = reference();
+  {
+    auto e = engine(config(), true);
+    expect_same(run(*e, "batched"), ref, "batched");
+    expect_drafted_and_drained(*e, "batched");
+  }
+  {
+    auto e = engine(config(/*budget=*/8), true);  // prompts prefilled in chunks
+    expect_same(run(*e, "chunked"), ref, "chunked");
+    expect_drafted_and_drained(*e, "chunked");
+  }
+  {
+    // Drafting only while at most two requests sample: a small budget admits the requests one
+    // after another, so drafting is on, off while many decode, and on again as they finish.
+    auto e = engine(config(/*budget=*/16), true, /*max_drafting=*/2);
+    expect_same(run(*e, "toggled"), ref, "toggled");
+    expect_drafted_and_drained(*e, "toggled");
+  }
+}
+
+TEST_P(SpeculativeEngine, EachPromptAloneEqualsDecodingWithoutDrafts) {
+  const auto ref = reference();
+  auto e = engine(config(), true);
+  for (size_t i = 0; i < prompts_.size(); ++i) {
+    ASSERT_TRUE(
+        e->add_request(test::greedy_core_request("alone" + std::to_string(i), prompts_[i], 24))
+            .ok());
+    std::vector<int32_t> tokens;
+    while (e->has_unfinished()) {
+      auto outs = e->step();
+      ASSERT_TRUE(outs.ok());
+      for (const EngineCoreOutput& o : *outs)
+        tokens.insert(tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    }
+    EXPECT_EQ(tokens, ref.at("ref" + std::to_string(i))) << "prompt " << i;
+  }
+  expect_drafted_and_drained(*e, "alone");
+}
+
+TEST_P(SpeculativeEngine, PrefixCacheHitsAndPreemptionKeepTheTokens) {
+  const auto ref = reference();
+  {
+    auto e = engine(config(), true);
+    expect_same(run(*e, "first"), ref, "first");
+    std::map<std::string, int64_t> cached;
+    expect_same(run(*e, "again", &cached), ref, "again");
+    int64_t hits = 0;
+    for (const auto& [name, n] : cached) hits += n;
+    EXPECT_GT(hits, 0);  // the second round read the first one's blocks
+    expect_drafted_and_drained(*e, "cached");
+  }
+  {
+    // A pool that holds about two requests with their drafts' lookahead: requests are preempted
+    // and recomputed as they grow.
+    SchedulerConfig c = config();
+    c.num_lookahead_tokens = spec_.num_lookahead_tokens();
+    c.num_blocks =
+        1 + int32_t(max_blocks_per_request(c.kv_groups, c.max_model_len + c.num_lookahead_tokens,
+                                           c.max_num_batched_tokens + c.num_lookahead_tokens));
+    auto e = engine(c, true);
+    expect_same(run(*e, "tight"), ref, "tight");
+    EXPECT_GT(e->scheduler().num_preemptions(), 0);
+    expect_drafted_and_drained(*e, "tight");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Proposers, SpeculativeEngine,
+    ::testing::Values(
+        SpecCase{"llama3_f32", R"({"method": "ngram", "num_speculative_tokens": 3,
+                  "prompt_lookup_min": 2, "prompt_lookup_max": 4})",
+                 "", true},
+        SpecCase{"qwen3_moe_f32", R"({"method": "ngram", "num_speculative_tokens": 2,
+                  "prompt_lookup_min": 1})",
+                 "", false},
+        SpecCase{"qwen3_f32", R"({"method": "draft_model", "model": "x",
+                  "num_speculative_tokens": 4})",
+                 "qwen3_f32", true},
+        SpecCase{"llama3_f32", R"({"method": "draft_model", "model": "x",
+                  "num_speculative_tokens": 3})",
+                 "llama3_bf16", true},
+        SpecCase{"deepseek_v3_f32", R"({"method": "draft_model", "model": "x",
+                  "num_speculative_tokens": 2})",
+                 "llama3_f32", false},
+        SpecCase{"deepseek_v3_f32", R"({"num_speculative_tokens": 1, "method": "mtp"})", "", false},
+        SpecCase{"deepseek_v3_bf16", R"({"num_speculative_tokens": 3, "method": "deepseek_mtp"})",
+                 "", false}));
+
+}  // namespace
+}  // namespace kestrel
