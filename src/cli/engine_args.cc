@@ -191,6 +191,7 @@ Expected<Engine> start_engine(const EngineArgs& a) {
   if (spec) {
     po.num_blocks = e.kv.num_blocks;
     KASSIGN(opts.speculation.proposer, make_proposer(*e.model->model, po));
+    opts.num_speculative_tokens = spec->k();
     opts.speculation.max_drafting_requests =
         spec->disable_by_batch_size.value_or(default_max_drafting_requests(spec->k()));
     KLOG_INFO(

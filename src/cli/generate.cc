@@ -144,6 +144,15 @@ int generate(const Args& a) {
                prompt.size(), double(prompt.size()) / pp_s, (long long)decode_steps, tg_tps,
                tg_tps * double(e.model->model->weight_bytes()) / 1e9,
                finish_reason_name(*out.finish_reason));
+  const SpecDecodeStats spec = e.client->stats().counters.spec_decode;
+  if (!spec.empty())
+    std::fprintf(stderr,
+                 "speculative: %lld drafts, %lld of %lld draft tokens accepted (%.1f%%), mean "
+                 "acceptance length %.2f\n",
+                 (long long)spec.num_drafts, (long long)spec.num_accepted_tokens,
+                 (long long)spec.num_draft_tokens,
+                 100.0 * double(spec.num_accepted_tokens) / double(spec.num_draft_tokens),
+                 1.0 + double(spec.num_accepted_tokens) / double(spec.num_drafts));
   return 0;
 }
 

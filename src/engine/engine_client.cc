@@ -56,8 +56,23 @@ EngineClient::EngineClient(CausalLM& model, const Tokenizer* tokenizer, Options 
       options_(std::move(options)),
       core_(model, options_.scheduler, options_.eos_token_ids, std::move(options_.speculation)),
       processor_(tokenizer) {
+  stats_.num_speculative_tokens = options_.num_speculative_tokens;
+  spec_logged_at_ = std::chrono::steady_clock::now();
   engine_thread_ = std::thread([this] { engine_loop(); });
   output_thread_ = std::thread([this] { output_loop(); });
+}
+
+void EngineClient::log_spec_decode() {
+  const auto now = std::chrono::steady_clock::now();
+  if (options_.spec_log_interval.count() <= 0 || now - spec_logged_at_ < options_.spec_log_interval)
+    return;
+  const SpecDecodeStats& s = core_.counters().spec_decode;
+  if (s.num_drafts != spec_logged_.num_drafts)
+    KLOG_INFO("{}",
+              spec_decode_log_line(spec_logged_, s,
+                                   std::chrono::duration<double>(now - spec_logged_at_).count()));
+  spec_logged_ = s;
+  spec_logged_at_ = now;
 }
 
 EngineClient::~EngineClient() {
@@ -225,11 +240,13 @@ void EngineClient::engine_loop() {
       stats_.prefix_cache_hits = s.kv().prefix_cache_hits();
       stats_.num_preemptions = s.num_preemptions();
       stats_.counters = core_.counters();
+      stats_.num_speculative_tokens = options_.num_speculative_tokens;
       stats_.dead = !failure.empty();
       observer = step_observer_;
     }
     const int64_t step_tokens = core_.counters().scheduled_tokens - tokens_before;
     if (observer && step_tokens > 0) observer(step_tokens);
+    log_spec_decode();
     if (!outputs.empty()) {
       {
         std::lock_guard lock(out_mu_);

@@ -4,6 +4,7 @@
 // and the server.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -64,7 +65,8 @@ struct EngineStats {
   int64_t prefix_cache_hits = 0;
   int64_t num_preemptions = 0;
   EngineCoreCounters counters;
-  bool dead = false;  // a step failed; the engine accepts nothing more
+  int64_t num_speculative_tokens = 0;  // k; 0 without speculative decoding
+  bool dead = false;                   // a step failed; the engine accepts nothing more
 };
 
 class EngineClient {
@@ -74,6 +76,9 @@ class EngineClient {
     std::vector<int32_t> eos_token_ids;
     // Speculative decoding (moved into the engine): scheduler.num_lookahead_tokens must match.
     Speculation speculation;
+    int64_t num_speculative_tokens = 0;  // k, for stats
+    // How often the engine thread logs vLLM's "SpecDecoding metrics" line (0: never).
+    std::chrono::milliseconds spec_log_interval{10000};
   };
 
   // `tokenizer` may be null (token-id requests only). Both must outlive the client. Starts the
@@ -107,6 +112,8 @@ class EngineClient {
   RequestHandle take_handle(const std::string& id);
   void drop_handle(RequestHandle h);
   void engine_loop();
+  // Engine thread: vLLM's periodic "SpecDecoding metrics" line, when drafts were verified since.
+  void log_spec_decode();
   void output_loop();
   // Output-thread side: delivers one core output to its stream.
   void deliver(EngineCoreOutput&& out);
@@ -146,6 +153,10 @@ class EngineClient {
   mutable std::mutex stats_mu_;
   EngineStats stats_;
   std::function<void(int64_t)> step_observer_;  // under stats_mu_
+
+  // Engine thread: the counters at the last "SpecDecoding metrics" line, and when.
+  SpecDecodeStats spec_logged_;
+  std::chrono::steady_clock::time_point spec_logged_at_;
 
   std::thread engine_thread_;
   std::thread output_thread_;

@@ -322,6 +322,38 @@ void ServerMetrics::record_iteration_tokens(int64_t num_tokens) {
   iteration_tokens_->observe(labels(), static_cast<double>(num_tokens));
 }
 
+namespace {
+
+// vLLM's speculative decoding counters (registered only with a speculative config), the
+// per-position one labelled "0".."k-1" from the start.
+void render_spec_decode(const EngineStats& snapshot, const std::vector<std::string>& base,
+                        std::string* out) {
+  const SpecDecodeStats& s = snapshot.counters.spec_decode;
+  Counter drafts("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", kLabelNames);
+  drafts.inc(base, double(s.num_drafts));
+  Counter draft_tokens("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", kLabelNames);
+  draft_tokens.inc(base, double(s.num_draft_tokens));
+  Counter accepted("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+                   kLabelNames);
+  accepted.inc(base, double(s.num_accepted_tokens));
+  std::vector<std::string> pos_labels = kLabelNames;
+  pos_labels.push_back("position");
+  Counter per_pos("vllm:spec_decode_num_accepted_tokens_per_pos",
+                  "Accepted tokens per draft position.", pos_labels);
+  const size_t k = std::max(size_t(snapshot.num_speculative_tokens), s.accepted_per_pos.size());
+  for (size_t i = 0; i < k; ++i) {
+    std::vector<std::string> l = base;
+    l.push_back(std::to_string(i));
+    per_pos.touch(l);
+    if (i < s.accepted_per_pos.size()) per_pos.inc(l, double(s.accepted_per_pos[i]));
+  }
+  for (const MetricFamily* f :
+       std::initializer_list<const MetricFamily*>{&drafts, &draft_tokens, &accepted, &per_pos})
+    f->render(out);
+}
+
+}  // namespace
+
 std::string ServerMetrics::render(const EngineStats& snapshot) const {
   const std::vector<std::string> base = labels();
   // The engine's values are already cumulative, so they become one-off families per scrape.
@@ -358,6 +390,7 @@ std::string ServerMetrics::render(const EngineStats& snapshot) const {
            &running, &waiting, &kv_usage, &queries, &hits, &preemptions, &prompt, &generation}) {
     family->render(&out);
   }
+  if (snapshot.num_speculative_tokens > 0) render_spec_decode(snapshot, base, &out);
   registry_.render(&out);
   return out;
 }

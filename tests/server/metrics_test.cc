@@ -401,6 +401,29 @@ TEST(MetricsServer, SnapshotGaugesAndCounters) {
   EXPECT_EQ(e.value("vllm:e2e_request_latency_seconds_bucket", with(kBase, "le", "+Inf")), 0);
 }
 
+TEST(MetricsServer, SpecDecodeCountersOnlyWithASpeculativeConfig) {
+  ServerMetrics metrics("m", 4096);
+  EngineStats stats = sample_stats();
+  EXPECT_EQ(metrics.render(stats).find("vllm:spec_decode"), std::string::npos);
+  stats.num_speculative_tokens = 3;
+  // Two steps: 3 drafts with 2 accepted, then 3 with 0 accepted.
+  stats.counters.spec_decode.observe(3, 2);
+  stats.counters.spec_decode.observe(3, 0);
+  const std::string text = metrics.render(stats);
+  const Exposition e = parse_exposition(text);
+  ASSERT_EQ(e.error, "") << text;
+  EXPECT_EQ(e.types.at("vllm:spec_decode_num_drafts_total"), "counter");
+  EXPECT_EQ(e.value("vllm:spec_decode_num_drafts_total", kBase), 2);
+  EXPECT_EQ(e.value("vllm:spec_decode_num_draft_tokens_total", kBase), 6);
+  EXPECT_EQ(e.value("vllm:spec_decode_num_accepted_tokens_total", kBase), 2);
+  const char* per_pos = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
+  EXPECT_EQ(e.value(per_pos, with(kBase, "position", "0")), 1);
+  EXPECT_EQ(e.value(per_pos, with(kBase, "position", "1")), 1);
+  // Every position is exposed, at zero before its first acceptance.
+  EXPECT_EQ(e.value(per_pos, with(kBase, "position", "2")), 0);
+  EXPECT_TRUE(e.find(per_pos, with(kBase, "position", "3")).empty());
+}
+
 TEST(MetricsServer, BucketBoundsFollowVllm) {
   ServerMetrics metrics("m", 2048);
   const Exposition e = parse_exposition(metrics.render(EngineStats{}));
