@@ -167,10 +167,12 @@ struct SampleGroup {
   const SamplingParams* params = nullptr;
   std::span<const int32_t> prompt;   // the repetition penalty's tokens, with the outputs
   std::span<const int32_t> outputs;  // the penalties' tokens before row 0
-  // With `masked`, the first row's allowed tokens: bit i of word i / 64; ids past the words
-  // (all of them for no words) are disallowed.
+  // With `masked`, the allowed tokens of the first mask_rows rows, allowed.size() / mask_rows
+  // words each: bit i of word i / 64; ids past the words (all of them for no words) are
+  // disallowed. Rows past mask_rows are not masked.
   bool masked = false;
   std::span<const uint64_t> allowed;
+  size_t mask_rows = 1;
   SamplerRng* rng = nullptr;
 };
 

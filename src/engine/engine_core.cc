@@ -110,20 +110,44 @@ void EngineCore::fail_step(const SchedulerOutput& sched, const std::string& erro
 
 void EngineCore::fill_token_masks(SchedulerOutput& sched,
                                   std::unordered_map<RequestHandle, std::string>& errors) {
-  for (const ScheduledTokens& s : sched.scheduled) {
+  for (ScheduledTokens& s : sched.scheduled) {
     const RequestState& state = request_state_.at(s.id);
     if (!state.constraint) continue;
     const Request* req = scheduler_.request(s.id);
     const int64_t known = s.num_tokens - static_cast<int64_t>(s.draft_token_ids.size());
     if (req->num_computed_tokens + known < req->num_tokens()) continue;  // a prefill chunk
-    TokenMask mask{s.id, {}};
+    TokenConstraint& constraint = *state.constraint;
+    TokenMask mask{s.id, {}, 1};
+    size_t kept = 0;  // drafts the grammar lets through, each with the mask after it
     // A failing constraint is this request's problem only: with no bit set it samples nothing.
     try {
-      state.constraint->fill_bitmask(mask.bits);
+      constraint.fill_bitmask(mask.bits);
+      if (!s.draft_token_ids.empty() && constraint.can_restore()) {
+        const size_t words = mask.bits.size();
+        std::vector<uint64_t> next;
+        constraint.save();
+        for (; kept < s.draft_token_ids.size(); ++kept) {
+          const int32_t d = s.draft_token_ids[kept];
+          const uint64_t* row = mask.bits.data() + kept * words;
+          const bool allowed = d >= 0 && size_t(d / 64) < words && ((row[d / 64] >> (d % 64)) & 1);
+          if (!allowed || !constraint.accept(d)) break;
+          constraint.fill_bitmask(next);
+          next.resize(words);
+          mask.bits.insert(mask.bits.end(), next.begin(), next.end());
+        }
+        constraint.restore();
+      }
     } catch (const std::exception& e) {
       mask.bits.clear();
+      kept = 0;
       errors[s.id] = std::string("the structured output constraint failed: ") + e.what();
     }
+    // Drafts past the grammar would be rejected anyway; the step verifies only the rest.
+    const int64_t cut = static_cast<int64_t>(s.draft_token_ids.size() - kept);
+    s.draft_token_ids.resize(kept);
+    s.num_tokens -= cut;
+    sched.total_num_scheduled_tokens -= cut;
+    mask.num_rows = static_cast<int32_t>(kept + 1);
     sched.token_masks.push_back(std::move(mask));
   }
 }
@@ -207,6 +231,9 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
   SchedulerOutput sched = scheduler_.schedule();
   if (sched.scheduled.empty() && sched.finished_ids.empty()) return outputs;
   if (!sched.scheduled.empty()) ++counters_.steps;
+  // First: constrained requests' drafts past their grammar leave the step.
+  std::unordered_map<RequestHandle, std::string> mask_errors;
+  fill_token_masks(sched, mask_errors);
   const auto now = std::chrono::steady_clock::now();
   // Each request's first position this step, which its prompt logprobs are placed by.
   std::unordered_map<RequestHandle, int64_t> starts;
@@ -219,8 +246,6 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
     counters_.prompt_tokens_computed +=
         std::clamp<int64_t>(req->num_prompt_tokens() - req->num_computed_tokens, 0, s.num_tokens);
   }
-  std::unordered_map<RequestHandle, std::string> mask_errors;
-  fill_token_masks(sched, mask_errors);
   Expected<RunnerOutput> executed = executor_->execute(sched);
   if (!executed.ok()) {
     fail_step(sched, executed.error().message, outputs);

@@ -114,8 +114,10 @@ class EngineCore {
     size_t prompt_logprobs_sent = 0;
   };
 
-  // Token masks of the step's constrained requests that sample; a constraint that throws gets
-  // an empty mask (its request samples nothing) and its error in `errors`.
+  // Token masks of the step's constrained requests that sample, one per position when they
+  // verify drafts: the drafts are walked through the constraint (then restored) and cut at the
+  // first one it refuses. A constraint that throws gets an empty mask and no drafts (its
+  // request samples nothing) and its error in `errors`.
   void fill_token_masks(SchedulerOutput& sched,
                         std::unordered_map<RequestHandle, std::string>& errors);
   // Feeds the sampled tokens to their constraints; a refused token fails its request.

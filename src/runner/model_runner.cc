@@ -90,16 +90,18 @@ Expected<RunnerOutput> ModelRunner::execute(const SchedulerOutput& output) {
     for (const RequestHandle id : output.finished_ids) spec_.proposer->finished(id);
   RunnerOutput result;
   if (output.scheduled.empty()) return result;
-  std::unordered_map<RequestHandle, const std::vector<uint64_t>*> masks;
-  for (const TokenMask& m : output.token_masks) masks[m.id] = &m.bits;
+  std::unordered_map<RequestHandle, const TokenMask*> masks;
+  for (const TokenMask& m : output.token_masks) masks[m.id] = &m;
   builder_.clear();
   std::vector<Rows> rows;
   int64_t num_rows = 0, num_batch_tokens = 0;
   for (const ScheduledTokens& work : output.scheduled) {
-    // A mask covers the first sampled position only; later ones would need the grammar
-    // advanced over each draft.
-    if (!work.draft_token_ids.empty() && masks.count(work.id) != 0)
-      return make_error("request {}: draft tokens cannot be verified under a token mask", work.id);
+    // A constrained request's drafts come with one mask per sampled position.
+    if (const auto m = masks.find(work.id);
+        m != masks.end() && (m->second->num_rows != int64_t(work.draft_token_ids.size()) + 1 ||
+                             m->second->bits.size() % size_t(m->second->num_rows) != 0))
+      return make_error("request {}: {} token masks for {} drafts", work.id, m->second->num_rows,
+                        work.draft_token_ids.size());
     KASSIGN(Rows r, add_to_batch(work, num_batch_tokens, num_rows));
     num_rows += r.count;
     num_batch_tokens += work.num_tokens;
@@ -144,7 +146,8 @@ Expected<RunnerOutput> ModelRunner::execute(const SchedulerOutput& output) {
     g.outputs = req.outputs();
     if (const auto m = masks.find(rows[k].work->id); m != masks.end()) {
       g.masked = true;
-      g.allowed = *m->second;
+      g.allowed = m->second->bits;
+      g.mask_rows = size_t(m->second->num_rows);
     }
     g.rng = &req.rng;
     group_of[k] = groups.size();
@@ -153,12 +156,10 @@ Expected<RunnerOutput> ModelRunner::execute(const SchedulerOutput& output) {
   samples_.resize(groups.size());
   model_.backend().sample(groups, samples_);
   std::vector<int64_t> sample_of(rows.size(), -1);
-  std::vector<bool> masked(rows.size(), false);
   for (size_t k = 0; k < rows.size(); ++k) {
     if (!rows[k].samples) continue;
     GroupSamples& s = samples_[group_of[k]];
     RequestHandle id = rows[k].work->id;
-    masked[k] = groups[group_of[k]].masked;
     if (s.no_token_allowed) {
       result.failures.push_back(RequestFailure{id, true, ""});
       continue;
@@ -168,12 +169,12 @@ Expected<RunnerOutput> ModelRunner::execute(const SchedulerOutput& output) {
     sample_of[k] = int64_t(result.sampled.size());
     result.sampled.push_back(RequestSamples{id, std::move(s.tokens), std::move(s.logprobs), {}});
   }
-  if (spec_.proposer) propose(rows, sample_of, masked, result);
+  if (spec_.proposer) propose(rows, sample_of, result);
   return result;
 }
 
 void ModelRunner::propose(const std::vector<Rows>& rows, const std::vector<int64_t>& sample_of,
-                          const std::vector<bool>& masked, RunnerOutput& out) {
+                          RunnerOutput& out) {
   proposal_inputs_.clear();
   int64_t num_sampled = 0;
   for (size_t k = 0; k < rows.size(); ++k) {
@@ -189,7 +190,7 @@ void ModelRunner::propose(const std::vector<Rows>& rows, const std::vector<int64
     in.num_valid = sample_of[k] >= 0
                        ? known + int64_t(out.sampled[size_t(sample_of[k])].tokens.size()) - 1
                        : known;
-    in.sampled = sample_of[k] >= 0 && !masked[k];
+    in.sampled = sample_of[k] >= 0;
     num_sampled += in.sampled ? 1 : 0;
     proposal_inputs_.push_back(in);
   }

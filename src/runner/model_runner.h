@@ -7,8 +7,9 @@
 // verification of a point-mass proposal is lossless). Input and output are plain data
 // (SchedulerOutput → RunnerOutput), so the runner can sit behind any executor. With a proposer
 // (spec/proposer.h) it then proposes the drafts each sampled request verifies in its next step,
-// returned with its samples; a request sampled under a token mask gets none (a mask covers one
-// position). Only the thread that calls execute() touches it.
+// returned with its samples; a constrained request's drafts come back with a token mask per
+// position (the engine core cuts them where its grammar would not go). Only the thread that
+// calls execute() touches it.
 #pragma once
 
 #include <cstdint>
@@ -60,10 +61,9 @@ class ModelRunner {
   Expected<Rows> add_to_batch(const ScheduledTokens& work, int64_t offset, int64_t first_row);
   void score_prompt(const Rows& r, const ForwardBatch& batch, RunnerOutput& out);
   // Runs the proposer over the step's requests once their samples are in; `sample_of[k]` is
-  // rows[k]'s entry in out.sampled (-1: it sampled nothing), `masked[k]` whether it sampled
-  // under a token mask.
+  // rows[k]'s entry in out.sampled (-1: it sampled nothing).
   void propose(const std::vector<Rows>& rows, const std::vector<int64_t>& sample_of,
-               const std::vector<bool>& masked, RunnerOutput& out);
+               RunnerOutput& out);
 
   CausalLM& model_;
   KVCacheStorage kv_;

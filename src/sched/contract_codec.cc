@@ -58,7 +58,7 @@ KDESCRIBE(NewRequestData, KFIELD(id), KFIELD(prompt_token_ids), KFIELD(sampling)
 KDESCRIBE(CachedRequestData, KFIELD(id), KFIELD(resumed_from_preemption), KFIELD(new_block_ids),
           KFIELD(num_computed_tokens))
 KDESCRIBE(ScheduledTokens, KFIELD(id), KFIELD(num_tokens), KFIELD(draft_token_ids))
-KDESCRIBE(TokenMask, KFIELD(id), KFIELD(bits))
+KDESCRIBE(TokenMask, KFIELD(id), KFIELD(bits), KFIELD(num_rows))
 KDESCRIBE(SchedulerOutput, KFIELD(new_requests), KFIELD(cached_requests), KFIELD(scheduled),
           KFIELD(token_masks), KFIELD(preempted_ids), KFIELD(finished_ids),
           KFIELD(total_num_scheduled_tokens))

@@ -48,11 +48,13 @@ struct ScheduledTokens {
   bool operator==(const ScheduledTokens&) const = default;
 };
 
-// The allowed next tokens of a request whose output is constrained (structured output): bit i
-// of word i / 64 set = token i allowed. For the request's first sampled position this step.
+// The allowed tokens of a request whose output is constrained (structured output), for each
+// position it samples this step: its last known token's and one per draft (num_rows masks of
+// bits.size() / num_rows words each; bit i of word i / 64 set = token i allowed).
 struct TokenMask {
   RequestHandle id;
   std::vector<uint64_t> bits;
+  int32_t num_rows = 1;
   bool operator==(const TokenMask&) const = default;
 };
 

@@ -1,5 +1,6 @@
 #include "server/structured_output.h"
 
+#include <optional>
 #include <vector>
 
 #include "structured/choice.h"
@@ -21,9 +22,15 @@ class GrammarConstraint final : public TokenConstraint {
 
   bool accept(int32_t token) override { return matcher_.accept(token); }
   bool complete() const override { return matcher_.done() || matcher_.accepting(); }
+  bool can_restore() const override { return true; }
+  void save() override { saved_ = matcher_.checkpoint(); }
+  void restore() override {
+    if (saved_) matcher_.restore(*saved_);
+  }
 
  private:
   structured::Matcher matcher_;
+  std::optional<structured::Matcher::Checkpoint> saved_;
 };
 
 }  // namespace

@@ -29,6 +29,17 @@ class Matcher {
 
   const ByteMatcher& byte_matcher() const { return bytes_; }
 
+  // The state after the tokens accepted so far, to return to after trying speculative drafts.
+  struct Checkpoint {
+    ByteMatcher bytes;
+    bool ended;
+  };
+  Checkpoint checkpoint() const { return Checkpoint{bytes_, ended_}; }
+  void restore(const Checkpoint& c) {
+    bytes_ = c.bytes;
+    ended_ = c.ended;
+  }
+
  private:
   void walk(const ByteTrie& trie, int32_t state, std::vector<uint64_t>& bits);
   // Through the state cache; false when it filled up on the way (bits then hold a subset).

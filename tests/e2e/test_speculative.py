@@ -103,6 +103,16 @@ def test_ngram_on_the_default_model_returns_what_plain_decoding_does(server, sta
     assert max(per_delta) > 1
 
 
+def test_ngram_drafts_under_a_regex_give_the_plain_constrained_text(server, start_server):
+    # The list, constrained to its own shape: drafts copied from the prompt pass the grammar.
+    so = {"regex": "( ?(red|green|blue),)+ ?(red|green|blue)"}
+    plain = completion(server.base_url, server.model, structured_outputs=so)
+    srv = start_server("--speculative-config", NGRAM)
+    spec = completion(srv.base_url, srv.model, structured_outputs=so)
+    assert spec["text"] == plain["text"]
+    assert spec_counters(srv.base_url)["num_accepted_tokens"] > 0
+
+
 @pytest.mark.parametrize("config,reason", [
     ('{"method": "dspark", "num_speculative_tokens": 5}', "DeepSeek-V4.1"),
     ('{"method": "mtp", "num_speculative_tokens": 1}', "has no MTP layers"),

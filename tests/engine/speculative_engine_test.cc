@@ -11,6 +11,7 @@
 #include <random>
 
 #include "base/mmap_file.h"
+#include "engine/token_constraint.h"
 #include "engine_runs.h"
 #include "model/loader.h"
 #include "spec/proposer.h"
@@ -238,6 +239,70 @@ TEST_P(SpeculativeEngine, PrefixCacheHitsAndPreemptionKeepTheTokens) {
     EXPECT_GT(e->scheduler().num_preemptions(), 0);
     expect_drafted_and_drained(*e, "tight");
   }
+}
+
+// A grammar stand-in: output j may not be ≡ j (mod 5), so drafts copied from the prompt are
+// often refused part-way. save()/restore() only with `restorable`.
+class ModuloConstraint final : public TokenConstraint {
+ public:
+  explicit ModuloConstraint(bool restorable) : restorable_(restorable) {}
+  void fill_bitmask(std::vector<uint64_t>& bits) override {
+    bits.assign(8, 0);  // 512 tokens
+    for (int32_t t = 0; t < 512; ++t)
+      if (allowed(t)) bits[size_t(t / 64)] |= uint64_t{1} << (t % 64);
+  }
+  bool accept(int32_t token) override {
+    if (!allowed(token)) return false;
+    ++count_;
+    return true;
+  }
+  bool complete() const override { return false; }
+  bool can_restore() const override { return restorable_; }
+  void save() override { saved_ = count_; }
+  void restore() override { count_ = saved_; }
+
+ private:
+  bool allowed(int32_t t) const { return t % 5 != count_ % 5; }
+  bool restorable_;
+  int64_t count_ = 0, saved_ = 0;
+};
+
+TEST_P(SpeculativeEngine, ConstrainedRequestsVerifyTheDraftsTheirGrammarAllows) {
+  auto run_constrained = [&](EngineCore& e, bool restorable) {
+    for (size_t i = 0; i < prompts_.size(); ++i) {
+      EngineRequest r = test::greedy_core_request("c" + std::to_string(i), prompts_[i], 24);
+      r.constraint = std::make_shared<ModuloConstraint>(restorable);
+      EXPECT_TRUE(e.add_request(r).ok());
+    }
+    std::map<std::string, std::vector<int32_t>> out;
+    while (e.has_unfinished()) {
+      auto outs = e.step();
+      EXPECT_TRUE(outs.ok()) << (outs.ok() ? "" : outs.error().message);
+      if (!outs.ok()) break;
+      for (const EngineCoreOutput& o : *outs) {
+        EXPECT_FALSE(o.finish_reason == FinishReason::kError) << o.error;
+        std::vector<int32_t>& t = out[test::name_of(o.id)];
+        t.insert(t.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      }
+    }
+    return out;
+  };
+  auto plain = engine(config(), false);
+  const auto want = run_constrained(*plain, true);
+  for (const auto& [name, tokens] : want) {
+    ASSERT_EQ(tokens.size(), 24u) << name;
+    for (size_t j = 0; j < tokens.size(); ++j) ASSERT_NE(tokens[j] % 5, int32_t(j % 5)) << name;
+  }
+  auto spec = engine(config(), true);
+  EXPECT_EQ(run_constrained(*spec, true), want);
+  // Drafts the grammar allows were verified (the unconstrained proposers' drafts are refused
+  // often, so nothing is said of how many were accepted).
+  EXPECT_GT(spec->counters().spec_decode.num_drafts, 0);
+  EXPECT_EQ(spec->scheduler().kv().usage(), 0.0);
+  // Without restore the constraint cannot walk drafts: none are verified, same tokens.
+  auto no_restore = engine(config(), true);
+  EXPECT_EQ(run_constrained(*no_restore, false), want);
+  EXPECT_EQ(no_restore->counters().spec_decode.num_drafts, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -380,7 +380,10 @@ void sample_group(const SampleGroup& g, GroupSamples& out) {
   for (size_t i = 0; i <= g.drafts.size(); ++i) {
     const std::span<const int32_t> outputs = g.drafts.empty() ? g.outputs : context;
     const std::span<float> row(g.logits + i * vocab, vocab);
-    const bool allowed = i == 0 && g.masked ? apply_mask(g.allowed, row) : any_allowed(row);
+    const size_t words = g.mask_rows > 0 ? g.allowed.size() / g.mask_rows : 0;
+    const bool allowed = g.masked && i < g.mask_rows
+                             ? apply_mask(g.allowed.subspan(i * words, words), row)
+                             : any_allowed(row);
     if (!allowed) {
       // A later row ends the step at the drafts accepted so far; the next step meets the same
       // rules on its first row and reports them.
