@@ -32,29 +32,25 @@ gen() {  # model prompt-file [spec] → "rate|acceptance line"
   echo "$(echo "$out" | decode_rate)|$(echo "$out" | sed -n 's/^speculative: //p')"
 }
 
-if [[ $PARTS == *1* ]]; then
-echo "== 1. n-gram, default model (Q4_1), single stream: $NGRAM"
-for p in bench/prompts/*.txt; do
-  plain=() spec=() acc=""
+race() {  # model prompt-file spec: plain and drafted runs alternating, medians
+  local plain=() spec=() acc="" r mp ms
   for _ in $(seq "$RUNS"); do
-    plain+=("$(gen "$Q41" "$p" | cut -d'|' -f1)")
-    r=$(gen "$Q41" "$p" "$NGRAM"); spec+=("${r%%|*}"); acc=${r#*|}
+    plain+=("$(gen "$1" "$2" | cut -d'|' -f1)")
+    r=$(gen "$1" "$2" "$3"); spec+=("${r%%|*}"); acc=${r#*|}
   done
   mp=$(median "${plain[@]}"); ms=$(median "${spec[@]}")
-  echo "$(basename "$p" .txt): plain $mp tok/s, n-gram $ms tok/s ($(ratio "$ms" "$mp")x) | $acc"
-done
+  echo "$(basename "$2" .txt): plain $mp tok/s, drafted $ms tok/s ($(ratio "$ms" "$mp")x) | $acc"
+}
+
+if [[ $PARTS == *1* ]]; then
+echo "== 1. n-gram, default model (Q4_1), single stream: $NGRAM"
+for p in bench/prompts/*.txt; do race "$Q41" "$p" "$NGRAM"; done
 
 fi
 if [[ $PARTS == *2* ]]; then
 echo "== 2. draft model: Q4_1 drafts for F16, single stream: $DRAFT"
 for p in bench/prompts/quote_paragraph.txt bench/prompts/fix_typo_code.txt; do
-  plain=() spec=() acc=""
-  for _ in $(seq "$RUNS"); do
-    plain+=("$(gen "$F16" "$p" | cut -d'|' -f1)")
-    r=$(gen "$F16" "$p" "$DRAFT"); spec+=("${r%%|*}"); acc=${r#*|}
-  done
-  mp=$(median "${plain[@]}"); ms=$(median "${spec[@]}")
-  echo "$(basename "$p" .txt): F16 plain $mp tok/s, drafted $ms tok/s ($(ratio "$ms" "$mp")x) | $acc"
+  race "$F16" "$p" "$DRAFT"
 done
 
 fi

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_flag.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -202,22 +204,12 @@ bool check_keys(const json& obj, std::span<const JsonKey> keys, std::string_view
 // The value of a JSON flag as an object; nullopt when the flag is absent or refused.
 std::optional<json> parse_object(std::string_view flag, const std::string& text, Findings& f) {
   if (text.empty()) return std::nullopt;
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    // Drop nlohmann's "[json.exception.parse_error.101] " tag; keep the position and reason.
-    std::string_view what = e.what();
-    const size_t tag = what.find("] ");
-    if (what.starts_with('[') && tag != std::string_view::npos) what.remove_prefix(tag + 2);
-    f.refuse(fmt::format("{}: not a JSON object: {}", flag, what));
+  Expected<json> j = parse_json_flag(flag, text);
+  if (!j.ok()) {
+    f.refuse(j.error().message);
     return std::nullopt;
   }
-  if (!j.is_object()) {
-    f.refuse(fmt::format("{}: not a JSON object: found {}", flag, j.type_name()));
-    return std::nullopt;
-  }
-  return j;
+  return std::move(*j);
 }
 
 // Parses and checks a JSON flag whose keys are all known; nullopt when absent or refused.

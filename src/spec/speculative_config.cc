@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/json_flag.h"
+
 namespace kestrel {
 
 namespace {
@@ -131,17 +133,7 @@ const char* speculative_method_name(SpeculativeMethod method) {
 
 Expected<std::optional<SpeculativeConfig>> parse_speculative_config(std::string_view text) {
   if (text.empty()) return std::optional<SpeculativeConfig>();
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    // Drop nlohmann's "[json.exception.parse_error.101] " tag; keep the position and reason.
-    std::string_view what = e.what();
-    const size_t tag = what.find("] ");
-    if (what.starts_with('[') && tag != std::string_view::npos) what.remove_prefix(tag + 2);
-    return make_error("{}: not a JSON object: {}", kFlag, what);
-  }
-  if (!j.is_object()) return make_error("{}: not a JSON object: found {}", kFlag, j.type_name());
+  KASSIGN(const json j, parse_json_flag(kFlag, text));
 
   // Keys and types first (vLLM refuses unknown keys), in the object's (sorted) key order.
   for (const auto& [name, value] : j.items()) {

@@ -17,45 +17,16 @@
 
 #include "backend/backend.h"
 #include "backend/ops.h"
+#include "sampling_stats.h"
 
 namespace kestrel {
 namespace {
 
-// Chi-square critical values at significance 0.001, indexed by degrees of freedom.
-constexpr double kChi2Critical[] = {0.0, 10.828, 13.816, 16.266, 18.467, 20.515, 22.458};
+using test::chi_square;
+using test::kChi2Critical;
+using test::log_of;
+using test::softmax;
 constexpr int kDraws = 20000;
-
-std::vector<double> softmax(const std::vector<double>& logits) {
-  double max = -std::numeric_limits<double>::infinity();
-  for (double l : logits) max = std::max(max, l);
-  std::vector<double> p(logits.size());
-  double sum = 0.0;
-  for (size_t i = 0; i < logits.size(); ++i) sum += p[i] = std::exp(logits[i] - max);
-  for (double& x : p) x /= sum;
-  return p;
-}
-
-std::vector<float> log_of(const std::vector<double>& probs) {
-  std::vector<float> l;
-  for (double p : probs) l.push_back(static_cast<float>(std::log(p)));
-  return l;
-}
-
-// Pearson chi-square of the counts against `expected` (tokens with zero probability must not
-// occur).
-double chi_square(const std::vector<int>& counts, const std::vector<double>& expected) {
-  const double n = std::accumulate(counts.begin(), counts.end(), 0.0);
-  double stat = 0.0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    if (expected[i] == 0.0) {
-      EXPECT_EQ(counts[i], 0) << "token " << i << " has zero probability";
-      continue;
-    }
-    const double e = n * expected[i];
-    stat += (counts[i] - e) * (counts[i] - e) / e;
-  }
-  return stat;
-}
 
 // The critical value for the tokens `expected` allows.
 double critical(const std::vector<double>& expected) {

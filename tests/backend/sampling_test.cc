@@ -12,12 +12,16 @@
 
 #include <gtest/gtest.h>
 
+#include "sampling_stats.h"
+
 namespace kestrel::cpu {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// Chi-square critical values at significance 0.001, indexed by degrees of freedom.
-constexpr double kChi2Critical[] = {0.0, 10.828, 13.816, 16.266, 18.467};
+using test::chi_square;
+using test::kChi2Critical;
+using test::log_of;
+using test::softmax;
 
 std::vector<float> random_logits(size_t n, uint32_t seed, float scale = 3.0f) {
   std::mt19937 gen(seed);
@@ -25,22 +29,6 @@ std::vector<float> random_logits(size_t n, uint32_t seed, float scale = 3.0f) {
   std::vector<float> v(n);
   for (float& x : v) x = dist(gen);
   return v;
-}
-
-std::vector<double> softmax(const std::vector<float>& logits, double temperature = 1.0) {
-  double max = -std::numeric_limits<double>::infinity();
-  for (float l : logits) max = std::max(max, l / temperature);
-  std::vector<double> p(logits.size());
-  double sum = 0.0;
-  for (size_t i = 0; i < logits.size(); ++i) sum += p[i] = std::exp(logits[i] / temperature - max);
-  for (double& x : p) x /= sum;
-  return p;
-}
-
-std::vector<float> log_of(const std::vector<double>& probs) {
-  std::vector<float> l;
-  for (double p : probs) l.push_back(static_cast<float>(std::log(p)));
-  return l;
 }
 
 size_t argmax(const std::vector<float>& v) {
@@ -57,22 +45,6 @@ std::vector<int> histogram(const std::vector<float>& logits, const SamplingParam
   std::vector<int> counts(logits.size(), 0);
   for (int i = 0; i < draws; ++i) ++counts[sample_copy(logits, p, rng).token];
   return counts;
-}
-
-// Pearson chi-square of the counts against `expected` (tokens with zero probability must not
-// occur).
-double chi_square(const std::vector<int>& counts, const std::vector<double>& expected) {
-  const double n = std::accumulate(counts.begin(), counts.end(), 0.0);
-  double stat = 0.0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    if (expected[i] == 0.0) {
-      EXPECT_EQ(counts[i], 0) << "token " << i << " has zero probability";
-      continue;
-    }
-    const double e = n * expected[i];
-    stat += (counts[i] - e) * (counts[i] - e) / e;
-  }
-  return stat;
 }
 
 std::set<int32_t> finite_ids(const std::vector<float>& logits) {
