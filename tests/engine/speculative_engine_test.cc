@@ -241,6 +241,50 @@ TEST_P(SpeculativeEngine, PrefixCacheHitsAndPreemptionKeepTheTokens) {
   }
 }
 
+// Seeded sampling (temperature, top-k/p, min-p, penalties, logit bias, min_tokens, logprobs):
+// every verified position uses the request's rules, and a request draws once per emitted token
+// in order, so the tokens and their logprobs are those of decoding without drafts.
+TEST_P(SpeculativeEngine, SeededSamplingWithPenaltiesAndLogprobsIsUnchanged) {
+  auto run_sampled = [&](EngineCore& e) {
+    for (size_t i = 0; i < prompts_.size(); ++i) {
+      EngineRequest r = test::greedy_core_request("s" + std::to_string(i), prompts_[i], 24);
+      r.sampling.temperature = i % 2 == 0 ? 0.2f : 0.9f;  // near-greedy runs copy more
+      r.sampling.top_k = 40;
+      r.sampling.top_p = 0.95f;
+      r.sampling.min_p = 0.01f;
+      r.sampling.repetition_penalty = i % 2 == 0 ? 1.0f : 1.15f;
+      r.sampling.presence_penalty = i % 3 == 0 ? 0.3f : 0.0f;
+      r.sampling.frequency_penalty = i % 3 == 1 ? 0.2f : 0.0f;
+      r.sampling.logprobs = 2;
+      r.seed = 1000 + i;
+      r.min_tokens = 4;
+      r.stop_token_ids = {prompts_[i][0]};
+      r.logits_rules.logit_bias = {{prompts_[i][1], 2.0f}};
+      r.logits_rules.bad_words = {{prompts_[i][2], prompts_[i][3]}};
+      EXPECT_TRUE(e.add_request(r).ok());
+    }
+    std::map<std::string, std::pair<std::vector<int32_t>, std::vector<TokenLogprobs>>> out;
+    while (e.has_unfinished()) {
+      auto outs = e.step();
+      EXPECT_TRUE(outs.ok()) << (outs.ok() ? "" : outs.error().message);
+      if (!outs.ok()) break;
+      for (const EngineCoreOutput& o : *outs) {
+        auto& [tokens, logprobs] = out[test::name_of(o.id)];
+        tokens.insert(tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+        logprobs.insert(logprobs.end(), o.new_logprobs.begin(), o.new_logprobs.end());
+        EXPECT_EQ(o.new_logprobs.size(), o.new_token_ids.size());
+      }
+    }
+    return out;
+  };
+  auto plain = engine(config(), false);
+  const auto want = run_sampled(*plain);
+  auto spec = engine(config(/*budget=*/16), true);
+  EXPECT_EQ(run_sampled(*spec), want);
+  EXPECT_GT(spec->counters().spec_decode.num_drafts, 0);
+  EXPECT_EQ(spec->scheduler().kv().usage(), 0.0);
+}
+
 // A grammar stand-in: output j may not be ≡ j (mod 5), so drafts copied from the prompt are
 // often refused part-way. save()/restore() only with `restorable`.
 class ModuloConstraint final : public TokenConstraint {

@@ -1,0 +1,73 @@
+#include "model/tp_plan.h"
+
+#include <algorithm>
+
+namespace kestrel {
+
+namespace {
+
+constexpr int64_t kFeatureAlign = 32;  // the GGUF quantization block
+
+}  // namespace
+
+IndexRange split_range(int64_t n, int rank, int size, int64_t align) {
+  const int64_t units = (n + align - 1) / align;
+  const int64_t base = units / size, extra = units % size;
+  const int64_t first = rank * base + std::min<int64_t>(rank, extra);
+  const int64_t count = base + (rank < extra ? 1 : 0);
+  return IndexRange{std::min(n, first * align), std::min(n, (first + count) * align)};
+}
+
+Expected<TpShard> plan_tp_shard(const ModelConfig& c, int rank, int size) {
+  if (size < 1 || rank < 0 || rank >= size)
+    return make_error("tensor parallelism: rank {} of {} is not a rank of the group", rank, size);
+  TpShard s;
+  s.rank = rank;
+  s.size = size;
+  const int64_t heads = c.num_attention_heads;
+  // MLA's latent cache has no KV heads to split: every rank keeps all of it.
+  const int64_t kv = c.mla.enabled() ? 1 : c.num_key_value_heads;
+  if (heads < size)
+    return make_error(
+        "--tensor-parallel-size {}: the model has only {} attention heads (one rank needs at "
+        "least one)",
+        size, heads);
+  if (kv < 1 || heads % kv != 0)
+    return make_error("tensor parallelism: {} attention heads do not form groups over {} KV heads",
+                      heads, kv);
+  const int64_t group = heads / kv;  // query heads per KV head
+  if (kv >= size) {
+    // Whole KV groups per rank.
+    s.kv_heads = split_range(kv, rank, size);
+    s.q_heads = IndexRange{s.kv_heads.begin * group, s.kv_heads.end * group};
+  } else {
+    if (size % kv != 0)
+      return make_error(
+          "--tensor-parallel-size {}: {} KV heads cannot be replicated evenly over {} ranks "
+          "(the size must be a multiple of the KV head count)",
+          size, kv, size);
+    const int per_head = int(size / kv);  // ranks sharing each KV head
+    if (group < per_head)
+      return make_error(
+          "--tensor-parallel-size {}: each KV group has {} query heads, fewer than the {} ranks "
+          "that would share it",
+          size, group, per_head);
+    const int64_t head = rank / per_head;
+    s.kv_heads = IndexRange{head, head + 1};
+    const IndexRange part = split_range(group, rank % per_head, per_head);
+    s.q_heads = IndexRange{head * group + part.begin, head * group + part.end};
+  }
+  auto features = [&](int64_t n, const char* what) -> Expected<IndexRange> {
+    if (n == 0) return IndexRange{};
+    if ((n + kFeatureAlign - 1) / kFeatureAlign < size)
+      return make_error("--tensor-parallel-size {}: {} has {} features, fewer than {} per rank",
+                        size, what, n, kFeatureAlign);
+    return split_range(n, rank, size, kFeatureAlign);
+  };
+  KASSIGN(s.intermediate, features(c.intermediate_size, "the MLP"));
+  KASSIGN(s.moe_intermediate, features(c.moe.moe_intermediate_size, "each expert"));
+  s.vocab = split_range(c.vocab_size, rank, size);
+  return s;
+}
+
+}  // namespace kestrel

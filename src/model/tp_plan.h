@@ -1,0 +1,46 @@
+// model/tp_plan.h — which part of each layer a tensor-parallel rank holds (issue 20): a
+// contiguous range of attention heads with the KV heads they read, of the MLP's (and each
+// expert's) intermediate features, and of the vocabulary. The loader shards weights by these
+// ranges (column-parallel: output rows; row-parallel: input columns, then an all-reduce).
+//
+// vLLM requires every count to divide by the TP size. Kestrel splits as evenly as the structure
+// allows instead, so a model such as SmolLM2-135M (9 heads in 3 KV groups) runs on 2 ranks
+// (6 + 3 heads): heads move with their KV group; with fewer KV heads than ranks each KV head is
+// replicated on size / kv_heads ranks (which must divide); feature ranges are multiples of the
+// quantization block (32) so GGUF blocks are never cut. Pure functions.
+#pragma once
+
+#include <cstdint>
+
+#include "base/status.h"
+#include "model/config.h"
+
+namespace kestrel {
+
+struct IndexRange {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+  bool operator==(const IndexRange&) const = default;
+};
+
+struct TpShard {
+  int rank = 0, size = 1;
+  IndexRange q_heads;           // attention (or MLA) query heads
+  IndexRange kv_heads;          // the KV heads those query heads read (a replicated one: size 1)
+  IndexRange intermediate;      // dense MLP features
+  IndexRange moe_intermediate;  // each routed and shared expert's features (MoE models)
+  IndexRange vocab;             // embedding and LM-head rows
+  bool operator==(const TpShard&) const = default;
+};
+
+// [begin, end) of part `rank` of `n` items split over `size` parts in units of `align` (the
+// first parts take one unit more when the units do not divide evenly; the last part takes the
+// remainder of a partial unit).
+IndexRange split_range(int64_t n, int rank, int size, int64_t align = 1);
+
+// Rank `rank`'s shard of `config` over `size` ranks, or why the model cannot be split so (more
+// ranks than heads, KV heads that neither split nor replicate evenly, fewer feature blocks
+// than ranks).
+Expected<TpShard> plan_tp_shard(const ModelConfig& config, int rank, int size);
+
+}  // namespace kestrel

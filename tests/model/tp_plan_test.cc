@@ -1,0 +1,129 @@
+// Tensor-parallel shards: every head, KV head, feature and vocabulary row belongs to exactly the
+// ranks it should (once, or replicated with its KV group), uneven splits stay as even as the
+// structure allows, and counts that cannot be split are refused with the reason.
+#include "model/tp_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace kestrel {
+namespace {
+
+ModelConfig gqa(int64_t heads, int64_t kv, int64_t inter, int64_t vocab) {
+  ModelConfig c;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv;
+  c.intermediate_size = inter;
+  c.vocab_size = vocab;
+  return c;
+}
+
+TEST(TpPlan, SplitRangeCoversEverythingOnceAndEvenly) {
+  for (int64_t n : {1, 5, 31, 32, 33, 768, 1536, 49152, 100003})
+    for (int size : {1, 2, 3, 4, 8})
+      for (int64_t align : {1, 32}) {
+        int64_t next = 0, smallest = n, largest = 0;
+        for (int r = 0; r < size; ++r) {
+          const IndexRange p = split_range(n, r, size, align);
+          EXPECT_EQ(p.begin, next) << n << "/" << size << "/" << align;
+          EXPECT_LE(p.begin, p.end);
+          if (p.end < n) {
+            EXPECT_EQ(p.size() % align, 0);
+          }
+          next = p.end;
+          smallest = std::min(smallest, p.size());
+          largest = std::max(largest, p.size());
+        }
+        EXPECT_EQ(next, n);
+        // One unit more on the first parts, and a partial unit on the last one.
+        if (n >= size * align) {
+          EXPECT_LE(largest - smallest, n % align == 0 ? align : 2 * align) << n << "/" << size;
+        }
+      }
+}
+
+// Each query head on exactly one rank, which also holds the KV head of its group.
+void expect_heads_partitioned(const ModelConfig& c, int size) {
+  const int64_t group = c.num_attention_heads / c.num_key_value_heads;
+  std::vector<int> owners(size_t(c.num_attention_heads), 0);
+  for (int r = 0; r < size; ++r) {
+    auto s = plan_tp_shard(c, r, size);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_GT(s->q_heads.size(), 0);
+    for (int64_t h = s->q_heads.begin; h < s->q_heads.end; ++h) {
+      ++owners[size_t(h)];
+      EXPECT_GE(h / group, s->kv_heads.begin);
+      EXPECT_LT(h / group, s->kv_heads.end);
+    }
+  }
+  for (int n : owners) EXPECT_EQ(n, 1);
+}
+
+TEST(TpPlan, SmolLM2OnTwoRanksSplitsWholeKvGroups) {
+  const ModelConfig c = gqa(9, 3, 1536, 49152);
+  auto r0 = plan_tp_shard(c, 0, 2), r1 = plan_tp_shard(c, 1, 2);
+  ASSERT_TRUE(r0.ok() && r1.ok());
+  EXPECT_EQ(r0->q_heads, (IndexRange{0, 6}));
+  EXPECT_EQ(r0->kv_heads, (IndexRange{0, 2}));
+  EXPECT_EQ(r1->q_heads, (IndexRange{6, 9}));
+  EXPECT_EQ(r1->kv_heads, (IndexRange{2, 3}));
+  EXPECT_EQ(r0->intermediate, (IndexRange{0, 768}));
+  EXPECT_EQ(r1->intermediate, (IndexRange{768, 1536}));
+  EXPECT_EQ(r0->vocab, (IndexRange{0, 24576}));
+  EXPECT_EQ(r1->vocab, (IndexRange{24576, 49152}));
+  expect_heads_partitioned(c, 2);
+  expect_heads_partitioned(c, 3);
+}
+
+TEST(TpPlan, FewerKvHeadsThanRanksReplicatesEachOne) {
+  const ModelConfig c = gqa(8, 2, 512, 512);
+  std::vector<IndexRange> q, kv;
+  for (int r = 0; r < 4; ++r) {
+    auto s = plan_tp_shard(c, r, 4);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    q.push_back(s->q_heads);
+    kv.push_back(s->kv_heads);
+  }
+  EXPECT_EQ(q, (std::vector<IndexRange>{{0, 2}, {2, 4}, {4, 6}, {6, 8}}));
+  EXPECT_EQ(kv, (std::vector<IndexRange>{{0, 1}, {0, 1}, {1, 2}, {1, 2}}));
+  expect_heads_partitioned(c, 4);
+  expect_heads_partitioned(c, 8);
+}
+
+TEST(TpPlan, MlaKeepsTheLatentCacheOnEveryRank) {
+  ModelConfig c = gqa(16, 16, 0, 512);
+  c.mla.kv_lora_rank = 64;
+  c.moe.moe_intermediate_size = 256;
+  for (int r = 0; r < 4; ++r) {
+    auto s = plan_tp_shard(c, r, 4);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_EQ(s->kv_heads, (IndexRange{0, 1}));
+    EXPECT_EQ(s->q_heads, (IndexRange{4 * r, 4 * r + 4}));
+    EXPECT_EQ(s->intermediate, IndexRange{});
+    EXPECT_EQ(s->moe_intermediate, (IndexRange{64 * r, 64 * r + 64}));
+  }
+  // 96 expert features are three blocks of 32: a fourth rank would get none.
+  c.moe.moe_intermediate_size = 96;
+  auto s = plan_tp_shard(c, 0, 4);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("each expert has 96 features"), std::string::npos);
+}
+
+TEST(TpPlan, SplitsThatCannotWorkAreRefusedWithTheReason) {
+  auto more_ranks_than_heads = plan_tp_shard(gqa(2, 2, 1024, 512), 0, 4);
+  ASSERT_FALSE(more_ranks_than_heads.ok());
+  EXPECT_NE(more_ranks_than_heads.error().message.find("only 2 attention heads"),
+            std::string::npos);
+  auto uneven_replication = plan_tp_shard(gqa(12, 2, 1024, 512), 0, 3);
+  ASSERT_FALSE(uneven_replication.ok());
+  EXPECT_NE(uneven_replication.error().message.find("cannot be replicated evenly"),
+            std::string::npos);
+  auto few_features = plan_tp_shard(gqa(8, 8, 64, 512), 0, 4);
+  ASSERT_FALSE(few_features.ok());
+  EXPECT_NE(few_features.error().message.find("the MLP has 64 features"), std::string::npos);
+  EXPECT_FALSE(plan_tp_shard(gqa(8, 8, 1024, 512), 4, 4).ok());
+}
+
+}  // namespace
+}  // namespace kestrel
