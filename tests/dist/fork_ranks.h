@@ -1,6 +1,7 @@
 // Runs a group's ranks as real processes for the dist tests: body(rank) in `size` forked
 // children, each one's exit status back (0 = its checks passed, -1 = killed after `limit`), and a
-// shared anonymous mapping the children can leave results in for the parent to compare.
+// shared anonymous mapping the children can leave results in for the parent to compare, and the
+// data each rank contributes.
 #pragma once
 
 #include <signal.h>
@@ -10,6 +11,7 @@
 
 #include <chrono>
 #include <functional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,6 +59,15 @@ class SharedFloats {
   size_t n_;
   float* p_;
 };
+
+// Rank `rank`'s data for round `iter`: n normal floats, the same in every process.
+inline std::vector<float> rank_data(int rank, int iter, size_t n) {
+  std::mt19937 gen(uint32_t(rank * 7919 + iter));
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(gen);
+  return v;
+}
 
 inline std::string unique_shm_name() {
   static int n = 0;

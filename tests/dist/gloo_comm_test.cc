@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 
 #include "fork_ranks.h"
 
@@ -16,14 +15,7 @@ namespace kestrel {
 namespace {
 
 using std::chrono::milliseconds;
-
-std::vector<float> rank_data(int rank, int iter, size_t n) {
-  std::mt19937 gen(uint32_t(rank * 104729 + iter));
-  std::normal_distribution<float> d(0.0f, 2.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(gen);
-  return v;
-}
+using test::rank_data;
 
 class GlooCommRanks : public ::testing::TestWithParam<int> {};
 

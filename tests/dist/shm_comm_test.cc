@@ -10,25 +10,17 @@
 
 #include <chrono>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 namespace kestrel {
 namespace {
 
+using test::rank_data;
 using test::run_ranks;
 
 std::string unique_name() {
   return test::unique_shm_name();
-}
-
-std::vector<float> rank_data(int rank, int iter, size_t n) {
-  std::mt19937 gen(uint32_t(rank * 7919 + iter));
-  std::normal_distribution<float> d(0.0f, 3.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(gen);
-  return v;
 }
 
 ShmCommOptions options(const std::string& name, int rank, int size, size_t slot_bytes) {
