@@ -14,11 +14,8 @@ ModelRunner::ModelRunner(CausalLM& model, KVCacheStorage kv, Speculation specula
       kv_(std::move(kv)),
       builder_(kv_.block_size(), kv_.num_groups()),
       spec_(std::move(speculation)) {
-  if (spec_.proposer) {
-    const Expected<size_t> g = proposer_table_group(kv_.layout());
-    KCHECK(g.ok(), "{}", g.error().message);
-    proposer_group_ = *g;
-  }
+  // make_proposer refused a cached proposer without such a group; n-gram reads no table.
+  if (const Expected<size_t> g = proposer_table_group(kv_.layout()); g.ok()) proposer_group_ = *g;
 }
 
 Expected<ModelRunner::Rows> ModelRunner::add_to_batch(const ScheduledTokens& work, int64_t offset,

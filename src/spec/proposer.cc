@@ -70,7 +70,9 @@ int64_t proposer_kv_bytes_per_block(const CausalLM& target, const ProposerOption
 Expected<std::unique_ptr<Proposer>> make_proposer(CausalLM& target, const ProposerOptions& o) {
   const SpeculativeConfig& c = o.config;
   if (c.k() < 1) return make_error("--speculative-config: num_speculative_tokens must be >= 1");
-  KTRY(proposer_table_group(target.kv_cache_layout(o.block_size)));
+  // A proposer with a cache of its own addresses it by a full-attention group's table.
+  if (c.method != SpeculativeMethod::kNgram)
+    KTRY(proposer_table_group(target.kv_cache_layout(o.block_size)));
   switch (c.method) {
     case SpeculativeMethod::kNgram:
       return std::unique_ptr<Proposer>(std::make_unique<NgramProposer>(c, o.max_model_len));

@@ -349,6 +349,45 @@ TEST_P(SpeculativeEngine, ConstrainedRequestsVerifyTheDraftsTheirGrammarAllows) 
   EXPECT_EQ(no_restore->counters().spec_decode.num_drafts, 0);
 }
 
+// A model whose every layer is a sliding window (its requests hold a constant number of blocks,
+// so they are never preempted): n-gram drafting needs no cache of its own and runs there too.
+class SpeculativeSlidingEngine : public SpeculativeEngine {};
+
+TEST_P(SpeculativeSlidingEngine, GreedyOutputsEqualDecodingWithoutDrafts) {
+  const auto ref = reference();
+  for (const int64_t budget : {512, 8}) {
+    auto e = engine(config(budget), true);
+    expect_same(run(*e, "sliding" + std::to_string(budget)), ref,
+                "sliding" + std::to_string(budget));
+    expect_drafted_and_drained(*e, "sliding");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SlidingWindowOnly, SpeculativeSlidingEngine,
+                         ::testing::Values(SpecCase{"mistral_f32", R"({"method": "ngram",
+                                                    "num_speculative_tokens": 3,
+                                                    "prompt_lookup_min": 2})",
+                                                    "", false}));
+
+TEST(SpeculativeProposers, CachedProposersNeedAFullAttentionGroup) {
+  auto target = load_fixture("mistral_f32");  // sliding-window layers only
+  ASSERT_NE(target, nullptr);
+  auto draft = load_fixture("llama3_f32", &target->model->backend());
+  ASSERT_NE(draft, nullptr);
+  ProposerOptions po;
+  po.config.method = SpeculativeMethod::kDraftModel;
+  po.config.num_speculative_tokens = 2;
+  po.max_model_len = 64;
+  po.num_blocks = 32;
+  po.block_size = 4;
+  po.draft_model = draft->model.get();
+  auto p = make_proposer(*target->model, po);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.error().message.find("every KV cache group of the model is a sliding window"),
+            std::string::npos)
+      << p.error().message;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Proposers, SpeculativeEngine,
     ::testing::Values(
