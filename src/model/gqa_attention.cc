@@ -11,20 +11,32 @@ class GqaAttention final : public AttentionLayer {
   Status load(const LoadContext& lc, const std::string& p) {
     const ModelConfig& c = lc.cfg;
     H_ = c.hidden_size;
-    nh_ = int(c.num_attention_heads);
-    nkv_ = int(c.num_key_value_heads);
     hd_ = int(c.head_dim);
     bias_ = c.attention_bias;
     qk_norm_ = c.qk_norm;
-    const int64_t qd = int64_t(nh_) * hd_, kvd = int64_t(nkv_) * hd_;
-    KASSIGN(q_, load_linear(lc.src, p + "q_proj", qd, H_, c, lc.store));
-    KASSIGN(k_, load_linear(lc.src, p + "k_proj", kvd, H_, c, lc.store));
-    KASSIGN(v_, load_linear(lc.src, p + "v_proj", kvd, H_, c, lc.store));
-    KASSIGN(o_, load_linear(lc.src, p + "o_proj", H_, qd, c, lc.store));
+    const int64_t qd = c.num_attention_heads * hd_, kvd = c.num_key_value_heads * hd_;
+    // A tensor-parallel rank: its query heads' rows of q and columns of o (column- and
+    // row-parallel), the rows of the KV heads they read.
+    const IndexRange heads = lc.tp ? lc.tp->q_heads : IndexRange{0, c.num_attention_heads};
+    const IndexRange kv = lc.tp ? lc.tp->kv_heads : IndexRange{0, c.num_key_value_heads};
+    nh_ = int(heads.size());
+    nkv_ = int(kv.size());
+    const IndexRange q_rows{heads.begin * hd_, heads.end * hd_};
+    const IndexRange kv_rows{kv.begin * hd_, kv.end * hd_};
+    KASSIGN(q_, load_linear(lc.src, p + "q_proj", qd, H_, c, lc.store, {q_rows, {}}));
+    KASSIGN(k_, load_linear(lc.src, p + "k_proj", kvd, H_, c, lc.store, {kv_rows, {}}));
+    KASSIGN(v_, load_linear(lc.src, p + "v_proj", kvd, H_, c, lc.store, {kv_rows, {}}));
+    KASSIGN(o_, load_linear(lc.src, p + "o_proj", H_, qd, c, lc.store, {{}, q_rows}));
     if (bias_) {
+      auto part = [](std::vector<float> v, IndexRange r) {
+        return std::vector<float>(v.begin() + r.begin, v.begin() + r.end);
+      };
       KASSIGN(q_bias_, load_vector(lc.src, p + "q_proj.bias", qd));
       KASSIGN(k_bias_, load_vector(lc.src, p + "k_proj.bias", kvd));
       KASSIGN(v_bias_, load_vector(lc.src, p + "v_proj.bias", kvd));
+      q_bias_ = part(std::move(q_bias_), q_rows);
+      k_bias_ = part(std::move(k_bias_), kv_rows);
+      v_bias_ = part(std::move(v_bias_), kv_rows);
     }
     if (qk_norm_) {
       KASSIGN(q_norm_, load_vector(lc.src, p + "q_norm.weight", hd_));
@@ -36,7 +48,7 @@ class GqaAttention final : public AttentionLayer {
 
   void forward(const LayerContext& ctx, int layer, const float* h, float* out) override {
     const int64_t T = ctx.num_tokens;
-    const int64_t qd = int64_t(nh_) * hd_, kvd = int64_t(nkv_) * hd_;
+    const int64_t qd = int64_t(nh_) * hd_, kvd = int64_t(nkv_) * hd_;  // this rank's
     Backend& be = ctx.be;
     float* q = ctx.scratch.get(kSlotAttnQ, T * qd);
     float* k = ctx.scratch.get(kSlotAttnK, T * kvd);

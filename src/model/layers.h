@@ -38,6 +38,9 @@ struct LoadContext {
   WeightStore& store;
   Backend& be;
   DType act;  // the model's activation dtype (Backend::prepare_weight may pack for it)
+  // Tensor parallelism: this rank's heads and features (its layers then compute partial sums
+  // that the model all-reduces); null: the whole model.
+  const TpShard* tp = nullptr;
 };
 
 // Grouped-query attention with optional q/k/v biases and per-head q/k RMSNorm.

@@ -110,7 +110,14 @@ Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
   }
   if (o.shared_backend == nullptr) lm->backend = make_cpu_backend(o.threads, qc, o.pin_threads);
   Backend& backend = o.shared_backend != nullptr ? *o.shared_backend : *lm->backend;
-  KASSIGN(lm->model, build_transformer(lm->config, act_dtype, cache_dtype, *lm->weights, backend));
+  TensorParallel tp;
+  if (o.tp_size > 1) {
+    KTRY(tp_supported(lm->config, o.tp_size));
+    KASSIGN(tp.shard, plan_tp_shard(lm->config, o.tp_rank, o.tp_size));
+    tp.comm = o.tp_comm;
+  }
+  KASSIGN(lm->model,
+          build_transformer(lm->config, act_dtype, cache_dtype, *lm->weights, backend, tp));
   KLOG_INFO("loaded {} ({}) from {} on {}, {} activations, {} KV cache", lm->config.architecture,
             lm->config.model_type, lm->weights->describe(), backend.name(), dtype_name(act_dtype),
             dtype_name(cache_dtype));

@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "base/status.h"
+#include "dist/device_comm.h"
 #include "model/causal_lm.h"
 #include "model/config.h"
 #include "model/gguf.h"
@@ -32,6 +33,9 @@ struct LoadOptions {
   // Run on this backend (another model's: a draft model shares its target's threads) instead of
   // a new one; threads, pin_threads and quant_compute are then the backend's.
   Backend* shared_backend = nullptr;
+  // This process's part of a tensor-parallel group (size 1: the whole model).
+  int tp_rank = 0, tp_size = 1;
+  DeviceComm* tp_comm = nullptr;
 };
 
 struct LoadedModel {

@@ -10,10 +10,12 @@ class DenseMlp final : public FfnLayer {
  public:
   Status load(const LoadContext& lc, const std::string& p, int64_t width) {
     H_ = lc.cfg.hidden_size;
-    I_ = width;
-    KASSIGN(gate_, load_linear(lc.src, p + "gate_proj", I_, H_, lc.cfg, lc.store));
-    KASSIGN(up_, load_linear(lc.src, p + "up_proj", I_, H_, lc.cfg, lc.store));
-    KASSIGN(down_, load_linear(lc.src, p + "down_proj", H_, I_, lc.cfg, lc.store));
+    // A tensor-parallel rank: its features' rows of gate/up and columns of down.
+    const IndexRange f = lc.tp ? lc.tp->intermediate : IndexRange{0, width};
+    I_ = f.size();
+    KASSIGN(gate_, load_linear(lc.src, p + "gate_proj", width, H_, lc.cfg, lc.store, {f, {}}));
+    KASSIGN(up_, load_linear(lc.src, p + "up_proj", width, H_, lc.cfg, lc.store, {f, {}}));
+    KASSIGN(down_, load_linear(lc.src, p + "down_proj", H_, width, lc.cfg, lc.store, {{}, f}));
     for (Tensor* t : {&gate_, &up_, &down_}) lc.be.prepare_weight(*t, lc.act);
     return Status::Ok();
   }

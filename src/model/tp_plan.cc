@@ -18,6 +18,15 @@ IndexRange split_range(int64_t n, int rank, int size, int64_t align) {
   return IndexRange{std::min(n, first * align), std::min(n, (first + count) * align)};
 }
 
+Status tp_supported(const ModelConfig& c, int size) {
+  if (size > 1 && (c.mla.enabled() || c.moe.num_experts > 0))
+    return make_error(
+        "--tensor-parallel-size {}: {} is an MLA or MoE model; tensor parallelism runs dense "
+        "grouped-query-attention models so far (issue 20)",
+        size, c.architecture);
+  return Status::Ok();
+}
+
 Expected<TpShard> plan_tp_shard(const ModelConfig& c, int rank, int size) {
   if (size < 1 || rank < 0 || rank >= size)
     return make_error("tensor parallelism: rank {} of {} is not a rank of the group", rank, size);
@@ -60,8 +69,10 @@ Expected<TpShard> plan_tp_shard(const ModelConfig& c, int rank, int size) {
   auto features = [&](int64_t n, const char* what) -> Expected<IndexRange> {
     if (n == 0) return IndexRange{};
     if ((n + kFeatureAlign - 1) / kFeatureAlign < size)
-      return make_error("--tensor-parallel-size {}: {} has {} features, fewer than {} per rank",
-                        size, what, n, kFeatureAlign);
+      return make_error(
+          "--tensor-parallel-size {}: {} has {} features, fewer than one {}-feature block per "
+          "rank",
+          size, what, n, kFeatureAlign);
     return split_range(n, rank, size, kFeatureAlign);
   };
   KASSIGN(s.intermediate, features(c.intermediate_size, "the MLP"));

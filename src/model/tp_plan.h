@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "base/status.h"
+#include "dist/device_comm.h"
 #include "model/config.h"
 
 namespace kestrel {
@@ -37,6 +38,18 @@ struct TpShard {
 // first parts take one unit more when the units do not divide evenly; the last part takes the
 // remainder of a partial unit).
 IndexRange split_range(int64_t n, int rank, int size, int64_t align = 1);
+
+// A model's tensor parallelism: its shard, and the group its ranks all-reduce the partial sums
+// of row-parallel layers over (dist/device_comm.h; used by the thread that runs the model).
+struct TensorParallel {
+  TpShard shard;
+  DeviceComm* comm = nullptr;
+  bool enabled() const { return shard.size > 1; }
+};
+
+// Whether Kestrel splits this architecture over `size` ranks yet: dense grouped-query attention
+// models only (MLA and MoE layers are refused naming the issue).
+Status tp_supported(const ModelConfig& config, int size);
 
 // Rank `rank`'s shard of `config` over `size` ranks, or why the model cannot be split so (more
 // ranks than heads, KV heads that neither split nor replicate evenly, fewer feature blocks

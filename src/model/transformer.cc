@@ -45,16 +45,26 @@ Expected<Block> load_block(const LoadContext& lc, int64_t layer) {
 
 class TransformerModel final : public CausalLM {
  public:
-  TransformerModel(const ModelConfig& cfg, DType act_dtype, DType kv_dtype, Backend& backend)
+  TransformerModel(const ModelConfig& cfg, DType act_dtype, DType kv_dtype, Backend& backend,
+                   const TensorParallel& tp)
       : cfg_(cfg),
+        rank_cfg_(cfg),
         act_(act_dtype),
         kv_dtype_(kv_dtype),
         be_(backend),
-        scratch_(backend.workspace()) {}
+        tp_(tp),
+        scratch_(backend.workspace()) {
+    if (tp_.enabled()) {
+      // What this rank holds, which its KV cache and the attention kernels are sized by.
+      rank_cfg_.num_attention_heads = tp_.shard.q_heads.size();
+      rank_cfg_.num_key_value_heads = tp_.shard.kv_heads.size();
+      rank_cfg_.intermediate_size = tp_.shard.intermediate.size();
+    }
+  }
 
   Status load(WeightSource& src) {
     const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
-    const LoadContext lc{src, cfg_, store_, be_, act_};
+    const LoadContext lc{src, cfg_, store_, be_, act_, tp_.enabled() ? &tp_.shard : nullptr};
     KASSIGN(embed_, src.get("model.embed_tokens.weight", Shape{V, H}));
     if (src.has("lm_head.weight") && !cfg_.tie_word_embeddings) {
       KASSIGN(lm_head_, src.get("lm_head.weight", Shape{V, H}));
@@ -75,7 +85,8 @@ class TransformerModel final : public CausalLM {
     return Status::Ok();
   }
 
-  const ModelConfig& config() const override { return cfg_; }
+  // Under tensor parallelism: this rank's head and feature counts.
+  const ModelConfig& config() const override { return rank_cfg_; }
   DType kv_cache_dtype() const override { return kv_dtype_; }
   Backend& backend() override { return be_; }
   int num_mtp_modules() const override { return mtp_ ? 1 : 0; }
@@ -223,8 +234,10 @@ class TransformerModel final : public CausalLM {
     for (size_t i = 0; i < blocks.size(); ++i) {
       Block& b = blocks[i];
       b.attn->forward(ctx, int(i), h, y);
+      reduce_partial(ctx, y);
       be_.add_rms_norm(x, y, b.ffn_norm.data(), ctx.eps, T, H, h, act_);
       b.ffn->forward(ctx, h, y);
+      reduce_partial(ctx, y);
       if (i + 1 < blocks.size()) {
         be_.add_rms_norm(x, y, blocks[i + 1].attn_norm.data(), ctx.eps, T, H, h, act_);
       } else {
@@ -232,6 +245,16 @@ class TransformerModel final : public CausalLM {
         ctx.round(x, T * H);
       }
     }
+  }
+
+  // Under tensor parallelism a row-parallel output is this rank's part of the sum: every rank
+  // gets the whole (the same bits everywhere), rounded as one device would store it.
+  void reduce_partial(const LayerContext& ctx, float* y) {
+    if (!tp_.enabled()) return;
+    const int64_t n = ctx.num_tokens * cfg_.hidden_size;
+    const Status s = tp_.comm->all_reduce_sum(y, size_t(n));
+    KCHECK(s.ok(), "{}", s.message());
+    ctx.round(y, n);
   }
 
   // Only the requested rows of the last pass go through the final norm and the head; their
@@ -272,10 +295,12 @@ class TransformerModel final : public CausalLM {
     }
   };
 
-  ModelConfig cfg_;
+  ModelConfig cfg_;       // the whole model's, as the checkpoint stores it
+  ModelConfig rank_cfg_;  // this rank's part (== cfg_ without tensor parallelism)
   DType act_;
   DType kv_dtype_;
   Backend& be_;
+  TensorParallel tp_;
   WeightStore store_;
   Tensor embed_, lm_head_;
   std::vector<float> final_norm_;
@@ -291,8 +316,12 @@ class TransformerModel final : public CausalLM {
 
 Expected<std::unique_ptr<CausalLM>> build_transformer(const ModelConfig& cfg, DType act_dtype,
                                                       DType kv_dtype, WeightSource& src,
-                                                      Backend& backend) {
-  auto m = std::make_unique<TransformerModel>(cfg, act_dtype, kv_dtype, backend);
+                                                      Backend& backend, const TensorParallel& tp) {
+  if (tp.enabled() && tp.comm == nullptr)
+    return make_error("tensor parallelism: rank {} of {} has no communicator", tp.shard.rank,
+                      tp.shard.size);
+  if (tp.enabled()) KTRY(tp_supported(cfg, tp.shard.size));
+  auto m = std::make_unique<TransformerModel>(cfg, act_dtype, kv_dtype, backend, tp);
   KTRY(m->load(src));
   return std::unique_ptr<CausalLM>(std::move(m));
 }

@@ -107,7 +107,9 @@ TEST(TpPlan, MlaKeepsTheLatentCacheOnEveryRank) {
   c.moe.moe_intermediate_size = 96;
   auto s = plan_tp_shard(c, 0, 4);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().message.find("each expert has 96 features"), std::string::npos);
+  EXPECT_NE(s.error().message.find("each expert has 96 features, fewer than one 32-feature block"),
+            std::string::npos)
+      << s.error().message;
 }
 
 TEST(TpPlan, SplitsThatCannotWorkAreRefusedWithTheReason) {
