@@ -70,6 +70,13 @@ class TransformerModel final : public CausalLM {
       KASSIGN(lm_head_, src.get("lm_head.weight", Shape{V, H}));
     } else {
       lm_head_ = embed_;
+      tied_ = true;
+    }
+    if (tp_.enabled()) {
+      // Vocabulary-parallel head: this rank's rows (a view; the embedding stays whole, since
+      // every rank looks up every token).
+      lm_head_.data = lm_head_.row(tp_.shard.vocab.begin);
+      lm_head_.shape = Shape{tp_.shard.vocab.size(), H};
     }
     KASSIGN(final_norm_, load_vector(src, "model.norm.weight", H));
     for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) {
@@ -100,7 +107,8 @@ class TransformerModel final : public CausalLM {
   }
 
   size_t resident_weight_bytes() const override {
-    size_t b = lm_head_.nbytes() + (lm_head_.data == embed_.data ? 0 : embed_.nbytes());
+    // A tied head (whole or this rank's rows of it) lies inside the embedding.
+    size_t b = tied_ ? embed_.nbytes() : lm_head_.nbytes() + embed_.nbytes();
     for (const Block& blk : blocks_) b += blk.attn->weight_bytes() + blk.ffn->resident_bytes();
     if (mtp_) {
       b += mtp_->eh_proj.nbytes() + mtp_->block.attn->weight_bytes() +
@@ -264,8 +272,38 @@ class TransformerModel final : public CausalLM {
     const int64_t R = int64_t(rows.size());
     float* h = ws_.h.data();
     normed_rows(rows, norm, h);
+    if (tp_.enabled() && w.data == lm_head_.data) {
+      vocab_parallel_logits(h, R, logits);
+      return;
+    }
     be_.linear(w, h, R, logits);
     be_.round_to(act_, logits, R * cfg_.vocab_size);
+  }
+
+  // Each rank computes its vocabulary rows' logits; an all-gather (parts padded to the largest)
+  // gives every rank all of them.
+  void vocab_parallel_logits(const float* h, int64_t R, float* logits) {
+    const int64_t V = cfg_.vocab_size;
+    const int size = tp_.shard.size;
+    const int64_t widest = split_range(V, 0, size).size();
+    const size_t part = size_t(R * widest);
+    head_part_.assign(part, 0.0f);
+    head_all_.resize(part * size_t(size));
+    const int64_t mine = tp_.shard.vocab.size();
+    std::vector<float>& local = head_local_;
+    local.resize(size_t(R * mine));
+    be_.linear(lm_head_, h, R, local.data());
+    be_.round_to(act_, local.data(), R * mine);
+    for (int64_t r = 0; r < R; ++r)
+      std::copy_n(local.data() + r * mine, mine, head_part_.data() + r * widest);
+    const Status s = tp_.comm->all_gather(head_part_.data(), part, head_all_.data());
+    KCHECK(s.ok(), "{}", s.message());
+    for (int q = 0; q < size; ++q) {
+      const IndexRange vr = split_range(V, q, size);
+      for (int64_t r = 0; r < R; ++r)
+        std::copy_n(head_all_.data() + size_t(q) * part + size_t(r * widest), vr.size(),
+                    logits + r * V + vr.begin);
+    }
   }
 
   // Rows of the last pass's residual stream through `norm`, into out [rows.size(), hidden].
@@ -303,12 +341,14 @@ class TransformerModel final : public CausalLM {
   TensorParallel tp_;
   WeightStore store_;
   Tensor embed_, lm_head_;
+  bool tied_ = false;  // lm_head_ is (part of) embed_
   std::vector<float> final_norm_;
   std::vector<Block> blocks_;
   std::unique_ptr<MtpModule> mtp_;
   RopeTable rope_;
   Scratch scratch_;
   Streams ws_;
+  std::vector<float> head_local_, head_part_, head_all_;  // vocabulary-parallel head buffers
   int64_t tokens_ = 0;  // tokens of the last pass, whose residual stream ws_.x holds
 };
 
