@@ -120,12 +120,10 @@ class TransformerModel final : public CausalLM {
 
   void forward(const ForwardBatch& fb, KVCacheStorage& kv, float* logits) override {
     forward_hidden(fb, kv);
-    head(fb.logits_indices, final_norm_, lm_head_, logits);
+    lm_head(fb.logits_indices, logits);
   }
 
-  void head_logits(std::span<const int32_t> rows, float* logits) override {
-    head(rows, final_norm_, lm_head_, logits);
-  }
+  void head_logits(std::span<const int32_t> rows, float* logits) override { lm_head(rows, logits); }
 
   void forward_hidden(const ForwardBatch& fb, KVCacheStorage& kv) override {
     const int64_t T = int64_t(fb.token_ids.size()), H = cfg_.hidden_size;
@@ -272,12 +270,16 @@ class TransformerModel final : public CausalLM {
     const int64_t R = int64_t(rows.size());
     float* h = ws_.h.data();
     normed_rows(rows, norm, h);
-    if (tp_.enabled() && w.data == lm_head_.data) {
-      vocab_parallel_logits(h, R, logits);
-      return;
-    }
     be_.linear(w, h, R, logits);
     be_.round_to(act_, logits, R * cfg_.vocab_size);
+  }
+
+  // The model's own head; vocabulary-parallel under tensor parallelism.
+  void lm_head(std::span<const int32_t> rows, float* logits) {
+    if (!tp_.enabled()) return head(rows, final_norm_, lm_head_, logits);
+    float* h = ws_.h.data();
+    normed_rows(rows, final_norm_, h);
+    vocab_parallel_logits(h, int64_t(rows.size()), logits);
   }
 
   // Each rank computes its vocabulary rows' logits; an all-gather (parts padded to the largest)
