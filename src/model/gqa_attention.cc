@@ -15,18 +15,19 @@ class GqaAttention final : public AttentionLayer {
     bias_ = c.attention_bias;
     qk_norm_ = c.qk_norm;
     const int64_t qd = c.num_attention_heads * hd_, kvd = c.num_key_value_heads * hd_;
-    // A tensor-parallel rank: its query heads' rows of q and columns of o (column- and
-    // row-parallel), the rows of the KV heads they read.
+    // A tensor-parallel rank: its query heads' rows of q, the rows of the KV heads they read,
+    // and its hidden features' rows of o (over every head: the heads' outputs are gathered).
     const IndexRange heads = lc.tp ? lc.tp->q_heads : IndexRange{0, c.num_attention_heads};
     const IndexRange kv = lc.tp ? lc.tp->kv_heads : IndexRange{0, c.num_key_value_heads};
     nh_ = int(heads.size());
     nkv_ = int(kv.size());
     const IndexRange q_rows{heads.begin * hd_, heads.end * hd_};
     const IndexRange kv_rows{kv.begin * hd_, kv.end * hd_};
-    KASSIGN(q_, load_linear(lc.src, p + "q_proj", qd, H_, c, lc.store, {q_rows, {}}));
-    KASSIGN(k_, load_linear(lc.src, p + "k_proj", kvd, H_, c, lc.store, {kv_rows, {}}));
-    KASSIGN(v_, load_linear(lc.src, p + "v_proj", kvd, H_, c, lc.store, {kv_rows, {}}));
-    KASSIGN(o_, load_linear(lc.src, p + "o_proj", H_, qd, c, lc.store, {{}, q_rows}));
+    KASSIGN(q_, load_linear(lc.src, p + "q_proj", qd, H_, c, lc.store, q_rows));
+    KASSIGN(k_, load_linear(lc.src, p + "k_proj", kvd, H_, c, lc.store, kv_rows));
+    KASSIGN(v_, load_linear(lc.src, p + "v_proj", kvd, H_, c, lc.store, kv_rows));
+    const IndexRange o_rows = lc.tp ? lc.tp->hidden : IndexRange{};
+    KASSIGN(o_, load_linear(lc.src, p + "o_proj", H_, qd, c, lc.store, o_rows));
     if (bias_) {
       auto part = [](std::vector<float> v, IndexRange r) {
         return std::vector<float>(v.begin() + r.begin, v.begin() + r.end);
@@ -74,8 +75,7 @@ class GqaAttention final : public AttentionLayer {
     float* attn = ctx.scratch.get(kSlotAttnOut, T * qd);
     be.paged_attention(q, cache, ctx.attention(layer), nh_, 1.0f / std::sqrt(float(hd_)), attn,
                        ctx.act);
-    be.linear(o_, attn, T, out);
-    ctx.round(out, T * H_);
+    output_projection(ctx, o_, TpSplit::kAttention, attn, T, out);
   }
 
   size_t weight_bytes() const override {

@@ -1,5 +1,6 @@
 // model/layer_context.h — what every layer of a forward pass shares: the backend, the batch's
-// attention view, RoPE, activation precision, and grow-only scratch buffers.
+// attention view, RoPE, activation precision, grow-only scratch buffers, and under tensor
+// parallelism the rank's group.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/workspace.h"
 #include "model/causal_lm.h"
+#include "model/tp_group.h"
 
 namespace kestrel {
 
@@ -36,6 +38,8 @@ enum ScratchSlot : int {
   kSlotMoeIn,
   kSlotMoeOut,
   kSlotMoeShared,
+  kSlotTpIn,
+  kSlotTpOut,
   kNumScratchSlots,
 };
 
@@ -59,10 +63,18 @@ struct LayerContext {
   const RopeParams& rope;
   KVCacheStorage& kv;
   Scratch& scratch;
+  TpGroup* tp = nullptr;  // tensor parallelism: this rank's group; null: one process
 
   void round(float* p, int64_t n) const { be.round_to(act, p, n); }
   // The batch as cache layer `layer` sees it: its group's block tables and slots, its window.
   const AttentionBatch& attention(int layer) const { return attn[size_t(kv.place(layer).group)]; }
 };
+
+// out [m, hidden] = w · in, rounded: an output projection (attention's o, an MLP's down). Under
+// tensor parallelism `in` holds this rank's features of `in_split` and w this rank's hidden rows
+// over the whole input: the input is gathered, the rank's rows computed, and the output
+// gathered, so every rank gets all of it in the bits one process computes.
+void output_projection(const LayerContext& ctx, const Tensor& w, TpSplit in_split, const float* in,
+                       int64_t m, float* out);
 
 }  // namespace kestrel

@@ -38,8 +38,8 @@ struct LoadContext {
   WeightStore& store;
   Backend& be;
   DType act;  // the model's activation dtype (Backend::prepare_weight may pack for it)
-  // Tensor parallelism: this rank's heads and features (its layers then compute partial sums
-  // that the model all-reduces); null: the whole model.
+  // Tensor parallelism: this rank's heads and features (its layers load those rows of each
+  // weight); null: the whole model.
   const TpShard* tp = nullptr;
 };
 

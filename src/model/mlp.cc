@@ -10,12 +10,14 @@ class DenseMlp final : public FfnLayer {
  public:
   Status load(const LoadContext& lc, const std::string& p, int64_t width) {
     H_ = lc.cfg.hidden_size;
-    // A tensor-parallel rank: its features' rows of gate/up and columns of down.
+    // A tensor-parallel rank: its features' rows of gate/up, and its hidden features' rows of
+    // down (over every feature: the features are gathered).
     const IndexRange f = lc.tp ? lc.tp->intermediate : IndexRange{0, width};
+    const IndexRange out_rows = lc.tp ? lc.tp->hidden : IndexRange{};
     I_ = f.size();
-    KASSIGN(gate_, load_linear(lc.src, p + "gate_proj", width, H_, lc.cfg, lc.store, {f, {}}));
-    KASSIGN(up_, load_linear(lc.src, p + "up_proj", width, H_, lc.cfg, lc.store, {f, {}}));
-    KASSIGN(down_, load_linear(lc.src, p + "down_proj", H_, width, lc.cfg, lc.store, {{}, f}));
+    KASSIGN(gate_, load_linear(lc.src, p + "gate_proj", width, H_, lc.cfg, lc.store, f));
+    KASSIGN(up_, load_linear(lc.src, p + "up_proj", width, H_, lc.cfg, lc.store, f));
+    KASSIGN(down_, load_linear(lc.src, p + "down_proj", H_, width, lc.cfg, lc.store, out_rows));
     for (Tensor* t : {&gate_, &up_, &down_}) lc.be.prepare_weight(*t, lc.act);
     return Status::Ok();
   }
@@ -39,8 +41,7 @@ class DenseMlp final : public FfnLayer {
     const LinearJob gate_up[2] = {{&gate_, g}, {&up_, u}};
     ctx.be.linear_group(gate_up, h, m);
     ctx.be.silu_mul(g, u, g, m * I_, ctx.act);  // rounds g and u first, and the product
-    ctx.be.linear(down_, g, m, out);
-    ctx.round(out, m * H_);
+    output_projection(ctx, down_, TpSplit::kIntermediate, g, m, out);
   }
 
   size_t weight_bytes_per_token() const override {

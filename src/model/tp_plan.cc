@@ -6,7 +6,13 @@ namespace kestrel {
 
 namespace {
 
-constexpr int64_t kFeatureAlign = 32;  // the GGUF quantization block
+// Shards take whole panels of the packed weights (16 rows), and whole row blocks of an FP8
+// checkpoint's scales (GGUF blocks run along a row, so rows never cut one).
+constexpr int64_t kPanelRows = 16;
+
+int64_t feature_align(const ModelConfig& c) {
+  return c.fp8.enabled ? std::max<int64_t>(kPanelRows, c.fp8.block_rows) : kPanelRows;
+}
 
 }  // namespace
 
@@ -66,17 +72,19 @@ Expected<TpShard> plan_tp_shard(const ModelConfig& c, int rank, int size) {
     const IndexRange part = split_range(group, rank % per_head, per_head);
     s.q_heads = IndexRange{head * group + part.begin, head * group + part.end};
   }
+  const int64_t align = feature_align(c);
   auto features = [&](int64_t n, const char* what) -> Expected<IndexRange> {
     if (n == 0) return IndexRange{};
-    if ((n + kFeatureAlign - 1) / kFeatureAlign < size)
+    if ((n + align - 1) / align < size)
       return make_error(
           "--tensor-parallel-size {}: {} has {} features, fewer than one {}-feature block per "
           "rank",
-          size, what, n, kFeatureAlign);
-    return split_range(n, rank, size, kFeatureAlign);
+          size, what, n, align);
+    return split_range(n, rank, size, align);
   };
   KASSIGN(s.intermediate, features(c.intermediate_size, "the MLP"));
   KASSIGN(s.moe_intermediate, features(c.moe.moe_intermediate_size, "each expert"));
+  KASSIGN(s.hidden, features(c.hidden_size, "the hidden state"));
   s.vocab = split_range(c.vocab_size, rank, size);
   return s;
 }

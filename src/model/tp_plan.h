@@ -1,13 +1,15 @@
 // model/tp_plan.h — which part of each layer a tensor-parallel rank holds (issue 20): a
 // contiguous range of attention heads with the KV heads they read, of the MLP's (and each
-// expert's) intermediate features, and of the vocabulary. The loader shards weights by these
-// ranges (column-parallel: output rows; row-parallel: input columns, then an all-reduce).
+// expert's) intermediate features, of the hidden features (the output projections' rows) and of
+// the vocabulary. The loader takes each linear's rows of the rank's output features; the model
+// all-gathers what the next layer needs (model/tp_group.h).
 //
 // vLLM requires every count to divide by the TP size. Kestrel splits as evenly as the structure
 // allows instead, so a model such as SmolLM2-135M (9 heads in 3 KV groups) runs on 2 ranks
 // (6 + 3 heads): heads move with their KV group; with fewer KV heads than ranks each KV head is
-// replicated on size / kv_heads ranks (which must divide); feature ranges are multiples of the
-// quantization block (32) so GGUF blocks are never cut. Pure functions.
+// replicated on size / kv_heads ranks (which must divide); feature ranges are multiples of 16
+// rows (a packed weight panel; an FP8 checkpoint's 128-row scale block when larger). Pure
+// functions.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,7 @@ struct TpShard {
   IndexRange kv_heads;          // the KV heads those query heads read (a replicated one: size 1)
   IndexRange intermediate;      // dense MLP features
   IndexRange moe_intermediate;  // each routed and shared expert's features (MoE models)
+  IndexRange hidden;            // the output projections' (o, down) rows
   IndexRange vocab;             // embedding and LM-head rows
   bool operator==(const TpShard&) const = default;
 };
@@ -39,8 +42,8 @@ struct TpShard {
 // remainder of a partial unit).
 IndexRange split_range(int64_t n, int rank, int size, int64_t align = 1);
 
-// A model's tensor parallelism: its shard, and the group its ranks all-reduce the partial sums
-// of row-parallel layers over (dist/device_comm.h; used by the thread that runs the model).
+// A model's tensor parallelism: its shard, and the communicator its ranks gather features over
+// (dist/device_comm.h; used by the thread that runs the model).
 struct TensorParallel {
   TpShard shard;
   DeviceComm* comm = nullptr;

@@ -59,6 +59,7 @@ class TransformerModel final : public CausalLM {
       rank_cfg_.num_attention_heads = tp_.shard.q_heads.size();
       rank_cfg_.num_key_value_heads = tp_.shard.kv_heads.size();
       rank_cfg_.intermediate_size = tp_.shard.intermediate.size();
+      tp_group_ = std::make_unique<TpGroup>(cfg_, tp_);
     }
   }
 
@@ -132,8 +133,8 @@ class TransformerModel final : public CausalLM {
     float* x = ws_.x.data();
     const std::vector<AttentionBatch> ab = attention_batches(fb, kv);
     const RopeParams rp = rope_params();
-    const LayerContext ctx{be_, act_,    float(cfg_.rms_norm_eps), T, fb.positions.data(), ab, rp,
-                           kv,  scratch_};
+    const LayerContext ctx{be_, act_,     float(cfg_.rms_norm_eps), T, fb.positions.data(), ab, rp,
+                           kv,  scratch_, tp_group_.get()};
     be_.embedding(embed_, fb.token_ids.data(), T, x);
     ctx.round(x, T * H);
     run_blocks(ctx, blocks_, x);
@@ -156,7 +157,8 @@ class TransformerModel final : public CausalLM {
     float* e = ws_.y.data();
     const std::vector<AttentionBatch> ab = attention_batches(fb, mtp_kv);
     const RopeParams rp = rope_params();
-    const LayerContext ctx{be_, act_, eps, T, fb.positions.data(), ab, rp, mtp_kv, scratch_};
+    const LayerContext ctx{be_, act_, eps,    T,        fb.positions.data(),
+                           ab,  rp,   mtp_kv, scratch_, tp_group_.get()};
     be_.embedding(embed_, fb.token_ids.data(), T, e);
     ctx.round(e, T * H);
     for (int64_t t = 0; t < T; ++t) {
@@ -240,10 +242,8 @@ class TransformerModel final : public CausalLM {
     for (size_t i = 0; i < blocks.size(); ++i) {
       Block& b = blocks[i];
       b.attn->forward(ctx, int(i), h, y);
-      reduce_partial(ctx, y);
       be_.add_rms_norm(x, y, b.ffn_norm.data(), ctx.eps, T, H, h, act_);
       b.ffn->forward(ctx, h, y);
-      reduce_partial(ctx, y);
       if (i + 1 < blocks.size()) {
         be_.add_rms_norm(x, y, blocks[i + 1].attn_norm.data(), ctx.eps, T, H, h, act_);
       } else {
@@ -251,16 +251,6 @@ class TransformerModel final : public CausalLM {
         ctx.round(x, T * H);
       }
     }
-  }
-
-  // Under tensor parallelism a row-parallel output is this rank's part of the sum: every rank
-  // gets the whole (the same bits everywhere), rounded as one device would store it.
-  void reduce_partial(const LayerContext& ctx, float* y) {
-    if (!tp_.enabled()) return;
-    const int64_t n = ctx.num_tokens * cfg_.hidden_size;
-    const Status s = tp_.comm->all_reduce_sum(y, size_t(n));
-    KCHECK(s.ok(), "{}", s.message());
-    ctx.round(y, n);
   }
 
   // Only the requested rows of the last pass go through the final norm and the head; their
@@ -282,30 +272,13 @@ class TransformerModel final : public CausalLM {
     vocab_parallel_logits(h, int64_t(rows.size()), logits);
   }
 
-  // Each rank computes its vocabulary rows' logits; an all-gather (parts padded to the largest)
-  // gives every rank all of them.
+  // Each rank computes its vocabulary rows' logits; a gather gives every rank all of them.
   void vocab_parallel_logits(const float* h, int64_t R, float* logits) {
-    const int64_t V = cfg_.vocab_size;
-    const int size = tp_.shard.size;
-    const int64_t widest = split_range(V, 0, size).size();
-    const size_t part = size_t(R * widest);
-    head_part_.assign(part, 0.0f);
-    head_all_.resize(part * size_t(size));
-    const int64_t mine = tp_.shard.vocab.size();
-    std::vector<float>& local = head_local_;
-    local.resize(size_t(R * mine));
-    be_.linear(lm_head_, h, R, local.data());
-    be_.round_to(act_, local.data(), R * mine);
-    for (int64_t r = 0; r < R; ++r)
-      std::copy_n(local.data() + r * mine, mine, head_part_.data() + r * widest);
-    const Status s = tp_.comm->all_gather(head_part_.data(), part, head_all_.data());
-    KCHECK(s.ok(), "{}", s.message());
-    for (int q = 0; q < size; ++q) {
-      const IndexRange vr = split_range(V, q, size);
-      for (int64_t r = 0; r < R; ++r)
-        std::copy_n(head_all_.data() + size_t(q) * part + size_t(r * widest), vr.size(),
-                    logits + r * V + vr.begin);
-    }
+    const int64_t mine = tp_group_->part(TpSplit::kVocab).size();
+    head_local_.resize(size_t(R * mine));
+    be_.linear(lm_head_, h, R, head_local_.data());
+    be_.round_to(act_, head_local_.data(), R * mine);
+    tp_group_->gather(TpSplit::kVocab, head_local_.data(), R, logits);
   }
 
   // Rows of the last pass's residual stream through `norm`, into out [rows.size(), hidden].
@@ -350,8 +323,9 @@ class TransformerModel final : public CausalLM {
   RopeTable rope_;
   Scratch scratch_;
   Streams ws_;
-  std::vector<float> head_local_, head_part_, head_all_;  // vocabulary-parallel head buffers
-  int64_t tokens_ = 0;  // tokens of the last pass, whose residual stream ws_.x holds
+  std::unique_ptr<TpGroup> tp_group_;  // set under tensor parallelism
+  std::vector<float> head_local_;      // this rank's vocabulary rows of the logits
+  int64_t tokens_ = 0;                 // tokens of the last pass, whose residual stream ws_.x holds
 };
 
 }  // namespace

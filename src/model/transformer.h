@@ -17,7 +17,8 @@ namespace kestrel {
 // the model (tensors are views into it). `act_dtype` (F32, BF16 or F16) is the precision
 // activations are rounded to between ops; `kv_dtype` (F32, F16, BF16) that of the KV cache.
 // With `tp` enabled the model holds one rank's heads and features (model/tp_plan.h) and
-// all-reduces after each attention and MLP output over tp.comm; config() is then the rank's.
+// gathers the features its layers need over tp.comm (model/tp_group.h); config() is then the
+// rank's.
 Expected<std::unique_ptr<CausalLM>> build_transformer(const ModelConfig& cfg, DType act_dtype,
                                                       DType kv_dtype, WeightSource& src,
                                                       Backend& backend,

@@ -1,7 +1,5 @@
 #include "model/weights.h"
 
-#include <cstring>
-
 #include "tensor/quant_formats.h"
 
 namespace kestrel {
@@ -13,54 +11,28 @@ Expected<std::vector<float>> load_vector(WeightSource& src, const std::string& n
   return out;
 }
 
-namespace {
-
-bool partial(const IndexRange& r, int64_t n) {
-  return r.size() > 0 && (r.begin != 0 || r.end != n);
-}
-
-Expected<Tensor> take_shard(Tensor w, const std::string& name, const LinearShard& s,
-                            WeightStore& store) {
-  const int64_t rows = w.rows(), cols = w.cols();
-  if (partial(s.rows, rows)) {
-    if (s.rows.end > rows) return make_error("{}: row shard past {} rows", name, rows);
-    w.data = w.row(s.rows.begin);
-    w.shape = Shape{s.rows.size(), cols};
-  }
-  if (partial(s.cols, cols)) {
-    const int64_t block = dtype_info(w.dtype).block_elems;
-    if (s.cols.end > cols || s.cols.begin % block != 0 ||
-        (s.cols.size() % block != 0 && s.cols.end != cols))
-      return make_error("{}: columns [{}, {}) do not fall on {}-element blocks", name, s.cols.begin,
-                        s.cols.end, block);
-    const size_t offset = dtype_bytes(w.dtype, s.cols.begin);
-    const size_t width = dtype_bytes(w.dtype, s.cols.size());
-    std::vector<uint8_t>& owned = store.bytes.emplace_back(width * size_t(w.rows()));
-    for (int64_t r = 0; r < w.rows(); ++r)
-      std::memcpy(owned.data() + size_t(r) * width, w.row(r) + offset, width);
-    w.data = owned.data();
-    w.shape = Shape{w.rows(), s.cols.size()};
-  }
-  return w;
-}
-
-}  // namespace
-
 Expected<Tensor> load_linear(WeightSource& src, const std::string& prefix, int64_t rows,
                              int64_t cols, const ModelConfig& cfg, WeightStore& store,
-                             const LinearShard& shard) {
+                             IndexRange shard) {
   KASSIGN(Tensor w, src.get(prefix + ".weight", Shape{rows, cols}));
-  const bool sharded = partial(shard.rows, rows) || partial(shard.cols, cols);
-  if (sharded && w.dtype == DType::F8_E4M3)
-    return make_error("{}.weight: tensor parallelism over FP8 block weights is not supported yet",
-                      prefix);
-  if (sharded) return take_shard(w, prefix + ".weight", shard, store);
-  if (w.dtype != DType::F8_E4M3) return w;
+  if (shard.size() == 0) shard = IndexRange{0, rows};
+  if (shard.begin < 0 || shard.end > rows)
+    return make_error("{}.weight: rows [{}, {}) of a tensor of {}", prefix, shard.begin, shard.end,
+                      rows);
+  if (w.dtype != DType::F8_E4M3) {
+    w.data = w.row(shard.begin);
+    w.shape = Shape{shard.size(), cols};
+    return w;
+  }
   if (!cfg.fp8.enabled)
     return make_error("{}.weight is float8_e4m3 but config.json declares no fp8 quantization",
                       prefix);
   const int64_t br = cfg.fp8.block_rows, bc = cfg.fp8.block_cols;
   const int64_t sr = (rows + br - 1) / br, sc = (cols + bc - 1) / bc;
+  // A shard owns whole scale blocks: it starts on one, and ends on one or at the last row.
+  if (shard.begin % br != 0 || (shard.end % br != 0 && shard.end != rows))
+    return make_error("{}.weight: rows [{}, {}) do not fall on the {}-row FP8 scale blocks", prefix,
+                      shard.begin, shard.end, br);
   KASSIGN(Tensor s, src.get(prefix + ".weight_scale_inv", Shape{sr, sc}));
   if (s.dtype == DType::F32) {
     w.block_scale = s.as<float>();
@@ -69,6 +41,9 @@ Expected<Tensor> load_linear(WeightSource& src, const std::string& prefix, int64
     dequantize_row(s.dtype, s.data, owned.data(), sr * sc);
     w.block_scale = owned.data();
   }
+  w.block_scale += (shard.begin / br) * sc;
+  w.data = w.row(shard.begin);
+  w.shape = Shape{shard.size(), cols};
   w.scale_block_rows = br;
   w.scale_block_cols = bc;
   return w;

@@ -12,6 +12,7 @@ namespace {
 
 ModelConfig gqa(int64_t heads, int64_t kv, int64_t inter, int64_t vocab) {
   ModelConfig c;
+  c.hidden_size = heads * 64;
   c.num_attention_heads = heads;
   c.num_key_value_heads = kv;
   c.intermediate_size = inter;
@@ -70,6 +71,8 @@ TEST(TpPlan, SmolLM2OnTwoRanksSplitsWholeKvGroups) {
   EXPECT_EQ(r1->kv_heads, (IndexRange{2, 3}));
   EXPECT_EQ(r0->intermediate, (IndexRange{0, 768}));
   EXPECT_EQ(r1->intermediate, (IndexRange{768, 1536}));
+  EXPECT_EQ(r0->hidden, (IndexRange{0, 288}));  // 576 = 36 panels of 16: 18 each
+  EXPECT_EQ(r1->hidden, (IndexRange{288, 576}));
   EXPECT_EQ(r0->vocab, (IndexRange{0, 24576}));
   EXPECT_EQ(r1->vocab, (IndexRange{24576, 49152}));
   expect_heads_partitioned(c, 2);
@@ -103,11 +106,11 @@ TEST(TpPlan, MlaKeepsTheLatentCacheOnEveryRank) {
     EXPECT_EQ(s->intermediate, IndexRange{});
     EXPECT_EQ(s->moe_intermediate, (IndexRange{64 * r, 64 * r + 64}));
   }
-  // 96 expert features are three blocks of 32: a fourth rank would get none.
-  c.moe.moe_intermediate_size = 96;
+  // 48 expert features are three panels of 16: a fourth rank would get none.
+  c.moe.moe_intermediate_size = 48;
   auto s = plan_tp_shard(c, 0, 4);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().message.find("each expert has 96 features, fewer than one 32-feature block"),
+  EXPECT_NE(s.error().message.find("each expert has 48 features, fewer than one 16-feature block"),
             std::string::npos)
       << s.error().message;
 }
@@ -121,9 +124,21 @@ TEST(TpPlan, SplitsThatCannotWorkAreRefusedWithTheReason) {
   ASSERT_FALSE(uneven_replication.ok());
   EXPECT_NE(uneven_replication.error().message.find("cannot be replicated evenly"),
             std::string::npos);
-  auto few_features = plan_tp_shard(gqa(8, 8, 64, 512), 0, 4);
+  auto few_features = plan_tp_shard(gqa(8, 8, 48, 512), 0, 4);
   ASSERT_FALSE(few_features.ok());
-  EXPECT_NE(few_features.error().message.find("the MLP has 64 features"), std::string::npos);
+  EXPECT_NE(few_features.error().message.find("the MLP has 48 features"), std::string::npos);
+  // An FP8 checkpoint's shards hold whole 128-row scale blocks.
+  ModelConfig fp8 = gqa(8, 8, 256, 512);
+  fp8.fp8.enabled = true;
+  fp8.fp8.block_rows = 128;
+  auto fp8_three = plan_tp_shard(fp8, 0, 3);
+  ASSERT_FALSE(fp8_three.ok());
+  EXPECT_NE(fp8_three.error().message.find("the MLP has 256 features, fewer than one 128-feature"),
+            std::string::npos)
+      << fp8_three.error().message;
+  auto fp8_two = plan_tp_shard(fp8, 1, 2);
+  ASSERT_TRUE(fp8_two.ok()) << fp8_two.error().message;
+  EXPECT_EQ(fp8_two->intermediate, (IndexRange{128, 256}));
   EXPECT_FALSE(plan_tp_shard(gqa(8, 8, 1024, 512), 4, 4).ok());
 }
 

@@ -1,0 +1,75 @@
+#include "model/tp_group.h"
+
+#include <algorithm>
+
+#include "base/status.h"
+
+namespace kestrel {
+
+TpGroup::TpGroup(const ModelConfig& config, const TensorParallel& tp)
+    : rank_(tp.shard.rank), comm_(tp.comm), config_(config) {
+  KCHECK(tp.enabled() && comm_ != nullptr && comm_->size() == tp.shard.size,
+         "a tensor-parallel group of {} ranks needs a communicator of that size", tp.shard.size);
+  for (int r = 0; r < tp.shard.size; ++r) {
+    // Every rank's plan passes the checks this rank's passed: they depend only on the config.
+    auto s = plan_tp_shard(config, r, tp.shard.size);
+    KCHECK(s.ok(), "{}", s.ok() ? "" : s.error().message);
+    shards_.push_back(*s);
+  }
+  KCHECK(shards_[size_t(rank_)] == tp.shard, "rank {}'s shard is not its plan", rank_);
+}
+
+IndexRange TpGroup::range(const TpShard& s, TpSplit split) {
+  switch (split) {
+    case TpSplit::kAttention:
+      return s.q_heads;
+    case TpSplit::kIntermediate:
+      return s.intermediate;
+    case TpSplit::kMoeIntermediate:
+      return s.moe_intermediate;
+    case TpSplit::kHidden:
+      return s.hidden;
+    case TpSplit::kVocab:
+      return s.vocab;
+  }
+  return {};
+}
+
+int64_t TpGroup::width(TpSplit split) const {
+  switch (split) {
+    case TpSplit::kAttention:
+      return config_.num_attention_heads;
+    case TpSplit::kIntermediate:
+      return config_.intermediate_size;
+    case TpSplit::kMoeIntermediate:
+      return config_.moe.moe_intermediate_size;
+    case TpSplit::kHidden:
+      return config_.hidden_size;
+    case TpSplit::kVocab:
+      return config_.vocab_size;
+  }
+  return 0;
+}
+
+void TpGroup::gather(TpSplit split, const float* local, int64_t rows, float* out) {
+  // Attention parts are counted in heads; their features are head_dim each.
+  const int64_t unit = split == TpSplit::kAttention ? config_.head_dim : 1;
+  const int64_t total = width(split) * unit;
+  int64_t widest = 0;
+  for (const TpShard& s : shards_) widest = std::max(widest, range(s, split).size() * unit);
+  const size_t part = size_t(rows * widest);
+  const int64_t mine = range(shard(), split).size() * unit;
+  send_.assign(part, 0.0f);
+  recv_.resize(part * shards_.size());
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(local + r * mine, mine, send_.data() + r * widest);
+  const Status st = comm_->all_gather(send_.data(), part, recv_.data());
+  KCHECK(st.ok(), "{}", st.message());
+  for (size_t q = 0; q < shards_.size(); ++q) {
+    const IndexRange ir = range(shards_[q], split);
+    const int64_t begin = ir.begin * unit, n = ir.size() * unit;
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(recv_.data() + q * part + size_t(r * widest), n, out + r * total + begin);
+  }
+}
+
+}  // namespace kestrel
