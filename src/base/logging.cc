@@ -4,6 +4,24 @@
 
 namespace kestrel {
 
+namespace {
+
+std::string& log_prefix() {
+  static std::string prefix;
+  return prefix;
+}
+
+void apply_pattern() {
+  spdlog::set_pattern(log_prefix() + "%^%L%$ %m-%d %H:%M:%S [%s:%#] %v");
+}
+
+}  // namespace
+
+void set_log_prefix(const std::string& prefix) {
+  log_prefix() = prefix.empty() ? "" : prefix + " ";
+  apply_pattern();
+}
+
 void set_log_level(const std::string& level) {
   // Logs go to stderr: stdout carries commands' results (generated text, benchmark lines).
   static const bool to_stderr = [] {
@@ -16,7 +34,7 @@ void set_log_level(const std::string& level) {
   if (level == "warning" || level == "warn") lvl = spdlog::level::warn;
   if (level == "error") lvl = spdlog::level::err;
   spdlog::set_level(lvl);
-  spdlog::set_pattern("%^%L%$ %m-%d %H:%M:%S [%s:%#] %v");
+  apply_pattern();
 }
 
 }  // namespace kestrel

@@ -8,6 +8,8 @@ namespace kestrel {
 // Sets the global level from a name (debug, info, warning, error); unknown names keep info.
 // The first call also points the process logger at stderr.
 void set_log_level(const std::string& level);
+// Starts every line with `prefix` (a worker process's "(Worker rank=1 pid=…)"); empty: none.
+void set_log_prefix(const std::string& prefix);
 
 }  // namespace kestrel
 

@@ -1,9 +1,18 @@
 #include "cli/engine_args.h"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <random>
 #include <thread>
 
 #include "base/logging.h"
+#include "dist/host_comm.h"
+#include "dist/shm_comm.h"
+#include "engine/multiproc_executor.h"
+#include "engine/worker_processes.h"
 #include "spec/proposer.h"
 #include "spec/speculative_config.h"
 
@@ -81,6 +90,13 @@ void add_engine_args(CLI::App& app, EngineArgs& a, bool model_required) {
                  "on the CPU: fraction of RAM for weights + activations + KV cache")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--log-level", a.log_level, "debug | info | warning | error");
+  app.add_option("--tensor-parallel-size", a.tensor_parallel_size,
+                 "tensor-parallel ranks, one worker process each (they share --threads)")
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--distributed-executor-backend", a.distributed_executor_backend,
+                 "mp (worker processes; the default) | uni (one process: TP 1 only); ray and "
+                 "external_launcher are refused")
+      ->check(CLI::IsMember(std::vector<std::string>{"mp", "uni", "ray", "external_launcher"}));
   app.add_option(
       "--speculative-config", a.speculative_config,
       "JSON: method (ngram | draft_model | mtp and its aliases), "
@@ -106,19 +122,180 @@ Expected<SchedulerConfig> scheduler_config(const EngineArgs& a, const ModelConfi
   return c;
 }
 
-Expected<Engine> start_engine(const EngineArgs& a) {
-  set_log_level(a.log_level);
+Status check_executor_backend(const EngineArgs& a) {
+  const std::string& b = a.distributed_executor_backend;
+  if (b == "ray" || b == "external_launcher")
+    return make_error(
+        "--distributed-executor-backend {}: not supported; Kestrel starts its own worker "
+        "processes (use mp)",
+        b);
+  if (b == "uni" && a.tensor_parallel_size > 1)
+    return make_error(
+        "--distributed-executor-backend uni runs one process; --tensor-parallel-size {} needs mp "
+        "(the default)",
+        a.tensor_parallel_size);
+  return Status::Ok();
+}
+
+namespace {
+
+// How long rank 0 waits for its workers to load their shards and build their runners (vLLM's
+// VLLM_ENGINE_READY_TIMEOUT_S default); a worker that exits fails the wait at once.
+constexpr std::chrono::seconds kWorkerStartTimeout{600};
+// How long a rank waits at one collective for the others (a dead rank's group is aborted at
+// once; this bounds a hung one).
+constexpr std::chrono::seconds kCollectiveTimeout{60};
+
+// Names unique to this group: the shared-memory segment and the control socket.
+struct GroupNames {
+  std::string shm, endpoint;
+};
+
+GroupNames group_names() {
+  const uint64_t nonce = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+  const std::string tag = fmt::format("kestrel-tp-{}-{:x}", ::getpid(), nonce);
+  return GroupNames{"/" + tag, "ipc:///tmp/" + tag + ".sock"};
+}
+
+// Compute threads of each rank: the budget (--threads, else every CPU the process may use)
+// shared among the local ranks.
+int threads_per_rank(const EngineArgs& a) {
+  int total = a.threads;
+  if (total <= 0) {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    total = sched_getaffinity(0, sizeof(allowed), &allowed) == 0
+                ? CPU_COUNT(&allowed)
+                : int(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  return std::max(1, total / a.tensor_parallel_size);
+}
+
+LoadOptions load_options(const EngineArgs& a, int rank, DeviceComm* comm) {
   LoadOptions lo;
   lo.model = a.model;
   lo.load_format = a.load_format;
   lo.dtype = a.dtype;
   lo.kv_cache_dtype = a.kv_cache_dtype;
   lo.quant_compute = a.quant_compute;
-  lo.threads = a.threads;
+  lo.threads = a.tensor_parallel_size > 1 ? threads_per_rank(a) : a.threads;
   lo.pin_threads = a.pin_threads;
   lo.seed = a.seed;
+  lo.tp_rank = rank;
+  lo.tp_size = a.tensor_parallel_size;
+  lo.tp_comm = comm;
+  return lo;
+}
+
+Expected<std::unique_ptr<ShmComm>> connect_group(const EngineArgs& a, const GroupNames& names,
+                                                 int rank, const std::atomic<bool>* abort) {
+  ShmCommOptions co;
+  co.name = names.shm;
+  co.rank = rank;
+  co.size = a.tensor_parallel_size;
+  co.timeout = kCollectiveTimeout;
+  co.abort = abort;
+  return ShmComm::connect(co);
+}
+
+// One rank's models: its shard of the target and, for draft_model, the whole draft model on
+// the same backend; `spec` comes back parsed and resolved against the target.
+struct RankModels {
+  std::unique_ptr<LoadedModel> model, draft;
+};
+
+Expected<RankModels> load_rank_models(const EngineArgs& a, const LoadOptions& lo,
+                                      std::optional<SpeculativeConfig>& spec) {
+  RankModels m;
+  KASSIGN(m.model, load_model(lo));
+  KASSIGN(spec, parse_speculative_config(a.speculative_config));
+  if (!spec) return m;
+  KTRY(resolve_speculative_config(*spec, m.model->model->num_mtp_modules(),
+                                  m.model->config.model_type));
+  if (spec->method == SpeculativeMethod::kDraftModel) {
+    LoadOptions dl = lo;
+    dl.model = spec->draft_model;
+    dl.load_format = "auto";
+    dl.kv_cache_dtype = "auto";
+    dl.shared_backend = &m.model->model->backend();
+    dl.tp_rank = 0;  // every rank runs the whole draft model
+    dl.tp_size = 1;
+    dl.tp_comm = nullptr;
+    KASSIGN(m.draft, load_model(dl));
+  }
+  return m;
+}
+
+ProposerOptions proposer_options(const std::optional<SpeculativeConfig>& spec,
+                                 const SchedulerConfig& sc, const LoadedModel* draft) {
+  ProposerOptions po;
+  if (!spec) return po;
+  po.config = *spec;
+  po.max_model_len = sc.max_model_len;
+  po.block_size = sc.block_size;
+  po.draft_model = draft ? draft->model.get() : nullptr;
+  return po;
+}
+
+// A rank's proposer over `num_blocks` blocks (none without speculation).
+Expected<Speculation> make_speculation(const std::optional<SpeculativeConfig>& spec,
+                                       ProposerOptions po, CausalLM& model, int64_t num_blocks) {
+  Speculation s;
+  if (!spec) return s;
+  po.num_blocks = num_blocks;
+  KASSIGN(s.proposer, make_proposer(model, po));
+  s.max_drafting_requests =
+      spec->disable_by_batch_size.value_or(default_max_drafting_requests(spec->k()));
+  return s;
+}
+
+// A worker process of the group: loads rank `rank`'s shard and runs the steps rank 0 sends.
+int run_tp_worker(const EngineArgs& a, const GroupNames& names, int rank) {
+  set_log_prefix(fmt::format("(Worker rank={} pid={})", rank, ::getpid()));
+  auto fail = [](const Error& e) {
+    KLOG_ERROR("{}", e.message);
+    return 1;
+  };
+  auto comm = connect_group(a, names, rank, nullptr);
+  if (!comm.ok()) return fail(comm.error());
+  auto leader = HostCommWorker::connect(names.endpoint, rank);
+  if (!leader.ok()) return fail(leader.error());
+  std::optional<SpeculativeConfig> spec;
+  auto models = load_rank_models(a, load_options(a, rank, comm->get()), spec);
+  if (!models.ok()) return fail(models.error());
+  auto sc = scheduler_config(a, models->model->config);
+  if (!sc.ok()) return fail(sc.error());
+  const ProposerOptions po = proposer_options(spec, *sc, models->draft.get());
+  CausalLM& model = *models->model->model;
+  return run_worker(**leader, [&](int32_t num_blocks) -> Expected<std::unique_ptr<ModelRunner>> {
+    KASSIGN(Speculation s, make_speculation(spec, po, model, num_blocks));
+    return std::make_unique<ModelRunner>(model, model.make_kv_cache(num_blocks, sc->block_size),
+                                         std::move(s));
+  });
+}
+
+}  // namespace
+
+Expected<Engine> start_engine(const EngineArgs& a) {
+  set_log_level(a.log_level);
+  KTRY(check_executor_backend(a));
+  const int tp = a.tensor_parallel_size;
   Engine e;
-  KASSIGN(e.model, load_model(lo));
+  std::unique_ptr<WorkerProcesses> workers;
+  GroupNames names;
+  if (tp > 1) {
+    names = group_names();
+    // Before this process starts any thread: the children are forks of it.
+    KASSIGN(workers, WorkerProcesses::spawn(
+                         tp - 1, [&a, &names](int rank) { return run_tp_worker(a, names, rank); }));
+    KASSIGN(e.tp_comm, connect_group(a, names, 0, &workers->abort_flag()));
+    KLOG_INFO("tensor parallelism: {} ranks, one process each (mp), {} compute threads each", tp,
+              threads_per_rank(a));
+  }
+  std::optional<SpeculativeConfig> spec;
+  KASSIGN(RankModels models, load_rank_models(a, load_options(a, 0, e.tp_comm.get()), spec));
+  e.model = std::move(models.model);
+  e.draft_model = std::move(models.draft);
   const ModelConfig& mc = e.model->config;
   KASSIGN(SchedulerConfig sc, scheduler_config(a, mc));
 
@@ -132,29 +309,12 @@ Expected<Engine> start_engine(const EngineArgs& a) {
       KLOG_WARN("no tokenizer ({}); only token-id prompts will work", tok.error().message);
     }
   }
-
-  KASSIGN(std::optional<SpeculativeConfig> spec, parse_speculative_config(a.speculative_config));
   if (spec) {
     if (spec->method == SpeculativeMethod::kMtp && spec->method_alias != "mtp")
       KLOG_WARN("method `{}` is deprecated and replaced with mtp.", spec->method_alias);
-    KTRY(resolve_speculative_config(*spec, e.model->model->num_mtp_modules(), mc.model_type));
-    if (spec->method == SpeculativeMethod::kDraftModel) {
-      LoadOptions dl = lo;
-      dl.model = spec->draft_model;
-      dl.load_format = "auto";
-      dl.kv_cache_dtype = "auto";
-      dl.shared_backend = &e.model->model->backend();
-      KASSIGN(e.draft_model, load_model(dl));
-    }
     sc.num_lookahead_tokens = spec->num_lookahead_tokens();
   }
-  ProposerOptions po;
-  if (spec) {
-    po.config = *spec;
-    po.max_model_len = sc.max_model_len;
-    po.block_size = sc.block_size;
-    po.draft_model = e.draft_model ? e.draft_model->model.get() : nullptr;
-  }
+  const ProposerOptions po = proposer_options(spec, sc, e.draft_model.get());
 
   KVBudgetRequest kr;
   if (a.kv_cache_memory) {
@@ -173,11 +333,16 @@ Expected<Engine> start_engine(const EngineArgs& a) {
   kr.max_model_len = sc.max_model_len;
   kr.max_num_batched_tokens = sc.max_num_batched_tokens;
   KASSIGN(MemoryInfo mem, read_memory_info());
+  // The ranks of a group share this host's memory; each plans with its part (its weights and
+  // its KV heads are its share too). --kv-cache-memory stays per rank, as per GPU in vLLM.
+  mem.total_bytes /= tp;
+  mem.available_bytes /= tp;
   KASSIGN(e.kv, plan_kv_cache(kr, mem));
   sc.num_blocks = static_cast<int32_t>(e.kv.num_blocks);
   KTRY(validate(sc));
-  KLOG_INFO("KV cache: {} blocks of {} tokens, {:.2f} GiB ({})", e.kv.num_blocks - 1, sc.block_size,
-            double(e.kv.bytes) / double(int64_t{1} << 30), e.kv.source);
+  KLOG_INFO("KV cache: {} blocks of {} tokens, {:.2f} GiB{} ({})", e.kv.num_blocks - 1,
+            sc.block_size, double(e.kv.bytes) / double(int64_t{1} << 30), tp > 1 ? " per rank" : "",
+            e.kv.source);
   KLOG_INFO("KV cache size: {} tokens", e.kv.num_tokens);
   KLOG_INFO("Maximum concurrency for {} tokens per request: {:.2f}x", sc.max_model_len,
             double(e.kv.num_tokens) / double(sc.max_model_len));
@@ -188,16 +353,25 @@ Expected<Engine> start_engine(const EngineArgs& a) {
   EngineClient::Options opts;
   opts.scheduler = sc;
   for (int64_t id : e.model->generation.eos_token_ids) opts.eos_token_ids.push_back(int32_t(id));
+  KASSIGN(Speculation speculation, make_speculation(spec, po, *e.model->model, e.kv.num_blocks));
   if (spec) {
-    po.num_blocks = e.kv.num_blocks;
-    KASSIGN(opts.speculation.proposer, make_proposer(*e.model->model, po));
     opts.num_speculative_tokens = spec->k();
-    opts.speculation.max_drafting_requests =
-        spec->disable_by_batch_size.value_or(default_max_drafting_requests(spec->k()));
     KLOG_INFO(
         "Speculative decoding: method={}, num_speculative_tokens={}, drafting while at most {} "
         "requests sample in a step",
-        spec->method_alias, spec->k(), opts.speculation.max_drafting_requests);
+        spec->method_alias, spec->k(), speculation.max_drafting_requests);
+  }
+  if (tp > 1) {
+    KASSIGN(auto leader, HostCommLeader::bind(names.endpoint, tp - 1));
+    KTRY(leader->wait_for_workers(kWorkerStartTimeout, [&] { return workers->check(); }));
+    CausalLM& model = *e.model->model;
+    auto runner = std::make_unique<ModelRunner>(
+        model, model.make_kv_cache(sc.num_blocks, sc.block_size), std::move(speculation));
+    KASSIGN(opts.executor,
+            MultiprocExecutor::start(std::move(workers), std::move(leader), std::move(runner),
+                                     sc.num_blocks, kWorkerStartTimeout));
+  } else {
+    opts.speculation = std::move(speculation);
   }
   e.client = std::make_unique<EngineClient>(*e.model->model, e.tokenizer.get(), std::move(opts));
   return e;

@@ -37,13 +37,22 @@ struct EngineArgs {
   std::string log_level = "info";
   // --speculative-config JSON as given (empty: absent); spec/speculative_config.h parses it.
   std::string speculative_config;
+  // Ranks of a tensor-parallel group on this host, one process each (the mp backend).
+  int tensor_parallel_size = 1;
+  std::string distributed_executor_backend;  // empty: not given (mp when TP > 1)
 };
+
+// Refuses the executor backends Kestrel does not run (ray, external_launcher) and uni with
+// more than one rank.
+Status check_executor_backend(const EngineArgs& args);
 
 // Registers the flags on `app`. `model_required`: a --model/-m option must be given (commands
 // that take the model positionally, like serve, register their own).
 void add_engine_args(CLI::App& app, EngineArgs& args, bool model_required = true);
 
 struct Engine {
+  // Tensor parallelism: the group's collectives, which the model (and its workers) use.
+  std::unique_ptr<DeviceComm> tp_comm;
   std::unique_ptr<LoadedModel> model;
   std::unique_ptr<Tokenizer> tokenizer;  // null when the model has none Kestrel can read
   KVBudget kv;
@@ -56,7 +65,9 @@ struct Engine {
 Expected<SchedulerConfig> scheduler_config(const EngineArgs& args, const ModelConfig& model);
 
 // Loads the model and tokenizer, sizes the KV pool (logged as blocks and tokens) and starts the
-// engine threads.
+// engine threads. With --tensor-parallel-size N it first forks N - 1 worker processes, which
+// load their shards beside rank 0 and run each step with it (engine/multiproc_executor.h): call
+// it before the process starts threads.
 Expected<Engine> start_engine(const EngineArgs& args);
 
 }  // namespace kestrel::cli

@@ -332,9 +332,7 @@ void check_engine_core(ServeArgs& a, Findings& f) {
 
 void check_parallel(const ServeArgs& a, Findings& f) {
   const ParallelArgs& p = a.parallel;
-  if (p.tensor_parallel_size != 1)
-    f.refuse(fmt::format("--tensor-parallel-size {}: tensor parallelism is not supported yet",
-                         p.tensor_parallel_size));
+  const EngineArgs& e = a.engine;
   if (p.data_parallel_size != 1)
     f.refuse(fmt::format("--data-parallel-size {}: data parallelism is not supported yet",
                          p.data_parallel_size));
@@ -359,14 +357,9 @@ void check_parallel(const ServeArgs& a, Findings& f) {
         "--api-server-count {}: more than one API server process is not supported yet (planned "
         "with data parallelism)",
         a.api_server_count));
-  if (p.enable_expert_parallel && p.tensor_parallel_size == 1 && p.data_parallel_size == 1)
+  if (p.enable_expert_parallel && e.tensor_parallel_size == 1 && p.data_parallel_size == 1)
     f.note("--enable-expert-parallel (one rank: all experts are local)");
-  if (p.distributed_executor_backend == "ray" ||
-      p.distributed_executor_backend == "external_launcher")
-    f.refuse(fmt::format(
-        "--distributed-executor-backend {}: not supported; Kestrel starts its own worker "
-        "processes (use mp)",
-        p.distributed_executor_backend));
+  if (Status st = check_executor_backend(e); !st.ok()) f.refuse(st.message());
 }
 
 void check_quantization(const ServeArgs& a, Findings& f) {
@@ -603,8 +596,6 @@ void add_serve_args(CLI::App& app, ServeArgs& a) {
 
   // §2: parallelism.
   ParallelArgs& p = a.parallel;
-  app.add_option("--tensor-parallel-size", p.tensor_parallel_size, "1 (more is planned)")
-      ->check(CLI::Range(1, 1 << 16));
   app.add_option("--data-parallel-size", p.data_parallel_size, "1 (more is planned)")
       ->check(CLI::Range(1, 1 << 16));
   app.add_option("--data-parallel-size-local", p.data_parallel_size_local, "1 (more is planned)")
@@ -619,9 +610,6 @@ void add_serve_args(CLI::App& app, ServeArgs& a) {
   add_bool(app, "headless", p.headless, "planned");
   add_bool(app, "enable-expert-parallel", p.enable_expert_parallel,
            "no effect with one rank (planned)");
-  app.add_option("--distributed-executor-backend", p.distributed_executor_backend,
-                 "mp | uni (ray and external_launcher are refused)")
-      ->check(CLI::IsMember(std::vector<std::string>{"mp", "uni", "ray", "external_launcher"}));
   app.add_option("--api-server-count", a.api_server_count, "1 (more is planned)")
       ->check(CLI::Range(1, 1024));
 

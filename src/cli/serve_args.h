@@ -17,10 +17,9 @@
 
 namespace kestrel::cli {
 
-// Multi-process topology flags. Only one rank is implemented; a neutral value (size 1, rank 0)
-// is accepted.
+// Data-parallel topology flags (--tensor-parallel-size is an engine flag). Only one
+// data-parallel rank is implemented; a neutral value (size 1, rank 0) is accepted.
 struct ParallelArgs {
-  int tensor_parallel_size = 1;
   int data_parallel_size = 1;
   std::optional<int> data_parallel_size_local;
   std::optional<int> data_parallel_start_rank;
@@ -29,7 +28,6 @@ struct ParallelArgs {
   std::optional<int> data_parallel_rpc_port;
   bool headless = false;
   bool enable_expert_parallel = false;
-  std::string distributed_executor_backend;  // empty: not given (Kestrel picks)
 };
 
 struct ServeArgs {

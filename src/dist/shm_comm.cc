@@ -43,15 +43,16 @@ void cpu_relax() {
 
 using Clock = std::chrono::steady_clock;
 
-// Waits for pred() until the deadline: spins, then yields.
+// Waits for pred() until the deadline, or until `abort` is set: spins, then yields.
 template <typename Pred>
-bool wait_until(Pred pred, Clock::time_point deadline) {
+bool wait_until(Pred pred, Clock::time_point deadline, const std::atomic<bool>* abort = nullptr) {
   for (int i = 0; i < kSpinRounds; ++i) {
     if (pred()) return true;
     cpu_relax();
   }
   while (!pred()) {
     if (Clock::now() > deadline) return false;
+    if (abort != nullptr && abort->load(std::memory_order_relaxed)) return false;
     sched_yield();
   }
   return true;
@@ -139,9 +140,12 @@ Expected<std::unique_ptr<ShmComm>> ShmComm::connect(const ShmCommOptions& o) {
           o.name, h->size, h->slot_bytes, o.rank, o.size, o.slot_bytes);
   }
   h->attached.fetch_add(1, std::memory_order_acq_rel);
-  if (!wait_until([&] { return h->attached.load(std::memory_order_acquire) >= o.size; }, deadline))
+  if (!wait_until([&] { return h->attached.load(std::memory_order_acquire) >= o.size; }, deadline,
+                  o.abort)) {
+    if (o.rank == 0) shm_unlink(o.name.c_str());  // the group will not form: leave nothing
     return make_error("shared-memory group {}: {} of {} ranks attached within {} ms", o.name,
                       h->attached.load(), o.size, o.timeout.count());
+  }
   // Every rank has it mapped: the name is no longer needed, and nothing is left behind if a
   // rank dies.
   if (o.rank == 0) shm_unlink(o.name.c_str());
@@ -153,6 +157,7 @@ ShmComm::ShmComm(const ShmCommOptions& o, void* base, size_t bytes)
       size_(o.size),
       slot_floats_(o.slot_bytes / sizeof(float)),
       timeout_(o.timeout),
+      abort_(o.abort),
       base_(base),
       bytes_(bytes),
       header_(static_cast<Header*>(base)) {}
@@ -175,12 +180,18 @@ Status ShmComm::arrive_and_wait() {
   arrivals[rank_].epoch.store(epoch_, std::memory_order_release);
   const Clock::time_point deadline = Clock::now() + timeout_;
   for (int r = 0; r < size_; ++r) {
-    if (!wait_until([&] { return arrivals[r].epoch.load(std::memory_order_acquire) >= epoch_; },
-                    deadline))
+    if (wait_until([&] { return arrivals[r].epoch.load(std::memory_order_acquire) >= epoch_; },
+                   deadline, abort_))
+      continue;
+    if (abort_ != nullptr && abort_->load())
       return make_error(
-          "tensor-parallel rank {} did not reach collective {} within {} ms (it died or hangs); "
-          "the group cannot continue",
-          r, epoch_, timeout_.count());
+          "tensor-parallel rank {} did not reach collective {}: the group was aborted (a rank "
+          "failed)",
+          r, epoch_);
+    return make_error(
+        "tensor-parallel rank {} did not reach collective {} within {} ms (it died or hangs); "
+        "the group cannot continue",
+        r, epoch_, timeout_.count());
   }
   return Status::Ok();
 }

@@ -26,6 +26,8 @@ struct ShmCommOptions {
   int size = 1;
   size_t slot_bytes = size_t(4) << 20;       // per rank and chunk
   std::chrono::milliseconds timeout{30000};  // for attaching and for every wait
+  // Set by another thread when the group has failed (a rank died): waits give up at once.
+  const std::atomic<bool>* abort = nullptr;
 };
 
 class ShmComm final : public DeviceComm {
@@ -54,6 +56,7 @@ class ShmComm final : public DeviceComm {
   int rank_, size_;
   size_t slot_floats_;
   std::chrono::milliseconds timeout_;
+  const std::atomic<bool>* abort_;
   void* base_;
   size_t bytes_;
   Header* header_;

@@ -51,10 +51,19 @@ void RequestStream::push(RequestOutput&& out) {
   if (notify) notify();
 }
 
+namespace {
+
+EngineCore make_core(CausalLM& model, EngineClient::Options& o) {
+  if (o.executor) return EngineCore(std::move(o.executor), o.scheduler, o.eos_token_ids);
+  return EngineCore(model, o.scheduler, o.eos_token_ids, std::move(o.speculation));
+}
+
+}  // namespace
+
 EngineClient::EngineClient(CausalLM& model, const Tokenizer* tokenizer, Options options)
     : model_(model),
       options_(std::move(options)),
-      core_(model, options_.scheduler, options_.eos_token_ids, std::move(options_.speculation)),
+      core_(make_core(model, options_)),
       processor_(tokenizer) {
   stats_.num_speculative_tokens = options_.num_speculative_tokens;
   spec_logged_at_ = std::chrono::steady_clock::now();
@@ -139,7 +148,8 @@ Expected<std::shared_ptr<RequestStream>> EngineClient::add_request(GenerateReque
       return make_error("request id {} is already in use", request.id);
     {
       std::lock_guard stats_lock(stats_mu_);
-      if (stats_.dead) return make_error("the engine has failed and accepts no more requests");
+      if (stats_.dead || core_.executor().failure())
+        return make_error("the engine has failed and accepts no more requests");
     }
     h = take_handle(request.id);
     if (Status st = processor_.add_request(h, request.engine.prompt_token_ids, request.output,
@@ -190,8 +200,14 @@ void EngineClient::set_step_observer(std::function<void(int64_t)> fn) {
 }
 
 EngineStats EngineClient::stats() const {
-  std::lock_guard lock(stats_mu_);
-  return stats_;
+  EngineStats s;
+  {
+    std::lock_guard lock(stats_mu_);
+    s = stats_;
+  }
+  // A worker that dies while the engine idles fails the group before any step notices.
+  if (core_.executor().failure()) s.dead = true;
+  return s;
 }
 
 void EngineClient::engine_loop() {

@@ -76,6 +76,10 @@ class EngineClient {
     std::vector<int32_t> eos_token_ids;
     // Speculative decoding (moved into the engine): scheduler.num_lookahead_tokens must match.
     Speculation speculation;
+    // Runs the steps instead of an in-process runner of `model` (which then only describes
+    // the model): tensor-parallel ranks (engine/multiproc_executor.h), with their proposers.
+    // scheduler.kv_groups must then be set.
+    std::unique_ptr<Executor> executor;
     int64_t num_speculative_tokens = 0;  // k, for stats
     // How often the engine thread logs vLLM's "SpecDecoding metrics" line (0: never).
     std::chrono::milliseconds spec_log_interval{10000};

@@ -249,6 +249,8 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
   Expected<RunnerOutput> executed = executor_->execute(sched);
   if (!executed.ok()) {
     fail_step(sched, executed.error().message, outputs);
+    // An executor that can run no more steps stops the engine (which ends every request).
+    if (executor_->failure()) return executed.error();
     return outputs;
   }
   RunnerOutput& result = *executed;

@@ -94,7 +94,8 @@ class EngineCore {
   // finished ids are ignored.
   void abort(RequestHandle id);
   // Runs one scheduler step and returns what changed: new tokens and finished requests. A step
-  // whose execution fails ends the requests it scheduled with FinishReason::kError.
+  // whose execution fails ends the requests it scheduled with FinishReason::kError; when the
+  // executor has failed for good (Executor::failure) the step returns the error instead.
   Expected<std::vector<EngineCoreOutput>> step();
   // Work left: requests to run, or finished ones the workers have yet to drop (one more step).
   bool has_unfinished() const {

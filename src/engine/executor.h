@@ -1,10 +1,12 @@
 // engine/executor.h — where the engine core sends each step: an Executor takes the scheduler's
 // plain-data SchedulerOutput and returns the workers' RunnerOutput. InProcessExecutor runs one
-// ModelRunner on the calling (engine) thread; executors for worker processes and ranks implement
-// the same call over sockets with the msgpack encoding of sched/contract_codec.h.
+// ModelRunner on the calling (engine) thread; MultiprocExecutor (engine/multiproc_executor.h)
+// runs tensor-parallel ranks in worker processes behind the same call.
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "base/status.h"
 #include "model/causal_lm.h"
@@ -20,6 +22,8 @@ class Executor {
   // One step on every worker. An error fails the step (the engine core ends the requests it
   // scheduled and keeps serving); the workers' state must then still match the scheduler's.
   virtual Expected<RunnerOutput> execute(const SchedulerOutput& output) = 0;
+  // Set once the executor can run no more steps (a worker process died): why. Thread-safe.
+  virtual std::optional<std::string> failure() const { return std::nullopt; }
 };
 
 class InProcessExecutor final : public Executor {

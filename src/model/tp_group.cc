@@ -1,6 +1,7 @@
 #include "model/tp_group.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "base/status.h"
 
@@ -62,8 +63,9 @@ void TpGroup::gather(TpSplit split, const float* local, int64_t rows, float* out
   send_.assign(part, 0.0f);
   recv_.resize(part * shards_.size());
   for (int64_t r = 0; r < rows; ++r) std::copy_n(local + r * mine, mine, send_.data() + r * widest);
-  const Status st = comm_->all_gather(send_.data(), part, recv_.data());
-  KCHECK(st.ok(), "{}", st.message());
+  // Not a programming error: a rank died or hangs. The step fails; the executor ends the group.
+  if (Status st = comm_->all_gather(send_.data(), part, recv_.data()); !st.ok())
+    throw std::runtime_error(st.message());
   for (size_t q = 0; q < shards_.size(); ++q) {
     const IndexRange ir = range(shards_[q], split);
     const int64_t begin = ir.begin * unit, n = ir.size() * unit;

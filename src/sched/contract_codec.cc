@@ -309,7 +309,8 @@ Expected<T> decode_as(std::string_view bytes, const char* tag, const char* fn) {
     const msgpack::object_str& got = top.via.array.ptr[0].via.str;
     std::string_view got_tag(got.ptr, std::min<uint32_t>(got.size, 64));
     if (got_tag != tag || got.size != got_tag.size()) {
-      return make_error("{}: format tag is {:?}, expected {:?}", fn, got_tag, tag);
+      // Quoted by hand, not {:?}: see structured/ebnf.cc's found().
+      return make_error("{}: format tag is \"{}\", expected \"{}\"", fn, got_tag, tag);
     }
     if (top.via.array.size != 2) {
       return make_error("{}: expected [tag, body], got {} elements", fn, top.via.array.size);

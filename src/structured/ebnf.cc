@@ -77,7 +77,12 @@ class EbnfParser {
   std::string found() const {
     if (pos_ >= t_.size()) return "the end of the grammar";
     if (t_[pos_] == '\n') return "the end of the line";
-    return fmt::format("{:?}", t_[pos_]);
+    // Quoted by hand: Debian's libspdlog exports its own instance of fmt's vformat_to, which the
+    // dynamic linker may bind in place of libfmt's, and that one rejects the {:?} specifier.
+    const unsigned char c = static_cast<unsigned char>(t_[pos_]);
+    if (c < 0x20 || c >= 0x7f) return fmt::format("'\\x{:02x}'", c);
+    if (c == '\'' || c == '\\') return fmt::format("'\\{}'", char(c));
+    return fmt::format("'{}'", char(c));
   }
 
   void skip_space() {

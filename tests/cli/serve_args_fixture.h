@@ -128,10 +128,6 @@ class ServeArgsTest : public ::testing::Test {
 };
 
 // Expected refusal texts (docs/compatibility.md §2–§9, §15).
-inline std::string tp(int n) {
-  return "--tensor-parallel-size " + std::to_string(n) +
-         ": tensor parallelism is not supported yet";
-}
 inline std::string dp(std::string_view flag, int n) {
   return std::string(flag) + " " + std::to_string(n) + ": data parallelism is not supported yet";
 }

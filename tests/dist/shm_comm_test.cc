@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -101,6 +103,8 @@ TEST(ShmComm, RanksThatDisagreeOnTheGroupAreRefused) {
   });
   EXPECT_EQ(status[0], 0);
   EXPECT_EQ(status[1], 0);
+  // Rank 0 removed the segment of the group that did not form.
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm" + name));
 }
 
 TEST(ShmComm, BadOptionsAreErrors) {

@@ -1,0 +1,160 @@
+#include "engine/multiproc_executor.h"
+
+#include <charconv>
+#include <exception>
+
+#include "base/logging.h"
+#include "sched/contract_codec.h"
+
+namespace kestrel {
+
+namespace {
+
+// The first byte of every control message says what it is.
+constexpr char kInit = 'I';    // leader: the KV cache's block count follows
+constexpr char kStep = 'S';    // leader: an encoded SchedulerOutput follows
+constexpr char kQuit = 'Q';    // leader: exit
+constexpr char kReady = 'R';   // worker: its runner is built
+constexpr char kOutput = 'O';  // worker: an encoded RunnerOutput follows
+constexpr char kError = 'E';   // worker: the step (or the runner) failed; the reason follows
+constexpr char kFatal = 'F';   // worker: an exception; its state no longer matches the group's
+
+std::string message(char kind, std::string_view body = {}) {
+  std::string m(1, kind);
+  m += body;
+  return m;
+}
+
+}  // namespace
+
+MultiprocExecutor::MultiprocExecutor(std::unique_ptr<WorkerProcesses> processes,
+                                     std::unique_ptr<HostCommLeader> workers,
+                                     std::unique_ptr<ModelRunner> runner)
+    : processes_(std::move(processes)), workers_(std::move(workers)), runner_(std::move(runner)) {}
+
+Expected<std::unique_ptr<MultiprocExecutor>> MultiprocExecutor::start(
+    std::unique_ptr<WorkerProcesses> processes, std::unique_ptr<HostCommLeader> workers,
+    std::unique_ptr<ModelRunner> runner, int32_t num_blocks, std::chrono::milliseconds timeout) {
+  std::unique_ptr<MultiprocExecutor> e(
+      new MultiprocExecutor(std::move(processes), std::move(workers), std::move(runner)));
+  KTRY(e->workers_->broadcast(message(kInit, std::to_string(num_blocks))));
+  KASSIGN(const std::vector<std::string> replies,
+          e->workers_->gather(timeout, [&e] { return e->check_alive(); }));
+  for (size_t i = 0; i < replies.size(); ++i)
+    if (replies[i].empty() || replies[i][0] != kReady)
+      return make_error("worker rank {} could not start: {}", i + 1,
+                        replies[i].empty() ? "no reason given" : replies[i].substr(1));
+  return e;
+}
+
+MultiprocExecutor::~MultiprocExecutor() {
+  if (!failure()) (void)workers_->broadcast(message(kQuit));
+  processes_->stop();
+}
+
+std::optional<std::string> MultiprocExecutor::failure() const {
+  {
+    std::lock_guard lock(mu_);
+    if (failure_) return failure_;
+  }
+  return processes_->failure();
+}
+
+Status MultiprocExecutor::check_alive() const {
+  return processes_->check();
+}
+
+Error MultiprocExecutor::fail(const std::string& why) {
+  std::lock_guard lock(mu_);
+  if (!failure_) {
+    failure_ = why;
+    KLOG_ERROR("tensor-parallel group failed: {}", why);
+  }
+  return make_error("{}", *failure_);
+}
+
+Expected<RunnerOutput> MultiprocExecutor::execute(const SchedulerOutput& output) {
+  if (auto f = failure()) return make_error("{}", *f);
+  if (Status st = workers_->broadcast(message(kStep, encode(output))); !st.ok())
+    return fail(st.message());
+  std::optional<Expected<RunnerOutput>> mine;
+  std::string exception;
+  try {
+    mine = runner_->execute(output);
+  } catch (const std::exception& e) {
+    exception = e.what();
+  }
+  auto replies = workers_->gather(kStepTimeout, [this] { return check_alive(); });
+  if (auto f = processes_->failure()) return fail(*f);
+  if (!replies.ok()) return fail(replies.error().message);
+  if (!exception.empty()) return fail("rank 0: " + exception);
+  // Equal errors everywhere are the step's (every rank refused it before computing); anything
+  // else leaves the ranks in different states.
+  for (size_t i = 0; i < replies->size(); ++i) {
+    const std::string& r = (*replies)[i];
+    const int rank = int(i) + 1;
+    if (r.empty()) return fail(fmt::format("rank {}: an empty answer", rank));
+    const std::string_view body = std::string_view(r).substr(1);
+    if (r[0] == kFatal) return fail(fmt::format("rank {}: {}", rank, body));
+    if (r[0] == kError) {
+      if (mine->ok() || mine->error().message != body)
+        return fail(fmt::format("rank {} failed the step alone: {}", rank, body));
+      continue;
+    }
+    if (r[0] != kOutput || !mine->ok())
+      return fail(fmt::format("rank {} ran a step rank 0 failed: {}", rank,
+                              mine->ok() ? "an unknown answer" : mine->error().message));
+    auto theirs = decode_runner_output(body);
+    if (!theirs.ok()) return fail(fmt::format("rank {}: {}", rank, theirs.error().message));
+    if (!(*theirs == **mine))
+      return fail(fmt::format("rank {} sampled other tokens than rank 0", rank));
+  }
+  return std::move(*mine);
+}
+
+int run_worker(HostCommWorker& leader,
+               const std::function<Expected<std::unique_ptr<ModelRunner>>(int32_t)>& make_runner) {
+  auto init = leader.receive();
+  if (!init.ok() || init->empty()) return 2;
+  if ((*init)[0] == kQuit) return 0;
+  int32_t num_blocks = 0;
+  const std::string_view count = std::string_view(*init).substr(1);
+  if ((*init)[0] != kInit ||
+      std::from_chars(count.data(), count.data() + count.size(), num_blocks).ec != std::errc())
+    return 2;
+  std::unique_ptr<ModelRunner> runner;
+  try {
+    auto made = make_runner(num_blocks);
+    if (!made.ok()) {
+      (void)leader.send(message(kError, made.error().message));
+      return 1;
+    }
+    runner = std::move(*made);
+  } catch (const std::exception& e) {
+    (void)leader.send(message(kError, e.what()));
+    return 1;
+  }
+  if (!leader.send(message(kReady)).ok()) return 2;
+  while (true) {
+    auto msg = leader.receive();
+    if (!msg.ok() || msg->empty()) return 2;
+    if ((*msg)[0] == kQuit) return 0;
+    if ((*msg)[0] != kStep) return 2;
+    auto step = decode_scheduler_output(std::string_view(*msg).substr(1));
+    std::string reply;
+    if (!step.ok()) {
+      reply = message(kFatal, step.error().message);
+    } else {
+      try {
+        auto out = runner->execute(*step);
+        reply = out.ok() ? message(kOutput, encode(*out)) : message(kError, out.error().message);
+      } catch (const std::exception& e) {
+        reply = message(kFatal, e.what());
+      }
+    }
+    if (!leader.send(reply).ok()) return 2;
+    if (reply[0] == kFatal) return 1;
+  }
+}
+
+}  // namespace kestrel

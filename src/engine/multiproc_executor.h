@@ -1,0 +1,67 @@
+// engine/multiproc_executor.h — tensor parallelism over worker processes (issue 20, vLLM's mp
+// backend): rank 0 schedules and runs its own ModelRunner on the engine thread; every step's
+// SchedulerOutput goes, msgpack-encoded (sched/contract_codec.h), to the workers (ranks 1 ..
+// N-1, engine/worker_processes.h) over the control channel (dist/host_comm.h); all ranks run
+// the step together, their layers meeting at the model's collectives, and each returns its
+// RunnerOutput. The model's results are the same bits on every rank (model/tp_group.h), so
+// every rank samples the same tokens; rank 0 checks that the workers' outputs equal its own and
+// returns its own.
+//
+// A worker that dies, fails where rank 0 did not, or computes something else fails the group
+// for good: that step and every later one return the error, and failure() says why (the engine
+// then stops and /health turns 503). Owned by the engine thread; failure() is thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "dist/host_comm.h"
+#include "engine/executor.h"
+#include "engine/worker_processes.h"
+#include "runner/model_runner.h"
+
+namespace kestrel {
+
+class MultiprocExecutor final : public Executor {
+ public:
+  // How long rank 0 waits for the workers' answers to one step, once its own part is done (the
+  // ranks run in lockstep, so this is a bound on a stuck worker, not on a step).
+  static constexpr std::chrono::seconds kStepTimeout{60};
+
+  // `workers` already connected (wait_for_workers). Sends them `num_blocks` and waits until each
+  // has built its runner: an error says which rank failed and why.
+  static Expected<std::unique_ptr<MultiprocExecutor>> start(
+      std::unique_ptr<WorkerProcesses> processes, std::unique_ptr<HostCommLeader> workers,
+      std::unique_ptr<ModelRunner> runner, int32_t num_blocks, std::chrono::milliseconds timeout);
+  // Tells the workers to exit and waits for them.
+  ~MultiprocExecutor() override;
+
+  Expected<RunnerOutput> execute(const SchedulerOutput& output) override;
+  std::optional<std::string> failure() const override;
+
+ private:
+  MultiprocExecutor(std::unique_ptr<WorkerProcesses> processes,
+                    std::unique_ptr<HostCommLeader> workers, std::unique_ptr<ModelRunner> runner);
+  // Records the group's failure and returns it as the step's error.
+  Error fail(const std::string& why);
+  Status check_alive() const;
+
+  std::unique_ptr<WorkerProcesses> processes_;
+  std::unique_ptr<HostCommLeader> workers_;
+  std::unique_ptr<ModelRunner> runner_;
+  mutable std::mutex mu_;
+  std::optional<std::string> failure_;
+};
+
+// A worker process's side: waits for rank 0's block count, builds its runner with
+// `make_runner(num_blocks)`, says it is ready, then runs each step rank 0 sends until told to
+// stop. Returns the process's exit status (0: told to stop).
+int run_worker(HostCommWorker& leader,
+               const std::function<Expected<std::unique_ptr<ModelRunner>>(int32_t)>& make_runner);
+
+}  // namespace kestrel
