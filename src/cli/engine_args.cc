@@ -93,6 +93,10 @@ void add_engine_args(CLI::App& app, EngineArgs& a, bool model_required) {
   app.add_option("--tensor-parallel-size", a.tensor_parallel_size,
                  "tensor-parallel ranks, one worker process each (they share --threads)")
       ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--data-parallel-size", a.data_parallel_size,
+                 "data-parallel ranks: engines with their own scheduler and KV cache, requests "
+                 "balanced by load (they share --threads)")
+      ->check(CLI::Range(1, 1 << 16));
   app.add_option("--distributed-executor-backend", a.distributed_executor_backend,
                  "mp (worker processes; the default) | uni (one process: TP 1 only); ray and "
                  "external_launcher are refused")
@@ -151,9 +155,9 @@ struct GroupNames {
   std::string shm, endpoint;
 };
 
-GroupNames group_names() {
+GroupNames group_names(int dp_rank) {
   const uint64_t nonce = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
-  const std::string tag = fmt::format("kestrel-tp-{}-{:x}", ::getpid(), nonce);
+  const std::string tag = fmt::format("kestrel-tp-{}-dp{}-{:x}", ::getpid(), dp_rank, nonce);
   return GroupNames{"/" + tag, "ipc:///tmp/" + tag + ".sock"};
 }
 
@@ -168,7 +172,7 @@ int threads_per_rank(const EngineArgs& a) {
                 ? CPU_COUNT(&allowed)
                 : int(std::max(1u, std::thread::hardware_concurrency()));
   }
-  return std::max(1, total / a.tensor_parallel_size);
+  return std::max(1, total / (a.tensor_parallel_size * a.local_data_parallel_ranks()));
 }
 
 LoadOptions load_options(const EngineArgs& a, int rank, DeviceComm* comm) {
@@ -178,7 +182,8 @@ LoadOptions load_options(const EngineArgs& a, int rank, DeviceComm* comm) {
   lo.dtype = a.dtype;
   lo.kv_cache_dtype = a.kv_cache_dtype;
   lo.quant_compute = a.quant_compute;
-  lo.threads = a.tensor_parallel_size > 1 ? threads_per_rank(a) : a.threads;
+  const bool shared = a.tensor_parallel_size > 1 || a.local_data_parallel_ranks() > 1;
+  lo.threads = shared ? threads_per_rank(a) : a.threads;
   lo.pin_threads = a.pin_threads;
   lo.seed = a.seed;
   lo.tp_rank = rank;
@@ -198,12 +203,7 @@ Expected<std::unique_ptr<ShmComm>> connect_group(const EngineArgs& a, const Grou
   return ShmComm::connect(co);
 }
 
-// One rank's models: its shard of the target and, for draft_model, the whole draft model on
-// the same backend; `spec` comes back parsed and resolved against the target.
-struct RankModels {
-  std::unique_ptr<LoadedModel> model, draft;
-};
-
+// `spec` comes back parsed and resolved against the target.
 Expected<RankModels> load_rank_models(const EngineArgs& a, const LoadOptions& lo,
                                       std::optional<SpeculativeConfig>& spec) {
   RankModels m;
@@ -250,8 +250,10 @@ Expected<Speculation> make_speculation(const std::optional<SpeculativeConfig>& s
 }
 
 // A worker process of the group: loads rank `rank`'s shard and runs the steps rank 0 sends.
-int run_tp_worker(const EngineArgs& a, const GroupNames& names, int rank) {
-  set_log_prefix(fmt::format("(Worker rank={} pid={})", rank, ::getpid()));
+int run_tp_worker(const EngineArgs& a, const GroupNames& names, int dp_rank, int rank) {
+  set_log_prefix(a.data_parallel_size > 1
+                     ? fmt::format("(Worker DP{} rank={} pid={})", dp_rank, rank, ::getpid())
+                     : fmt::format("(Worker rank={} pid={})", rank, ::getpid()));
   auto fail = [](const Error& e) {
     KLOG_ERROR("{}", e.message);
     return 1;
@@ -280,22 +282,40 @@ Expected<Engine> start_engine(const EngineArgs& a) {
   set_log_level(a.log_level);
   KTRY(check_executor_backend(a));
   const int tp = a.tensor_parallel_size;
+  const int dp = a.local_data_parallel_ranks();
   Engine e;
-  std::unique_ptr<WorkerProcesses> workers;
-  GroupNames names;
+  // Every data-parallel rank's workers first, before this process starts any thread: the
+  // children are forks of it.
+  std::vector<std::unique_ptr<WorkerProcesses>> workers(static_cast<size_t>(dp));
+  std::vector<GroupNames> names(static_cast<size_t>(dp));
   if (tp > 1) {
-    names = group_names();
-    // Before this process starts any thread: the children are forks of it.
-    KASSIGN(workers, WorkerProcesses::spawn(
-                         tp - 1, [&a, &names](int rank) { return run_tp_worker(a, names, rank); }));
-    KASSIGN(e.tp_comm, connect_group(a, names, 0, &workers->abort_flag()));
-    KLOG_INFO("tensor parallelism: {} ranks, one process each (mp), {} compute threads each", tp,
-              threads_per_rank(a));
+    for (int d = 0; d < dp; ++d) {
+      names[size_t(d)] = group_names(a.data_parallel_first + d);
+      KASSIGN(workers[size_t(d)], WorkerProcesses::spawn(tp - 1, [&a, &names, d](int rank) {
+                return run_tp_worker(a, names[size_t(d)], a.data_parallel_first + d, rank);
+              }));
+    }
+    for (int d = 0; d < dp; ++d) {
+      KASSIGN(auto comm, connect_group(a, names[size_t(d)], 0, &workers[size_t(d)]->abort_flag()));
+      e.tp_comms.push_back(std::move(comm));
+    }
   }
+  if (tp > 1 || dp > 1)
+    KLOG_INFO(
+        "parallelism: {} data-parallel rank{} of {} tensor-parallel rank{} ({} process{}), {} "
+        "compute thread{} each",
+        dp, dp > 1 ? "s" : "", tp, tp > 1 ? "s" : "", 1 + dp * (tp - 1),
+        dp * (tp - 1) > 0 ? "es" : "", threads_per_rank(a), threads_per_rank(a) > 1 ? "s" : "");
   std::optional<SpeculativeConfig> spec;
-  KASSIGN(RankModels models, load_rank_models(a, load_options(a, 0, e.tp_comm.get()), spec));
-  e.model = std::move(models.model);
-  e.draft_model = std::move(models.draft);
+  std::vector<RankModels> ranks;
+  for (int d = 0; d < dp; ++d) {
+    DeviceComm* comm = tp > 1 ? e.tp_comms[size_t(d)].get() : nullptr;
+    KASSIGN(RankModels m, load_rank_models(a, load_options(a, 0, comm), spec));
+    ranks.push_back(std::move(m));
+  }
+  e.model = std::move(ranks[0].model);
+  e.draft_model = std::move(ranks[0].draft);
+  for (size_t d = 1; d < ranks.size(); ++d) e.more_ranks.push_back(std::move(ranks[d]));
   const ModelConfig& mc = e.model->config;
   KASSIGN(SchedulerConfig sc, scheduler_config(a, mc));
 
@@ -333,10 +353,10 @@ Expected<Engine> start_engine(const EngineArgs& a) {
   kr.max_model_len = sc.max_model_len;
   kr.max_num_batched_tokens = sc.max_num_batched_tokens;
   KASSIGN(MemoryInfo mem, read_memory_info());
-  // The ranks of a group share this host's memory; each plans with its part (its weights and
-  // its KV heads are its share too). --kv-cache-memory stays per rank, as per GPU in vLLM.
-  mem.total_bytes /= tp;
-  mem.available_bytes /= tp;
+  // The ranks share this host's memory; each plans with its part (its weights and its KV heads
+  // are its share too). --kv-cache-memory stays per rank, as per GPU in vLLM.
+  mem.total_bytes /= tp * dp;
+  mem.available_bytes /= tp * dp;
   KASSIGN(e.kv, plan_kv_cache(kr, mem));
   sc.num_blocks = static_cast<int32_t>(e.kv.num_blocks);
   KTRY(validate(sc));
@@ -352,26 +372,41 @@ Expected<Engine> start_engine(const EngineArgs& a) {
 
   EngineClient::Options opts;
   opts.scheduler = sc;
+  opts.first_engine_index = a.data_parallel_first;
   for (int64_t id : e.model->generation.eos_token_ids) opts.eos_token_ids.push_back(int32_t(id));
-  KASSIGN(Speculation speculation, make_speculation(spec, po, *e.model->model, e.kv.num_blocks));
   if (spec) {
     opts.num_speculative_tokens = spec->k();
     KLOG_INFO(
         "Speculative decoding: method={}, num_speculative_tokens={}, drafting while at most {} "
         "requests sample in a step",
-        spec->method_alias, spec->k(), speculation.max_drafting_requests);
+        spec->method_alias, spec->k(),
+        spec->disable_by_batch_size.value_or(default_max_drafting_requests(spec->k())));
   }
-  if (tp > 1) {
-    KASSIGN(auto leader, HostCommLeader::bind(names.endpoint, tp - 1));
-    KTRY(leader->wait_for_workers(kWorkerStartTimeout, [&] { return workers->check(); }));
-    CausalLM& model = *e.model->model;
+  for (int d = 0; d < dp; ++d) {
+    LoadedModel& model = d == 0 ? *e.model : *e.more_ranks[size_t(d - 1)].model;
+    const LoadedModel* draft =
+        d == 0 ? e.draft_model.get() : e.more_ranks[size_t(d - 1)].draft.get();
+    KASSIGN(Speculation speculation, make_speculation(spec, proposer_options(spec, sc, draft),
+                                                      *model.model, e.kv.num_blocks));
+    if (tp == 1 && dp == 1) {
+      opts.speculation = std::move(speculation);
+      break;
+    }
+    if (tp == 1) {
+      opts.executors.push_back(std::make_unique<InProcessExecutor>(
+          *model.model, sc.num_blocks, sc.block_size, std::move(speculation)));
+      continue;
+    }
+    KASSIGN(auto leader, HostCommLeader::bind(names[size_t(d)].endpoint, tp - 1));
+    WorkerProcesses& procs = *workers[size_t(d)];
+    KTRY(leader->wait_for_workers(kWorkerStartTimeout, [&procs] { return procs.check(); }));
     auto runner = std::make_unique<ModelRunner>(
-        model, model.make_kv_cache(sc.num_blocks, sc.block_size), std::move(speculation));
-    KASSIGN(opts.executor,
-            MultiprocExecutor::start(std::move(workers), std::move(leader), std::move(runner),
-                                     sc.num_blocks, kWorkerStartTimeout));
-  } else {
-    opts.speculation = std::move(speculation);
+        *model.model, model.model->make_kv_cache(sc.num_blocks, sc.block_size),
+        std::move(speculation));
+    KASSIGN(auto executor,
+            MultiprocExecutor::start(std::move(workers[size_t(d)]), std::move(leader),
+                                     std::move(runner), sc.num_blocks, kWorkerStartTimeout));
+    opts.executors.push_back(std::move(executor));
   }
   e.client = std::make_unique<EngineClient>(*e.model->model, e.tokenizer.get(), std::move(opts));
   return e;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/engine_client.h"
 #include "engine/kv_budget.h"
@@ -39,6 +40,15 @@ struct EngineArgs {
   std::string speculative_config;
   // Ranks of a tensor-parallel group on this host, one process each (the mp backend).
   int tensor_parallel_size = 1;
+  // Data-parallel ranks: engines with their own scheduler, KV cache and model copy (each a
+  // tensor-parallel group), requests balanced among them by load.
+  int data_parallel_size = 1;
+  // This process runs ranks [first, first + count) of them; serve sets it for a server that is
+  // one rank behind an external load balancer (--data-parallel-rank). Not a flag.
+  int data_parallel_first = 0, data_parallel_count = 0;  // count 0: all of them
+  int local_data_parallel_ranks() const {
+    return data_parallel_count > 0 ? data_parallel_count : data_parallel_size;
+  }
   std::string distributed_executor_backend;  // empty: not given (mp when TP > 1)
 };
 
@@ -50,10 +60,18 @@ Status check_executor_backend(const EngineArgs& args);
 // that take the model positionally, like serve, register their own).
 void add_engine_args(CLI::App& app, EngineArgs& args, bool model_required = true);
 
+// One engine rank's models: its shard of the target and, for draft_model speculation, the whole
+// draft model on the same backend.
+struct RankModels {
+  std::unique_ptr<LoadedModel> model, draft;
+};
+
 struct Engine {
-  // Tensor parallelism: the group's collectives, which the model (and its workers) use.
-  std::unique_ptr<DeviceComm> tp_comm;
-  std::unique_ptr<LoadedModel> model;
+  // Tensor parallelism: each data-parallel rank's group collectives, which its model (and its
+  // workers) use.
+  std::vector<std::unique_ptr<DeviceComm>> tp_comms;
+  std::vector<RankModels> more_ranks;    // data-parallel ranks after the first: their own copies
+  std::unique_ptr<LoadedModel> model;    // the first data-parallel rank's
   std::unique_ptr<Tokenizer> tokenizer;  // null when the model has none Kestrel can read
   KVBudget kv;
   std::unique_ptr<LoadedModel> draft_model;  // --speculative-config method=draft_model
@@ -65,9 +83,10 @@ struct Engine {
 Expected<SchedulerConfig> scheduler_config(const EngineArgs& args, const ModelConfig& model);
 
 // Loads the model and tokenizer, sizes the KV pool (logged as blocks and tokens) and starts the
-// engine threads. With --tensor-parallel-size N it first forks N - 1 worker processes, which
-// load their shards beside rank 0 and run each step with it (engine/multiproc_executor.h): call
-// it before the process starts threads.
+// engine threads. With --tensor-parallel-size N it first forks N - 1 worker processes per
+// data-parallel rank, which load their shards beside the rank's TP rank 0 (in this process) and
+// run each step with it (engine/multiproc_executor.h): call it before the process starts
+// threads.
 Expected<Engine> start_engine(const EngineArgs& args);
 
 }  // namespace kestrel::cli

@@ -333,32 +333,37 @@ void check_engine_core(ServeArgs& a, Findings& f) {
 void check_parallel(const ServeArgs& a, Findings& f) {
   const ParallelArgs& p = a.parallel;
   const EngineArgs& e = a.engine;
-  if (p.data_parallel_size != 1)
-    f.refuse(fmt::format("--data-parallel-size {}: data parallelism is not supported yet",
-                         p.data_parallel_size));
-  if (p.data_parallel_size_local.value_or(1) != 1)
-    f.refuse(fmt::format("--data-parallel-size-local {}: data parallelism is not supported yet",
-                         *p.data_parallel_size_local));
+  const int dp = e.data_parallel_size;
+  if (p.data_parallel_size_local && *p.data_parallel_size_local != dp && !p.data_parallel_rank)
+    f.refuse(fmt::format(
+        "--data-parallel-size-local {}: data-parallel ranks on other nodes are not supported yet "
+        "(every one of the {} ranks runs here)",
+        *p.data_parallel_size_local, dp));
   if (p.data_parallel_start_rank.value_or(0) != 0)
-    f.refuse(fmt::format("--data-parallel-start-rank {}: data parallelism is not supported yet",
-                         *p.data_parallel_start_rank));
-  if (p.data_parallel_rank.value_or(0) != 0)
-    f.refuse(fmt::format("--data-parallel-rank {}: data parallelism is not supported yet",
-                         *p.data_parallel_rank));
+    f.refuse(fmt::format(
+        "--data-parallel-start-rank {}: data-parallel ranks on other nodes are not supported yet",
+        *p.data_parallel_start_rank));
+  if (p.data_parallel_rank && *p.data_parallel_rank >= dp)
+    f.refuse(fmt::format("--data-parallel-rank {}: not a rank of --data-parallel-size {}",
+                         *p.data_parallel_rank, dp));
   if (p.headless) f.refuse("--headless: multi-node data parallelism is not supported yet");
-  if (p.data_parallel_size == 1) {
-    if (p.data_parallel_address)
-      f.note("--data-parallel-address (one data-parallel rank: nothing to coordinate)");
-    if (p.data_parallel_rpc_port)
-      f.note("--data-parallel-rpc-port (one data-parallel rank: nothing to coordinate)");
-  }
+  if (p.data_parallel_address)
+    f.note(dp == 1 ? "--data-parallel-address (one data-parallel rank: nothing to coordinate)"
+                   : "--data-parallel-address (this server's ranks coordinate in-process)");
+  if (p.data_parallel_rpc_port)
+    f.note(dp == 1 ? "--data-parallel-rpc-port (one data-parallel rank: nothing to coordinate)"
+                   : "--data-parallel-rpc-port (this server's ranks coordinate in-process)");
   if (a.api_server_count != 1)
     f.refuse(fmt::format(
         "--api-server-count {}: more than one API server process is not supported yet (planned "
         "with data parallelism)",
         a.api_server_count));
-  if (p.enable_expert_parallel && e.tensor_parallel_size == 1 && p.data_parallel_size == 1)
+  const int ranks = e.tensor_parallel_size * dp;
+  if (p.enable_expert_parallel && ranks == 1)
     f.note("--enable-expert-parallel (one rank: all experts are local)");
+  if (p.enable_expert_parallel && ranks > 1)
+    f.refuse(fmt::format(
+        "--enable-expert-parallel: expert parallelism over {} ranks is not supported yet", ranks));
   if (Status st = check_executor_backend(e); !st.ok()) f.refuse(st.message());
 }
 
@@ -596,13 +601,12 @@ void add_serve_args(CLI::App& app, ServeArgs& a) {
 
   // §2: parallelism.
   ParallelArgs& p = a.parallel;
-  app.add_option("--data-parallel-size", p.data_parallel_size, "1 (more is planned)")
-      ->check(CLI::Range(1, 1 << 16));
   app.add_option("--data-parallel-size-local", p.data_parallel_size_local, "1 (more is planned)")
       ->check(CLI::Range(0, 1 << 16));
   app.add_option("--data-parallel-start-rank", p.data_parallel_start_rank, "0 (planned)")
       ->check(CLI::Range(0, 1 << 16));
-  app.add_option("--data-parallel-rank", p.data_parallel_rank, "0 (planned)")
+  app.add_option("--data-parallel-rank", p.data_parallel_rank,
+                 "this server is that rank only, behind an external load balancer")
       ->check(CLI::Range(0, 1 << 16));
   app.add_option("--data-parallel-address", p.data_parallel_address, "planned");
   app.add_option("--data-parallel-rpc-port", p.data_parallel_rpc_port, "planned")
@@ -678,6 +682,12 @@ Status finalize_serve_args(ServeArgs& a) {
   check_multimodal(a, f);
   check_tokenizer_mode_and_parsers(a, f);
   check_deepseek_v41(a, f);
+  if (a.parallel.data_parallel_rank) {
+    // External load balancing (one server per rank, as launch_online_dp.py starts them): this
+    // server runs its rank alone.
+    a.engine.data_parallel_first = *a.parallel.data_parallel_rank;
+    a.engine.data_parallel_count = 1;
+  }
   if (f.refusals.empty()) return Status::Ok();
   std::string message;
   for (const std::string& r : f.refusals) message.append(message.empty() ? "" : "\n").append(r);

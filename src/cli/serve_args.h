@@ -17,10 +17,10 @@
 
 namespace kestrel::cli {
 
-// Data-parallel topology flags (--tensor-parallel-size is an engine flag). Only one
-// data-parallel rank is implemented; a neutral value (size 1, rank 0) is accepted.
+// Data-parallel topology flags (--tensor-parallel-size and --data-parallel-size are engine
+// flags). Every rank runs in this server, or this server is one rank behind an external load
+// balancer (--data-parallel-rank); ranks on other nodes (--headless, a start rank) are refused.
 struct ParallelArgs {
-  int data_parallel_size = 1;
   std::optional<int> data_parallel_size_local;
   std::optional<int> data_parallel_start_rank;
   std::optional<int> data_parallel_rank;

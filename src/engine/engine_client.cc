@@ -1,5 +1,6 @@
 #include "engine/engine_client.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "base/logging.h"
@@ -53,35 +54,59 @@ void RequestStream::push(RequestOutput&& out) {
 
 namespace {
 
-EngineCore make_core(CausalLM& model, EngineClient::Options& o) {
-  if (o.executor) return EngineCore(std::move(o.executor), o.scheduler, o.eos_token_ids);
-  return EngineCore(model, o.scheduler, o.eos_token_ids, std::move(o.speculation));
+void add_counters(EngineCoreCounters& sum, const EngineCoreCounters& c) {
+  sum.steps += c.steps;
+  sum.scheduled_tokens += c.scheduled_tokens;
+  sum.prompt_tokens_computed += c.prompt_tokens_computed;
+  sum.generation_tokens += c.generation_tokens;
+  SpecDecodeStats& s = sum.spec_decode;
+  s.num_drafts += c.spec_decode.num_drafts;
+  s.num_draft_tokens += c.spec_decode.num_draft_tokens;
+  s.num_accepted_tokens += c.spec_decode.num_accepted_tokens;
+  const auto& pos = c.spec_decode.accepted_per_pos;
+  if (s.accepted_per_pos.size() < pos.size()) s.accepted_per_pos.resize(pos.size(), 0);
+  for (size_t i = 0; i < pos.size(); ++i) s.accepted_per_pos[i] += pos[i];
 }
 
 }  // namespace
 
 EngineClient::EngineClient(CausalLM& model, const Tokenizer* tokenizer, Options options)
-    : model_(model),
-      options_(std::move(options)),
-      core_(make_core(model, options_)),
-      processor_(tokenizer) {
-  stats_.num_speculative_tokens = options_.num_speculative_tokens;
-  spec_logged_at_ = std::chrono::steady_clock::now();
-  engine_thread_ = std::thread([this] { engine_loop(); });
+    : model_(model), options_(std::move(options)), processor_(tokenizer) {
+  if (options_.executors.empty()) {
+    ranks_.push_back(std::make_unique<Rank>(0, model, options_.scheduler, options_.eos_token_ids,
+                                            std::move(options_.speculation)));
+  }
+  for (auto& executor : options_.executors)
+    ranks_.push_back(std::make_unique<Rank>(ranks_.size(), std::move(executor), options_.scheduler,
+                                            options_.eos_token_ids));
+  options_.executors.clear();
+  for (auto& rank : ranks_) {
+    rank->index += size_t(options_.first_engine_index);
+    rank->stats.engine_index = int(rank->index);
+    rank->stats.num_speculative_tokens = options_.num_speculative_tokens;
+    rank->spec_logged_at = std::chrono::steady_clock::now();
+  }
+  for (auto& rank : ranks_) rank->thread = std::thread([this, r = rank.get()] { engine_loop(*r); });
   output_thread_ = std::thread([this] { output_loop(); });
 }
 
-void EngineClient::log_spec_decode() {
+void EngineClient::log_spec_decode(Rank& rank) {
   const auto now = std::chrono::steady_clock::now();
-  if (options_.spec_log_interval.count() <= 0 || now - spec_logged_at_ < options_.spec_log_interval)
+  if (options_.spec_log_interval.count() <= 0 ||
+      now - rank.spec_logged_at < options_.spec_log_interval)
     return;
-  const SpecDecodeStats& s = core_.counters().spec_decode;
-  if (s.num_drafts != spec_logged_.num_drafts)
-    KLOG_INFO("{}",
-              spec_decode_log_line(spec_logged_, s,
-                                   std::chrono::duration<double>(now - spec_logged_at_).count()));
-  spec_logged_ = s;
-  spec_logged_at_ = now;
+  const SpecDecodeStats& s = rank.core.counters().spec_decode;
+  if (s.num_drafts != rank.spec_logged.num_drafts) {
+    const std::string line = spec_decode_log_line(
+        rank.spec_logged, s, std::chrono::duration<double>(now - rank.spec_logged_at).count());
+    if (ranks_.size() == 1) {
+      KLOG_INFO("{}", line);
+    } else {
+      KLOG_INFO("Engine {:03d}: {}", rank.index, line);  // vLLM's prefix with several engines
+    }
+  }
+  rank.spec_logged = s;
+  rank.spec_logged_at = now;
 }
 
 EngineClient::~EngineClient() {
@@ -132,6 +157,7 @@ RequestHandle EngineClient::take_handle(const std::string& id) {
 void EngineClient::drop_handle(RequestHandle h) {
   const Live* live = live_.find(h);
   if (live == nullptr) return;
+  --ranks_[live->rank]->live;
   handles_.erase(live->id);
   live_.erase(h);
   processor_.remove(h);
@@ -142,14 +168,19 @@ Expected<std::shared_ptr<RequestStream>> EngineClient::add_request(GenerateReque
   KTRY(validate(request));
   auto stream = std::make_shared<RequestStream>(request.id);
   RequestHandle h = 0;
+  size_t target = 0;
   {
     std::lock_guard lock(req_mu_);
     if (handles_.count(request.id) != 0)
       return make_error("request id {} is already in use", request.id);
+    size_t rank = 0;
     {
       std::lock_guard stats_lock(stats_mu_);
-      if (stats_.dead || core_.executor().failure())
-        return make_error("the engine has failed and accepts no more requests");
+      for (const auto& r : ranks_)
+        if (r->stats.dead || r->core.executor().failure())
+          return make_error("the engine has failed and accepts no more requests");
+      rank = pick_rank();
+      next_tie_ = (rank + 1) % ranks_.size();
     }
     h = take_handle(request.id);
     if (Status st = processor_.add_request(h, request.engine.prompt_token_ids, request.output,
@@ -159,7 +190,9 @@ Expected<std::shared_ptr<RequestStream>> EngineClient::add_request(GenerateReque
       free_handles_.push_back(h);
       return st.error();
     }
-    live_.put(h, Live{request.id, stream});
+    live_.put(h, Live{request.id, stream, rank});
+    ++ranks_[rank]->live;
+    target = rank;
   }
   {
     std::lock_guard lock(in_mu_);
@@ -169,10 +202,28 @@ Expected<std::shared_ptr<RequestStream>> EngineClient::add_request(GenerateReque
       return make_error("the engine is shutting down");
     }
     request.engine.id = h;
-    inbox_.emplace_back(std::move(request.engine));
+    ranks_[target]->inbox.emplace_back(std::move(request.engine));
   }
-  in_cv_.notify_one();
+  in_cv_.notify_all();
   return stream;
+}
+
+size_t EngineClient::pick_rank() const {
+  // vLLM's data-parallel balance: waiting requests weigh four times running ones. Requests sent
+  // since the rank's last step count as waiting.
+  size_t best = 0;
+  int64_t best_score = 0;
+  for (size_t k = 0; k < ranks_.size(); ++k) {
+    const size_t r = (next_tie_ + k) % ranks_.size();
+    const Rank& rank = *ranks_[r];
+    const int64_t running = std::min(rank.stats.num_running, rank.live);
+    const int64_t score = 4 * (rank.live - running) + running;
+    if (k == 0 || score < best_score) {
+      best = r;
+      best_score = score;
+    }
+  }
+  return best;
 }
 
 void EngineClient::abort(const std::string& id) {
@@ -184,9 +235,11 @@ void EngineClient::abort(const std::string& id) {
     std::lock_guard req_lock(req_mu_);
     const auto it = handles_.find(id);
     if (it == handles_.end()) return;
-    inbox_.emplace_back(std::in_place_type<RequestHandle>, it->second);
+    const Live* live = live_.find(it->second);
+    if (live == nullptr) return;
+    ranks_[live->rank]->inbox.emplace_back(std::in_place_type<RequestHandle>, it->second);
   }
-  in_cv_.notify_one();
+  in_cv_.notify_all();
 }
 
 size_t EngineClient::num_request_handles() const {
@@ -199,30 +252,49 @@ void EngineClient::set_step_observer(std::function<void(int64_t)> fn) {
   step_observer_ = std::move(fn);
 }
 
-EngineStats EngineClient::stats() const {
-  EngineStats s;
+std::vector<EngineStats> EngineClient::rank_stats() const {
+  std::vector<EngineStats> out;
   {
     std::lock_guard lock(stats_mu_);
-    s = stats_;
+    for (const auto& r : ranks_) out.push_back(r->stats);
   }
   // A worker that dies while the engine idles fails the group before any step notices.
-  if (core_.executor().failure()) s.dead = true;
+  for (size_t i = 0; i < ranks_.size(); ++i)
+    if (ranks_[i]->core.executor().failure()) out[i].dead = true;
+  return out;
+}
+
+EngineStats EngineClient::stats() const {
+  const std::vector<EngineStats> ranks = rank_stats();
+  EngineStats s;
+  s.num_speculative_tokens = options_.num_speculative_tokens;
+  for (const EngineStats& r : ranks) {
+    s.num_running += r.num_running;
+    s.num_waiting += r.num_waiting;
+    s.kv_cache_usage += r.kv_cache_usage / double(ranks.size());
+    s.prefix_cache_queries += r.prefix_cache_queries;
+    s.prefix_cache_hits += r.prefix_cache_hits;
+    s.num_preemptions += r.num_preemptions;
+    add_counters(s.counters, r.counters);
+    s.dead = s.dead || r.dead;
+  }
   return s;
 }
 
-void EngineClient::engine_loop() {
+void EngineClient::engine_loop(Rank& rank) {
+  EngineCore& core = rank.core;
   std::vector<Command> commands;
   while (true) {
     {
       std::unique_lock lock(in_mu_);
-      in_cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || core_.has_unfinished(); });
+      in_cv_.wait(lock, [&] { return stopping_ || !rank.inbox.empty() || core.has_unfinished(); });
       if (stopping_) break;
-      commands.swap(inbox_);
+      commands.swap(rank.inbox);
     }
     std::vector<EngineCoreOutput> outputs;
     for (Command& c : commands) {
       if (auto* add = std::get_if<EngineRequest>(&c)) {
-        if (Status st = core_.add_request(*add); !st.ok()) {
+        if (Status st = core.add_request(*add); !st.ok()) {
           // validate() admits only what the core accepts; reaching this is a bug, reported.
           EngineCoreOutput err;
           err.id = add->id;
@@ -231,14 +303,14 @@ void EngineClient::engine_loop() {
           KLOG_ERROR("engine rejected request {}: {}", add->id, st.error().message);
         }
       } else {
-        core_.abort(std::get<RequestHandle>(c));
+        core.abort(std::get<RequestHandle>(c));
       }
     }
     commands.clear();
     std::string failure;
-    const int64_t tokens_before = core_.counters().scheduled_tokens;
-    if (core_.has_unfinished()) {
-      auto step = core_.step();
+    const int64_t tokens_before = core.counters().scheduled_tokens;
+    if (core.has_unfinished()) {
+      auto step = core.step();
       if (step.ok()) {
         for (EngineCoreOutput& o : *step) outputs.push_back(std::move(o));
       } else {
@@ -248,21 +320,22 @@ void EngineClient::engine_loop() {
     std::function<void(int64_t)> observer;
     {
       std::lock_guard lock(stats_mu_);
-      const Scheduler& s = core_.scheduler();
-      stats_.num_running = static_cast<int64_t>(s.num_running());
-      stats_.num_waiting = static_cast<int64_t>(s.num_waiting());
-      stats_.kv_cache_usage = s.kv().usage();
-      stats_.prefix_cache_queries = s.kv().prefix_cache_queries();
-      stats_.prefix_cache_hits = s.kv().prefix_cache_hits();
-      stats_.num_preemptions = s.num_preemptions();
-      stats_.counters = core_.counters();
-      stats_.num_speculative_tokens = options_.num_speculative_tokens;
-      stats_.dead = !failure.empty();
+      const Scheduler& s = core.scheduler();
+      EngineStats& st = rank.stats;
+      st.num_running = static_cast<int64_t>(s.num_running());
+      st.num_waiting = static_cast<int64_t>(s.num_waiting());
+      st.kv_cache_usage = s.kv().usage();
+      st.prefix_cache_queries = s.kv().prefix_cache_queries();
+      st.prefix_cache_hits = s.kv().prefix_cache_hits();
+      st.num_preemptions = s.num_preemptions();
+      st.counters = core.counters();
+      st.num_speculative_tokens = options_.num_speculative_tokens;
+      st.dead = !failure.empty();
       observer = step_observer_;
     }
-    const int64_t step_tokens = core_.counters().scheduled_tokens - tokens_before;
+    const int64_t step_tokens = core.counters().scheduled_tokens - tokens_before;
     if (observer && step_tokens > 0) observer(step_tokens);
-    log_spec_decode();
+    log_spec_decode(rank);
     if (!outputs.empty()) {
       {
         std::lock_guard lock(out_mu_);
@@ -271,15 +344,27 @@ void EngineClient::engine_loop() {
       out_cv_.notify_one();
     }
     if (!failure.empty()) {
-      KLOG_ERROR("engine step failed, stopping the engine: {}", failure);
-      std::lock_guard lock(out_mu_);
-      engine_error_ = failure;
+      if (ranks_.size() == 1) {
+        KLOG_ERROR("engine step failed, stopping the engine: {}", failure);
+      } else {
+        KLOG_ERROR("engine {} step failed, stopping every engine: {}", rank.index, failure);
+        failure = fmt::format("data-parallel rank {}: {}", rank.index, failure);
+      }
+      {
+        std::lock_guard lock(out_mu_);
+        if (engine_error_.empty()) engine_error_ = failure;
+      }
+      {
+        std::lock_guard lock(in_mu_);
+        stopping_ = true;  // the other ranks stop too
+      }
+      in_cv_.notify_all();
       break;
     }
   }
   {
     std::lock_guard lock(out_mu_);
-    engine_done_ = true;
+    ++engines_done_;
   }
   out_cv_.notify_one();
 }
@@ -321,8 +406,8 @@ void EngineClient::output_loop() {
     std::vector<EngineCoreOutput> batch;
     {
       std::unique_lock lock(out_mu_);
-      out_cv_.wait(lock, [&] { return engine_done_ || !outbox_.empty(); });
-      if (outbox_.empty()) break;  // engine_done_ and everything delivered
+      out_cv_.wait(lock, [&] { return engines_done_ == ranks_.size() || !outbox_.empty(); });
+      if (outbox_.empty()) break;  // every rank stopped and everything delivered
       batch = std::move(outbox_.front());
       outbox_.pop_front();
     }
@@ -364,8 +449,9 @@ void EngineClient::shutdown() {
     std::lock_guard lock(in_mu_);
     stopping_ = true;
   }
-  in_cv_.notify_one();
-  if (engine_thread_.joinable()) engine_thread_.join();
+  in_cv_.notify_all();
+  for (auto& rank : ranks_)
+    if (rank->thread.joinable()) rank->thread.join();
   if (output_thread_.joinable()) output_thread_.join();
 }
 

@@ -1,7 +1,9 @@
-// engine/engine_client.h — the engine as callers use it: a background engine thread stepping
-// EngineCore, an output thread turning its tokens into text (OutputProcessor), and one
-// RequestStream per request that any thread can read. Used by the CLI, the offline benchmarks
-// and the server.
+// engine/engine_client.h — the engine as callers use it: an engine thread stepping an
+// EngineCore per data-parallel rank, an output thread turning their tokens into text
+// (OutputProcessor), and one RequestStream per request that any thread can read. Requests go to
+// the rank with the least load (vLLM's score: 4 × waiting + running), aborts to the rank that
+// holds the request; a rank that fails stops them all (the engine is then dead). Used by the
+// CLI, the offline benchmarks and the server.
 #pragma once
 
 #include <chrono>
@@ -67,6 +69,7 @@ struct EngineStats {
   EngineCoreCounters counters;
   int64_t num_speculative_tokens = 0;  // k; 0 without speculative decoding
   bool dead = false;                   // a step failed; the engine accepts nothing more
+  int engine_index = 0;                // its data-parallel rank (per-rank stats)
 };
 
 class EngineClient {
@@ -76,11 +79,16 @@ class EngineClient {
     std::vector<int32_t> eos_token_ids;
     // Speculative decoding (moved into the engine): scheduler.num_lookahead_tokens must match.
     Speculation speculation;
-    // Runs the steps instead of an in-process runner of `model` (which then only describes
-    // the model): tensor-parallel ranks (engine/multiproc_executor.h), with their proposers.
-    // scheduler.kv_groups must then be set.
-    std::unique_ptr<Executor> executor;
+    // One per data-parallel rank, each with its own scheduler and KV cache (of
+    // scheduler.num_blocks), instead of one in-process runner of `model` (which then only
+    // describes the model): in-process runners of each rank's model copy, or tensor-parallel
+    // groups (engine/multiproc_executor.h), with their proposers. scheduler.kv_groups must then
+    // be set.
+    std::vector<std::unique_ptr<Executor>> executors;
     int64_t num_speculative_tokens = 0;  // k, for stats
+    // The data-parallel rank of the first engine (a server behind an external load balancer
+    // runs one rank of several): engines are numbered from it in logs and metrics.
+    int first_engine_index = 0;
     // How often the engine thread logs vLLM's "SpecDecoding metrics" line (0: never).
     std::chrono::milliseconds spec_log_interval{10000};
   };
@@ -97,7 +105,11 @@ class EngineClient {
   Expected<std::shared_ptr<RequestStream>> add_request(GenerateRequest request);
   // Ends a request wherever it is; its stream finishes with "abort". Unknown ids are ignored.
   void abort(const std::string& id);
+  // Summed over the data-parallel ranks (kv_cache_usage: their mean; dead: any).
   EngineStats stats() const;
+  // Each data-parallel rank's, in rank order.
+  std::vector<EngineStats> rank_stats() const;
+  int num_ranks() const { return int(ranks_.size()); }
   // `fn` runs on the engine thread after every step that ran the model, with the number of
   // tokens the step computed (vllm:iteration_tokens_total). It must be cheap and not block.
   void set_step_observer(std::function<void(int64_t)> fn);
@@ -105,7 +117,7 @@ class EngineClient {
   // Request handles made so far, the length of every per-request table in the engine: the peak
   // number of requests live at once, since finished requests' handles are reused.
   size_t num_request_handles() const;
-  // Stops both threads; unfinished requests finish with "abort". Idempotent.
+  // Stops every thread; unfinished requests finish with "abort". Idempotent.
   void shutdown();
 
  private:
@@ -115,28 +127,45 @@ class EngineClient {
   // Under req_mu_: a free handle, now naming `id`; and the reverse once the request is gone.
   RequestHandle take_handle(const std::string& id);
   void drop_handle(RequestHandle h);
-  void engine_loop();
+  struct Rank;
+  void engine_loop(Rank& rank);
   // Engine thread: vLLM's periodic "SpecDecoding metrics" line, when drafts were verified since.
-  void log_spec_decode();
+  void log_spec_decode(Rank& rank);
+  // Under req_mu_: the rank a new request goes to.
+  size_t pick_rank() const;
   void output_loop();
   // Output-thread side: delivers one core output to its stream.
   void deliver(EngineCoreOutput&& out);
   // Finishes every stream still open (shutdown, engine failure).
   void finish_all(FinishReason reason, const std::string& error);
 
+  // One data-parallel rank: its core (its engine thread only), its inbox (under in_mu_), its
+  // stats (under stats_mu_), the requests routed to it and not yet finished (under req_mu_).
+  struct Rank {
+    template <typename... CoreArgs>
+    explicit Rank(size_t i, CoreArgs&&... args) : core(std::forward<CoreArgs>(args)...), index(i) {}
+    EngineCore core;
+    size_t index;
+    std::vector<Command> inbox;
+    EngineStats stats;
+    int64_t live = 0;
+    SpecDecodeStats spec_logged;  // the counters at the last "SpecDecoding metrics" line, and when
+    std::chrono::steady_clock::time_point spec_logged_at;
+    std::thread thread;
+  };
+
   CausalLM& model_;
   Options options_;
-  EngineCore core_;  // engine thread only
+  std::vector<std::unique_ptr<Rank>> ranks_;
 
   mutable std::mutex in_mu_;
-  std::condition_variable in_cv_;
-  std::vector<Command> inbox_;
+  std::condition_variable in_cv_;  // notified for every rank; each waits on its own inbox
   bool stopping_ = false;
 
   std::mutex out_mu_;
   std::condition_variable out_cv_;
   std::deque<std::vector<EngineCoreOutput>> outbox_;
-  bool engine_done_ = false;
+  size_t engines_done_ = 0;   // rank threads that have stopped
   std::string engine_error_;  // why the engine stopped, if a step failed
 
   // Requests the core still holds, with their stream until the client side finishes them. A
@@ -146,6 +175,7 @@ class EngineClient {
   struct Live {
     std::string id;
     std::shared_ptr<RequestStream> stream;  // null once finished here (a stop string)
+    size_t rank = 0;                        // the data-parallel rank that holds it
   };
   mutable std::mutex req_mu_;
   std::unordered_map<std::string, RequestHandle> handles_;  // the API ids of live_
@@ -155,14 +185,9 @@ class EngineClient {
   OutputProcessor processor_;  // under req_mu_
 
   mutable std::mutex stats_mu_;
-  EngineStats stats_;
   std::function<void(int64_t)> step_observer_;  // under stats_mu_
+  size_t next_tie_ = 0;                         // under req_mu_: rotates among equal loads
 
-  // Engine thread: the counters at the last "SpecDecoding metrics" line, and when.
-  SpecDecodeStats spec_logged_;
-  std::chrono::steady_clock::time_point spec_logged_at_;
-
-  std::thread engine_thread_;
   std::thread output_thread_;
 };
 

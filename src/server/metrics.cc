@@ -325,27 +325,30 @@ void ServerMetrics::record_iteration_tokens(int64_t num_tokens) {
 namespace {
 
 // vLLM's speculative decoding counters (registered only with a speculative config), the
-// per-position one labelled "0".."k-1" from the start.
-void render_spec_decode(const EngineStats& snapshot, const std::vector<std::string>& base,
+// per-position one labelled "0".."k-1" from the start; one series per engine.
+void render_spec_decode(const std::vector<EngineStats>& ranks, const std::string& model,
                         std::string* out) {
-  const SpecDecodeStats& s = snapshot.counters.spec_decode;
   Counter drafts("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", kLabelNames);
-  drafts.inc(base, double(s.num_drafts));
   Counter draft_tokens("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", kLabelNames);
-  draft_tokens.inc(base, double(s.num_draft_tokens));
   Counter accepted("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
                    kLabelNames);
-  accepted.inc(base, double(s.num_accepted_tokens));
   std::vector<std::string> pos_labels = kLabelNames;
   pos_labels.push_back("position");
   Counter per_pos("vllm:spec_decode_num_accepted_tokens_per_pos",
                   "Accepted tokens per draft position.", pos_labels);
-  const size_t k = std::max(size_t(snapshot.num_speculative_tokens), s.accepted_per_pos.size());
-  for (size_t i = 0; i < k; ++i) {
-    std::vector<std::string> l = base;
-    l.push_back(std::to_string(i));
-    per_pos.touch(l);
-    if (i < s.accepted_per_pos.size()) per_pos.inc(l, double(s.accepted_per_pos[i]));
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::vector<std::string> base = {model, std::to_string(ranks[r].engine_index)};
+    const SpecDecodeStats& s = ranks[r].counters.spec_decode;
+    drafts.inc(base, double(s.num_drafts));
+    draft_tokens.inc(base, double(s.num_draft_tokens));
+    accepted.inc(base, double(s.num_accepted_tokens));
+    const size_t k = std::max(size_t(ranks[r].num_speculative_tokens), s.accepted_per_pos.size());
+    for (size_t i = 0; i < k; ++i) {
+      std::vector<std::string> l = base;
+      l.push_back(std::to_string(i));
+      per_pos.touch(l);
+      if (i < s.accepted_per_pos.size()) per_pos.inc(l, double(s.accepted_per_pos[i]));
+    }
   }
   for (const MetricFamily* f :
        std::initializer_list<const MetricFamily*>{&drafts, &draft_tokens, &accepted, &per_pos})
@@ -354,43 +357,49 @@ void render_spec_decode(const EngineStats& snapshot, const std::vector<std::stri
 
 }  // namespace
 
-std::string ServerMetrics::render(const EngineStats& snapshot) const {
-  const std::vector<std::string> base = labels();
+std::string ServerMetrics::render(const std::vector<EngineStats>& ranks) const {
   // The engine's values are already cumulative, so they become one-off families per scrape.
   Gauge running("vllm:num_requests_running", "Number of requests in model execution batches.",
                 kLabelNames);
-  running.set(base, static_cast<double>(snapshot.num_running));
   Gauge waiting("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
                 kLabelNames);
-  waiting.set(base, static_cast<double>(snapshot.num_waiting));
   Gauge kv_usage("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
                  kLabelNames);
-  kv_usage.set(base, snapshot.kv_cache_usage);
   Counter queries("vllm:prefix_cache_queries",
                   "Prefix cache queries, in terms of number of queried tokens.", kLabelNames);
-  queries.inc(base, static_cast<double>(snapshot.prefix_cache_queries));
   Counter hits("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
                kLabelNames);
-  hits.inc(base, static_cast<double>(snapshot.prefix_cache_hits));
   Counter preemptions("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
                       kLabelNames);
-  preemptions.inc(base, static_cast<double>(snapshot.num_preemptions));
-  // vLLM counts each request's whole prompt, prefix-cache hits included, once at its first token.
-  // Computed prompt positions plus prefix-cache hit tokens give the same total for requests that
-  // are never preempted; a preempted request's recomputed prompt is counted again, as work done.
   Counter prompt("vllm:prompt_tokens", "Number of prefill tokens processed.", kLabelNames);
-  prompt.inc(base, static_cast<double>(snapshot.counters.prompt_tokens_computed +
-                                       snapshot.prefix_cache_hits));
   Counter generation("vllm:generation_tokens", "Number of generation tokens processed.",
                      kLabelNames);
-  generation.inc(base, static_cast<double>(snapshot.counters.generation_tokens));
+  // One series per data-parallel engine, labelled by its index as vLLM labels them.
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const EngineStats& snapshot = ranks[r];
+    const std::vector<std::string> base = {model_name_, std::to_string(snapshot.engine_index)};
+    running.set(base, static_cast<double>(snapshot.num_running));
+    waiting.set(base, static_cast<double>(snapshot.num_waiting));
+    kv_usage.set(base, snapshot.kv_cache_usage);
+    queries.inc(base, static_cast<double>(snapshot.prefix_cache_queries));
+    hits.inc(base, static_cast<double>(snapshot.prefix_cache_hits));
+    preemptions.inc(base, static_cast<double>(snapshot.num_preemptions));
+    // vLLM counts each request's whole prompt, prefix-cache hits included, once at its first
+    // token. Computed prompt positions plus prefix-cache hit tokens give the same total for
+    // requests that are never preempted; a preempted request's recomputed prompt is counted
+    // again, as work done.
+    prompt.inc(base, static_cast<double>(snapshot.counters.prompt_tokens_computed +
+                                         snapshot.prefix_cache_hits));
+    generation.inc(base, static_cast<double>(snapshot.counters.generation_tokens));
+  }
 
   std::string out;
   for (const MetricFamily* family : std::initializer_list<const MetricFamily*>{
            &running, &waiting, &kv_usage, &queries, &hits, &preemptions, &prompt, &generation}) {
     family->render(&out);
   }
-  if (snapshot.num_speculative_tokens > 0) render_spec_decode(snapshot, base, &out);
+  if (!ranks.empty() && ranks.front().num_speculative_tokens > 0)
+    render_spec_decode(ranks, model_name_, &out);
   registry_.render(&out);
   return out;
 }

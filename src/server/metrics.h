@@ -140,9 +140,10 @@ class ServerMetrics {
   // Tokens one engine step ran through the model (vllm:iteration_tokens_total); thread-safe.
   void record_iteration_tokens(int64_t num_tokens);
 
-  // The whole /metrics body: engine gauges and cumulative counters from `snapshot`, then the
-  // request histograms recorded so far.
-  std::string render(const EngineStats& snapshot) const;
+  // The whole /metrics body: engine gauges and cumulative counters from each data-parallel
+  // rank's stats (the engine label "0", "1", … as vLLM's), then the request histograms
+  // recorded so far.
+  std::string render(const std::vector<EngineStats>& ranks) const;
 
  private:
   std::vector<std::string> labels() const { return {model_name_, "0"}; }

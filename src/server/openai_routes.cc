@@ -142,7 +142,7 @@ void add_openai_routes(HttpServer& server, ServingContext& ctx) {
     r->respond(200, kJson, nlohmann::json{{"version", kVersion}}.dump());
   });
   server.route("GET", "/metrics", [&ctx](const HttpRequest&, std::shared_ptr<Responder> r) {
-    const std::string text = ctx.metrics ? ctx.metrics->render(ctx.engine->stats()) : "";
+    const std::string text = ctx.metrics ? ctx.metrics->render(ctx.engine->rank_stats()) : "";
     r->respond(200, "text/plain; version=0.0.4; charset=utf-8", text);
   });
   using RouteHandler = void (*)(ServingContext&, const HttpRequest&, std::shared_ptr<Responder>);

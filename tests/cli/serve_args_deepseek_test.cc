@@ -28,7 +28,7 @@ constexpr const char* kDs3Single = R"sh(@MODEL@ \
 
 TEST_F(ServeArgsTest, DeepSeekV31SingleNode) {
   const Outcome o = serve(kDs3Single);
-  EXPECT_EQ(refusals(o), (Lines{dp_size(4), kAscend}));
+  EXPECT_EQ(refusals(o), (Lines{ep(16), kAscend}));
   const ServeArgs& a = *o.args;
   EXPECT_EQ(a.port, 8015);
   EXPECT_EQ(a.engine.seed, 1024u);
@@ -66,7 +66,7 @@ TEST_F(ServeArgsTest, DeepSeekV31MultiNode) {
 --gpu-memory-utilization 0.92 \
 --speculative-config '{"num_speculative_tokens": 3, "method": "mtp"}' \
 --compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}')sh");
-  EXPECT_EQ(refusals(node0), (Lines{dp_size(4), dp_local(2), kAscend}));
+  EXPECT_EQ(refusals(node0), (Lines{dp_local(2, 4), ep(16), kAscend}));
   EXPECT_EQ(node0.args->parallel.data_parallel_address, "10.0.0.1");
   EXPECT_EQ(node0.args->parallel.data_parallel_rpc_port, 13389);
 
@@ -92,7 +92,7 @@ TEST_F(ServeArgsTest, DeepSeekV31MultiNode) {
 --gpu-memory-utilization 0.92 \
 --speculative-config '{"num_speculative_tokens": 3, "method": "mtp"}' \
 --compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}')sh");
-  EXPECT_EQ(refusals(node1), (Lines{dp_size(4), dp_local(2), dp_start(2), kHeadless, kAscend}));
+  EXPECT_EQ(refusals(node1), (Lines{dp_local(2, 4), dp_start(2), kHeadless, ep(16), kAscend}));
 }
 
 // §5.3 PD, run_dp_template.sh as launch_online_dp.py starts it: prefill --dp-size 2 --tp-size 8
@@ -140,10 +140,10 @@ TEST_F(ServeArgsTest, DeepSeekV31PdPrefill) {
     return s;
   };
   const Outcome p0 = serve(with("0", "30000"));
-  EXPECT_EQ(refusals(p0), (Lines{dp_size(2), kAscend, pd("MooncakeConnectorV1")}));
+  EXPECT_EQ(refusals(p0), (Lines{ep(16), kAscend, pd("MooncakeConnectorV1")}));
   EXPECT_TRUE(has_note(*p0.args, "--enforce-eager"));
   const Outcome p1 = serve(with("1", "30100"));
-  EXPECT_EQ(refusals(p1), (Lines{dp_size(2), dp_rank(1), kAscend, pd("MooncakeConnectorV1")}));
+  EXPECT_EQ(refusals(p1), (Lines{ep(16), kAscend, pd("MooncakeConnectorV1")}));
 }
 
 TEST_F(ServeArgsTest, DeepSeekV31PdDecode) {
@@ -187,10 +187,9 @@ TEST_F(ServeArgsTest, DeepSeekV31PdDecode) {
   d0.replace(d0.find("RANK"), 4, "0");
   d1.replace(d1.find("RANK"), 4, "16");
   EXPECT_EQ(refusals(serve(d0)),
-            (Lines{dp_size(32), kAscend, pd("MooncakeConnectorV1"), recompute(false)}));
+            (Lines{ep(32), kAscend, pd("MooncakeConnectorV1"), recompute(false)}));
   const Outcome o = serve(d1);
-  EXPECT_EQ(refusals(o), (Lines{dp_size(32), dp_rank(16), kAscend, pd("MooncakeConnectorV1"),
-                                recompute(false)}));
+  EXPECT_EQ(refusals(o), (Lines{ep(32), kAscend, pd("MooncakeConnectorV1"), recompute(false)}));
   EXPECT_EQ(o.args->engine.max_num_batched_tokens, 256);
   EXPECT_EQ(o.args->engine.max_num_seqs, 28);
 }
@@ -232,8 +231,7 @@ TEST_F(ServeArgsTest, DeepSeekV41SingleNode) {
         "enable_flashcomm1":true,
         "enable_shared_expert_dp":true
     }')sh");
-  EXPECT_EQ(refusals(o),
-            (Lines{dp_size(4), kAscend, kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
+  EXPECT_EQ(refusals(o), (Lines{ep(16), kAscend, kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
   EXPECT_EQ(o.args->engine.block_size, 128);
   EXPECT_EQ(o.args->engine.max_model_len, 150000);
   EXPECT_TRUE(o.args->warnings.empty());
@@ -286,7 +284,7 @@ TEST_F(ServeArgsTest, DeepSeekV41PdPrefill) {
             "decode":{"dp_size":8,"tp_size":2}
         }
     }')sh");
-  EXPECT_EQ(refusals(o), (Lines{dp_size(4), kAscend, kDspark, pd("MooncakeHybridConnector"),
+  EXPECT_EQ(refusals(o), (Lines{ep(16), kAscend, kDspark, pd("MooncakeHybridConnector"),
                                 kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
   EXPECT_EQ(o.args->engine.max_model_len, 1048576);
 }
@@ -341,8 +339,8 @@ TEST_F(ServeArgsTest, DeepSeekV41PdDecode) {
         "recompute_scheduler_enable":true
     }')sh");
   EXPECT_EQ(refusals(o),
-            (Lines{dp_size(8), dp_rank(3), kAscend, kDspark, pd("MooncakeHybridConnector"),
-                   recompute(false), kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
+            (Lines{ep(16), kAscend, kDspark, pd("MooncakeHybridConnector"), recompute(false),
+                   kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
 }
 
 // §5.3, A2 multi-node: node 0 ("${HEADLESS_ARGS[@]}" empty) and node 1 (--headless
@@ -378,10 +376,10 @@ TEST_F(ServeArgsTest, DeepSeekV41MultiNode) {
   std::string node0 = cmd, node1 = cmd;
   node0.replace(node0.find("HEADLESS_ARGS"), 13, "");
   node1.replace(node1.find("HEADLESS_ARGS"), 13, "--headless --data-parallel-start-rank 1");
-  EXPECT_EQ(refusals(serve(node0)),
-            (Lines{dp_size(4), kAscend, kDspark, kTokenizerV41, kToolV41, kReasoningV41}));
-  EXPECT_EQ(refusals(serve(node1)), (Lines{dp_size(4), dp_start(1), kHeadless, kAscend, kDspark,
-                                           kTokenizerV41, kToolV41, kReasoningV41}));
+  EXPECT_EQ(refusals(serve(node0)), (Lines{dp_local(1, 4), ep(32), kAscend, kDspark, kTokenizerV41,
+                                           kToolV41, kReasoningV41}));
+  EXPECT_EQ(refusals(serve(node1)), (Lines{dp_local(1, 4), dp_start(1), kHeadless, ep(32), kAscend,
+                                           kDspark, kTokenizerV41, kToolV41, kReasoningV41}));
 }
 
 // §12.1, bounded-replay validation (the VLLM_USE_V2_MODEL_RUNNER=1 prefix is an environment
@@ -399,7 +397,7 @@ TEST_F(ServeArgsTest, DeepSeekV41BoundedReplay) {
   --model-loader-extra-config '{"enable_multithread_load":true,"num_threads":16}' \
   --safetensors-load-strategy lazy --additional-config '{"enable_cpu_binding":false}')sh");
   EXPECT_EQ(refusals(o),
-            (Lines{dp_size(4), dp_local(4),
+            (Lines{ep(4),
                    "--quantization deepseek_v4_fp8: DeepSeek-V4 FP8 checkpoints are not "
                    "supported yet",
                    kTokenizerV41, kEngram}));

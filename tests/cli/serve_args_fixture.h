@@ -128,20 +128,18 @@ class ServeArgsTest : public ::testing::Test {
 };
 
 // Expected refusal texts (docs/compatibility.md §2–§9, §15).
-inline std::string dp(std::string_view flag, int n) {
-  return std::string(flag) + " " + std::to_string(n) + ": data parallelism is not supported yet";
-}
-inline std::string dp_size(int n) {
-  return dp("--data-parallel-size", n);
-}
-inline std::string dp_local(int n) {
-  return dp("--data-parallel-size-local", n);
+inline std::string dp_local(int local, int total) {
+  return "--data-parallel-size-local " + std::to_string(local) +
+         ": data-parallel ranks on other nodes are not supported yet (every one of the " +
+         std::to_string(total) + " ranks runs here)";
 }
 inline std::string dp_start(int n) {
-  return dp("--data-parallel-start-rank", n);
+  return "--data-parallel-start-rank " + std::to_string(n) +
+         ": data-parallel ranks on other nodes are not supported yet";
 }
-inline std::string dp_rank(int n) {
-  return dp("--data-parallel-rank", n);
+inline std::string ep(int ranks) {
+  return "--enable-expert-parallel: expert parallelism over " + std::to_string(ranks) +
+         " ranks is not supported yet";
 }
 inline std::string pd(std::string_view connector) {
   return "--kv-transfer-config kv_connector=" + std::string(connector) +

@@ -31,7 +31,7 @@ def workers_of(pid):
 def test_tp2_tokens_equal_one_process_alone_and_concurrent(server, start_server):
     tp2 = start_server("--tensor-parallel-size", "2")
     assert len(workers_of(tp2.proc.pid)) == 1
-    assert "tensor parallelism: 2 ranks" in tp2.log()
+    assert "of 2 tensor-parallel ranks (2 processes)" in tp2.log()
     for p in PROMPTS[:2]:
         assert tokens(tp2.base_url, tp2.model, p) == tokens(server.base_url, server.model, p), p
     seeded = {"temperature": 0.9, "top_p": 0.95, "seed": 7}

@@ -376,9 +376,24 @@ TEST(MetricsRegistry, CounterTotalSuffixAndNoDecrease) {
   EXPECT_NE(text.find("x:level -4.0\n"), std::string::npos) << text;
 }
 
+TEST(MetricsServer, EachDataParallelEngineHasItsOwnSeries) {
+  ServerMetrics metrics("m", 4096);
+  EngineStats second = sample_stats();
+  second.num_running = 5;
+  second.counters.generation_tokens = 100;
+  second.engine_index = 1;
+  const Exposition e = parse_exposition(metrics.render({sample_stats(), second}));
+  ASSERT_EQ(e.error, "");
+  const std::map<std::string, std::string> engine1 = {{"model_name", "m"}, {"engine", "1"}};
+  EXPECT_EQ(e.value("vllm:num_requests_running", kBase), 3);
+  EXPECT_EQ(e.value("vllm:num_requests_running", engine1), 5);
+  EXPECT_EQ(e.value("vllm:generation_tokens_total", kBase), 777);
+  EXPECT_EQ(e.value("vllm:generation_tokens_total", engine1), 100);
+}
+
 TEST(MetricsServer, SnapshotGaugesAndCounters) {
   ServerMetrics metrics("m", 4096);
-  const std::string text = metrics.render(sample_stats());
+  const std::string text = metrics.render({sample_stats()});
   const Exposition e = parse_exposition(text);
   ASSERT_EQ(e.error, "") << text;
   EXPECT_EQ(e.types.at("vllm:num_requests_running"), "gauge");
@@ -404,12 +419,12 @@ TEST(MetricsServer, SnapshotGaugesAndCounters) {
 TEST(MetricsServer, SpecDecodeCountersOnlyWithASpeculativeConfig) {
   ServerMetrics metrics("m", 4096);
   EngineStats stats = sample_stats();
-  EXPECT_EQ(metrics.render(stats).find("vllm:spec_decode"), std::string::npos);
+  EXPECT_EQ(metrics.render({stats}).find("vllm:spec_decode"), std::string::npos);
   stats.num_speculative_tokens = 3;
   // Two steps: 3 drafts with 2 accepted, then 3 with 0 accepted.
   stats.counters.spec_decode.observe(3, 2);
   stats.counters.spec_decode.observe(3, 0);
-  const std::string text = metrics.render(stats);
+  const std::string text = metrics.render({stats});
   const Exposition e = parse_exposition(text);
   ASSERT_EQ(e.error, "") << text;
   EXPECT_EQ(e.types.at("vllm:spec_decode_num_drafts_total"), "counter");
@@ -426,7 +441,7 @@ TEST(MetricsServer, SpecDecodeCountersOnlyWithASpeculativeConfig) {
 
 TEST(MetricsServer, BucketBoundsFollowVllm) {
   ServerMetrics metrics("m", 2048);
-  const Exposition e = parse_exposition(metrics.render(EngineStats{}));
+  const Exposition e = parse_exposition(metrics.render({EngineStats{}}));
   ASSERT_EQ(e.error, "");
   auto bounds = [&](const std::string& family) {
     std::vector<std::string> out;
@@ -491,7 +506,7 @@ TEST(MetricsServer, RequestHistogramsHandComputed) {
   metrics.record_iteration_tokens(12);
   metrics.record_iteration_tokens(300);
 
-  const std::string text = metrics.render(EngineStats{});
+  const std::string text = metrics.render({EngineStats{}});
   const Exposition e = parse_exposition(text);
   ASSERT_EQ(e.error, "") << text;
   auto success = [&](const char* reason) {
@@ -552,7 +567,7 @@ TEST(MetricsServer, LabelEscapingRoundTrips) {
   s.finished_reason = "we\"ird\\";
   s.e2e_s = 0.4;
   metrics.record_request(s);
-  const std::string text = metrics.render(sample_stats());
+  const std::string text = metrics.render({sample_stats()});
   const Exposition e = parse_exposition(text);
   ASSERT_EQ(e.error, "") << text;
   const std::map<std::string, std::string> base = {{"model_name", name}, {"engine", "0"}};
@@ -565,7 +580,7 @@ TEST(MetricsServer, LabelEscapingRoundTrips) {
 
 TEST(MetricsServer, HelpPrecedesSamplesAndMatchesVllm) {
   ServerMetrics metrics("m", 512);
-  const std::string text = metrics.render(EngineStats{});
+  const std::string text = metrics.render({EngineStats{}});
   const Exposition e = parse_exposition(text);
   ASSERT_EQ(e.error, "") << text;
   for (const auto& [name, type] : e.types) EXPECT_TRUE(e.help.count(name)) << name;
@@ -599,14 +614,14 @@ TEST(MetricsServer, ConcurrentRecordsAreExact) {
   // Scrapes racing the writers must always be valid.
   std::thread scraper([&metrics] {
     for (int i = 0; i < 50; ++i) {
-      const Exposition e = parse_exposition(metrics.render(sample_stats()));
+      const Exposition e = parse_exposition(metrics.render({sample_stats()}));
       ASSERT_EQ(e.error, "");
     }
   });
   for (auto& th : threads) th.join();
   scraper.join();
 
-  const Exposition e = parse_exposition(metrics.render(EngineStats{}));
+  const Exposition e = parse_exposition(metrics.render({EngineStats{}}));
   ASSERT_EQ(e.error, "");
   const int per_thread_length = (kPerThread + 2) / 3;  // i % 3 == 0
   EXPECT_EQ(e.value("vllm:request_success_total", with(kBase, "finished_reason", "length")),
@@ -659,7 +674,7 @@ std::vector<std::string> names_from_compat_doc() {
 
 void expect_exposed(const std::vector<std::string>& names) {
   ServerMetrics metrics("m", 4096);
-  const Exposition e = parse_exposition(metrics.render(sample_stats()));
+  const Exposition e = parse_exposition(metrics.render({sample_stats()}));
   ASSERT_EQ(e.error, "");
   for (const std::string& name : names) {
     EXPECT_TRUE(e.types.count(name)) << name << " has no TYPE";

@@ -1,0 +1,188 @@
+// Data parallelism in the engine client: two engine ranks (each its own scheduler, KV cache and
+// model copy) behind one client give every request the tokens one rank gives it, share the
+// load between them, send an abort to the rank that holds the request (freeing its blocks
+// there), and stop together when one rank fails, ending every request with that rank's error.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "base/mmap_file.h"
+#include "engine/engine_client.h"
+#include "engine/engine_runs.h"
+#include "model/loader.h"
+#include "test_paths.h"
+
+namespace kestrel {
+namespace {
+
+std::unique_ptr<LoadedModel> load(const std::string& fixture) {
+  const std::string dir = test::fixtures_dir() + "/models/" + fixture;
+  auto golden = read_text_file(dir + "/golden.json");
+  EXPECT_TRUE(golden.ok());
+  LoadOptions o;
+  o.model = dir;
+  o.threads = 1;
+  o.dtype = nlohmann::json::parse(*golden).at("dtype").get<std::string>();
+  auto lm = load_model(o);
+  EXPECT_TRUE(lm.ok()) << lm.error().message;
+  return lm.ok() ? std::move(*lm) : nullptr;
+}
+
+std::vector<std::vector<int32_t>> prompts(int n) {
+  std::mt19937 rng(77);
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p;
+    for (int k = 0; k < 4 + 5 * i; ++k)
+      p.push_back(std::uniform_int_distribution<int32_t>(3, 500)(rng));
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+EngineClient::Options options(const CausalLM& model) {
+  EngineClient::Options o = test::engine_options(64, true, 256);
+  o.scheduler.num_blocks = 256;
+  o.scheduler.kv_groups = model.kv_cache_layout(o.scheduler.block_size).groups;
+  return o;
+}
+
+// A rank whose every step takes at least 2 ms, so requests are still running when a test acts.
+class SlowExecutor final : public Executor {
+ public:
+  SlowExecutor(CausalLM& model, const SchedulerConfig& c)
+      : inner_(model, c.num_blocks, c.block_size) {}
+  Expected<RunnerOutput> execute(const SchedulerOutput& output) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return inner_.execute(output);
+  }
+
+ private:
+  InProcessExecutor inner_;
+};
+
+// A rank whose steps work until `fail_after` of them, then fail for good.
+class FailingExecutor final : public Executor {
+ public:
+  FailingExecutor(CausalLM& model, const SchedulerConfig& c, int fail_after)
+      : inner_(model, c.num_blocks, c.block_size), left_(fail_after) {}
+  Expected<RunnerOutput> execute(const SchedulerOutput& output) override {
+    if (left_-- <= 0) {
+      failed_ = true;
+      return make_error("injected: the rank's worker is gone");
+    }
+    return inner_.execute(output);
+  }
+  std::optional<std::string> failure() const override {
+    if (failed_) return "injected: the rank's worker is gone";
+    return std::nullopt;
+  }
+
+ private:
+  InProcessExecutor inner_;
+  int left_;
+  std::atomic<bool> failed_{false};
+};
+
+class DataParallelClient : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (auto* m : {&a_, &b_}) {
+      *m = load("llama3_f32");
+      ASSERT_NE(*m, nullptr);
+    }
+  }
+  std::unique_ptr<EngineClient> two_ranks(bool slow = false) {
+    EngineClient::Options o = options(*a_->model);
+    for (auto* m : {&a_, &b_}) {
+      if (slow) {
+        o.executors.push_back(std::make_unique<SlowExecutor>(*(*m)->model, o.scheduler));
+      } else {
+        o.executors.push_back(std::make_unique<InProcessExecutor>(
+            *(*m)->model, o.scheduler.num_blocks, o.scheduler.block_size));
+      }
+    }
+    return std::make_unique<EngineClient>(*a_->model, nullptr, std::move(o));
+  }
+  std::unique_ptr<LoadedModel> a_, b_;
+};
+
+TEST_F(DataParallelClient, TokensEqualOneRankAndBothRanksWork) {
+  const auto ps = prompts(8);
+  EngineClient one(*a_->model, nullptr, options(*a_->model));
+  const auto want = test::run_all(one, ps, 12, "one");
+  auto two = two_ranks();
+  ASSERT_EQ(two->num_ranks(), 2);
+  const auto got = test::run_all(*two, ps, 12, "two");
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].token_ids, want[i].token_ids) << "prompt " << i;
+    EXPECT_EQ(got[i].token_ids.size(), 12u);
+  }
+  const auto ranks = two->rank_stats();
+  ASSERT_EQ(ranks.size(), 2u);
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_GT(ranks[r].counters.generation_tokens, 0) << "rank " << r << " got no request";
+    EXPECT_EQ(ranks[r].kv_cache_usage, 0.0) << "rank " << r;
+  }
+  const EngineStats sum = two->stats();
+  EXPECT_EQ(sum.counters.generation_tokens,
+            ranks[0].counters.generation_tokens + ranks[1].counters.generation_tokens);
+  EXPECT_EQ(sum.counters.generation_tokens, 8 * 12);
+}
+
+TEST_F(DataParallelClient, AnAbortReachesTheRankThatHoldsTheRequest) {
+  auto two = two_ranks(/*slow=*/true);  // 200 tokens take at least 400 ms
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 4; ++i) {
+    auto s = two->add_request(test::greedy_request("long" + std::to_string(i), {5, 6, 7}, 200));
+    ASSERT_TRUE(s.ok());
+    streams.push_back(*s);
+  }
+  // Wait until both ranks hold blocks, then abort everything.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const auto r = two->rank_stats();
+    if (r[0].kv_cache_usage > 0 && r[1].kv_cache_usage > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (int i = 0; i < 4; ++i) two->abort("long" + std::to_string(i));
+  for (auto& s : streams) {
+    RequestOutput all;
+    while (!all.finished()) all.merge(s->next());
+    EXPECT_EQ(all.finish_reason, FinishReason::kAbort);
+    EXPECT_LT(all.token_ids.size(), 200u);
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until && two->stats().kv_cache_usage > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (const EngineStats& r : two->rank_stats()) EXPECT_EQ(r.kv_cache_usage, 0.0);
+}
+
+TEST_F(DataParallelClient, ARankThatFailsStopsEveryRankWithItsError) {
+  EngineClient::Options o = options(*a_->model);
+  o.executors.push_back(std::make_unique<InProcessExecutor>(*a_->model, o.scheduler.num_blocks,
+                                                            o.scheduler.block_size));
+  o.executors.push_back(std::make_unique<FailingExecutor>(*b_->model, o.scheduler, 3));
+  EngineClient two(*a_->model, nullptr, std::move(o));
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 4; ++i) {
+    auto s = two.add_request(test::greedy_request("r" + std::to_string(i), {5, 6, 7}, 100));
+    ASSERT_TRUE(s.ok());
+    streams.push_back(*s);
+  }
+  for (auto& s : streams) {
+    RequestOutput all;
+    while (!all.finished()) all.merge(s->next());
+    EXPECT_EQ(all.finish_reason, FinishReason::kError);
+    EXPECT_NE(all.error.find("data-parallel rank 1"), std::string::npos) << all.error;
+  }
+  EXPECT_TRUE(two.stats().dead);
+  EXPECT_FALSE(two.add_request(test::greedy_request("late", {5}, 2)).ok());
+}
+
+}  // namespace
+}  // namespace kestrel
