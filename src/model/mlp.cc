@@ -8,11 +8,13 @@ namespace {
 
 class DenseMlp final : public FfnLayer {
  public:
-  Status load(const LoadContext& lc, const std::string& p, int64_t width) {
+  // `split`: which of the plan's feature ranges this MLP's `width` features are split by.
+  Status load(const LoadContext& lc, const std::string& p, int64_t width, TpSplit split) {
     H_ = lc.cfg.hidden_size;
+    split_ = split;
     // A tensor-parallel rank: its features' rows of gate/up, and its hidden features' rows of
     // down (over every feature: the features are gathered).
-    const IndexRange f = lc.tp ? lc.tp->intermediate : IndexRange{0, width};
+    const IndexRange f = lc.tp ? tp_range(*lc.tp, split) : IndexRange{0, width};
     const IndexRange out_rows = lc.tp ? lc.tp->hidden : IndexRange{};
     I_ = f.size();
     KASSIGN(gate_, load_linear(lc.src, p + "gate_proj", width, H_, lc.cfg, lc.store, f));
@@ -21,9 +23,10 @@ class DenseMlp final : public FfnLayer {
     for (Tensor* t : {&gate_, &up_, &down_}) lc.be.prepare_weight(*t, lc.act);
     return Status::Ok();
   }
-  // From views into fused expert tensors.
+  // From views into fused expert tensors (a tensor-parallel rank's rows already).
   void set(const LoadContext& lc, Tensor gate, Tensor up, Tensor down) {
     H_ = lc.cfg.hidden_size;
+    split_ = TpSplit::kMoeIntermediate;
     I_ = gate.rows();
     gate_ = gate;
     up_ = up;
@@ -41,7 +44,7 @@ class DenseMlp final : public FfnLayer {
     const LinearJob gate_up[2] = {{&gate_, g}, {&up_, u}};
     ctx.be.linear_group(gate_up, h, m);
     ctx.be.silu_mul(g, u, g, m * I_, ctx.act);  // rounds g and u first, and the product
-    output_projection(ctx, down_, TpSplit::kIntermediate, g, m, out);
+    output_projection(ctx, down_, split_, g, m, out);
   }
 
   size_t weight_bytes_per_token() const override {
@@ -50,6 +53,7 @@ class DenseMlp final : public FfnLayer {
 
  private:
   int64_t H_ = 0, I_ = 0;
+  TpSplit split_ = TpSplit::kIntermediate;
   Tensor gate_, up_, down_;
 };
 
@@ -62,9 +66,9 @@ Tensor rows_of(const Tensor& t, int64_t first, int64_t rows, int64_t cols) {
 }
 
 Expected<std::unique_ptr<DenseMlp>> make_dense_mlp(const LoadContext& lc, const std::string& p,
-                                                   int64_t width) {
+                                                   int64_t width, TpSplit split) {
   auto m = std::make_unique<DenseMlp>();
-  KTRY(m->load(lc, p, width));
+  KTRY(m->load(lc, p, width, split));
   return m;
 }
 
@@ -72,7 +76,9 @@ Expected<std::unique_ptr<DenseMlp>> make_dense_mlp(const LoadContext& lc, const 
 // the tokens routed to it (experts nobody picked are skipped), and each token sums its k
 // results in slot order — a fixed order, so a token's output does not depend on the batch.
 // Expert parallelism slots in at Backend::moe_permute and moe_combine: a rank would run only its
-// own experts' rows and exchange them with the other ranks.
+// own experts' rows and exchange them with the other ranks. Under tensor parallelism every rank
+// routes every token (the router is whole) and holds its rows of every expert, so the ranks run
+// the same experts in the same order and meet at each one's gathers (model/tp_group.h).
 class MoeBlock final : public FfnLayer {
  public:
   Status load(const LoadContext& lc, const std::string& p) {
@@ -101,7 +107,8 @@ class MoeBlock final : public FfnLayer {
     }
     if (m.num_shared_experts > 0) {
       const int64_t width = m.num_shared_experts * m.moe_intermediate_size;
-      KASSIGN(shared_, make_dense_mlp(lc, p + "shared_experts.", width));
+      KASSIGN(shared_,
+              make_dense_mlp(lc, p + "shared_experts.", width, TpSplit::kSharedIntermediate));
     }
     return Status::Ok();
   }
@@ -110,7 +117,8 @@ class MoeBlock final : public FfnLayer {
   Status load_experts(const LoadContext& lc, const std::string& p) {
     for (int e = 0; e < E_; ++e) {
       const std::string name = fmt::format("{}experts.{}.", p, e);
-      KASSIGN(auto expert, make_dense_mlp(lc, name, cfg_.moe_intermediate_size));
+      KASSIGN(auto expert,
+              make_dense_mlp(lc, name, cfg_.moe_intermediate_size, TpSplit::kMoeIntermediate));
       experts_.push_back(std::move(expert));
     }
     return Status::Ok();
@@ -126,11 +134,14 @@ class MoeBlock final : public FfnLayer {
     if (gate_up.block_scale != nullptr || down.block_scale != nullptr ||
         gate_up.dtype == DType::F8_E4M3 || down.dtype == DType::F8_E4M3)
       return make_error("{}experts: fused FP8 expert tensors are not supported", p);
+    // A tensor-parallel rank's rows: its features of gate and up, its hidden rows of down.
+    const IndexRange f = lc.tp ? lc.tp->moe_intermediate : IndexRange{0, I};
+    const IndexRange h = lc.tp ? lc.tp->hidden : IndexRange{0, H_};
     for (int e = 0; e < E_; ++e) {
       auto expert = std::make_unique<DenseMlp>();
-      expert->set(lc, rows_of(gate_up, int64_t(e) * 2 * I, I, H_),
-                  rows_of(gate_up, int64_t(e) * 2 * I + I, I, H_),
-                  rows_of(down, int64_t(e) * H_, H_, I));
+      expert->set(lc, rows_of(gate_up, int64_t(e) * 2 * I + f.begin, f.size(), H_),
+                  rows_of(gate_up, int64_t(e) * 2 * I + I + f.begin, f.size(), H_),
+                  rows_of(down, int64_t(e) * H_ + h.begin, h.size(), I));
       experts_.push_back(std::move(expert));
     }
     return Status::Ok();
@@ -197,7 +208,7 @@ class MoeBlock final : public FfnLayer {
 
 Expected<std::unique_ptr<FfnLayer>> load_dense_mlp(const LoadContext& lc, const std::string& prefix,
                                                    int64_t width) {
-  KASSIGN(auto m, make_dense_mlp(lc, prefix, width));
+  KASSIGN(auto m, make_dense_mlp(lc, prefix, width, TpSplit::kIntermediate));
   return std::unique_ptr<FfnLayer>(std::move(m));
 }
 

@@ -20,7 +20,7 @@ TpGroup::TpGroup(const ModelConfig& config, const TensorParallel& tp)
   KCHECK(shards_[size_t(rank_)] == tp.shard, "rank {}'s shard is not its plan", rank_);
 }
 
-IndexRange TpGroup::range(const TpShard& s, TpSplit split) {
+IndexRange tp_range(const TpShard& s, TpSplit split) {
   switch (split) {
     case TpSplit::kAttention:
       return s.q_heads;
@@ -28,6 +28,8 @@ IndexRange TpGroup::range(const TpShard& s, TpSplit split) {
       return s.intermediate;
     case TpSplit::kMoeIntermediate:
       return s.moe_intermediate;
+    case TpSplit::kSharedIntermediate:
+      return s.shared_intermediate;
     case TpSplit::kHidden:
       return s.hidden;
     case TpSplit::kVocab:
@@ -44,6 +46,8 @@ int64_t TpGroup::width(TpSplit split) const {
       return config_.intermediate_size;
     case TpSplit::kMoeIntermediate:
       return config_.moe.moe_intermediate_size;
+    case TpSplit::kSharedIntermediate:
+      return config_.moe.num_shared_experts * config_.moe.moe_intermediate_size;
     case TpSplit::kHidden:
       return config_.hidden_size;
     case TpSplit::kVocab:
@@ -57,9 +61,9 @@ void TpGroup::gather(TpSplit split, const float* local, int64_t rows, float* out
   const int64_t unit = split == TpSplit::kAttention ? config_.head_dim : 1;
   const int64_t total = width(split) * unit;
   int64_t widest = 0;
-  for (const TpShard& s : shards_) widest = std::max(widest, range(s, split).size() * unit);
+  for (const TpShard& s : shards_) widest = std::max(widest, tp_range(s, split).size() * unit);
   const size_t part = size_t(rows * widest);
-  const int64_t mine = range(shard(), split).size() * unit;
+  const int64_t mine = tp_range(shard(), split).size() * unit;
   send_.assign(part, 0.0f);
   recv_.resize(part * shards_.size());
   for (int64_t r = 0; r < rows; ++r) std::copy_n(local + r * mine, mine, send_.data() + r * widest);
@@ -67,7 +71,7 @@ void TpGroup::gather(TpSplit split, const float* local, int64_t rows, float* out
   if (Status st = comm_->all_gather(send_.data(), part, recv_.data()); !st.ok())
     throw std::runtime_error(st.message());
   for (size_t q = 0; q < shards_.size(); ++q) {
-    const IndexRange ir = range(shards_[q], split);
+    const IndexRange ir = tp_range(shards_[q], split);
     const int64_t begin = ir.begin * unit, n = ir.size() * unit;
     for (int64_t r = 0; r < rows; ++r)
       std::copy_n(recv_.data() + q * part + size_t(r * widest), n, out + r * total + begin);

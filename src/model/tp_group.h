@@ -21,7 +21,17 @@
 namespace kestrel {
 
 // Which split of a feature dimension a gather assembles.
-enum class TpSplit { kAttention, kIntermediate, kMoeIntermediate, kHidden, kVocab };
+enum class TpSplit {
+  kAttention,
+  kIntermediate,
+  kMoeIntermediate,
+  kSharedIntermediate,
+  kHidden,
+  kVocab
+};
+
+// The features of `split` that `shard` holds (kAttention: in heads).
+IndexRange tp_range(const TpShard& shard, TpSplit split);
 
 class TpGroup {
  public:
@@ -30,7 +40,7 @@ class TpGroup {
 
   const TpShard& shard() const { return shards_[size_t(rank_)]; }
   // The features of `split` this rank computes.
-  IndexRange part(TpSplit split) const { return range(shard(), split); }
+  IndexRange part(TpSplit split) const { return tp_range(shard(), split); }
   // The whole dimension of `split`.
   int64_t width(TpSplit split) const;
 
@@ -40,8 +50,6 @@ class TpGroup {
   void gather(TpSplit split, const float* local, int64_t rows, float* out);
 
  private:
-  static IndexRange range(const TpShard& s, TpSplit split);
-
   std::vector<TpShard> shards_;  // every rank's, in rank order
   int rank_;
   DeviceComm* comm_;

@@ -25,9 +25,9 @@ IndexRange split_range(int64_t n, int rank, int size, int64_t align) {
 }
 
 Status tp_supported(const ModelConfig& c, int size) {
-  if (size > 1 && (c.mla.enabled() || c.moe.num_experts > 0))
+  if (size > 1 && c.mla.enabled())
     return make_error(
-        "--tensor-parallel-size {}: {} is an MLA or MoE model; tensor parallelism runs dense "
+        "--tensor-parallel-size {}: {} is an MLA model; tensor parallelism runs "
         "grouped-query-attention models so far (issue 20)",
         size, c.architecture);
   return Status::Ok();
@@ -84,6 +84,8 @@ Expected<TpShard> plan_tp_shard(const ModelConfig& c, int rank, int size) {
   };
   KASSIGN(s.intermediate, features(c.intermediate_size, "the MLP"));
   KASSIGN(s.moe_intermediate, features(c.moe.moe_intermediate_size, "each expert"));
+  KASSIGN(s.shared_intermediate,
+          features(c.moe.num_shared_experts * c.moe.moe_intermediate_size, "the shared experts"));
   KASSIGN(s.hidden, features(c.hidden_size, "the hidden state"));
   s.vocab = split_range(c.vocab_size, rank, size);
   return s;

@@ -28,12 +28,13 @@ struct IndexRange {
 
 struct TpShard {
   int rank = 0, size = 1;
-  IndexRange q_heads;           // attention (or MLA) query heads
-  IndexRange kv_heads;          // the KV heads those query heads read (a replicated one: size 1)
-  IndexRange intermediate;      // dense MLP features
-  IndexRange moe_intermediate;  // each routed and shared expert's features (MoE models)
-  IndexRange hidden;            // the output projections' (o, down) rows
-  IndexRange vocab;             // embedding and LM-head rows
+  IndexRange q_heads;              // attention (or MLA) query heads
+  IndexRange kv_heads;             // the KV heads those query heads read (a replicated one: size 1)
+  IndexRange intermediate;         // dense MLP features
+  IndexRange moe_intermediate;     // each routed expert's features (MoE models)
+  IndexRange shared_intermediate;  // the shared experts' features, as one MLP (DeepSeek)
+  IndexRange hidden;               // the output projections' (o, down) rows
+  IndexRange vocab;                // embedding and LM-head rows
   bool operator==(const TpShard&) const = default;
 };
 
@@ -50,8 +51,8 @@ struct TensorParallel {
   bool enabled() const { return shard.size > 1; }
 };
 
-// Whether Kestrel splits this architecture over `size` ranks yet: dense grouped-query attention
-// models only (MLA and MoE layers are refused naming the issue).
+// Whether Kestrel splits this architecture over `size` ranks yet: grouped-query attention with
+// dense or MoE MLPs (MLA layers are refused naming the issue).
 Status tp_supported(const ModelConfig& config, int size);
 
 // Rank `rank`'s shard of `config` over `size` ranks, or why the model cannot be split so (more

@@ -1,5 +1,6 @@
 """Qwen3-MoE and DeepSeek-V3 (MLA + MoE) fixtures served by `kestrel serve`: concurrent greedy
-requests reproduce transformers' greedy continuations (batching), a repeated prompt is served
+requests reproduce transformers' greedy continuations (batching; Qwen3-MoE also on two
+tensor-parallel ranks, and on two data-parallel engines of two), a repeated prompt is served
 from the prefix cache with the same answer, and an FP8 block-quantized checkpoint serves too
 (`--quantization fp8` names it; on a bf16 checkpoint that flag stops serve with a reason).
 The fixtures have no tokenizer, so prompts go in as token ids and logprobs name tokens
@@ -30,10 +31,13 @@ def prefix_hits(base_url):
     return metric(scrape(base_url), "vllm:prefix_cache_hits_total")
 
 
-@pytest.mark.parametrize("fixture", ["qwen3_moe_bf16", "deepseek_v3_bf16", "deepseek_v3_fp8"])
-def test_concurrent_greedy_matches_transformers_and_prefix_cache_hits(start_server, fixture):
+@pytest.mark.parametrize("fixture,parallel", [
+    ("qwen3_moe_bf16", []), ("deepseek_v3_bf16", []), ("deepseek_v3_fp8", []),
+    ("qwen3_moe_bf16", ["--tensor-parallel-size", "2"])])
+def test_concurrent_greedy_matches_transformers_and_prefix_cache_hits(start_server, fixture,
+                                                                      parallel):
     golden = json.loads((FIXTURES / fixture / "golden.json").read_text())
-    flags = ["--max-model-len", "256", "--block-size", "16"]
+    flags = ["--max-model-len", "256", "--block-size", "16", *parallel]
     if golden.get("weight_format") == "fp8_block128":
         # The goldens are an f32 forward; --quantization fp8 names what the checkpoint holds.
         flags += ["--dtype", "float32", "--quantization", "fp8"]
@@ -49,6 +53,17 @@ def test_concurrent_greedy_matches_transformers_and_prefix_cache_hits(start_serv
     assert again == want[2]
     # The 40-token prompt's two full 16-token blocks come from the cache.
     assert prefix_hits(srv.base_url) - before >= 32
+
+
+def test_two_data_parallel_engines_of_two_tensor_parallel_ranks_match_transformers(start_server):
+    golden = json.loads((FIXTURES / "qwen3_moe_bf16" / "golden.json").read_text())
+    srv = start_server("--max-model-len", "256", "--data-parallel-size", "2",
+                       "--tensor-parallel-size", "2", model_path=FIXTURES / "qwen3_moe_bf16")
+    prompts, want = golden["prompts"], golden["greedy"]
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        got = list(pool.map(lambda p: greedy_tokens(srv.base_url, srv.model, p, len(want[0])),
+                            prompts))
+    assert got == want
 
 
 def test_quantization_fp8_on_a_bf16_checkpoint_exits_naming_why():

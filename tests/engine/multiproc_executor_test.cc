@@ -225,7 +225,8 @@ INSTANTIATE_TEST_SUITE_P(Groups, MultiprocExecutorTest,
                                            std::make_tuple("qwen3_f32", 4, 512, false),
                                            std::make_tuple("qwen2_f32", 2, 7,
                                                            false),  // prompts in chunks
-                                           std::make_tuple("llama3_f32", 2, 512, true)));
+                                           std::make_tuple("llama3_f32", 2, 512, true),
+                      std::make_tuple("qwen3_moe_f32", 2, 512, false)));
 
 TEST(MultiprocExecutor, AWorkerThatDiesFailsTheGroupWithinSeconds) {
   auto g = start_group("llama3_f32", 2, 512, std::nullopt);

@@ -113,7 +113,10 @@ class TensorParallelForward : public ::testing::TestWithParam<std::tuple<std::st
 TEST_P(TensorParallelForward, RanksAgreeAndMatchTheUnsplitModel) {
   const auto [fixture, size] = GetParam();
   const std::string dir = test::fixtures_dir() + "/models/" + fixture;
-  expect_split_matches(options(dir), size, golden_prompts(dir));
+  auto golden = read_text_file(dir + "/golden.json");
+  ASSERT_TRUE(golden.ok());
+  const std::string dtype = nlohmann::json::parse(*golden).at("dtype").get<std::string>();
+  expect_split_matches(options(dir, 0, 1, nullptr, dtype), size, golden_prompts(dir));
 }
 
 // SmolLM2-135M's 9 heads in 3 KV groups over two ranks (6 + 3 heads), Q4_1 weights, int8
@@ -131,6 +134,11 @@ INSTANTIATE_TEST_SUITE_P(DenseFixtures, TensorParallelForward,
                          ::testing::Combine(::testing::Values("llama3_f32", "qwen2_f32",
                                                               "qwen3_f32", "mistral_f32"),
                                             ::testing::Values(2, 4)));
+// Every expert split by its features, the router whole on every rank; bf16 rounds where
+// transformers rounds, the same on every rank.
+INSTANTIATE_TEST_SUITE_P(MoeFixtures, TensorParallelForward,
+                         ::testing::Combine(::testing::Values("qwen3_moe_f32", "qwen3_moe_bf16"),
+                                            ::testing::Values(2)));
 
 // Refusals come before any collective, so a group that never communicates will do.
 class UnusedComm final : public DeviceComm {
@@ -144,12 +152,14 @@ class UnusedComm final : public DeviceComm {
 
 TEST(TensorParallel, ModelsNotSplitYetAreRefusedAtLoad) {
   UnusedComm comm;
-  for (const char* f : {"qwen3_moe_f32", "deepseek_v3_f32"}) {
-    auto m = load_model(options(test::fixtures_dir() + "/models/" + f, 0, 2, &comm));
-    ASSERT_FALSE(m.ok()) << f;
-    EXPECT_NE(m.error().message.find("is an MLA or MoE model"), std::string::npos)
-        << m.error().message;
-  }
+  auto mla = load_model(options(test::fixtures_dir() + "/models/deepseek_v3_f32", 0, 2, &comm));
+  ASSERT_FALSE(mla.ok());
+  EXPECT_NE(mla.error().message.find("is an MLA model"), std::string::npos) << mla.error().message;
+  // Qwen3-MoE's 32 expert features are two 16-row panels: not four ranks' worth.
+  auto moe4 = load_model(options(test::fixtures_dir() + "/models/qwen3_moe_f32", 0, 4, &comm));
+  ASSERT_FALSE(moe4.ok());
+  EXPECT_NE(moe4.error().message.find("each expert has 32 features"), std::string::npos)
+      << moe4.error().message;
   auto no_comm = load_model(options(test::fixtures_dir() + "/models/llama3_f32", 0, 2, nullptr));
   ASSERT_FALSE(no_comm.ok());
   EXPECT_NE(no_comm.error().message.find("has no communicator"), std::string::npos);

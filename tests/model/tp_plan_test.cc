@@ -98,6 +98,7 @@ TEST(TpPlan, MlaKeepsTheLatentCacheOnEveryRank) {
   ModelConfig c = gqa(16, 16, 0, 512);
   c.mla.kv_lora_rank = 64;
   c.moe.moe_intermediate_size = 256;
+  c.moe.num_shared_experts = 2;  // one MLP of 512 features
   for (int r = 0; r < 4; ++r) {
     auto s = plan_tp_shard(c, r, 4);
     ASSERT_TRUE(s.ok()) << s.error().message;
@@ -105,6 +106,7 @@ TEST(TpPlan, MlaKeepsTheLatentCacheOnEveryRank) {
     EXPECT_EQ(s->q_heads, (IndexRange{4 * r, 4 * r + 4}));
     EXPECT_EQ(s->intermediate, IndexRange{});
     EXPECT_EQ(s->moe_intermediate, (IndexRange{64 * r, 64 * r + 64}));
+    EXPECT_EQ(s->shared_intermediate, (IndexRange{128 * r, 128 * r + 128}));
   }
   // 48 expert features are three panels of 16: a fourth rank would get none.
   c.moe.moe_intermediate_size = 48;
