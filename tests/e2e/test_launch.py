@@ -1,0 +1,100 @@
+"""`kestrel launch` as the guides run launch_online_dp.py: one server per local data-parallel rank
+through a run_dp_template.sh that receives the 7 positional arguments (devices, port, dp size,
+dp rank, dp address, dp rpc port, tp size); each rank gets its share of the cores (here: one of
+two), serves as that rank behind an external load balancer, and SIGTERM to the launcher stops
+every rank and the launcher with status 0; a rank that fails stops the others and the launcher
+exits non-zero."""
+
+import os
+import signal
+import socket
+import subprocess
+import time
+
+from kestrel_e2e import KESTREL_BIN, MODEL_PATH, metric, post_json, request, scrape, wait_for
+
+TEMPLATE = """#!/bin/bash
+# As the guides' run_dp_template.sh, with kestrel serve; ASCEND_RT_VISIBLE_DEVICES=$1 there.
+echo "$@" > "{dir}/args-$4.txt"
+grep Cpus_allowed_list /proc/self/status > "{dir}/cpus-$4.txt"
+{fail}
+"{kestrel}" serve "{model}" --host 127.0.0.1 --port $2 --data-parallel-size $3 \\
+  --data-parallel-rank $4 --data-parallel-address $5 --data-parallel-rpc-port $6 \\
+  --tensor-parallel-size $7 --max-model-len 1024 --kv-cache-memory 128M
+"""
+
+
+def two_free_ports():
+    for _ in range(100):
+        with socket.socket() as a, socket.socket() as b:
+            try:
+                a.bind(("127.0.0.1", 0))
+                port = a.getsockname()[1]
+                b.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no two consecutive free ports")
+
+
+def start_launch(tmp_path, fail=""):
+    template = tmp_path / "run_dp_template.sh"
+    template.write_text(TEMPLATE.format(dir=tmp_path, fail=fail, kestrel=KESTREL_BIN,
+                                        model=MODEL_PATH))
+    port = two_free_ports()
+    log = open(tmp_path / "launch.log", "w")
+    proc = subprocess.Popen([str(KESTREL_BIN), "launch", "--dp-size", "2", "--tp-size", "1",
+                             "--dp-address", "127.0.0.1", "--dp-rpc-port", "13389",
+                             "--vllm-start-port", str(port), "--template", str(template)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    return proc, port
+
+
+def healthy(port):
+    try:
+        return request(f"http://127.0.0.1:{port}", "GET", "/health", timeout=2)[0] == 200
+    except OSError:
+        return False
+
+
+def test_one_server_per_rank_on_its_cores_and_sigterm_stops_all(tmp_path):
+    proc, port = start_launch(tmp_path)
+    try:
+        assert wait_for(lambda: healthy(port) and healthy(port + 1), 60), \
+            (tmp_path / "launch.log").read_text()
+        for rank in (0, 1):
+            args = (tmp_path / f"args-{rank}.txt").read_text().split()
+            assert args[1:] == [str(port + rank), "2", str(rank), "127.0.0.1", "13389", "1"]
+            cpus = (tmp_path / f"cpus-{rank}.txt").read_text().split()[-1]
+            assert cpus == args[0], (cpus, args)  # its share: one CPU each on two
+        assert (tmp_path / "args-0.txt").read_text().split()[0] != \
+            (tmp_path / "args-1.txt").read_text().split()[0] or os.cpu_count() == 1
+        base = f"http://127.0.0.1:{port + 1}"
+        status, body = post_json(base, "/v1/completions", {
+            "model": str(MODEL_PATH), "prompt": "Hello", "max_tokens": 4, "temperature": 0})
+        assert status == 200, body
+        assert metric(scrape(base), "vllm:generation_tokens_total", engine="1") == 4
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, (tmp_path / "launch.log").read_text()
+        assert not healthy(port) and not healthy(port + 1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_rank_that_fails_stops_the_others_and_the_launcher_fails(tmp_path):
+    proc, port = start_launch(tmp_path, fail='[ "$4" = 1 ] && { sleep 3; exit 3; }')
+    try:
+        assert wait_for(lambda: healthy(port), 60), (tmp_path / "launch.log").read_text()
+        start = time.monotonic()
+        rc = proc.wait(timeout=60)
+        assert rc == 1
+        log = (tmp_path / "launch.log").read_text()
+        assert "data-parallel rank 1" in log and "exited with status 3" in log, log
+        assert time.monotonic() - start < 40
+        assert wait_for(lambda: not healthy(port), 10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
