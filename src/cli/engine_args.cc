@@ -269,21 +269,31 @@ int run_tp_worker(const EngineArgs& a, const GroupNames& names, int dp_rank, int
   if (!sc.ok()) return fail(sc.error());
   const ProposerOptions po = proposer_options(spec, *sc, models->draft.get());
   CausalLM& model = *models->model->model;
-  return run_worker(**leader, [&](int32_t num_blocks) -> Expected<std::unique_ptr<ModelRunner>> {
+  return run_worker(**leader, [&](int32_t num_blocks) -> Expected<std::unique_ptr<Executor>> {
     KASSIGN(Speculation s, make_speculation(spec, po, model, num_blocks));
-    return std::make_unique<ModelRunner>(model, model.make_kv_cache(num_blocks, sc->block_size),
-                                         std::move(s));
+    return std::unique_ptr<Executor>(
+        std::make_unique<InProcessExecutor>(model, num_blocks, sc->block_size, std::move(s)));
   });
 }
 
 }  // namespace
 
-Expected<Engine> start_engine(const EngineArgs& a) {
+namespace {
+
+// The local data-parallel ranks, loaded and ready: the engine (without its client yet) and the
+// client's options, with an executor per local rank unless one in-process rank suffices.
+struct Prepared {
+  Engine engine;
+  EngineClient::Options options;
+};
+
+Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executors) {
   set_log_level(a.log_level);
   KTRY(check_executor_backend(a));
   const int tp = a.tensor_parallel_size;
   const int dp = a.local_data_parallel_ranks();
-  Engine e;
+  Prepared prepared;
+  Engine& e = prepared.engine;
   // Every data-parallel rank's workers first, before this process starts any thread: the
   // children are forks of it.
   std::vector<std::unique_ptr<WorkerProcesses>> workers(static_cast<size_t>(dp));
@@ -370,7 +380,7 @@ Expected<Engine> start_engine(const EngineArgs& a) {
             sc.enable_chunked_prefill ? "enabled" : "disabled", sc.max_num_batched_tokens,
             sc.max_num_seqs);
 
-  EngineClient::Options opts;
+  EngineClient::Options& opts = prepared.options;
   opts.scheduler = sc;
   opts.first_engine_index = a.data_parallel_first;
   for (int64_t id : e.model->generation.eos_token_ids) opts.eos_token_ids.push_back(int32_t(id));
@@ -388,7 +398,7 @@ Expected<Engine> start_engine(const EngineArgs& a) {
         d == 0 ? e.draft_model.get() : e.more_ranks[size_t(d - 1)].draft.get();
     KASSIGN(Speculation speculation, make_speculation(spec, proposer_options(spec, sc, draft),
                                                       *model.model, e.kv.num_blocks));
-    if (tp == 1 && dp == 1) {
+    if (tp == 1 && dp == 1 && !always_executors) {
       opts.speculation = std::move(speculation);
       break;
     }
@@ -408,8 +418,79 @@ Expected<Engine> start_engine(const EngineArgs& a) {
                                      std::move(runner), sc.num_blocks, kWorkerStartTimeout));
     opts.executors.push_back(std::move(executor));
   }
-  e.client = std::make_unique<EngineClient>(*e.model->model, e.tokenizer.get(), std::move(opts));
-  return e;
+  return prepared;
+}
+
+// rank `d`'s control channel at the head: --data-parallel-address, port --data-parallel-rpc-port
+// + d (an explicit address, never a resolved hostname).
+std::string remote_rank_endpoint(const EngineArgs& a, int d) {
+  return fmt::format("tcp://{}:{}", a.data_parallel_address, a.data_parallel_rpc_port + d);
+}
+
+}  // namespace
+
+Expected<Engine> start_engine(const EngineArgs& a) {
+  const int local = a.local_data_parallel_ranks();
+  const int remote = a.data_parallel_remote;
+  KASSIGN(Prepared p, prepare_local_ranks(a, /*always_executors=*/remote > 0));
+  Engine& e = p.engine;
+  // Data-parallel ranks on other nodes (--headless there): each connects to its own port here.
+  for (int d = a.data_parallel_first + local; d < a.data_parallel_first + local + remote; ++d) {
+    const std::string endpoint = remote_rank_endpoint(a, d);
+    KASSIGN(auto leader, HostCommLeader::bind(endpoint, 1));
+    KLOG_INFO("waiting for data-parallel rank {} (a --headless node) at {}", d, endpoint);
+    if (Status st = leader->wait_for_workers(kWorkerStartTimeout, {}); !st.ok())
+      return make_error("data-parallel rank {} did not connect to {}: {}", d, endpoint,
+                        st.message());
+    auto executor = MultiprocExecutor::start(nullptr, std::move(leader), nullptr,
+                                             p.options.scheduler.num_blocks, kWorkerStartTimeout);
+    if (!executor.ok())
+      return make_error("data-parallel rank {} at {}: {}", d, endpoint, executor.error().message);
+    KLOG_INFO("data-parallel rank {} joined from {}", d, endpoint);
+    p.options.executors.push_back(std::move(*executor));
+  }
+  e.client =
+      std::make_unique<EngineClient>(*e.model->model, e.tokenizer.get(), std::move(p.options));
+  return std::move(e);
+}
+
+int serve_headless(const EngineArgs& a) {
+  auto prepared = prepare_local_ranks(a, /*always_executors=*/true);
+  if (!prepared.ok()) {
+    KLOG_ERROR("{}", prepared.error().message);
+    return 1;
+  }
+  std::vector<std::unique_ptr<Executor>>& executors = prepared->options.executors;
+  const int32_t num_blocks = prepared->options.scheduler.num_blocks;
+  std::vector<int> status(executors.size(), 0);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < executors.size(); ++i) {
+    threads.emplace_back([&, i] {
+      const int d = a.data_parallel_first + int(i);
+      const std::string endpoint = remote_rank_endpoint(a, d);
+      auto head = HostCommWorker::connect(endpoint, 1);
+      if (!head.ok()) {
+        KLOG_ERROR("data-parallel rank {}: {}", d, head.error().message);
+        status[i] = 1;
+        return;
+      }
+      KLOG_INFO("data-parallel rank {}: serving the head at {}", d, endpoint);
+      status[i] = run_worker(**head, [&](int32_t blocks) -> Expected<std::unique_ptr<Executor>> {
+        if (blocks > num_blocks)
+          return make_error(
+              "data-parallel rank {} has room for {} KV blocks, the head planned {} (give every "
+              "node the same --kv-cache-memory)",
+              d, num_blocks, blocks);
+        return std::move(executors[i]);
+      });
+      KLOG_INFO("data-parallel rank {}: {}", d,
+                status[i] == 0 ? "the head stopped it" : "lost the head; stopping");
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int s : status)
+    if (s != 0) return 1;
+  return 0;
 }
 
 }  // namespace kestrel::cli

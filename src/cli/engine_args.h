@@ -43,9 +43,15 @@ struct EngineArgs {
   // Data-parallel ranks: engines with their own scheduler, KV cache and model copy (each a
   // tensor-parallel group), requests balanced among them by load.
   int data_parallel_size = 1;
-  // This process runs ranks [first, first + count) of them; serve sets it for a server that is
-  // one rank behind an external load balancer (--data-parallel-rank). Not a flag.
+  // This process runs ranks [first, first + count) of them, and ranks [first + count, first +
+  // count + remote) join it from other nodes; serve sets these (not flags) for a server that is
+  // one rank behind an external load balancer (--data-parallel-rank), a head whose other ranks
+  // run --headless elsewhere (--data-parallel-size-local), and a --headless node.
   int data_parallel_first = 0, data_parallel_count = 0;  // count 0: all of them
+  int data_parallel_remote = 0;
+  // Rank 0's node, where the ranks on other nodes connect (rank d at rpc_port + d).
+  std::string data_parallel_address = "127.0.0.1";
+  int data_parallel_rpc_port = 29550;
   int local_data_parallel_ranks() const {
     return data_parallel_count > 0 ? data_parallel_count : data_parallel_size;
   }
@@ -88,5 +94,10 @@ Expected<SchedulerConfig> scheduler_config(const EngineArgs& args, const ModelCo
 // run each step with it (engine/multiproc_executor.h): call it before the process starts
 // threads.
 Expected<Engine> start_engine(const EngineArgs& args);
+
+// --headless: runs this node's data-parallel ranks for the head at --data-parallel-address (rank
+// d connects to its rpc_port + d), each step the head sends, until the head stops them (0) or
+// is lost (1). Call it, too, before the process starts threads.
+int serve_headless(const EngineArgs& args);
 
 }  // namespace kestrel::cli

@@ -62,6 +62,15 @@ int serve(ServeArgs& a) {
     for (const auto& n : a.notes) list += (list.empty() ? "" : "; ") + n;
     KLOG_INFO("accepted with no effect on Kestrel: {}", list);
   }
+  if (a.parallel.headless) {
+    // Engines only: this node's data-parallel ranks, driven by the head's schedulers.
+    KLOG_INFO("headless: data-parallel ranks {}..{} of {} for the head at {} (ports from {})",
+              a.engine.data_parallel_first,
+              a.engine.data_parallel_first + a.engine.local_data_parallel_ranks() - 1,
+              a.engine.data_parallel_size, a.engine.data_parallel_address,
+              a.engine.data_parallel_rpc_port + a.engine.data_parallel_first);
+    return serve_headless(a.engine);
+  }
   auto started = start_engine(a.engine);
   if (!started) {
     KLOG_ERROR("{}", started.error().message);

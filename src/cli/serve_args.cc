@@ -334,23 +334,37 @@ void check_parallel(const ServeArgs& a, Findings& f) {
   const ParallelArgs& p = a.parallel;
   const EngineArgs& e = a.engine;
   const int dp = e.data_parallel_size;
-  if (p.data_parallel_size_local && *p.data_parallel_size_local != dp && !p.data_parallel_rank)
+  const int local = p.data_parallel_size_local.value_or(dp);
+  const int start = p.data_parallel_start_rank.value_or(0);
+  if (p.data_parallel_rank) {
+    if (*p.data_parallel_rank >= dp)
+      f.refuse(fmt::format("--data-parallel-rank {}: not a rank of --data-parallel-size {}",
+                           *p.data_parallel_rank, dp));
+    if (p.headless)
+      f.refuse(
+          "--headless with --data-parallel-rank: a rank behind an external "
+          "load balancer serves its own requests");
+  } else if (local < 1 || start + local > dp) {
     f.refuse(fmt::format(
-        "--data-parallel-size-local {}: data-parallel ranks on other nodes are not supported yet "
-        "(every one of the {} ranks runs here)",
-        *p.data_parallel_size_local, dp));
-  if (p.data_parallel_start_rank.value_or(0) != 0)
+        "--data-parallel-size-local {} from --data-parallel-start-rank {}: not ranks of "
+        "--data-parallel-size {}",
+        local, start, dp));
+  } else if (p.headless && local == dp) {
     f.refuse(fmt::format(
-        "--data-parallel-start-rank {}: data-parallel ranks on other nodes are not supported yet",
-        *p.data_parallel_start_rank));
-  if (p.data_parallel_rank && *p.data_parallel_rank >= dp)
-    f.refuse(fmt::format("--data-parallel-rank {}: not a rank of --data-parallel-size {}",
-                         *p.data_parallel_rank, dp));
-  if (p.headless) f.refuse("--headless: multi-node data parallelism is not supported yet");
-  if (p.data_parallel_address)
+        "--headless: every one of the {} data-parallel ranks would run here, with no head to "
+        "serve them (give --data-parallel-size-local and --data-parallel-start-rank)",
+        dp));
+  } else if (!p.headless && start != 0) {
+    f.refuse(fmt::format(
+        "--data-parallel-start-rank {}: only a --headless node starts past rank 0 (the head runs "
+        "rank 0)",
+        start));
+  }
+  const bool multi_node = !p.data_parallel_rank && local < dp;
+  if (p.data_parallel_address && !multi_node)
     f.note(dp == 1 ? "--data-parallel-address (one data-parallel rank: nothing to coordinate)"
                    : "--data-parallel-address (this server's ranks coordinate in-process)");
-  if (p.data_parallel_rpc_port)
+  if (p.data_parallel_rpc_port && !multi_node)
     f.note(dp == 1 ? "--data-parallel-rpc-port (one data-parallel rank: nothing to coordinate)"
                    : "--data-parallel-rpc-port (this server's ranks coordinate in-process)");
   if (a.api_server_count != 1)
@@ -682,11 +696,21 @@ Status finalize_serve_args(ServeArgs& a) {
   check_multimodal(a, f);
   check_tokenizer_mode_and_parsers(a, f);
   check_deepseek_v41(a, f);
-  if (a.parallel.data_parallel_rank) {
+  const ParallelArgs& p = a.parallel;
+  EngineArgs& e = a.engine;
+  if (p.data_parallel_address) e.data_parallel_address = *p.data_parallel_address;
+  if (p.data_parallel_rpc_port) e.data_parallel_rpc_port = *p.data_parallel_rpc_port;
+  if (p.data_parallel_rank) {
     // External load balancing (one server per rank, as launch_online_dp.py starts them): this
     // server runs its rank alone.
-    a.engine.data_parallel_first = *a.parallel.data_parallel_rank;
-    a.engine.data_parallel_count = 1;
+    e.data_parallel_first = *p.data_parallel_rank;
+    e.data_parallel_count = 1;
+  } else if (p.data_parallel_size_local && *p.data_parallel_size_local < e.data_parallel_size) {
+    // Multi-node: this node runs its ranks; the head also waits for the rest (internal load
+    // balancing over --headless nodes).
+    e.data_parallel_first = p.data_parallel_start_rank.value_or(0);
+    e.data_parallel_count = *p.data_parallel_size_local;
+    if (!p.headless) e.data_parallel_remote = e.data_parallel_size - e.data_parallel_count;
   }
   if (f.refusals.empty()) return Status::Ok();
   std::string message;

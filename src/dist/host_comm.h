@@ -5,7 +5,7 @@
 // worker that dies fails the wait at once instead of at the timeout.
 //
 // Each side is owned by one thread: the leader by the engine thread, a worker by its process's
-// main thread.
+// main thread (each also runs a thread that watches its connections).
 #pragma once
 
 #include <chrono>
@@ -41,6 +41,9 @@ class HostCommLeader {
   Expected<std::vector<std::string>> gather(std::chrono::milliseconds timeout,
                                             const LivenessCheck& alive);
   const std::string& endpoint() const { return endpoint_; }
+  // An error once a worker's connection has closed (it died, or its host stopped answering
+  // ZeroMQ's heartbeats for 5 s), even while nobody waits. Thread-safe.
+  Status check_connections() const;
 
  private:
   struct State;

@@ -49,7 +49,7 @@ Expected<std::unique_ptr<MultiprocExecutor>> MultiprocExecutor::start(
 
 MultiprocExecutor::~MultiprocExecutor() {
   if (!failure()) (void)workers_->broadcast(message(kQuit));
-  processes_->stop();
+  if (processes_) processes_->stop();
 }
 
 std::optional<std::string> MultiprocExecutor::failure() const {
@@ -57,11 +57,14 @@ std::optional<std::string> MultiprocExecutor::failure() const {
     std::lock_guard lock(mu_);
     if (failure_) return failure_;
   }
-  return processes_->failure();
+  if (processes_) return processes_->failure();
+  // Workers elsewhere: a closed connection is a lost rank.
+  if (Status st = workers_->check_connections(); !st.ok()) return st.message();
+  return std::nullopt;
 }
 
 Status MultiprocExecutor::check_alive() const {
-  return processes_->check();
+  return processes_ ? processes_->check() : Status::Ok();
 }
 
 Error MultiprocExecutor::fail(const std::string& why) {
@@ -77,15 +80,19 @@ Expected<RunnerOutput> MultiprocExecutor::execute(const SchedulerOutput& output)
   if (auto f = failure()) return make_error("{}", *f);
   if (Status st = workers_->broadcast(message(kStep, encode(output))); !st.ok())
     return fail(st.message());
+  // This process's rank, when it runs one; else the first worker's answer is the step's.
   std::optional<Expected<RunnerOutput>> mine;
   std::string exception;
-  try {
-    mine = runner_->execute(output);
-  } catch (const std::exception& e) {
-    exception = e.what();
+  if (runner_) {
+    try {
+      mine = runner_->execute(output);
+    } catch (const std::exception& e) {
+      exception = e.what();
+    }
   }
   auto replies = workers_->gather(kStepTimeout, [this] { return check_alive(); });
-  if (auto f = processes_->failure()) return fail(*f);
+  if (processes_)
+    if (auto f = processes_->failure()) return fail(*f);
   if (!replies.ok()) return fail(replies.error().message);
   if (!exception.empty()) return fail("rank 0: " + exception);
   // Equal errors everywhere are the step's (every rank refused it before computing); anything
@@ -96,24 +103,30 @@ Expected<RunnerOutput> MultiprocExecutor::execute(const SchedulerOutput& output)
     if (r.empty()) return fail(fmt::format("rank {}: an empty answer", rank));
     const std::string_view body = std::string_view(r).substr(1);
     if (r[0] == kFatal) return fail(fmt::format("rank {}: {}", rank, body));
-    if (r[0] == kError) {
-      if (mine->ok() || mine->error().message != body)
-        return fail(fmt::format("rank {} failed the step alone: {}", rank, body));
+    Expected<RunnerOutput> theirs = make_error("{}", body);
+    if (r[0] == kOutput) {
+      theirs = decode_runner_output(body);
+      if (!theirs.ok()) return fail(fmt::format("rank {}: {}", rank, theirs.error().message));
+    } else if (r[0] != kError) {
+      return fail(fmt::format("rank {}: an unknown answer", rank));
+    }
+    if (!mine) {
+      mine = std::move(theirs);
       continue;
     }
-    if (r[0] != kOutput || !mine->ok())
-      return fail(fmt::format("rank {} ran a step rank 0 failed: {}", rank,
-                              mine->ok() ? "an unknown answer" : mine->error().message));
-    auto theirs = decode_runner_output(body);
-    if (!theirs.ok()) return fail(fmt::format("rank {}: {}", rank, theirs.error().message));
-    if (!(*theirs == **mine))
-      return fail(fmt::format("rank {} sampled other tokens than rank 0", rank));
+    if (mine->ok() != theirs.ok())
+      return fail(fmt::format("rank {} {} a step the first rank {}", rank,
+                              theirs.ok() ? "ran" : "failed", theirs.ok() ? "failed" : "ran"));
+    if (!theirs.ok() && theirs.error().message != mine->error().message)
+      return fail(fmt::format("rank {} failed the step alone: {}", rank, body));
+    if (theirs.ok() && !(*theirs == **mine))
+      return fail(fmt::format("rank {} sampled other tokens than the first rank", rank));
   }
   return std::move(*mine);
 }
 
 int run_worker(HostCommWorker& leader,
-               const std::function<Expected<std::unique_ptr<ModelRunner>>(int32_t)>& make_runner) {
+               const std::function<Expected<std::unique_ptr<Executor>>(int32_t)>& make_executor) {
   auto init = leader.receive();
   if (!init.ok() || init->empty()) return 2;
   if ((*init)[0] == kQuit) return 0;
@@ -122,14 +135,14 @@ int run_worker(HostCommWorker& leader,
   if ((*init)[0] != kInit ||
       std::from_chars(count.data(), count.data() + count.size(), num_blocks).ec != std::errc())
     return 2;
-  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<Executor> executor;
   try {
-    auto made = make_runner(num_blocks);
+    auto made = make_executor(num_blocks);
     if (!made.ok()) {
       (void)leader.send(message(kError, made.error().message));
       return 1;
     }
-    runner = std::move(*made);
+    executor = std::move(*made);
   } catch (const std::exception& e) {
     (void)leader.send(message(kError, e.what()));
     return 1;
@@ -146,7 +159,7 @@ int run_worker(HostCommWorker& leader,
       reply = message(kFatal, step.error().message);
     } else {
       try {
-        auto out = runner->execute(*step);
+        auto out = executor->execute(*step);
         reply = out.ok() ? message(kOutput, encode(*out)) : message(kError, out.error().message);
       } catch (const std::exception& e) {
         reply = message(kFatal, e.what());

@@ -5,7 +5,8 @@
 // the step together, their layers meeting at the model's collectives, and each returns its
 // RunnerOutput. The model's results are the same bits on every rank (model/tp_group.h), so
 // every rank samples the same tokens; rank 0 checks that the workers' outputs equal its own and
-// returns its own.
+// returns its own. The same executor drives a data-parallel rank on another host (--headless):
+// no local runner, one worker (that host's executor) reached over TCP.
 //
 // A worker that dies, fails where rank 0 did not, or computes something else fails the group
 // for good: that step and every later one return the error, and failure() says why (the engine
@@ -34,7 +35,9 @@ class MultiprocExecutor final : public Executor {
   static constexpr std::chrono::seconds kStepTimeout{60};
 
   // `workers` already connected (wait_for_workers). Sends them `num_blocks` and waits until each
-  // has built its runner: an error says which rank failed and why.
+  // has built its runner: an error says which rank failed and why. Without `processes` the
+  // workers run elsewhere (a data-parallel rank on another host: its liveness is its connection);
+  // without `runner` this process computes nothing and the first worker's answer is the step's.
   static Expected<std::unique_ptr<MultiprocExecutor>> start(
       std::unique_ptr<WorkerProcesses> processes, std::unique_ptr<HostCommLeader> workers,
       std::unique_ptr<ModelRunner> runner, int32_t num_blocks, std::chrono::milliseconds timeout);
@@ -58,10 +61,12 @@ class MultiprocExecutor final : public Executor {
   std::optional<std::string> failure_;
 };
 
-// A worker process's side: waits for rank 0's block count, builds its runner with
-// `make_runner(num_blocks)`, says it is ready, then runs each step rank 0 sends until told to
-// stop. Returns the process's exit status (0: told to stop).
+// A worker's side: waits for the leader's block count, builds what runs its part of each step
+// with `make_executor(num_blocks)` (a TP worker: an InProcessExecutor of its shard; a
+// data-parallel rank on another host: its own executor, a TP group there), says it is ready,
+// then runs each step the leader sends until told to stop. Returns the exit status (0: told to
+// stop).
 int run_worker(HostCommWorker& leader,
-               const std::function<Expected<std::unique_ptr<ModelRunner>>(int32_t)>& make_runner);
+               const std::function<Expected<std::unique_ptr<Executor>>(int32_t)>& make_executor);
 
 }  // namespace kestrel

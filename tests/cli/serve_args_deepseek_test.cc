@@ -66,9 +66,15 @@ TEST_F(ServeArgsTest, DeepSeekV31MultiNode) {
 --gpu-memory-utilization 0.92 \
 --speculative-config '{"num_speculative_tokens": 3, "method": "mtp"}' \
 --compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}')sh");
-  EXPECT_EQ(refusals(node0), (Lines{dp_local(2, 4), ep(16), kAscend}));
+  EXPECT_EQ(refusals(node0), (Lines{ep(16), kAscend}));
   EXPECT_EQ(node0.args->parallel.data_parallel_address, "10.0.0.1");
   EXPECT_EQ(node0.args->parallel.data_parallel_rpc_port, 13389);
+  // The head runs ranks 0 and 1 and waits for 2 and 3 at 10.0.0.1:13391 and :13392.
+  EXPECT_EQ(node0.args->engine.data_parallel_first, 0);
+  EXPECT_EQ(node0.args->engine.data_parallel_count, 2);
+  EXPECT_EQ(node0.args->engine.data_parallel_remote, 2);
+  EXPECT_EQ(node0.args->engine.data_parallel_address, "10.0.0.1");
+  EXPECT_EQ(node0.args->engine.data_parallel_rpc_port, 13389);
 
   const Outcome node1 = serve(R"sh(@MODEL@ \
 --host 0.0.0.0 \
@@ -92,7 +98,10 @@ TEST_F(ServeArgsTest, DeepSeekV31MultiNode) {
 --gpu-memory-utilization 0.92 \
 --speculative-config '{"num_speculative_tokens": 3, "method": "mtp"}' \
 --compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}')sh");
-  EXPECT_EQ(refusals(node1), (Lines{dp_local(2, 4), dp_start(2), kHeadless, ep(16), kAscend}));
+  EXPECT_EQ(refusals(node1), (Lines{ep(16), kAscend}));
+  EXPECT_EQ(node1.args->engine.data_parallel_first, 2);
+  EXPECT_EQ(node1.args->engine.data_parallel_count, 2);
+  EXPECT_EQ(node1.args->engine.data_parallel_remote, 0);
 }
 
 // §5.3 PD, run_dp_template.sh as launch_online_dp.py starts it: prefill --dp-size 2 --tp-size 8
@@ -376,10 +385,10 @@ TEST_F(ServeArgsTest, DeepSeekV41MultiNode) {
   std::string node0 = cmd, node1 = cmd;
   node0.replace(node0.find("HEADLESS_ARGS"), 13, "");
   node1.replace(node1.find("HEADLESS_ARGS"), 13, "--headless --data-parallel-start-rank 1");
-  EXPECT_EQ(refusals(serve(node0)), (Lines{dp_local(1, 4), ep(32), kAscend, kDspark, kTokenizerV41,
-                                           kToolV41, kReasoningV41}));
-  EXPECT_EQ(refusals(serve(node1)), (Lines{dp_local(1, 4), dp_start(1), kHeadless, ep(32), kAscend,
-                                           kDspark, kTokenizerV41, kToolV41, kReasoningV41}));
+  EXPECT_EQ(refusals(serve(node0)),
+            (Lines{ep(32), kAscend, kDspark, kTokenizerV41, kToolV41, kReasoningV41}));
+  EXPECT_EQ(refusals(serve(node1)),
+            (Lines{ep(32), kAscend, kDspark, kTokenizerV41, kToolV41, kReasoningV41}));
 }
 
 // §12.1, bounded-replay validation (the VLLM_USE_V2_MODEL_RUNNER=1 prefix is an environment

@@ -128,15 +128,6 @@ class ServeArgsTest : public ::testing::Test {
 };
 
 // Expected refusal texts (docs/compatibility.md §2–§9, §15).
-inline std::string dp_local(int local, int total) {
-  return "--data-parallel-size-local " + std::to_string(local) +
-         ": data-parallel ranks on other nodes are not supported yet (every one of the " +
-         std::to_string(total) + " ranks runs here)";
-}
-inline std::string dp_start(int n) {
-  return "--data-parallel-start-rank " + std::to_string(n) +
-         ": data-parallel ranks on other nodes are not supported yet";
-}
 inline std::string ep(int ranks) {
   return "--enable-expert-parallel: expert parallelism over " + std::to_string(ranks) +
          " ranks is not supported yet";
@@ -155,7 +146,6 @@ inline std::string hub(std::string_view id) {
          "': no such file or directory (Kestrel does not download models; download the "
          "checkpoint and pass its path)";
 }
-inline const std::string kHeadless = "--headless: multi-node data parallelism is not supported yet";
 inline const std::string kAscend =
     "--quantization ascend: Ascend msModelSlim checkpoints (W8A8, W4A8) are not supported yet";
 inline const std::string kMxfp8 =

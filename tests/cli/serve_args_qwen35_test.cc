@@ -82,7 +82,7 @@ TEST_F(ServeArgsTest, Qwen35MultiNodeHubId) {
   --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
   --additional-config '{"enable_cpu_binding":true, "multistream_overlap_shared_expert": true}')sh");
   EXPECT_EQ(refusals(node0),
-            (Lines{hub(id), dp_local(1, 2),
+            (Lines{hub(id),
                    "--api-server-count 2: more than one API server process is not supported yet "
                    "(planned with data parallelism)",
                    ep(16), kAscend}));
@@ -110,8 +110,7 @@ TEST_F(ServeArgsTest, Qwen35MultiNodeHubId) {
   --speculative-config '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}' \
   --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
   --additional-config '{"enable_cpu_binding":true, "multistream_overlap_shared_expert": true}')sh");
-  EXPECT_EQ(refusals(node1),
-            (Lines{hub(id), dp_local(1, 2), dp_start(1), kHeadless, ep(16), kAscend}));
+  EXPECT_EQ(refusals(node1), (Lines{hub(id), ep(16), kAscend}));
 }
 
 // §5.4 PD on 950DT: prefill DP1/TP8, decode DP2/TP4.

@@ -84,6 +84,18 @@ Expected<std::unique_ptr<ModelRunner>> make_runner(CausalLM& model, const Schedu
                                        std::move(s));
 }
 
+// A worker's runner as an executor.
+class RunnerExecutor final : public Executor {
+ public:
+  explicit RunnerExecutor(std::unique_ptr<ModelRunner> r) : runner_(std::move(r)) {}
+  Expected<RunnerOutput> execute(const SchedulerOutput& output) override {
+    return runner_->execute(output);
+  }
+
+ private:
+  std::unique_ptr<ModelRunner> runner_;
+};
+
 enum class Fault { kNone, kRunnerFails };
 
 // A group under test: rank 0 here (its comm and model outlive the engine), workers forked.
@@ -121,10 +133,11 @@ Expected<Group> start_group(const std::string& fixture, int size, int64_t budget
             auto lm = load_model(load_options(fixture, rank, size, comm->get()));
             if (!lm.ok()) return 5;
             CausalLM& model = *(*lm)->model;
-            return run_worker(**leader, [&](int32_t) -> Expected<std::unique_ptr<ModelRunner>> {
+            return run_worker(**leader, [&](int32_t) -> Expected<std::unique_ptr<Executor>> {
               if (fault == Fault::kRunnerFails)
                 return make_error("no memory for the KV cache (injected)");
-              return make_runner(model, scheduler_config(model, budget), spec);
+              KASSIGN(auto runner, make_runner(model, scheduler_config(model, budget), spec));
+              return std::unique_ptr<Executor>(std::make_unique<RunnerExecutor>(std::move(runner)));
             });
           }));
   Group g;
@@ -226,7 +239,7 @@ INSTANTIATE_TEST_SUITE_P(Groups, MultiprocExecutorTest,
                                            std::make_tuple("qwen2_f32", 2, 7,
                                                            false),  // prompts in chunks
                                            std::make_tuple("llama3_f32", 2, 512, true),
-                      std::make_tuple("qwen3_moe_f32", 2, 512, false)));
+                                           std::make_tuple("qwen3_moe_f32", 2, 512, false)));
 
 TEST(MultiprocExecutor, AWorkerThatDiesFailsTheGroupWithinSeconds) {
   auto g = start_group("llama3_f32", 2, 512, std::nullopt);
