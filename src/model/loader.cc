@@ -112,7 +112,6 @@ Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
   Backend& backend = o.shared_backend != nullptr ? *o.shared_backend : *lm->backend;
   TensorParallel tp;
   if (o.tp_size > 1) {
-    KTRY(tp_supported(lm->config, o.tp_size));
     KASSIGN(tp.shard, plan_tp_shard(lm->config, o.tp_rank, o.tp_size));
     tp.comm = o.tp_comm;
   }

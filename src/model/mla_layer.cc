@@ -21,7 +21,12 @@ class MlaAttention final : public AttentionLayer {
     const ModelConfig& c = lc.cfg;
     const MlaConfig& m = c.mla;
     H_ = c.hidden_size;
-    nh_ = int(c.num_attention_heads);
+    // A tensor-parallel rank: its heads' rows of q_b and of kv_b, its hidden rows of o (over
+    // every head: the heads' outputs are gathered); the latent path (q_a, kv_a) and the cache are
+    // whole on every rank.
+    const IndexRange heads = lc.tp ? lc.tp->q_heads : IndexRange{0, c.num_attention_heads};
+    nh_ = int(heads.size());
+    const int64_t all_heads = c.num_attention_heads;
     qr_ = m.q_lora_rank;
     r_ = m.kv_lora_rank;
     dn_ = m.qk_nope_head_dim;
@@ -31,16 +36,19 @@ class MlaAttention final : public AttentionLayer {
     if (qr_ > 0) {
       KASSIGN(q_a_, load_linear(lc.src, p + "q_a_proj", qr_, H_, c, lc.store));
       KASSIGN(q_a_norm_, load_vector(lc.src, p + "q_a_layernorm.weight", qr_));
-      KASSIGN(q_b_, load_linear(lc.src, p + "q_b_proj", nh_ * qk, qr_, c, lc.store));
+      KASSIGN(q_b_, load_linear(lc.src, p + "q_b_proj", all_heads * qk, qr_, c, lc.store,
+                                {heads.begin * qk, heads.end * qk}));
     } else {
-      KASSIGN(q_b_, load_linear(lc.src, p + "q_proj", nh_ * qk, H_, c, lc.store));
+      KASSIGN(q_b_, load_linear(lc.src, p + "q_proj", all_heads * qk, H_, c, lc.store,
+                                {heads.begin * qk, heads.end * qk}));
     }
     KASSIGN(kv_a_, load_linear(lc.src, p + "kv_a_proj_with_mqa", r_ + dr_, H_, c, lc.store));
     KASSIGN(kv_a_norm_, load_vector(lc.src, p + "kv_a_layernorm.weight", r_));
-    const int64_t kv_b_rows = nh_ * (dn_ + dv_);
+    const int64_t kv_b_rows = all_heads * (dn_ + dv_);
     KASSIGN(const Tensor kv_b, load_linear(lc.src, p + "kv_b_proj", kv_b_rows, r_, c, lc.store));
-    KASSIGN(o_, load_linear(lc.src, p + "o_proj", H_, nh_ * dv_, c, lc.store));
-    split_kv_b(kv_b, lc.store);
+    const IndexRange o_rows = lc.tp ? lc.tp->hidden : IndexRange{};
+    KASSIGN(o_, load_linear(lc.src, p + "o_proj", H_, all_heads * dv_, c, lc.store, o_rows));
+    split_kv_b(kv_b, heads, lc.store);
     for (Tensor* t : {&q_a_, &q_b_, &kv_a_, &o_})
       if (t->defined()) lc.be.prepare_weight(*t, lc.act);
 
@@ -112,8 +120,7 @@ class MlaAttention final : public AttentionLayer {
         std::copy_n(head_out + t * dv_, dv_, o + (t * nh_ + hh) * dv_);
     }
     ctx.round(o, T * nh_ * dv_);
-    be.linear(o_, o, T, out);
-    ctx.round(out, T * H_);
+    output_projection(ctx, o_, TpSplit::kAttention, o, T, out);
   }
 
   size_t weight_bytes() const override {
@@ -126,10 +133,10 @@ class MlaAttention final : public AttentionLayer {
  private:
   // kv_b_proj is [nh · (dn + dv), r], head-major, each head [dn rows of W_UK | dv rows of W_UV].
   // Kept as f32 (exact for bf16 and dequantized FP8 alike): W_UK[h] transposed to [r, dn] so the
-  // fold is a plain x·Wᵀ, and W_UV[h] as its [dv, r] rows.
-  void split_kv_b(const Tensor& kv_b, WeightStore& store) {
+  // fold is a plain x·Wᵀ, and W_UV[h] as its [dv, r] rows; only the heads in `heads`.
+  void split_kv_b(const Tensor& kv_b, IndexRange heads, WeightStore& store) {
     const std::vector<float> w = dequantize_matrix(kv_b);
-    for (int hh = 0; hh < nh_; ++hh) {
+    for (int64_t hh = heads.begin; hh < heads.end; ++hh) {
       const float* head = w.data() + size_t(hh) * (dn_ + dv_) * r_;
       std::vector<float>& uk = store.f32.emplace_back(size_t(r_ * dn_));
       for (int64_t i = 0; i < dn_; ++i)

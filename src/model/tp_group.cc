@@ -57,8 +57,9 @@ int64_t TpGroup::width(TpSplit split) const {
 }
 
 void TpGroup::gather(TpSplit split, const float* local, int64_t rows, float* out) {
-  // Attention parts are counted in heads; their features are head_dim each.
-  const int64_t unit = split == TpSplit::kAttention ? config_.head_dim : 1;
+  // Attention parts are counted in heads; each head's output is head_dim wide (MLA: v_head_dim).
+  const int64_t head_width = config_.mla.enabled() ? config_.mla.v_head_dim : config_.head_dim;
+  const int64_t unit = split == TpSplit::kAttention ? head_width : 1;
   const int64_t total = width(split) * unit;
   int64_t widest = 0;
   for (const TpShard& s : shards_) widest = std::max(widest, tp_range(s, split).size() * unit);

@@ -24,15 +24,6 @@ IndexRange split_range(int64_t n, int rank, int size, int64_t align) {
   return IndexRange{std::min(n, first * align), std::min(n, (first + count) * align)};
 }
 
-Status tp_supported(const ModelConfig& c, int size) {
-  if (size > 1 && c.mla.enabled())
-    return make_error(
-        "--tensor-parallel-size {}: {} is an MLA model; tensor parallelism runs "
-        "grouped-query-attention models so far (issue 20)",
-        size, c.architecture);
-  return Status::Ok();
-}
-
 Expected<TpShard> plan_tp_shard(const ModelConfig& c, int rank, int size) {
   if (size < 1 || rank < 0 || rank >= size)
     return make_error("tensor parallelism: rank {} of {} is not a rank of the group", rank, size);

@@ -51,10 +51,6 @@ struct TensorParallel {
   bool enabled() const { return shard.size > 1; }
 };
 
-// Whether Kestrel splits this architecture over `size` ranks yet: grouped-query attention with
-// dense or MoE MLPs (MLA layers are refused naming the issue).
-Status tp_supported(const ModelConfig& config, int size);
-
 // Rank `rank`'s shard of `config` over `size` ranks, or why the model cannot be split so (more
 // ranks than heads, KV heads that neither split nor replicate evenly, fewer feature blocks
 // than ranks).

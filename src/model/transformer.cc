@@ -73,12 +73,9 @@ class TransformerModel final : public CausalLM {
       lm_head_ = embed_;
       tied_ = true;
     }
-    if (tp_.enabled()) {
-      // Vocabulary-parallel head: this rank's rows (a view; the embedding stays whole, since
-      // every rank looks up every token).
-      lm_head_.data = lm_head_.row(tp_.shard.vocab.begin);
-      lm_head_.shape = Shape{tp_.shard.vocab.size(), H};
-    }
+    // Vocabulary-parallel head: this rank's rows (a view; the embedding stays whole, since
+    // every rank looks up every token).
+    lm_head_ = vocab_rows(lm_head_);
     KASSIGN(final_norm_, load_vector(src, "model.norm.weight", H));
     for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) {
       KASSIGN(Block b, load_block(lc, i));
@@ -121,10 +118,12 @@ class TransformerModel final : public CausalLM {
 
   void forward(const ForwardBatch& fb, KVCacheStorage& kv, float* logits) override {
     forward_hidden(fb, kv);
-    lm_head(fb.logits_indices, logits);
+    head(fb.logits_indices, final_norm_, lm_head_, logits);
   }
 
-  void head_logits(std::span<const int32_t> rows, float* logits) override { lm_head(rows, logits); }
+  void head_logits(std::span<const int32_t> rows, float* logits) override {
+    head(rows, final_norm_, lm_head_, logits);
+  }
 
   void forward_hidden(const ForwardBatch& fb, KVCacheStorage& kv) override {
     const int64_t T = int64_t(fb.token_ids.size()), H = cfg_.hidden_size;
@@ -179,6 +178,14 @@ class TransformerModel final : public CausalLM {
   }
 
  private:
+  // This rank's vocabulary rows of a [V, H] head (all of them without tensor parallelism).
+  Tensor vocab_rows(Tensor w) const {
+    if (!tp_.enabled()) return w;
+    w.data = w.row(tp_.shard.vocab.begin);
+    w.shape = Shape{tp_.shard.vocab.size(), cfg_.hidden_size};
+    return w;
+  }
+
   Status load_mtp(const LoadContext& lc, const std::string& p) {
     const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
     auto m = std::make_unique<MtpModule>();
@@ -188,6 +195,7 @@ class TransformerModel final : public CausalLM {
     KASSIGN(m->eh_proj, lc.src.get(p + "eh_proj.weight", Shape{H, 2 * H}));
     if (lc.src.has(p + "shared_head.head.weight")) {
       KASSIGN(m->head, lc.src.get(p + "shared_head.head.weight", Shape{V, H}));
+      m->head = vocab_rows(m->head);
       be_.prepare_weight(m->head, act_);
     } else {
       m->head = lm_head_;
@@ -254,29 +262,22 @@ class TransformerModel final : public CausalLM {
   }
 
   // Only the requested rows of the last pass go through the final norm and the head; their
-  // normed hidden states stay in ws_.h (last_hidden()).
+  // normed hidden states stay in ws_.h (last_hidden()). Under tensor parallelism `w` holds this
+  // rank's vocabulary rows: each rank computes its rows' logits and a gather gives every rank
+  // all of them.
   void head(std::span<const int32_t> rows, const std::vector<float>& norm, const Tensor& w,
             float* logits) {
     const int64_t R = int64_t(rows.size());
     float* h = ws_.h.data();
     normed_rows(rows, norm, h);
-    be_.linear(w, h, R, logits);
-    be_.round_to(act_, logits, R * cfg_.vocab_size);
-  }
-
-  // The model's own head; vocabulary-parallel under tensor parallelism.
-  void lm_head(std::span<const int32_t> rows, float* logits) {
-    if (!tp_.enabled()) return head(rows, final_norm_, lm_head_, logits);
-    float* h = ws_.h.data();
-    normed_rows(rows, final_norm_, h);
-    vocab_parallel_logits(h, int64_t(rows.size()), logits);
-  }
-
-  // Each rank computes its vocabulary rows' logits; a gather gives every rank all of them.
-  void vocab_parallel_logits(const float* h, int64_t R, float* logits) {
+    if (!tp_group_) {
+      be_.linear(w, h, R, logits);
+      be_.round_to(act_, logits, R * cfg_.vocab_size);
+      return;
+    }
     const int64_t mine = tp_group_->part(TpSplit::kVocab).size();
     head_local_.resize(size_t(R * mine));
-    be_.linear(lm_head_, h, R, head_local_.data());
+    be_.linear(w, h, R, head_local_.data());
     be_.round_to(act_, head_local_.data(), R * mine);
     tp_group_->gather(TpSplit::kVocab, head_local_.data(), R, logits);
   }
@@ -336,7 +337,6 @@ Expected<std::unique_ptr<CausalLM>> build_transformer(const ModelConfig& cfg, DT
   if (tp.enabled() && tp.comm == nullptr)
     return make_error("tensor parallelism: rank {} of {} has no communicator", tp.shard.rank,
                       tp.shard.size);
-  if (tp.enabled()) KTRY(tp_supported(cfg, tp.shard.size));
   auto m = std::make_unique<TransformerModel>(cfg, act_dtype, kv_dtype, backend, tp);
   KTRY(m->load(src));
   return std::unique_ptr<CausalLM>(std::move(m));

@@ -1,6 +1,6 @@
 """Qwen3-MoE and DeepSeek-V3 (MLA + MoE) fixtures served by `kestrel serve`: concurrent greedy
-requests reproduce transformers' greedy continuations (batching; Qwen3-MoE also on two
-tensor-parallel ranks, and on two data-parallel engines of two), a repeated prompt is served
+requests reproduce transformers' greedy continuations (batching; both also on two
+tensor-parallel ranks, Qwen3-MoE on two data-parallel engines of two), a repeated prompt is served
 from the prefix cache with the same answer, and an FP8 block-quantized checkpoint serves too
 (`--quantization fp8` names it; on a bf16 checkpoint that flag stops serve with a reason).
 The fixtures have no tokenizer, so prompts go in as token ids and logprobs name tokens
@@ -33,7 +33,8 @@ def prefix_hits(base_url):
 
 @pytest.mark.parametrize("fixture,parallel", [
     ("qwen3_moe_bf16", []), ("deepseek_v3_bf16", []), ("deepseek_v3_fp8", []),
-    ("qwen3_moe_bf16", ["--tensor-parallel-size", "2"])])
+    ("qwen3_moe_bf16", ["--tensor-parallel-size", "2"]),
+    ("deepseek_v3_bf16", ["--tensor-parallel-size", "2"])])
 def test_concurrent_greedy_matches_transformers_and_prefix_cache_hits(start_server, fixture,
                                                                       parallel):
     golden = json.loads((FIXTURES / fixture / "golden.json").read_text())

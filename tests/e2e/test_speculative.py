@@ -34,6 +34,18 @@ def spec_counters(base_url):
             for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")}
 
 
+def test_guides_mtp_config_on_two_tensor_parallel_ranks_matches_transformers(start_server):
+    golden = json.loads((FIXTURES / "deepseek_v3_bf16" / "golden.json").read_text())
+    srv = start_server("--max-model-len", "256", "--tensor-parallel-size", "2",
+                       "--speculative-config", GUIDE_MTP, model_path=FIXTURES / "deepseek_v3_bf16")
+    prompts, want = golden["prompts"], golden["greedy"]
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        got = list(pool.map(lambda p: greedy_tokens(srv.base_url, srv.model, p, len(want[0])),
+                            prompts))
+    assert got == want
+    assert spec_counters(srv.base_url)["num_drafts"] > 0
+
+
 def test_guides_mtp_config_on_deepseek_v3_matches_transformers_and_counts(start_server):
     golden = json.loads((FIXTURES / "deepseek_v3_bf16" / "golden.json").read_text())
     srv = start_server("--max-model-len", "256", "--block-size", "16",

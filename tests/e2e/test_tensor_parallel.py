@@ -2,7 +2,7 @@
 process beside rank 0): the default model's greedy and seeded tokens equal the one-process
 server's, alone and under concurrent load; a worker that dies turns /health to 503 within
 seconds and ends in-flight requests with an error (no hang); SIGTERM drains and stops both
-processes; models Kestrel cannot split stop `serve` with the reason."""
+processes; splits that cannot work stop `serve` with the reason."""
 
 import concurrent.futures
 import os
@@ -69,12 +69,14 @@ def test_sigterm_stops_rank_0_and_its_worker(start_server):
     assert wait_for(lambda: not os.path.exists(f"/proc/{worker}"), 5)
 
 
-def test_models_not_split_yet_and_uni_are_refused_with_the_reason():
-    mla_moe = REPO / "tests" / "fixtures" / "models" / "deepseek_v3_bf16"
-    run = subprocess.run([str(KESTREL_BIN), "serve", str(mla_moe), "--tensor-parallel-size", "2",
+def test_splits_that_cannot_work_and_uni_are_refused_with_the_reason():
+    moe = REPO / "tests" / "fixtures" / "models" / "qwen3_moe_bf16"
+    run = subprocess.run([str(KESTREL_BIN), "serve", str(moe), "--tensor-parallel-size", "4",
                           "--port", "0"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 1
-    assert "is an MLA model" in run.stderr, run.stderr[-2000:]
+    assert "each expert has 32 features, fewer than one 16-feature block per rank" in run.stderr, \
+        run.stderr[-2000:]
+    mla_moe = REPO / "tests" / "fixtures" / "models" / "deepseek_v3_bf16"
     run = subprocess.run([str(KESTREL_BIN), "serve", str(mla_moe), "--tensor-parallel-size", "2",
                           "--distributed-executor-backend", "uni"], capture_output=True,
                          text=True, timeout=60)

@@ -1,8 +1,8 @@
-// Tensor parallelism across real processes (fork, shared-memory all-gathers): a dense GQA model
-// split over 2 or 4 ranks — query heads with their KV heads, MLP, hidden and vocabulary
-// features — gives every rank the logits of the unsplit model bit for bit, for prompts batched
-// together, while each rank holds only part of the weights; models it cannot split yet are
-// refused at load with the reason.
+// Tensor parallelism across real processes (fork, shared-memory all-gathers): GQA models split
+// over 2 or 4 ranks (query heads with their KV heads, MLP, hidden and vocabulary features),
+// Qwen3-MoE and DeepSeek-V3 (MLA heads, routed and shared experts) over 2, give every rank the
+// logits of the unsplit model bit for bit, for prompts batched together, while each rank holds
+// only part of the weights; splits that cannot work are refused at load with the reason.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -139,6 +139,12 @@ INSTANTIATE_TEST_SUITE_P(DenseFixtures, TensorParallelForward,
 INSTANTIATE_TEST_SUITE_P(MoeFixtures, TensorParallelForward,
                          ::testing::Combine(::testing::Values("qwen3_moe_f32", "qwen3_moe_bf16"),
                                             ::testing::Values(2)));
+// MLA heads split (their q_b and kv_b rows), the latent path and cache whole on every rank; the
+// dense first layer, the routed and the shared experts split by features.
+INSTANTIATE_TEST_SUITE_P(MlaFixtures, TensorParallelForward,
+                         ::testing::Combine(::testing::Values("deepseek_v3_f32", "deepseek_v3_bf16",
+                                                              "deepseek_v3_nolora_f32"),
+                                            ::testing::Values(2)));
 
 // Refusals come before any collective, so a group that never communicates will do.
 class UnusedComm final : public DeviceComm {
@@ -150,11 +156,14 @@ class UnusedComm final : public DeviceComm {
   Status barrier() override { return make_error("unused"); }
 };
 
-TEST(TensorParallel, ModelsNotSplitYetAreRefusedAtLoad) {
+TEST(TensorParallel, SplitsThatCannotWorkAreRefusedAtLoad) {
   UnusedComm comm;
-  auto mla = load_model(options(test::fixtures_dir() + "/models/deepseek_v3_f32", 0, 2, &comm));
-  ASSERT_FALSE(mla.ok());
-  EXPECT_NE(mla.error().message.find("is an MLA model"), std::string::npos) << mla.error().message;
+  // The FP8 checkpoint's two heads per rank are 96 rows of q_b: not whole 128-row scale blocks.
+  auto fp8 = load_model(options(test::fixtures_dir() + "/models/deepseek_v3_fp8", 0, 2, &comm));
+  ASSERT_FALSE(fp8.ok());
+  EXPECT_NE(fp8.error().message.find("do not fall on the 128-row FP8 scale blocks"),
+            std::string::npos)
+      << fp8.error().message;
   // Qwen3-MoE's 32 expert features are two 16-row panels: not four ranks' worth.
   auto moe4 = load_model(options(test::fixtures_dir() + "/models/qwen3_moe_f32", 0, 4, &comm));
   ASSERT_FALSE(moe4.ok());
