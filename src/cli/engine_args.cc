@@ -93,6 +93,9 @@ void add_engine_args(CLI::App& app, EngineArgs& a, bool model_required) {
   app.add_option("--tensor-parallel-size", a.tensor_parallel_size,
                  "tensor-parallel ranks, one worker process each (they share --threads)")
       ->check(CLI::Range(1, 1 << 16));
+  app.add_flag("--enable-expert-parallel,!--no-enable-expert-parallel", a.enable_expert_parallel,
+               "MoE: each tensor-parallel rank holds whole experts, their rows gathered after "
+               "(instead of every expert split by features)");
   app.add_option("--data-parallel-size", a.data_parallel_size,
                  "data-parallel ranks: engines with their own scheduler and KV cache, requests "
                  "balanced by load (they share --threads)")
@@ -189,6 +192,7 @@ LoadOptions load_options(const EngineArgs& a, int rank, DeviceComm* comm) {
   lo.tp_rank = rank;
   lo.tp_size = a.tensor_parallel_size;
   lo.tp_comm = comm;
+  lo.expert_parallel = a.enable_expert_parallel && a.tensor_parallel_size > 1;
   return lo;
 }
 

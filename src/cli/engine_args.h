@@ -40,6 +40,8 @@ struct EngineArgs {
   std::string speculative_config;
   // Ranks of a tensor-parallel group on this host, one process each (the mp backend).
   int tensor_parallel_size = 1;
+  // MoE layers hold whole experts per tensor-parallel rank (instead of every expert's features).
+  bool enable_expert_parallel = false;
   // Data-parallel ranks: engines with their own scheduler, KV cache and model copy (each a
   // tensor-parallel group), requests balanced among them by load.
   int data_parallel_size = 1;

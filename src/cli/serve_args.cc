@@ -372,12 +372,20 @@ void check_parallel(const ServeArgs& a, Findings& f) {
         "--api-server-count {}: more than one API server process is not supported yet (planned "
         "with data parallelism)",
         a.api_server_count));
-  const int ranks = e.tensor_parallel_size * dp;
-  if (p.enable_expert_parallel && ranks == 1)
+  const int tp = e.tensor_parallel_size;
+  if (e.enable_expert_parallel && tp == 1 && dp == 1)
     f.note("--enable-expert-parallel (one rank: all experts are local)");
-  if (p.enable_expert_parallel && ranks > 1)
+  if (e.enable_expert_parallel && tp == 1 && dp > 1)
     f.refuse(fmt::format(
-        "--enable-expert-parallel: expert parallelism over {} ranks is not supported yet", ranks));
+        "--enable-expert-parallel with --tensor-parallel-size 1: sharding experts across the {} "
+        "data-parallel ranks is not supported yet (Kestrel shards them over the "
+        "tensor-parallel ranks of each data-parallel rank)",
+        dp));
+  if (e.enable_expert_parallel && tp > 1 && dp > 1)
+    f.warn(fmt::format(
+        "--enable-expert-parallel: experts are sharded over the {} tensor-parallel ranks of each "
+        "of the {} data-parallel ranks (vLLM shards them over all {} ranks)",
+        tp, dp, tp * dp));
   if (Status st = check_executor_backend(e); !st.ok()) f.refuse(st.message());
 }
 
@@ -626,8 +634,6 @@ void add_serve_args(CLI::App& app, ServeArgs& a) {
   app.add_option("--data-parallel-rpc-port", p.data_parallel_rpc_port, "planned")
       ->check(CLI::Range(0, 65535));
   add_bool(app, "headless", p.headless, "planned");
-  add_bool(app, "enable-expert-parallel", p.enable_expert_parallel,
-           "no effect with one rank (planned)");
   app.add_option("--api-server-count", a.api_server_count, "1 (more is planned)")
       ->check(CLI::Range(1, 1024));
 

@@ -27,7 +27,6 @@ struct ParallelArgs {
   std::optional<std::string> data_parallel_address;
   std::optional<int> data_parallel_rpc_port;
   bool headless = false;
-  bool enable_expert_parallel = false;
 };
 
 struct ServeArgs {

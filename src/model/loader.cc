@@ -112,7 +112,8 @@ Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
   Backend& backend = o.shared_backend != nullptr ? *o.shared_backend : *lm->backend;
   TensorParallel tp;
   if (o.tp_size > 1) {
-    KASSIGN(tp.shard, plan_tp_shard(lm->config, o.tp_rank, o.tp_size));
+    tp.expert_parallel = o.expert_parallel;
+    KASSIGN(tp.shard, plan_tp_shard(lm->config, o.tp_rank, o.tp_size, o.expert_parallel));
     tp.comm = o.tp_comm;
   }
   KASSIGN(lm->model,

@@ -36,6 +36,9 @@ struct LoadOptions {
   // This process's part of a tensor-parallel group (size 1: the whole model).
   int tp_rank = 0, tp_size = 1;
   DeviceComm* tp_comm = nullptr;
+  // With tp_size > 1: each rank holds whole routed experts (--enable-expert-parallel) instead of
+  // every expert's features.
+  bool expert_parallel = false;
 };
 
 struct LoadedModel {

@@ -13,9 +13,11 @@ class DenseMlp final : public FfnLayer {
     H_ = lc.cfg.hidden_size;
     split_ = split;
     // A tensor-parallel rank: its features' rows of gate/up, and its hidden features' rows of
-    // down (over every feature: the features are gathered).
+    // down (over every feature: the features are gathered). A replicated MLP (its range all of
+    // it) runs whole on every rank.
     const IndexRange f = lc.tp ? tp_range(*lc.tp, split) : IndexRange{0, width};
-    const IndexRange out_rows = lc.tp ? lc.tp->hidden : IndexRange{};
+    sharded_ = lc.tp != nullptr && f.size() < width;
+    const IndexRange out_rows = sharded_ ? lc.tp->hidden : IndexRange{};
     I_ = f.size();
     KASSIGN(gate_, load_linear(lc.src, p + "gate_proj", width, H_, lc.cfg, lc.store, f));
     KASSIGN(up_, load_linear(lc.src, p + "up_proj", width, H_, lc.cfg, lc.store, f));
@@ -27,6 +29,7 @@ class DenseMlp final : public FfnLayer {
   void set(const LoadContext& lc, Tensor gate, Tensor up, Tensor down) {
     H_ = lc.cfg.hidden_size;
     split_ = TpSplit::kMoeIntermediate;
+    sharded_ = lc.tp != nullptr;
     I_ = gate.rows();
     gate_ = gate;
     up_ = up;
@@ -44,7 +47,12 @@ class DenseMlp final : public FfnLayer {
     const LinearJob gate_up[2] = {{&gate_, g}, {&up_, u}};
     ctx.be.linear_group(gate_up, h, m);
     ctx.be.silu_mul(g, u, g, m * I_, ctx.act);  // rounds g and u first, and the product
-    output_projection(ctx, down_, split_, g, m, out);
+    if (sharded_) {
+      output_projection(ctx, down_, split_, g, m, out);
+    } else {
+      ctx.be.linear(down_, g, m, out);  // whole (an expert-parallel rank's own expert)
+      ctx.round(out, m * H_);
+    }
   }
 
   size_t weight_bytes_per_token() const override {
@@ -54,6 +62,7 @@ class DenseMlp final : public FfnLayer {
  private:
   int64_t H_ = 0, I_ = 0;
   TpSplit split_ = TpSplit::kIntermediate;
+  bool sharded_ = false;  // loaded as a tensor-parallel rank's rows: its outputs are gathered
   Tensor gate_, up_, down_;
 };
 
@@ -99,7 +108,11 @@ class MoeBlock final : public FfnLayer {
       routing_.routed_scaling_factor = float(m.routed_scaling_factor);
       routing_.bias = bias_.data();
     }
-    experts_.reserve(E_);
+    // Expert parallelism: this rank's experts, whole (the others stay null); else every expert,
+    // split by features under tensor parallelism.
+    mine_ = lc.tp && lc.tp->experts.size() > 0 ? lc.tp->experts : IndexRange{0, E_};
+    expert_parallel_ = lc.tp && lc.tp->experts.size() > 0;
+    experts_.resize(size_t(E_));
     if (lc.src.has(p + "experts.gate_up_proj")) {
       KTRY(load_fused_experts(lc, p));
     } else {
@@ -115,11 +128,12 @@ class MoeBlock final : public FfnLayer {
 
   // One checkpoint tensor per expert and projection (how transformers saves by default).
   Status load_experts(const LoadContext& lc, const std::string& p) {
-    for (int e = 0; e < E_; ++e) {
+    LoadContext whole = lc;
+    if (expert_parallel_) whole.tp = nullptr;  // this rank's experts are whole
+    for (int64_t e = mine_.begin; e < mine_.end; ++e) {
       const std::string name = fmt::format("{}experts.{}.", p, e);
-      KASSIGN(auto expert,
-              make_dense_mlp(lc, name, cfg_.moe_intermediate_size, TpSplit::kMoeIntermediate));
-      experts_.push_back(std::move(expert));
+      KASSIGN(experts_[size_t(e)],
+              make_dense_mlp(whole, name, cfg_.moe_intermediate_size, TpSplit::kMoeIntermediate));
     }
     return Status::Ok();
   }
@@ -134,15 +148,19 @@ class MoeBlock final : public FfnLayer {
     if (gate_up.block_scale != nullptr || down.block_scale != nullptr ||
         gate_up.dtype == DType::F8_E4M3 || down.dtype == DType::F8_E4M3)
       return make_error("{}experts: fused FP8 expert tensors are not supported", p);
-    // A tensor-parallel rank's rows: its features of gate and up, its hidden rows of down.
-    const IndexRange f = lc.tp ? lc.tp->moe_intermediate : IndexRange{0, I};
-    const IndexRange h = lc.tp ? lc.tp->hidden : IndexRange{0, H_};
-    for (int e = 0; e < E_; ++e) {
+    // A tensor-parallel rank's rows: its features of gate and up, its hidden rows of down (its
+    // experts whole under expert parallelism).
+    const bool split = lc.tp && !expert_parallel_ && lc.tp->moe_intermediate.size() < I;
+    const IndexRange f = split ? lc.tp->moe_intermediate : IndexRange{0, I};
+    const IndexRange h = split ? lc.tp->hidden : IndexRange{0, H_};
+    LoadContext view = lc;
+    if (!split) view.tp = nullptr;
+    for (int64_t e = mine_.begin; e < mine_.end; ++e) {
       auto expert = std::make_unique<DenseMlp>();
-      expert->set(lc, rows_of(gate_up, int64_t(e) * 2 * I + f.begin, f.size(), H_),
-                  rows_of(gate_up, int64_t(e) * 2 * I + I + f.begin, f.size(), H_),
-                  rows_of(down, int64_t(e) * H_ + h.begin, h.size(), I));
-      experts_.push_back(std::move(expert));
+      expert->set(view, rows_of(gate_up, e * 2 * I + f.begin, f.size(), H_),
+                  rows_of(gate_up, e * 2 * I + I + f.begin, f.size(), H_),
+                  rows_of(down, e * H_ + h.begin, h.size(), I));
+      experts_[size_t(e)] = std::move(expert);
     }
     return Status::Ok();
   }
@@ -164,9 +182,23 @@ class MoeBlock final : public FfnLayer {
     float* in = ctx.scratch.get(kSlotMoeIn, T * k_ * H_);
     float* res = ctx.scratch.get(kSlotMoeOut, T * k_ * H_);
     be.moe_permute(h, T, H_, ids_.data(), k_, E_, perm_, in);
-    for (int e = 0; e < E_; ++e) {
+    for (int64_t e = mine_.begin; e < mine_.end; ++e) {
       const int32_t b = perm_.offsets[size_t(e)], n = perm_.offsets[size_t(e) + 1] - b;
       if (n > 0) experts_[size_t(e)]->run(ctx, in + int64_t(b) * H_, n, res + int64_t(b) * H_);
+    }
+    // Expert parallelism: each rank computed its experts' rows, a contiguous block of the
+    // permuted rows; every rank gathers all of them, then combines as one process does.
+    if (expert_parallel_) {
+      TpGroup& tp = *ctx.tp;
+      rank_rows_.resize(size_t(tp.size()));
+      for (int r = 0; r < tp.size(); ++r) {
+        const IndexRange ex = tp.shard_of(r).experts;
+        rank_rows_[size_t(r)] =
+            IndexRange{perm_.offsets[size_t(ex.begin)], perm_.offsets[size_t(ex.end)]};
+      }
+      float* all = ctx.scratch.get(kSlotTpIn, T * k_ * H_);
+      tp.gather_rows(res + rank_rows_[size_t(tp.shard().rank)].begin * H_, rank_rows_, H_, all);
+      std::copy_n(all, T * k_ * H_, res);
     }
     // Qwen3-MoE (as transformers runs it) rounds each weighted result and each partial sum to
     // the activation dtype; DeepSeek sums in f32 and rounds once.
@@ -180,13 +212,17 @@ class MoeBlock final : public FfnLayer {
     }
   }
 
+  // Under expert parallelism a token's k experts are spread over the ranks: counted as k
+  // experts' bytes over the rank's share (mine_ of E).
   size_t weight_bytes_per_token() const override {
-    size_t b = gate_.nbytes() + size_t(k_) * experts_[0]->weight_bytes_per_token();
+    const size_t expert = experts_[size_t(mine_.begin)]->weight_bytes_per_token();
+    size_t b = gate_.nbytes() + size_t(k_) * expert * size_t(mine_.size()) / size_t(E_);
     if (shared_) b += shared_->weight_bytes_per_token();
     return b;
   }
   size_t resident_bytes() const override {
-    size_t b = gate_.nbytes() + size_t(E_) * experts_[0]->weight_bytes_per_token();
+    const size_t expert = experts_[size_t(mine_.begin)]->weight_bytes_per_token();
+    size_t b = gate_.nbytes() + size_t(mine_.size()) * expert;
     if (shared_) b += shared_->weight_bytes_per_token();
     return b;
   }
@@ -197,7 +233,10 @@ class MoeBlock final : public FfnLayer {
   int E_ = 0, k_ = 0;
   Tensor gate_;
   std::vector<float> bias_;
-  std::vector<std::unique_ptr<DenseMlp>> experts_;
+  std::vector<std::unique_ptr<DenseMlp>> experts_;  // null: another rank's (expert parallelism)
+  IndexRange mine_;                                 // the experts this rank runs
+  bool expert_parallel_ = false;
+  std::vector<IndexRange> rank_rows_;  // each rank's block of permuted rows
   std::unique_ptr<DenseMlp> shared_;
   std::vector<int32_t> ids_;
   MoeRouting routing_;

@@ -13,7 +13,7 @@ TpGroup::TpGroup(const ModelConfig& config, const TensorParallel& tp)
          "a tensor-parallel group of {} ranks needs a communicator of that size", tp.shard.size);
   for (int r = 0; r < tp.shard.size; ++r) {
     // Every rank's plan passes the checks this rank's passed: they depend only on the config.
-    auto s = plan_tp_shard(config, r, tp.shard.size);
+    auto s = plan_tp_shard(config, r, tp.shard.size, tp.expert_parallel);
     KCHECK(s.ok(), "{}", s.ok() ? "" : s.error().message);
     shards_.push_back(*s);
   }
@@ -34,6 +34,8 @@ IndexRange tp_range(const TpShard& s, TpSplit split) {
       return s.hidden;
     case TpSplit::kVocab:
       return s.vocab;
+    case TpSplit::kExperts:
+      return s.experts;
   }
   return {};
 }
@@ -52,6 +54,8 @@ int64_t TpGroup::width(TpSplit split) const {
       return config_.hidden_size;
     case TpSplit::kVocab:
       return config_.vocab_size;
+    case TpSplit::kExperts:
+      return config_.moe.num_experts;
   }
   return 0;
 }
@@ -77,6 +81,21 @@ void TpGroup::gather(TpSplit split, const float* local, int64_t rows, float* out
     for (int64_t r = 0; r < rows; ++r)
       std::copy_n(recv_.data() + q * part + size_t(r * widest), n, out + r * total + begin);
   }
+}
+
+void TpGroup::gather_rows(const float* local, std::span<const IndexRange> rows_of, int64_t width,
+                          float* out) {
+  int64_t widest = 0;
+  for (const IndexRange& r : rows_of) widest = std::max(widest, r.size());
+  const size_t part = size_t(widest * width);
+  send_.assign(part, 0.0f);
+  recv_.resize(part * rows_of.size());
+  const IndexRange mine = rows_of[size_t(rank_)];
+  std::copy_n(local, mine.size() * width, send_.data());
+  if (Status st = comm_->all_gather(send_.data(), part, recv_.data()); !st.ok())
+    throw std::runtime_error(st.message());
+  for (size_t q = 0; q < rows_of.size(); ++q)
+    std::copy_n(recv_.data() + q * part, rows_of[q].size() * width, out + rows_of[q].begin * width);
 }
 
 }  // namespace kestrel

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "dist/device_comm.h"
@@ -27,10 +28,11 @@ enum class TpSplit {
   kMoeIntermediate,
   kSharedIntermediate,
   kHidden,
-  kVocab
+  kVocab,
+  kExperts  // whole routed experts (expert parallelism)
 };
 
-// The features of `split` that `shard` holds (kAttention: in heads).
+// The features of `split` that `shard` holds (kAttention: in heads; kExperts: experts).
 IndexRange tp_range(const TpShard& shard, TpSplit split);
 
 class TpGroup {
@@ -39,6 +41,9 @@ class TpGroup {
   TpGroup(const ModelConfig& config, const TensorParallel& tp);
 
   const TpShard& shard() const { return shards_[size_t(rank_)]; }
+  // Rank r's shard.
+  const TpShard& shard_of(int r) const { return shards_[size_t(r)]; }
+  int size() const { return int(shards_.size()); }
   // The features of `split` this rank computes.
   IndexRange part(TpSplit split) const { return tp_range(shard(), split); }
   // The whole dimension of `split`.
@@ -48,6 +53,10 @@ class TpGroup {
   // rank's. Every rank calls it with the same split and rows. A failed collective (a rank that
   // died) throws, failing the step.
   void gather(TpSplit split, const float* local, int64_t rows, float* out);
+  // Rows of varying counts: out's rows rows_of[r] are rank r's, `local` holds this rank's
+  // (rows_of[rank()].size() rows of `width`). Every rank passes the same rows_of.
+  void gather_rows(const float* local, std::span<const IndexRange> rows_of, int64_t width,
+                   float* out);
 
  private:
   std::vector<TpShard> shards_;  // every rank's, in rank order

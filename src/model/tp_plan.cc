@@ -24,7 +24,7 @@ IndexRange split_range(int64_t n, int rank, int size, int64_t align) {
   return IndexRange{std::min(n, first * align), std::min(n, (first + count) * align)};
 }
 
-Expected<TpShard> plan_tp_shard(const ModelConfig& c, int rank, int size) {
+Expected<TpShard> plan_tp_shard(const ModelConfig& c, int rank, int size, bool expert_parallel) {
   if (size < 1 || rank < 0 || rank >= size)
     return make_error("tensor parallelism: rank {} of {} is not a rank of the group", rank, size);
   TpShard s;
@@ -64,20 +64,30 @@ Expected<TpShard> plan_tp_shard(const ModelConfig& c, int rank, int size) {
     s.q_heads = IndexRange{head * group + part.begin, head * group + part.end};
   }
   const int64_t align = feature_align(c);
-  auto features = [&](int64_t n, const char* what) -> Expected<IndexRange> {
+  // An MLP too narrow to give every rank a block is replicated: every rank holds all of it and
+  // computes it whole (the same bits everywhere, no gathers).
+  auto features = [&](int64_t n) -> IndexRange {
     if (n == 0) return IndexRange{};
-    if ((n + align - 1) / align < size)
-      return make_error(
-          "--tensor-parallel-size {}: {} has {} features, fewer than one {}-feature block per "
-          "rank",
-          size, what, n, align);
+    if ((n + align - 1) / align < size) return IndexRange{0, n};
     return split_range(n, rank, size, align);
   };
-  KASSIGN(s.intermediate, features(c.intermediate_size, "the MLP"));
-  KASSIGN(s.moe_intermediate, features(c.moe.moe_intermediate_size, "each expert"));
-  KASSIGN(s.shared_intermediate,
-          features(c.moe.num_shared_experts * c.moe.moe_intermediate_size, "the shared experts"));
-  KASSIGN(s.hidden, features(c.hidden_size, "the hidden state"));
+  s.intermediate = features(c.intermediate_size);
+  if (expert_parallel && c.moe.num_experts > 0) {
+    if (c.moe.num_experts < size)
+      return make_error(
+          "--enable-expert-parallel: {} routed experts cannot be shared out over {} ranks",
+          c.moe.num_experts, size);
+    s.experts = split_range(c.moe.num_experts, rank, size);
+  } else {
+    s.moe_intermediate = features(c.moe.moe_intermediate_size);
+  }
+  s.shared_intermediate = features(c.moe.num_shared_experts * c.moe.moe_intermediate_size);
+  if ((c.hidden_size + align - 1) / align < size)
+    return make_error(
+        "--tensor-parallel-size {}: the hidden state has {} features, fewer than one "
+        "{}-feature block per rank",
+        size, c.hidden_size, align);
+  s.hidden = split_range(c.hidden_size, rank, size, align);
   s.vocab = split_range(c.vocab_size, rank, size);
   return s;
 }

@@ -8,8 +8,9 @@
 // allows instead, so a model such as SmolLM2-135M (9 heads in 3 KV groups) runs on 2 ranks
 // (6 + 3 heads): heads move with their KV group; with fewer KV heads than ranks each KV head is
 // replicated on size / kv_heads ranks (which must divide); feature ranges are multiples of 16
-// rows (a packed weight panel; an FP8 checkpoint's 128-row scale block when larger). Pure
-// functions.
+// rows (a packed weight panel; an FP8 checkpoint's 128-row scale block when larger), and an MLP
+// (or expert) with fewer such blocks than ranks is replicated: its range is all of it on every
+// rank. Pure functions.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,9 @@ struct TpShard {
   IndexRange shared_intermediate;  // the shared experts' features, as one MLP (DeepSeek)
   IndexRange hidden;               // the output projections' (o, down) rows
   IndexRange vocab;                // embedding and LM-head rows
+  // Expert parallelism: the routed experts this rank holds whole (empty: every expert split by
+  // its features instead).
+  IndexRange experts;
   bool operator==(const TpShard&) const = default;
 };
 
@@ -47,13 +51,16 @@ IndexRange split_range(int64_t n, int rank, int size, int64_t align = 1);
 // (dist/device_comm.h; used by the thread that runs the model).
 struct TensorParallel {
   TpShard shard;
+  bool expert_parallel = false;  // the plan's `expert_parallel`
   DeviceComm* comm = nullptr;
   bool enabled() const { return shard.size > 1; }
 };
 
 // Rank `rank`'s shard of `config` over `size` ranks, or why the model cannot be split so (more
 // ranks than heads, KV heads that neither split nor replicate evenly, fewer feature blocks
-// than ranks).
-Expected<TpShard> plan_tp_shard(const ModelConfig& config, int rank, int size);
+// than ranks, fewer experts than ranks). `expert_parallel`: whole routed experts per rank
+// (contiguous ranges) instead of every expert's features split.
+Expected<TpShard> plan_tp_shard(const ModelConfig& config, int rank, int size,
+                                bool expert_parallel = false);
 
 }  // namespace kestrel

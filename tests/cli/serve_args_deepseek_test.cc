@@ -28,7 +28,7 @@ constexpr const char* kDs3Single = R"sh(@MODEL@ \
 
 TEST_F(ServeArgsTest, DeepSeekV31SingleNode) {
   const Outcome o = serve(kDs3Single);
-  EXPECT_EQ(refusals(o), (Lines{ep(16), kAscend}));
+  EXPECT_EQ(refusals(o), (Lines{kAscend}));
   const ServeArgs& a = *o.args;
   EXPECT_EQ(a.port, 8015);
   EXPECT_EQ(a.engine.seed, 1024u);
@@ -39,7 +39,7 @@ TEST_F(ServeArgsTest, DeepSeekV31SingleNode) {
   EXPECT_FALSE(a.engine.enable_prefix_caching);
   EXPECT_DOUBLE_EQ(a.engine.gpu_memory_utilization.value_or(0), 0.92);
   EXPECT_TRUE(a.trust_remote_code);
-  EXPECT_TRUE(a.parallel.enable_expert_parallel);
+  EXPECT_TRUE(a.engine.enable_expert_parallel);
   // MTP is accepted; the engine checks it against the model's MTP layers at start-up.
   EXPECT_EQ(a.engine.speculative_config, R"({"num_speculative_tokens": 3, "method": "mtp"})");
 }
@@ -66,7 +66,7 @@ TEST_F(ServeArgsTest, DeepSeekV31MultiNode) {
 --gpu-memory-utilization 0.92 \
 --speculative-config '{"num_speculative_tokens": 3, "method": "mtp"}' \
 --compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}')sh");
-  EXPECT_EQ(refusals(node0), (Lines{ep(16), kAscend}));
+  EXPECT_EQ(refusals(node0), (Lines{kAscend}));
   EXPECT_EQ(node0.args->parallel.data_parallel_address, "10.0.0.1");
   EXPECT_EQ(node0.args->parallel.data_parallel_rpc_port, 13389);
   // The head runs ranks 0 and 1 and waits for 2 and 3 at 10.0.0.1:13391 and :13392.
@@ -98,7 +98,7 @@ TEST_F(ServeArgsTest, DeepSeekV31MultiNode) {
 --gpu-memory-utilization 0.92 \
 --speculative-config '{"num_speculative_tokens": 3, "method": "mtp"}' \
 --compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}')sh");
-  EXPECT_EQ(refusals(node1), (Lines{ep(16), kAscend}));
+  EXPECT_EQ(refusals(node1), (Lines{kAscend}));
   EXPECT_EQ(node1.args->engine.data_parallel_first, 2);
   EXPECT_EQ(node1.args->engine.data_parallel_count, 2);
   EXPECT_EQ(node1.args->engine.data_parallel_remote, 0);
@@ -149,10 +149,10 @@ TEST_F(ServeArgsTest, DeepSeekV31PdPrefill) {
     return s;
   };
   const Outcome p0 = serve(with("0", "30000"));
-  EXPECT_EQ(refusals(p0), (Lines{ep(16), kAscend, pd("MooncakeConnectorV1")}));
+  EXPECT_EQ(refusals(p0), (Lines{kAscend, pd("MooncakeConnectorV1")}));
   EXPECT_TRUE(has_note(*p0.args, "--enforce-eager"));
   const Outcome p1 = serve(with("1", "30100"));
-  EXPECT_EQ(refusals(p1), (Lines{ep(16), kAscend, pd("MooncakeConnectorV1")}));
+  EXPECT_EQ(refusals(p1), (Lines{kAscend, pd("MooncakeConnectorV1")}));
 }
 
 TEST_F(ServeArgsTest, DeepSeekV31PdDecode) {
@@ -196,9 +196,9 @@ TEST_F(ServeArgsTest, DeepSeekV31PdDecode) {
   d0.replace(d0.find("RANK"), 4, "0");
   d1.replace(d1.find("RANK"), 4, "16");
   EXPECT_EQ(refusals(serve(d0)),
-            (Lines{ep(32), kAscend, pd("MooncakeConnectorV1"), recompute(false)}));
+            (Lines{ep_dp(32), kAscend, pd("MooncakeConnectorV1"), recompute(false)}));
   const Outcome o = serve(d1);
-  EXPECT_EQ(refusals(o), (Lines{ep(32), kAscend, pd("MooncakeConnectorV1"), recompute(false)}));
+  EXPECT_EQ(refusals(o), (Lines{ep_dp(32), kAscend, pd("MooncakeConnectorV1"), recompute(false)}));
   EXPECT_EQ(o.args->engine.max_num_batched_tokens, 256);
   EXPECT_EQ(o.args->engine.max_num_seqs, 28);
 }
@@ -240,10 +240,13 @@ TEST_F(ServeArgsTest, DeepSeekV41SingleNode) {
         "enable_flashcomm1":true,
         "enable_shared_expert_dp":true
     }')sh");
-  EXPECT_EQ(refusals(o), (Lines{ep(16), kAscend, kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
+  EXPECT_EQ(refusals(o), (Lines{kAscend, kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
   EXPECT_EQ(o.args->engine.block_size, 128);
   EXPECT_EQ(o.args->engine.max_model_len, 150000);
-  EXPECT_TRUE(o.args->warnings.empty());
+  // The one warning: where the experts go.
+  EXPECT_EQ(o.args->warnings,
+            (Lines{"--enable-expert-parallel: experts are sharded over the 4 tensor-parallel ranks "
+                   "of each of the 4 data-parallel ranks (vLLM shards them over all 16 ranks)"}));
 }
 
 // §5.2 PD through run_dp_template.sh: prefill DP4/TP4 (rank 0), decode DP8/TP2 (rank 3).
@@ -293,8 +296,8 @@ TEST_F(ServeArgsTest, DeepSeekV41PdPrefill) {
             "decode":{"dp_size":8,"tp_size":2}
         }
     }')sh");
-  EXPECT_EQ(refusals(o), (Lines{ep(16), kAscend, kDspark, pd("MooncakeHybridConnector"),
-                                kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
+  EXPECT_EQ(refusals(o), (Lines{kAscend, kDspark, pd("MooncakeHybridConnector"), kTokenizerV41,
+                                kToolV41, kReasoningV41, kEngram}));
   EXPECT_EQ(o.args->engine.max_model_len, 1048576);
 }
 
@@ -347,9 +350,8 @@ TEST_F(ServeArgsTest, DeepSeekV41PdDecode) {
         "multistream_overlap_shared_expert":true,
         "recompute_scheduler_enable":true
     }')sh");
-  EXPECT_EQ(refusals(o),
-            (Lines{ep(16), kAscend, kDspark, pd("MooncakeHybridConnector"), recompute(false),
-                   kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
+  EXPECT_EQ(refusals(o), (Lines{kAscend, kDspark, pd("MooncakeHybridConnector"), recompute(false),
+                                kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
 }
 
 // §5.3, A2 multi-node: node 0 ("${HEADLESS_ARGS[@]}" empty) and node 1 (--headless
@@ -386,9 +388,9 @@ TEST_F(ServeArgsTest, DeepSeekV41MultiNode) {
   node0.replace(node0.find("HEADLESS_ARGS"), 13, "");
   node1.replace(node1.find("HEADLESS_ARGS"), 13, "--headless --data-parallel-start-rank 1");
   EXPECT_EQ(refusals(serve(node0)),
-            (Lines{ep(32), kAscend, kDspark, kTokenizerV41, kToolV41, kReasoningV41}));
+            (Lines{kAscend, kDspark, kTokenizerV41, kToolV41, kReasoningV41}));
   EXPECT_EQ(refusals(serve(node1)),
-            (Lines{ep(32), kAscend, kDspark, kTokenizerV41, kToolV41, kReasoningV41}));
+            (Lines{kAscend, kDspark, kTokenizerV41, kToolV41, kReasoningV41}));
 }
 
 // §12.1, bounded-replay validation (the VLLM_USE_V2_MODEL_RUNNER=1 prefix is an environment
@@ -406,7 +408,7 @@ TEST_F(ServeArgsTest, DeepSeekV41BoundedReplay) {
   --model-loader-extra-config '{"enable_multithread_load":true,"num_threads":16}' \
   --safetensors-load-strategy lazy --additional-config '{"enable_cpu_binding":false}')sh");
   EXPECT_EQ(refusals(o),
-            (Lines{ep(4),
+            (Lines{ep_dp(4),
                    "--quantization deepseek_v4_fp8: DeepSeek-V4 FP8 checkpoints are not "
                    "supported yet",
                    kTokenizerV41, kEngram}));

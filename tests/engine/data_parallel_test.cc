@@ -164,8 +164,8 @@ TEST_F(DataParallelClient, AnAbortReachesTheRankThatHoldsTheRequest) {
 
 TEST_F(DataParallelClient, ARankThatFailsStopsEveryRankWithItsError) {
   EngineClient::Options o = options(*a_->model);
-  o.executors.push_back(std::make_unique<InProcessExecutor>(*a_->model, o.scheduler.num_blocks,
-                                                            o.scheduler.block_size));
+  // Rank 0 needs at least 200 ms for its requests; rank 1 fails at its fourth step.
+  o.executors.push_back(std::make_unique<SlowExecutor>(*a_->model, o.scheduler));
   o.executors.push_back(std::make_unique<FailingExecutor>(*b_->model, o.scheduler, 3));
   EngineClient two(*a_->model, nullptr, std::move(o));
   std::vector<std::shared_ptr<RequestStream>> streams;

@@ -108,13 +108,22 @@ TEST(TpPlan, MlaKeepsTheLatentCacheOnEveryRank) {
     EXPECT_EQ(s->moe_intermediate, (IndexRange{64 * r, 64 * r + 64}));
     EXPECT_EQ(s->shared_intermediate, (IndexRange{128 * r, 128 * r + 128}));
   }
-  // 48 expert features are three panels of 16: a fourth rank would get none.
+  // 48 expert features are three panels of 16: a fourth rank would get none, so every rank
+  // holds every expert whole.
   c.moe.moe_intermediate_size = 48;
-  auto s = plan_tp_shard(c, 0, 4);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().message.find("each expert has 48 features, fewer than one 16-feature block"),
-            std::string::npos)
-      << s.error().message;
+  for (int r = 0; r < 4; ++r) {
+    auto s = plan_tp_shard(c, r, 4);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_EQ(s->moe_intermediate, (IndexRange{0, 48}));
+  }
+  // Expert parallelism: whole experts, two of the eight per rank.
+  c.moe.num_experts = 8;
+  auto ep = plan_tp_shard(c, 3, 4, /*expert_parallel=*/true);
+  ASSERT_TRUE(ep.ok()) << ep.error().message;
+  EXPECT_EQ(ep->experts, (IndexRange{6, 8}));
+  EXPECT_EQ(ep->moe_intermediate, IndexRange{});
+  c.moe.num_experts = 3;
+  EXPECT_FALSE(plan_tp_shard(c, 0, 4, true).ok());
 }
 
 TEST(TpPlan, SplitsThatCannotWorkAreRefusedWithTheReason) {
@@ -126,18 +135,22 @@ TEST(TpPlan, SplitsThatCannotWorkAreRefusedWithTheReason) {
   ASSERT_FALSE(uneven_replication.ok());
   EXPECT_NE(uneven_replication.error().message.find("cannot be replicated evenly"),
             std::string::npos);
-  auto few_features = plan_tp_shard(gqa(8, 8, 48, 512), 0, 4);
-  ASSERT_FALSE(few_features.ok());
-  EXPECT_NE(few_features.error().message.find("the MLP has 48 features"), std::string::npos);
+  auto narrow_mlp = plan_tp_shard(gqa(8, 8, 48, 512), 0, 4);
+  ASSERT_TRUE(narrow_mlp.ok());
+  EXPECT_EQ(narrow_mlp->intermediate, (IndexRange{0, 48}));  // replicated
+  ModelConfig narrow = gqa(8, 8, 1024, 512);
+  narrow.hidden_size = 48;
+  auto few_hidden = plan_tp_shard(narrow, 0, 4);
+  ASSERT_FALSE(few_hidden.ok());
+  EXPECT_NE(few_hidden.error().message.find("the hidden state has 48 features"), std::string::npos)
+      << few_hidden.error().message;
   // An FP8 checkpoint's shards hold whole 128-row scale blocks.
   ModelConfig fp8 = gqa(8, 8, 256, 512);
   fp8.fp8.enabled = true;
   fp8.fp8.block_rows = 128;
   auto fp8_three = plan_tp_shard(fp8, 0, 3);
-  ASSERT_FALSE(fp8_three.ok());
-  EXPECT_NE(fp8_three.error().message.find("the MLP has 256 features, fewer than one 128-feature"),
-            std::string::npos)
-      << fp8_three.error().message;
+  ASSERT_TRUE(fp8_three.ok()) << fp8_three.error().message;
+  EXPECT_EQ(fp8_three->intermediate, (IndexRange{0, 256}));  // two blocks for three ranks
   auto fp8_two = plan_tp_shard(fp8, 1, 2);
   ASSERT_TRUE(fp8_two.ok()) << fp8_two.error().message;
   EXPECT_EQ(fp8_two->intermediate, (IndexRange{128, 256}));
