@@ -3,15 +3,14 @@
 // load between them, send an abort to the rank that holds the request (freeing its blocks
 // there), and stop together when one rank fails, ending every request with that rank's error.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <random>
 #include <thread>
 
-#include "base/mmap_file.h"
 #include "engine/engine_client.h"
 #include "engine/engine_runs.h"
+#include "engine/fixture_models.h"
 #include "model/loader.h"
 #include "test_paths.h"
 
@@ -19,16 +18,7 @@ namespace kestrel {
 namespace {
 
 std::unique_ptr<LoadedModel> load(const std::string& fixture) {
-  const std::string dir = test::fixtures_dir() + "/models/" + fixture;
-  auto golden = read_text_file(dir + "/golden.json");
-  EXPECT_TRUE(golden.ok());
-  LoadOptions o;
-  o.model = dir;
-  o.threads = 1;
-  o.dtype = nlohmann::json::parse(*golden).at("dtype").get<std::string>();
-  auto lm = load_model(o);
-  EXPECT_TRUE(lm.ok()) << lm.error().message;
-  return lm.ok() ? std::move(*lm) : nullptr;
+  return test::load_fixture(fixture, 1);
 }
 
 std::vector<std::vector<int32_t>> prompts(int n) {

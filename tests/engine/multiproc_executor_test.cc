@@ -6,17 +6,16 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
-#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <map>
 #include <random>
 
-#include "base/mmap_file.h"
 #include "dist/host_comm.h"
 #include "dist/shm_comm.h"
 #include "engine/engine_core.h"
 #include "engine/engine_runs.h"
+#include "engine/fixture_models.h"
 #include "engine/multiproc_executor.h"
 #include "engine/worker_processes.h"
 #include "model/loader.h"
@@ -31,17 +30,8 @@ using std::chrono::milliseconds;
 
 constexpr int kOutputs = 16;
 
-std::string fixture_dir(const std::string& name) {
-  return test::fixtures_dir() + "/models/" + name;
-}
-
 LoadOptions load_options(const std::string& fixture, int rank, int size, DeviceComm* comm) {
-  auto golden = read_text_file(fixture_dir(fixture) + "/golden.json");
-  EXPECT_TRUE(golden.ok());
-  LoadOptions o;
-  o.model = fixture_dir(fixture);
-  o.threads = 1;
-  o.dtype = nlohmann::json::parse(*golden).at("dtype").get<std::string>();
+  LoadOptions o = test::fixture_options(fixture, 1);
   o.tp_rank = rank;
   o.tp_size = size;
   o.tp_comm = comm;

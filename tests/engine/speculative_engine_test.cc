@@ -4,15 +4,14 @@
 // preemption and when drafting turns off and on with the batch size — and drafts were really
 // proposed and (where the proposer is good) accepted, with every block freed at the end.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <map>
 #include <memory>
 #include <random>
 
-#include "base/mmap_file.h"
 #include "engine/token_constraint.h"
 #include "engine_runs.h"
+#include "fixture_models.h"
 #include "model/loader.h"
 #include "spec/proposer.h"
 #include "spec/speculative_config.h"
@@ -36,17 +35,7 @@ std::ostream& operator<<(std::ostream& os, const SpecCase& c) {
 }
 
 std::unique_ptr<LoadedModel> load_fixture(const std::string& name, Backend* shared = nullptr) {
-  const std::string dir = test::fixtures_dir() + "/models/" + name;
-  auto golden = read_text_file(dir + "/golden.json");
-  EXPECT_TRUE(golden.ok());
-  LoadOptions o;
-  o.model = dir;
-  o.threads = 2;
-  o.dtype = nlohmann::json::parse(*golden).at("dtype").get<std::string>();
-  o.shared_backend = shared;
-  auto lm = load_model(o);
-  EXPECT_TRUE(lm.ok()) << lm.error().message;
-  return lm.ok() ? std::move(*lm) : nullptr;
+  return test::load_fixture(name, 2, shared);
 }
 
 class SpeculativeEngine : public ::testing::TestWithParam<SpecCase> {
