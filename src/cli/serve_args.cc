@@ -336,6 +336,14 @@ void check_parallel(const ServeArgs& a, Findings& f) {
   const int dp = e.data_parallel_size;
   const int local = p.data_parallel_size_local.value_or(dp);
   const int start = p.data_parallel_start_rank.value_or(0);
+  if (p.hybrid_lb && (p.external_lb || p.headless || p.data_parallel_rank))
+    f.refuse(
+        "--data-parallel-hybrid-lb: a node's own server balancing its ranks excludes "
+        "--data-parallel-external-lb, --headless and --data-parallel-rank");
+  if (p.external_lb && !p.data_parallel_rank)
+    f.refuse(
+        "--data-parallel-external-lb: give this server's rank with --data-parallel-rank (one "
+        "server per rank)");
   if (p.data_parallel_rank) {
     if (*p.data_parallel_rank >= dp)
       f.refuse(fmt::format("--data-parallel-rank {}: not a rank of --data-parallel-size {}",
@@ -354,13 +362,13 @@ void check_parallel(const ServeArgs& a, Findings& f) {
         "--headless: every one of the {} data-parallel ranks would run here, with no head to "
         "serve them (give --data-parallel-size-local and --data-parallel-start-rank)",
         dp));
-  } else if (!p.headless && start != 0) {
+  } else if (!p.headless && !p.hybrid_lb && start != 0) {
     f.refuse(fmt::format(
         "--data-parallel-start-rank {}: only a --headless node starts past rank 0 (the head runs "
         "rank 0)",
         start));
   }
-  const bool multi_node = !p.data_parallel_rank && local < dp;
+  const bool multi_node = !p.data_parallel_rank && !p.hybrid_lb && local < dp;
   if (p.data_parallel_address && !multi_node)
     f.note(dp == 1 ? "--data-parallel-address (one data-parallel rank: nothing to coordinate)"
                    : "--data-parallel-address (this server's ranks coordinate in-process)");
@@ -556,7 +564,8 @@ void group_flags(CLI::App& app) {
       {"Parallelism",
        {"--tensor-parallel-size", "--data-parallel-size", "--data-parallel-size-local",
         "--data-parallel-start-rank", "--data-parallel-rank", "--data-parallel-address",
-        "--data-parallel-rpc-port", "--headless", "--enable-expert-parallel",
+        "--data-parallel-rpc-port", "--headless", "--data-parallel-hybrid-lb",
+        "--data-parallel-external-lb", "--enable-expert-parallel",
         "--distributed-executor-backend"}},
       {"Speculative decoding, PD disaggregation, platform",
        {"--speculative-config", "--kv-transfer-config", "--additional-config", "--engram-config"}},
@@ -633,7 +642,13 @@ void add_serve_args(CLI::App& app, ServeArgs& a) {
   app.add_option("--data-parallel-address", p.data_parallel_address, "planned");
   app.add_option("--data-parallel-rpc-port", p.data_parallel_rpc_port, "planned")
       ->check(CLI::Range(0, 65535));
-  add_bool(app, "headless", p.headless, "planned");
+  add_bool(app, "headless", p.headless,
+           "engines only: this node's ranks, for the head at --data-parallel-address");
+  add_bool(app, "data-parallel-hybrid-lb", p.hybrid_lb,
+           "this node's server balances its own ranks (--data-parallel-size-local from "
+           "--data-parallel-start-rank)");
+  add_bool(app, "data-parallel-external-lb", p.external_lb,
+           "this server is one rank (--data-parallel-rank) behind an external load balancer");
   app.add_option("--api-server-count", a.api_server_count, "1 (more is planned)")
       ->check(CLI::Range(1, 1024));
 
@@ -712,11 +727,12 @@ Status finalize_serve_args(ServeArgs& a) {
     e.data_parallel_first = *p.data_parallel_rank;
     e.data_parallel_count = 1;
   } else if (p.data_parallel_size_local && *p.data_parallel_size_local < e.data_parallel_size) {
-    // Multi-node: this node runs its ranks; the head also waits for the rest (internal load
-    // balancing over --headless nodes).
+    // Multi-node: this node runs its ranks; with internal load balancing the head also waits
+    // for the rest (--headless nodes), with hybrid each node's server serves its own.
     e.data_parallel_first = p.data_parallel_start_rank.value_or(0);
     e.data_parallel_count = *p.data_parallel_size_local;
-    if (!p.headless) e.data_parallel_remote = e.data_parallel_size - e.data_parallel_count;
+    if (!p.headless && !p.hybrid_lb)
+      e.data_parallel_remote = e.data_parallel_size - e.data_parallel_count;
   }
   if (f.refusals.empty()) return Status::Ok();
   std::string message;

@@ -27,6 +27,10 @@ struct ParallelArgs {
   std::optional<std::string> data_parallel_address;
   std::optional<int> data_parallel_rpc_port;
   bool headless = false;
+  // vLLM's explicit load-balancing modes: hybrid (each node's server balances its own ranks),
+  // external (each server one rank, --data-parallel-rank).
+  bool hybrid_lb = false;
+  bool external_lb = false;
 };
 
 struct ServeArgs {

@@ -276,6 +276,40 @@ TEST_F(ServeArgsTest, NeutralParallelValuesAreAccepted) {
   EXPECT_EQ(o.args->notes.size(), 3u);
 }
 
+TEST_F(ServeArgsTest, LoadBalancingModesSetWhichRanksThisServerRuns) {
+  // Internal (the head): its local ranks, the rest from --headless nodes.
+  const Outcome head = accepted(
+      "@MODEL@ --data-parallel-size 4 --data-parallel-size-local 2 --data-parallel-address "
+      "10.0.0.1");
+  EXPECT_EQ(head.args->engine.data_parallel_first, 0);
+  EXPECT_EQ(head.args->engine.data_parallel_count, 2);
+  EXPECT_EQ(head.args->engine.data_parallel_remote, 2);
+  // Hybrid: each node's server balances its own ranks, nothing joins it.
+  const Outcome hybrid = accepted(
+      "@MODEL@ --data-parallel-size 4 --data-parallel-size-local 2 --data-parallel-start-rank 2 "
+      "--data-parallel-hybrid-lb");
+  EXPECT_EQ(hybrid.args->engine.data_parallel_first, 2);
+  EXPECT_EQ(hybrid.args->engine.data_parallel_count, 2);
+  EXPECT_EQ(hybrid.args->engine.data_parallel_remote, 0);
+  // External: one rank.
+  const Outcome external =
+      accepted("@MODEL@ --data-parallel-size 4 --data-parallel-rank 3 --data-parallel-external-lb");
+  EXPECT_EQ(external.args->engine.data_parallel_first, 3);
+  EXPECT_EQ(external.args->engine.data_parallel_count, 1);
+  EXPECT_EQ(external.args->engine.data_parallel_remote, 0);
+  EXPECT_EQ(refusals(serve("@MODEL@ --data-parallel-size 4 --data-parallel-external-lb")),
+            Lines{"--data-parallel-external-lb: give this server's rank with --data-parallel-rank "
+                  "(one server per rank)"});
+  EXPECT_EQ(refusals(serve("@MODEL@ --data-parallel-size 4 --data-parallel-size-local 2 "
+                           "--data-parallel-start-rank 2 --headless --data-parallel-hybrid-lb")),
+            Lines{"--data-parallel-hybrid-lb: a node's own server balancing its ranks excludes "
+                  "--data-parallel-external-lb, --headless and --data-parallel-rank"});
+  EXPECT_EQ(refusals(serve("@MODEL@ --data-parallel-size 4 --data-parallel-size-local 2 "
+                           "--data-parallel-start-rank 2")),
+            Lines{"--data-parallel-start-rank 2: only a --headless node starts past rank 0 (the "
+                  "head runs rank 0)"});
+}
+
 TEST_F(ServeArgsTest, RefusedParallelAndBackendValues) {
   EXPECT_EQ(refusals(serve("@MODEL@ --api-server-count 3")),
             Lines{"--api-server-count 3: more than one API server process is not supported yet "
