@@ -138,12 +138,15 @@ int generate(const Args& a) {
   const double tg_s = std::chrono::duration<double>(t2 - t1).count();
   const int64_t decode_steps = std::max<int64_t>(out.num_output_tokens - 1, 0);
   const double tg_tps = decode_steps > 0 ? double(decode_steps) / tg_s : 0.0;
-  std::fprintf(stderr,
-               "prompt: %zu tokens, %.1f tok/s | decode: %lld tokens, %.1f tok/s, %.2f GB/s of "
-               "weights | finish: %s\n",
-               prompt.size(), double(prompt.size()) / pp_s, (long long)decode_steps, tg_tps,
-               tg_tps * double(e.model->model->weight_bytes()) / 1e9,
-               finish_reason_name(*out.finish_reason));
+  std::fprintf(
+      stderr,
+      "prompt: %zu tokens, %.1f tok/s | decode: %lld tokens, %.1f tok/s, %.2f GB/s of "
+      "weights | finish: %s\n",
+      prompt.size(), double(prompt.size()) / pp_s, (long long)decode_steps, tg_tps,
+      // Under TP, rank 0's share times the ranks: the whole model's bytes, or a little more when
+      // the split is uneven (rank 0 takes the larger part).
+      tg_tps * double(e.model->model->weight_bytes()) * double(a.engine.tensor_parallel_size) / 1e9,
+      finish_reason_name(*out.finish_reason));
   const SpecDecodeStats spec = e.client->stats().counters.spec_decode;
   if (!spec.empty())
     std::fprintf(stderr,
