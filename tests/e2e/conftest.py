@@ -8,6 +8,9 @@ Every test is skipped when the model file is missing, and the session fails inst
 KESTREL_REQUIRE_TEST_DATA is set (to anything but "" or "0"), as scripts/test.sh does.
 """
 
+import os
+import subprocess
+
 import openai
 import pytest
 
@@ -76,3 +79,29 @@ def start_server():
     yield start
     for srv in started:
         _stop(srv)
+
+
+@pytest.fixture
+def netns():
+    """A network namespace joined to this one by a veth pair: (namespace, this side's address,
+    the namespace's address)."""
+    tag = f"k{os.getpid() % 100000}"
+    ns, host_if, ns_if = f"kestrel-{tag}", f"kh{tag}", f"kn{tag}"
+    octet = 16 + os.getpid() % 200
+    head_ip, node_ip = f"10.251.{octet}.1", f"10.251.{octet}.2"
+    made = subprocess.run(["ip", "netns", "add", ns], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot create a network namespace here: {made.stderr.strip()}")
+    try:
+        for cmd in (["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if],
+                    ["ip", "link", "set", ns_if, "netns", ns],
+                    ["ip", "addr", "add", f"{head_ip}/30", "dev", host_if],
+                    ["ip", "link", "set", host_if, "up"],
+                    ["ip", "netns", "exec", ns, "ip", "addr", "add", f"{node_ip}/30", "dev", ns_if],
+                    ["ip", "netns", "exec", ns, "ip", "link", "set", ns_if, "up"],
+                    ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"]):
+            subprocess.run(cmd, check=True, capture_output=True)
+        yield ns, head_ip, node_ip
+    finally:
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)

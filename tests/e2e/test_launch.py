@@ -3,7 +3,7 @@ through a run_dp_template.sh that receives the 7 positional arguments (devices, 
 dp rank, dp address, dp rpc port, tp size); each rank gets its share of the cores (here: one of
 two), serves as that rank behind an external load balancer, and SIGTERM to the launcher stops
 every rank and the launcher with status 0; a rank that fails stops the others and the launcher
-exits non-zero."""
+exits non-zero. The same across a network namespace, each rank a TP group of two."""
 
 import os
 import signal
@@ -18,7 +18,7 @@ TEMPLATE = """#!/bin/bash
 echo "$@" > "{dir}/args-$4.txt"
 grep Cpus_allowed_list /proc/self/status > "{dir}/cpus-$4.txt"
 {fail}
-"{kestrel}" serve "{model}" --host 127.0.0.1 --port $2 --data-parallel-size $3 \\
+"{kestrel}" serve "{model}" --host {host} --port $2 --data-parallel-size $3 \\
   --data-parallel-rank $4 --data-parallel-address $5 --data-parallel-rpc-port $6 \\
   --tensor-parallel-size $7 --max-model-len 1024 --kv-cache-memory 128M
 """
@@ -37,22 +37,24 @@ def two_free_ports():
     raise RuntimeError("no two consecutive free ports")
 
 
-def start_launch(tmp_path, fail=""):
+def start_launch(tmp_path, fail="", host="127.0.0.1", tp=1, netns=None, port=None):
     template = tmp_path / "run_dp_template.sh"
     template.write_text(TEMPLATE.format(dir=tmp_path, fail=fail, kestrel=KESTREL_BIN,
-                                        model=MODEL_PATH))
-    port = two_free_ports()
+                                        model=MODEL_PATH, host=host))
+    port = port or two_free_ports()
     log = open(tmp_path / "launch.log", "w")
-    proc = subprocess.Popen([str(KESTREL_BIN), "launch", "--dp-size", "2", "--tp-size", "1",
-                             "--dp-address", "127.0.0.1", "--dp-rpc-port", "13389",
-                             "--vllm-start-port", str(port), "--template", str(template)],
-                            stdout=log, stderr=subprocess.STDOUT)
+    cmd = [str(KESTREL_BIN), "launch", "--dp-size", "2", "--tp-size", str(tp),
+           "--dp-address", host, "--dp-rpc-port", "13389", "--vllm-start-port", str(port),
+           "--template", str(template)]
+    if netns:
+        cmd = ["ip", "netns", "exec", netns, *cmd]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     return proc, port
 
 
-def healthy(port):
+def healthy(port, host="127.0.0.1"):
     try:
-        return request(f"http://127.0.0.1:{port}", "GET", "/health", timeout=2)[0] == 200
+        return request(f"http://{host}:{port}", "GET", "/health", timeout=2)[0] == 200
     except OSError:
         return False
 
@@ -94,6 +96,29 @@ def test_a_rank_that_fails_stops_the_others_and_the_launcher_fails(tmp_path):
         assert "data-parallel rank 1" in log and "exited with status 3" in log, log
         assert time.monotonic() - start < 40
         assert wait_for(lambda: not healthy(port), 10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_launch_in_another_network_namespace_two_tp_ranks_each(tmp_path, netns):
+    """External load balancing across a veth pair: the launcher and its ranks (each a TP group
+    of 2) in the namespace, the client here."""
+    ns, _, node_ip = netns
+    proc, port = start_launch(tmp_path, host=node_ip, tp=2, netns=ns, port=9000)
+    try:
+        assert wait_for(lambda: healthy(port, node_ip) and healthy(port + 1, node_ip), 60), \
+            (tmp_path / "launch.log").read_text()
+        for rank in (0, 1):
+            base = f"http://{node_ip}:{port + rank}"
+            status, body = post_json(base, "/v1/completions", {
+                "model": str(MODEL_PATH), "prompt": "Hello", "max_tokens": 4, "temperature": 0})
+            assert status == 200, body
+            assert metric(scrape(base), "vllm:generation_tokens_total", engine=str(rank)) == 4
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, (tmp_path / "launch.log").read_text()
+        assert not healthy(port, node_ip) and not healthy(port + 1, node_ip)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -8,12 +8,9 @@ with an error naming the rank, /health turns 503), never hang."""
 
 import concurrent.futures
 import json
-import os
 import signal
 import subprocess
 import time
-
-import pytest
 
 from kestrel_e2e import (KESTREL_BIN, REPO, free_port, metric, post_json, request, scrape,
                          wait_for)
@@ -83,33 +80,8 @@ def test_headless_rank_over_loopback(start_server, tmp_path):
         headless.wait()
 
 
-@pytest.fixture
-def netns():
-    """A network namespace joined to this one by a veth pair: (namespace, head address)."""
-    tag = f"k{os.getpid() % 100000}"
-    ns, host_if, ns_if = f"kestrel-{tag}", f"kh{tag}", f"kn{tag}"
-    octet = 16 + os.getpid() % 200
-    head_ip, node_ip = f"10.251.{octet}.1", f"10.251.{octet}.2"
-    made = subprocess.run(["ip", "netns", "add", ns], capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot create a network namespace here: {made.stderr.strip()}")
-    try:
-        for cmd in (["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if],
-                    ["ip", "link", "set", ns_if, "netns", ns],
-                    ["ip", "addr", "add", f"{head_ip}/30", "dev", host_if],
-                    ["ip", "link", "set", host_if, "up"],
-                    ["ip", "netns", "exec", ns, "ip", "addr", "add", f"{node_ip}/30", "dev", ns_if],
-                    ["ip", "netns", "exec", ns, "ip", "link", "set", ns_if, "up"],
-                    ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"]):
-            subprocess.run(cmd, check=True, capture_output=True)
-        yield ns, head_ip
-    finally:
-        subprocess.run(["ip", "link", "del", host_if], capture_output=True)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-
-
 def test_headless_rank_in_another_network_namespace(start_server, netns, tmp_path):
-    ns, head_ip = netns
+    ns, head_ip, _ = netns
     rpc = free_port()
     headless = start_headless(head_ip, rpc, tmp_path, netns=ns)
     try:
