@@ -40,7 +40,6 @@ class HostCommLeader {
   // One message from each worker, indexed by rank - 1 (after wait_for_workers).
   Expected<std::vector<std::string>> gather(std::chrono::milliseconds timeout,
                                             const LivenessCheck& alive);
-  const std::string& endpoint() const { return endpoint_; }
   // An error once a worker's connection has closed (it died, or its host stopped answering
   // ZeroMQ's heartbeats for 5 s), even while nobody waits. Thread-safe.
   Status check_connections() const;

@@ -72,16 +72,16 @@ void add_counters(EngineCoreCounters& sum, const EngineCoreCounters& c) {
 
 EngineClient::EngineClient(CausalLM& model, const Tokenizer* tokenizer, Options options)
     : model_(model), options_(std::move(options)), processor_(tokenizer) {
+  const size_t first = size_t(options_.first_engine_index);
   if (options_.executors.empty()) {
-    ranks_.push_back(std::make_unique<Rank>(0, model, options_.scheduler, options_.eos_token_ids,
-                                            std::move(options_.speculation)));
+    ranks_.push_back(std::make_unique<Rank>(
+        first, model, options_.scheduler, options_.eos_token_ids, std::move(options_.speculation)));
   }
   for (auto& executor : options_.executors)
-    ranks_.push_back(std::make_unique<Rank>(ranks_.size(), std::move(executor), options_.scheduler,
-                                            options_.eos_token_ids));
+    ranks_.push_back(std::make_unique<Rank>(first + ranks_.size(), std::move(executor),
+                                            options_.scheduler, options_.eos_token_ids));
   options_.executors.clear();
   for (auto& rank : ranks_) {
-    rank->index += size_t(options_.first_engine_index);
     rank->stats.engine_index = int(rank->index);
     rank->stats.num_speculative_tokens = options_.num_speculative_tokens;
     rank->spec_logged_at = std::chrono::steady_clock::now();

@@ -145,7 +145,7 @@ class EngineClient {
     template <typename... CoreArgs>
     explicit Rank(size_t i, CoreArgs&&... args) : core(std::forward<CoreArgs>(args)...), index(i) {}
     EngineCore core;
-    size_t index;
+    size_t index;  // its data-parallel rank (first_engine_index on): logs, metrics, errors
     std::vector<Command> inbox;
     EngineStats stats;
     int64_t live = 0;
