@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dist/device_comm.h"
 #include "dist/store.h"
@@ -26,6 +27,7 @@ struct GlooCommOptions {
   std::string bind_address = "127.0.0.1";  // this rank's TCP address for its pairs
   std::string prefix = "gloo";             // keys in the store: one group per prefix
   std::chrono::milliseconds timeout{30000};
+  std::string label = "tensor-parallel";  // what the group is, in errors
 };
 
 class GlooComm final : public DeviceComm {
@@ -38,13 +40,23 @@ class GlooComm final : public DeviceComm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Status all_reduce_sum(float* data, size_t n) override;
+  Status reduce_scatter_sum(const float* in, size_t n, float* out) override;
   Status all_gather(const float* in, size_t n, float* out) override;
+  Status all_gather_bytes(const void* in, size_t bytes, void* out) override;
+  Status all_to_all_v(const void* send, std::span<const size_t> send_bytes, void* recv,
+                      std::span<const size_t> recv_bytes) override;
   Status barrier() override;
 
  private:
-  GlooComm(int rank, int size, std::shared_ptr<gloo::Context> ctx);
+  GlooComm(int rank, int size, std::string label, std::shared_ptr<gloo::Context> ctx);
+  // Runs a Gloo collective; its exceptions become errors naming the group and rank.
+  template <typename Fn>
+  Status guarded(const char* what, Fn&& fn);
+
   int rank_, size_;
+  std::string label_;
   std::shared_ptr<gloo::Context> ctx_;
+  std::vector<float> scratch_;  // reduce-scatter's whole sum
 };
 
 }  // namespace kestrel

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <new>
 #include <thread>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -25,10 +26,15 @@ constexpr size_t kLine = 64;
 // Busy-wait this many rounds before yielding the core: a collective's ranks usually arrive
 // within microseconds of each other, and a yield costs more than that.
 constexpr int kSpinRounds = 4000;
+// Then yield for this long, then sleep in short naps: a rank that waits on another's long step
+// (a data-parallel peer's prefill, under expert parallelism) should leave the core to it.
+constexpr std::chrono::microseconds kYieldPeriod{2000};
+constexpr std::chrono::microseconds kNap{50};
 
-// One rank's barrier count, alone on its cache line.
+// One rank's barrier count and the note it posts with it, alone on their cache line.
 struct alignas(kLine) Arrival {
   std::atomic<uint64_t> epoch{0};
+  std::atomic<uint64_t> note{0};
 };
 
 size_t round_up(size_t n, size_t to) {
@@ -43,17 +49,23 @@ void cpu_relax() {
 
 using Clock = std::chrono::steady_clock;
 
-// Waits for pred() until the deadline, or until `abort` is set: spins, then yields.
+// Waits for pred() until the deadline, or until `abort` is set: spins, yields, then naps.
 template <typename Pred>
 bool wait_until(Pred pred, Clock::time_point deadline, const std::atomic<bool>* abort = nullptr) {
   for (int i = 0; i < kSpinRounds; ++i) {
     if (pred()) return true;
     cpu_relax();
   }
+  const Clock::time_point nap_from = Clock::now() + kYieldPeriod;
   while (!pred()) {
-    if (Clock::now() > deadline) return false;
+    const Clock::time_point now = Clock::now();
+    if (now > deadline) return false;
     if (abort != nullptr && abort->load(std::memory_order_relaxed)) return false;
-    sched_yield();
+    if (now < nap_from) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(kNap);
+    }
   }
   return true;
 }
@@ -158,6 +170,7 @@ ShmComm::ShmComm(const ShmCommOptions& o, void* base, size_t bytes)
       slot_floats_(o.slot_bytes / sizeof(float)),
       timeout_(o.timeout),
       abort_(o.abort),
+      label_(o.label),
       base_(base),
       bytes_(bytes),
       header_(static_cast<Header*>(base)) {}
@@ -167,16 +180,35 @@ ShmComm::~ShmComm() {
 }
 
 float* ShmComm::slot(int r) const {
-  char* first =
-      static_cast<char*>(base_) + round_up(sizeof(Header), kLine) + size_t(size_) * sizeof(Arrival);
-  return reinterpret_cast<float*>(first +
-                                  size_t(r) * round_up(slot_floats_ * sizeof(float), kLine));
+  return reinterpret_cast<float*>(slot_bytes_of(r));
 }
 
-Status ShmComm::arrive_and_wait() {
-  auto* arrivals =
-      reinterpret_cast<Arrival*>(static_cast<char*>(base_) + round_up(sizeof(Header), kLine));
+char* ShmComm::slot_bytes_of(int r) const {
+  char* first =
+      static_cast<char*>(base_) + round_up(sizeof(Header), kLine) + size_t(size_) * sizeof(Arrival);
+  return first + size_t(r) * round_up(slot_floats_ * sizeof(float), kLine);
+}
+
+namespace {
+
+Arrival* arrivals_of(void* base) {
+  return reinterpret_cast<Arrival*>(static_cast<char*>(base) + round_up(sizeof(ShmComm::Header), kLine));
+}
+
+}  // namespace
+
+uint64_t ShmComm::max_note() const {
+  const Arrival* arrivals = arrivals_of(base_);
+  uint64_t m = 0;
+  for (int r = 0; r < size_; ++r) m = std::max(m, arrivals[r].note.load(std::memory_order_relaxed));
+  return m;
+}
+
+Status ShmComm::arrive_and_wait(uint64_t note) {
+  Arrival* arrivals = arrivals_of(base_);
   ++epoch_;
+  // The epoch's release publishes the note with it.
+  arrivals[rank_].note.store(note, std::memory_order_relaxed);
   arrivals[rank_].epoch.store(epoch_, std::memory_order_release);
   const Clock::time_point deadline = Clock::now() + timeout_;
   for (int r = 0; r < size_; ++r) {
@@ -185,13 +217,12 @@ Status ShmComm::arrive_and_wait() {
       continue;
     if (abort_ != nullptr && abort_->load())
       return make_error(
-          "tensor-parallel rank {} did not reach collective {}: the group was aborted (a rank "
-          "failed)",
+          "{} rank {} did not reach collective {}: the group was aborted (a rank failed)", label_,
           r, epoch_);
     return make_error(
-        "tensor-parallel rank {} did not reach collective {} within {} ms (it died or hangs); "
-        "the group cannot continue",
-        r, epoch_, timeout_.count());
+        "{} rank {} did not reach collective {} within {} ms (it died or hangs); the group "
+        "cannot continue",
+        label_, r, epoch_, timeout_.count());
   }
   return Status::Ok();
 }
@@ -221,6 +252,88 @@ Status ShmComm::all_gather(const float* in, size_t n, float* out) {
     for (int r = 0; r < size_; ++r)
       std::memcpy(out + size_t(r) * n + off, slot(r), len * sizeof(float));
     KTRY(arrive_and_wait());
+  }
+  return Status::Ok();
+}
+
+Status ShmComm::reduce_scatter_sum(const float* in, size_t n, float* out) {
+  // Each round moves a piece of every rank's block: sub-slot q of a rank's slot holds its piece
+  // for rank q, and rank q adds the pieces in rank order.
+  const size_t piece = slot_floats_ / size_t(size_);
+  if (piece == 0)
+    return make_error("shared-memory group: slots of {} floats are too small for {} ranks",
+                      slot_floats_, size_);
+  for (size_t off = 0; off < n; off += piece) {
+    const size_t len = std::min(piece, n - off);
+    for (int q = 0; q < size_; ++q)
+      std::memcpy(slot(rank_) + size_t(q) * piece, in + size_t(q) * n + off, len * sizeof(float));
+    KTRY(arrive_and_wait());
+    float* o = out + off;
+    std::memcpy(o, slot(0) + size_t(rank_) * piece, len * sizeof(float));
+    for (int r = 1; r < size_; ++r) {
+      const float* p = slot(r) + size_t(rank_) * piece;
+      for (size_t i = 0; i < len; ++i) o[i] += p[i];
+    }
+    KTRY(arrive_and_wait());
+  }
+  return Status::Ok();
+}
+
+Status ShmComm::all_gather_bytes(const void* in, size_t bytes, void* out) {
+  const size_t slot = slot_floats_ * sizeof(float);
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  for (size_t off = 0; off < bytes; off += slot) {
+    const size_t len = std::min(slot, bytes - off);
+    std::memcpy(slot_bytes_of(rank_), src + off, len);
+    KTRY(arrive_and_wait());
+    for (int r = 0; r < size_; ++r) std::memcpy(dst + size_t(r) * bytes + off, slot_bytes_of(r), len);
+    KTRY(arrive_and_wait());
+  }
+  return Status::Ok();
+}
+
+Status ShmComm::all_to_all_v(const void* send, std::span<const size_t> send_bytes, void* recv,
+                             std::span<const size_t> recv_bytes) {
+  KCHECK(send_bytes.size() == size_t(size_) && recv_bytes.size() == size_t(size_),
+         "all-to-all over {} ranks with {} send and {} receive counts", size_, send_bytes.size(),
+         recv_bytes.size());
+  if (send_bytes[size_t(rank_)] != recv_bytes[size_t(rank_)])
+    return make_error("all-to-all: rank {} sends itself {} bytes but expects {}", rank_,
+                      send_bytes[size_t(rank_)], recv_bytes[size_t(rank_)]);
+  // Each round carries up to `piece` bytes of every pair: sub-slot q of a rank's slot holds its
+  // piece for rank q. The ranks agree on the number of rounds through the first barrier's notes.
+  const size_t piece = (slot_floats_ * sizeof(float) / size_t(size_)) / kLine * kLine;
+  if (piece == 0)
+    return make_error("shared-memory group: slots of {} bytes are too small for {} ranks",
+                      slot_floats_ * sizeof(float), size_);
+  std::vector<size_t> send_at(size_t(size_) + 1, 0), recv_at(size_t(size_) + 1, 0);
+  uint64_t mine = 1;
+  for (size_t q = 0; q < size_t(size_); ++q) {
+    send_at[q + 1] = send_at[q] + send_bytes[q];
+    recv_at[q + 1] = recv_at[q] + recv_bytes[q];
+    mine = std::max<uint64_t>(mine, (std::max(send_bytes[q], recv_bytes[q]) + piece - 1) / piece);
+  }
+  const char* src = static_cast<const char*>(send);
+  char* dst = static_cast<char*>(recv);
+  const size_t me = size_t(rank_);
+  if (send_bytes[me] > 0) std::memcpy(dst + recv_at[me], src + send_at[me], send_bytes[me]);
+  auto part = [piece](size_t total, uint64_t round) {
+    const size_t done = size_t(round) * piece;
+    return done >= total ? size_t(0) : std::min(piece, total - done);
+  };
+  uint64_t rounds = 1;
+  for (uint64_t k = 0; k < rounds; ++k) {
+    for (size_t q = 0; q < size_t(size_); ++q)
+      if (const size_t len = part(send_bytes[q], k); q != me && len > 0)
+        std::memcpy(slot_bytes_of(rank_) + q * piece, src + send_at[q] + size_t(k) * piece, len);
+    KTRY(arrive_and_wait(mine));
+    if (k == 0) rounds = max_note();
+    for (size_t s = 0; s < size_t(size_); ++s)
+      if (const size_t len = part(recv_bytes[s], k); s != me && len > 0)
+        std::memcpy(dst + recv_at[s] + size_t(k) * piece, slot_bytes_of(int(s)) + me * piece, len);
+    // The same note again: a slower rank may still be reading the first barrier's notes.
+    KTRY(arrive_and_wait(mine));
   }
   return Status::Ok();
 }

@@ -168,7 +168,13 @@ class UnusedComm final : public DeviceComm {
   int rank() const override { return 0; }
   int size() const override { return 2; }
   Status all_reduce_sum(float*, size_t) override { return make_error("unused"); }
+  Status reduce_scatter_sum(const float*, size_t, float*) override { return make_error("unused"); }
   Status all_gather(const float*, size_t, float*) override { return make_error("unused"); }
+  Status all_gather_bytes(const void*, size_t, void*) override { return make_error("unused"); }
+  Status all_to_all_v(const void*, std::span<const size_t>, void*,
+                      std::span<const size_t>) override {
+    return make_error("unused");
+  }
   Status barrier() override { return make_error("unused"); }
 };
 
