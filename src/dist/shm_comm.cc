@@ -192,7 +192,8 @@ char* ShmComm::slot_bytes_of(int r) const {
 namespace {
 
 Arrival* arrivals_of(void* base) {
-  return reinterpret_cast<Arrival*>(static_cast<char*>(base) + round_up(sizeof(ShmComm::Header), kLine));
+  return reinterpret_cast<Arrival*>(static_cast<char*>(base) +
+                                    round_up(sizeof(ShmComm::Header), kLine));
 }
 
 }  // namespace
@@ -287,7 +288,8 @@ Status ShmComm::all_gather_bytes(const void* in, size_t bytes, void* out) {
     const size_t len = std::min(slot, bytes - off);
     std::memcpy(slot_bytes_of(rank_), src + off, len);
     KTRY(arrive_and_wait());
-    for (int r = 0; r < size_; ++r) std::memcpy(dst + size_t(r) * bytes + off, slot_bytes_of(r), len);
+    for (int r = 0; r < size_; ++r)
+      std::memcpy(dst + size_t(r) * bytes + off, slot_bytes_of(r), len);
     KTRY(arrive_and_wait());
   }
   return Status::Ok();

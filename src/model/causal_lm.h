@@ -88,6 +88,10 @@ class CausalLM {
     (void)batch, (void)hidden, (void)mtp_kv, (void)logits, (void)next_hidden;
     KCHECK(false, "this model has no MTP module");
   }
+  // Ends a step: under expert parallelism across data-parallel ranks the model serves its peers'
+  // MoE rounds until every rank has finished its step (model/expert_exchange.h). Call it once
+  // after each step's last forward, and for a step that ran none, on every rank.
+  virtual void finish_step() {}
 };
 
 }  // namespace kestrel

@@ -1,6 +1,6 @@
 // model/layer_context.h — what every layer of a forward pass shares: the backend, the batch's
 // attention view, RoPE, activation precision, grow-only scratch buffers, and under tensor
-// parallelism the rank's group.
+// parallelism the rank's group, under expert parallelism the exchange of routed rows.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/workspace.h"
 #include "model/causal_lm.h"
+#include "model/expert_exchange.h"
 #include "model/tp_group.h"
 
 namespace kestrel {
@@ -64,6 +65,8 @@ struct LayerContext {
   KVCacheStorage& kv;
   Scratch& scratch;
   TpGroup* tp = nullptr;  // tensor parallelism: this rank's group; null: one process
+  // Expert parallelism: where MoE layers run their routed rows; null: every expert is here.
+  ExpertExchange* experts = nullptr;
 
   void round(float* p, int64_t n) const { be.round_to(act, p, n); }
   // The batch as cache layer `layer` sees it: its group's block tables and slots, its window.

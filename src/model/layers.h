@@ -39,8 +39,10 @@ struct LoadContext {
   Backend& be;
   DType act;  // the model's activation dtype (Backend::prepare_weight may pack for it)
   // Tensor parallelism: this rank's heads and features (its layers load those rows of each
-  // weight); null: the whole model.
+  // weight), and under expert parallelism its experts; null: the whole model.
   const TpShard* tp = nullptr;
+  // Expert parallelism: MoE layers register with it (in load order) to run their experts.
+  ExpertExchange* exchange = nullptr;
 };
 
 // Grouped-query attention with optional q/k/v biases and per-head q/k RMSNorm.

@@ -111,10 +111,19 @@ Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
   if (o.shared_backend == nullptr) lm->backend = make_cpu_backend(o.threads, qc, o.pin_threads);
   Backend& backend = o.shared_backend != nullptr ? *o.shared_backend : *lm->backend;
   TensorParallel tp;
-  if (o.tp_size > 1) {
-    tp.expert_parallel = o.expert_parallel;
-    KASSIGN(tp.shard, plan_tp_shard(lm->config, o.tp_rank, o.tp_size, o.expert_parallel));
+  const DataParallelPlace dp{o.dp_rank, o.dp_size};
+  const bool ep =
+      o.expert_parallel && lm->config.moe.num_experts > 0 && (o.tp_size > 1 || o.dp_size > 1);
+  if (o.tp_size > 1 || ep) {
+    tp.expert_parallel = ep;
+    KASSIGN(tp.shard,
+            plan_tp_shard(lm->config, o.tp_rank, o.tp_size, ep, ep ? dp : DataParallelPlace{}));
     tp.comm = o.tp_comm;
+    tp.ep_comm = o.ep_comm;
+    if (ep && o.dp_size > 1 && o.ep_comm == nullptr)
+      return make_error(
+          "expert parallelism over {} data-parallel ranks: rank {} has no communicator", o.dp_size,
+          o.dp_rank);
   }
   KASSIGN(lm->model,
           build_transformer(lm->config, act_dtype, cache_dtype, *lm->weights, backend, tp));

@@ -36,9 +36,13 @@ struct LoadOptions {
   // This process's part of a tensor-parallel group (size 1: the whole model).
   int tp_rank = 0, tp_size = 1;
   DeviceComm* tp_comm = nullptr;
-  // With tp_size > 1: each rank holds whole routed experts (--enable-expert-parallel) instead of
-  // every expert's features.
+  // Each rank holds whole routed experts (--enable-expert-parallel) instead of every expert's
+  // features, spread over the tp_size ranks of each of the dp_size data-parallel groups; with
+  // dp_size > 1 the ranks of this TP index exchange routed rows over ep_comm (one member per
+  // data-parallel rank, model/expert_exchange.h). Ignored for a dense model, and with one rank.
   bool expert_parallel = false;
+  int dp_rank = 0, dp_size = 1;
+  DeviceComm* ep_comm = nullptr;
 };
 
 struct LoadedModel {

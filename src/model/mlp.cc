@@ -84,11 +84,12 @@ Expected<std::unique_ptr<DenseMlp>> make_dense_mlp(const LoadContext& lc, const 
 // Routed experts: the router picks k experts per token, each expert runs once over the rows of
 // the tokens routed to it (experts nobody picked are skipped), and each token sums its k
 // results in slot order — a fixed order, so a token's output does not depend on the batch.
-// Expert parallelism slots in at Backend::moe_permute and moe_combine: a rank would run only its
-// own experts' rows and exchange them with the other ranks. Under tensor parallelism every rank
-// routes every token (the router is whole) and holds its rows of every expert, so the ranks run
-// the same experts in the same order and meet at each one's gathers (model/tp_group.h).
-class MoeBlock final : public FfnLayer {
+// Under tensor parallelism every rank routes every token (the router is whole) and holds its
+// rows of every expert, so the ranks run the same experts in the same order and meet at each
+// one's gathers (model/tp_group.h). Under expert parallelism a rank holds whole experts: the
+// exchange (model/expert_exchange.h) runs the rows of its TP index's experts, across the
+// data-parallel ranks when they share the experts too, and the TP group gathers those blocks.
+class MoeBlock final : public FfnLayer, public ExpertRows {
  public:
   Status load(const LoadContext& lc, const std::string& p) {
     const MoeConfig& m = lc.cfg.moe;
@@ -112,6 +113,10 @@ class MoeBlock final : public FfnLayer {
     // split by features under tensor parallelism.
     mine_ = lc.tp && lc.tp->experts.size() > 0 ? lc.tp->experts : IndexRange{0, E_};
     expert_parallel_ = lc.tp && lc.tp->experts.size() > 0;
+    if (expert_parallel_) {
+      KCHECK(lc.exchange != nullptr, "expert parallelism without an expert exchange");
+      layer_id_ = lc.exchange->add_layer(this);
+    }
     experts_.resize(size_t(E_));
     if (lc.src.has(p + "experts.gate_up_proj")) {
       KTRY(load_fused_experts(lc, p));
@@ -182,23 +187,30 @@ class MoeBlock final : public FfnLayer {
     float* in = ctx.scratch.get(kSlotMoeIn, T * k_ * H_);
     float* res = ctx.scratch.get(kSlotMoeOut, T * k_ * H_);
     be.moe_permute(h, T, H_, ids_.data(), k_, E_, perm_, in);
-    for (int64_t e = mine_.begin; e < mine_.end; ++e) {
-      const int32_t b = perm_.offsets[size_t(e)], n = perm_.offsets[size_t(e) + 1] - b;
-      if (n > 0) experts_[size_t(e)]->run(ctx, in + int64_t(b) * H_, n, res + int64_t(b) * H_);
-    }
-    // Expert parallelism: each rank computed its experts' rows, a contiguous block of the
-    // permuted rows; every rank gathers all of them, then combines as one process does.
     if (expert_parallel_) {
-      TpGroup& tp = *ctx.tp;
-      rank_rows_.resize(size_t(tp.size()));
-      for (int r = 0; r < tp.size(); ++r) {
-        const IndexRange ex = tp.shard_of(r).experts;
-        rank_rows_[size_t(r)] =
-            IndexRange{perm_.offsets[size_t(ex.begin)], perm_.offsets[size_t(ex.end)]};
+      // This TP index's experts' rows (a contiguous block of the permuted rows), computed here
+      // or by the data-parallel peers holding them; the TP group gathers every index's block,
+      // then combines as one process does.
+      KCHECK(ctx.experts != nullptr, "an expert-parallel MoE layer run without its exchange");
+      ctx.experts->run(ctx, layer_id_, in, perm_.offsets, res);
+      if (ctx.tp != nullptr) {
+        TpGroup& tp = *ctx.tp;
+        const TpShard& shard = tp.shard();
+        rank_rows_.resize(size_t(tp.size()));
+        for (int r = 0; r < tp.size(); ++r) {
+          const IndexRange ex = tp_index_experts(E_, r, tp.size(), shard.dp.size);
+          rank_rows_[size_t(r)] =
+              IndexRange{perm_.offsets[size_t(ex.begin)], perm_.offsets[size_t(ex.end)]};
+        }
+        float* all = ctx.scratch.get(kSlotTpIn, T * k_ * H_);
+        tp.gather_rows(res + rank_rows_[size_t(shard.rank)].begin * H_, rank_rows_, H_, all);
+        std::copy_n(all, T * k_ * H_, res);
       }
-      float* all = ctx.scratch.get(kSlotTpIn, T * k_ * H_);
-      tp.gather_rows(res + rank_rows_[size_t(tp.shard().rank)].begin * H_, rank_rows_, H_, all);
-      std::copy_n(all, T * k_ * H_, res);
+    } else {
+      for (int64_t e = 0; e < E_; ++e) {
+        const int32_t b = perm_.offsets[size_t(e)], n = perm_.offsets[size_t(e) + 1] - b;
+        if (n > 0) experts_[size_t(e)]->run(ctx, in + int64_t(b) * H_, n, res + int64_t(b) * H_);
+      }
     }
     // Qwen3-MoE (as transformers runs it) rounds each weighted result and each partial sum to
     // the activation dtype; DeepSeek sums in f32 and rounds once.
@@ -210,6 +222,11 @@ class MoeBlock final : public FfnLayer {
       be.add_inplace(out, s, T * H_);
       ctx.round(out, T * H_);
     }
+  }
+
+  void run_expert(const LayerContext& ctx, int e, const float* in, int64_t n, float* out) override {
+    KCHECK(experts_[size_t(e)] != nullptr, "expert {} is not on this rank", e);
+    experts_[size_t(e)]->run(ctx, in, n, out);
   }
 
   // Under expert parallelism a token's k experts are spread over the ranks: counted as k
@@ -236,7 +253,8 @@ class MoeBlock final : public FfnLayer {
   std::vector<std::unique_ptr<DenseMlp>> experts_;  // null: another rank's (expert parallelism)
   IndexRange mine_;                                 // the experts this rank runs
   bool expert_parallel_ = false;
-  std::vector<IndexRange> rank_rows_;  // each rank's block of permuted rows
+  int layer_id_ = -1;                  // with the exchange
+  std::vector<IndexRange> rank_rows_;  // each TP rank's block of permuted rows
   std::unique_ptr<DenseMlp> shared_;
   std::vector<int32_t> ids_;
   MoeRouting routing_;

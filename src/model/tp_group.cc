@@ -13,7 +13,7 @@ TpGroup::TpGroup(const ModelConfig& config, const TensorParallel& tp)
          "a tensor-parallel group of {} ranks needs a communicator of that size", tp.shard.size);
   for (int r = 0; r < tp.shard.size; ++r) {
     // Every rank's plan passes the checks this rank's passed: they depend only on the config.
-    auto s = plan_tp_shard(config, r, tp.shard.size, tp.expert_parallel);
+    auto s = plan_tp_shard(config, r, tp.shard.size, tp.expert_parallel, tp.shard.dp);
     KCHECK(s.ok(), "{}", s.ok() ? "" : s.error().message);
     shards_.push_back(*s);
   }

@@ -24,12 +24,27 @@ IndexRange split_range(int64_t n, int rank, int size, int64_t align) {
   return IndexRange{std::min(n, first * align), std::min(n, (first + count) * align)};
 }
 
-Expected<TpShard> plan_tp_shard(const ModelConfig& c, int rank, int size, bool expert_parallel) {
+IndexRange expert_range(int64_t num_experts, int tp_rank, int tp_size, DataParallelPlace dp) {
+  return split_range(num_experts, tp_rank * dp.size + dp.rank, tp_size * dp.size);
+}
+
+IndexRange tp_index_experts(int64_t num_experts, int tp_rank, int tp_size, int dp_size) {
+  const int first = tp_rank * dp_size, n = tp_size * dp_size;
+  return IndexRange{split_range(num_experts, first, n).begin,
+                    split_range(num_experts, first + dp_size - 1, n).end};
+}
+
+Expected<TpShard> plan_tp_shard(const ModelConfig& c, int rank, int size, bool expert_parallel,
+                                DataParallelPlace dp) {
   if (size < 1 || rank < 0 || rank >= size)
     return make_error("tensor parallelism: rank {} of {} is not a rank of the group", rank, size);
+  if (dp.size < 1 || dp.rank < 0 || dp.rank >= dp.size)
+    return make_error("expert parallelism: data-parallel rank {} of {} is not a rank", dp.rank,
+                      dp.size);
   TpShard s;
   s.rank = rank;
   s.size = size;
+  s.dp = dp;
   const int64_t heads = c.num_attention_heads;
   // MLA's latent cache has no KV heads to split: every rank keeps all of it.
   const int64_t kv = c.mla.enabled() ? 1 : c.num_key_value_heads;
@@ -73,11 +88,11 @@ Expected<TpShard> plan_tp_shard(const ModelConfig& c, int rank, int size, bool e
   };
   s.intermediate = features(c.intermediate_size);
   if (expert_parallel && c.moe.num_experts > 0) {
-    if (c.moe.num_experts < size)
+    if (c.moe.num_experts < size * dp.size)
       return make_error(
           "--enable-expert-parallel: {} routed experts cannot be shared out over {} ranks",
-          c.moe.num_experts, size);
-    s.experts = split_range(c.moe.num_experts, rank, size);
+          c.moe.num_experts, size * dp.size);
+    s.experts = expert_range(c.moe.num_experts, rank, size, dp);
   } else {
     s.moe_intermediate = features(c.moe.moe_intermediate_size);
   }

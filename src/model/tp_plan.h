@@ -27,6 +27,13 @@ struct IndexRange {
   bool operator==(const IndexRange&) const = default;
 };
 
+// Where a tensor-parallel group stands among the data-parallel ranks, for expert parallelism
+// across them (the routed experts spread over every rank of every group).
+struct DataParallelPlace {
+  int rank = 0, size = 1;
+  bool operator==(const DataParallelPlace&) const = default;
+};
+
 struct TpShard {
   int rank = 0, size = 1;
   IndexRange q_heads;              // attention (or MLA) query heads
@@ -39,6 +46,7 @@ struct TpShard {
   // Expert parallelism: the routed experts this rank holds whole (empty: every expert split by
   // its features instead).
   IndexRange experts;
+  DataParallelPlace dp;  // expert parallelism across data-parallel ranks
   bool operator==(const TpShard&) const = default;
 };
 
@@ -47,20 +55,32 @@ struct TpShard {
 // remainder of a partial unit).
 IndexRange split_range(int64_t n, int rank, int size, int64_t align = 1);
 
+// The routed experts rank (dp, tp) holds under expert parallelism: part tp·dp_size + dp of the
+// experts split over dp_size × tp_size ranks, so that the experts of one TP index, over every
+// data-parallel rank, are contiguous (tp_index_experts) and a TP group gathers them as blocks.
+IndexRange expert_range(int64_t num_experts, int tp_rank, int tp_size, DataParallelPlace dp);
+// The experts of TP index `tp_rank` over every data-parallel rank.
+IndexRange tp_index_experts(int64_t num_experts, int tp_rank, int tp_size, int dp_size);
+
 // A model's tensor parallelism: its shard, and the communicator its ranks gather features over
-// (dist/device_comm.h; used by the thread that runs the model).
+// (dist/device_comm.h; used by the thread that runs the model). Expert parallelism across
+// data-parallel ranks (shard.dp) adds `ep_comm`: the group of the ranks with this rank's TP
+// index, one per data-parallel rank in data-parallel order, that exchange routed token rows.
 struct TensorParallel {
   TpShard shard;
   bool expert_parallel = false;  // the plan's `expert_parallel`
   DeviceComm* comm = nullptr;
+  DeviceComm* ep_comm = nullptr;  // needed when expert_parallel and shard.dp.size > 1
   bool enabled() const { return shard.size > 1; }
+  // Whether the model holds only some routed experts (over TP ranks, data-parallel ranks or both).
+  bool experts_sharded() const { return expert_parallel && (shard.size > 1 || shard.dp.size > 1); }
 };
 
 // Rank `rank`'s shard of `config` over `size` ranks, or why the model cannot be split so (more
 // ranks than heads, KV heads that neither split nor replicate evenly, fewer feature blocks
 // than ranks, fewer experts than ranks). `expert_parallel`: whole routed experts per rank
-// (contiguous ranges) instead of every expert's features split.
+// (expert_range over the `dp` ranks' groups) instead of every expert's features split.
 Expected<TpShard> plan_tp_shard(const ModelConfig& config, int rank, int size,
-                                bool expert_parallel = false);
+                                bool expert_parallel = false, DataParallelPlace dp = {});
 
 }  // namespace kestrel

@@ -61,11 +61,15 @@ class TransformerModel final : public CausalLM {
       rank_cfg_.intermediate_size = tp_.shard.intermediate.size();
       tp_group_ = std::make_unique<TpGroup>(cfg_, tp_);
     }
+    if (tp_.experts_sharded())
+      experts_ = std::make_unique<ExpertExchange>(cfg_, tp_.shard, tp_.ep_comm);
   }
 
   Status load(WeightSource& src) {
     const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
-    const LoadContext lc{src, cfg_, store_, be_, act_, tp_.enabled() ? &tp_.shard : nullptr};
+    const LoadContext lc{src,           cfg_, store_,
+                         be_,           act_, tp_.enabled() || experts_ ? &tp_.shard : nullptr,
+                         experts_.get()};
     KASSIGN(embed_, src.get("model.embed_tokens.weight", Shape{V, H}));
     if (src.has("lm_head.weight") && !cfg_.tie_word_embeddings) {
       KASSIGN(lm_head_, src.get("lm_head.weight", Shape{V, H}));
@@ -132,12 +136,41 @@ class TransformerModel final : public CausalLM {
     float* x = ws_.x.data();
     const std::vector<AttentionBatch> ab = attention_batches(fb, kv);
     const RopeParams rp = rope_params();
-    const LayerContext ctx{be_, act_,     float(cfg_.rms_norm_eps), T, fb.positions.data(), ab, rp,
-                           kv,  scratch_, tp_group_.get()};
+    const LayerContext ctx{be_,
+                           act_,
+                           float(cfg_.rms_norm_eps),
+                           T,
+                           fb.positions.data(),
+                           ab,
+                           rp,
+                           kv,
+                           scratch_,
+                           tp_group_.get(),
+                           experts_.get()};
     be_.embedding(embed_, fb.token_ids.data(), T, x);
     ctx.round(x, T * H);
     run_blocks(ctx, blocks_, x);
     tokens_ = T;
+  }
+
+  void finish_step() override {
+    if (!experts_) return;
+    // The peers' rows need only the experts: a context with no tokens and no attention (a
+    // one-block cache, made once, stands in for the KV cache nothing reads).
+    if (!idle_kv_) idle_kv_ = std::make_unique<KVCacheStorage>(make_kv_cache_for_layers(1, 1, 16));
+    const RopeParams rp = rope_params();
+    const LayerContext ctx{be_,
+                           act_,
+                           float(cfg_.rms_norm_eps),
+                           0,
+                           nullptr,
+                           {},
+                           rp,
+                           *idle_kv_,
+                           scratch_,
+                           tp_group_.get(),
+                           experts_.get()};
+    experts_->finish_step(ctx);
   }
 
   void final_hidden(std::span<const int32_t> rows, float* out) override {
@@ -156,8 +189,9 @@ class TransformerModel final : public CausalLM {
     float* e = ws_.y.data();
     const std::vector<AttentionBatch> ab = attention_batches(fb, mtp_kv);
     const RopeParams rp = rope_params();
-    const LayerContext ctx{be_, act_, eps,    T,        fb.positions.data(),
-                           ab,  rp,   mtp_kv, scratch_, tp_group_.get()};
+    const LayerContext ctx{
+        be_,           act_, eps, T, fb.positions.data(), ab, rp, mtp_kv, scratch_, tp_group_.get(),
+        experts_.get()};
     be_.embedding(embed_, fb.token_ids.data(), T, e);
     ctx.round(e, T * H);
     for (int64_t t = 0; t < T; ++t) {
@@ -324,9 +358,11 @@ class TransformerModel final : public CausalLM {
   RopeTable rope_;
   Scratch scratch_;
   Streams ws_;
-  std::unique_ptr<TpGroup> tp_group_;  // set under tensor parallelism
-  std::vector<float> head_local_;      // this rank's vocabulary rows of the logits
-  int64_t tokens_ = 0;                 // tokens of the last pass, whose residual stream ws_.x holds
+  std::unique_ptr<TpGroup> tp_group_;        // set under tensor parallelism
+  std::unique_ptr<ExpertExchange> experts_;  // set under expert parallelism
+  std::unique_ptr<KVCacheStorage> idle_kv_;  // finish_step()'s stand-in
+  std::vector<float> head_local_;            // this rank's vocabulary rows of the logits
+  int64_t tokens_ = 0;  // tokens of the last pass, whose residual stream ws_.x holds
 };
 
 }  // namespace

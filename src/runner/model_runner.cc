@@ -82,6 +82,14 @@ void ModelRunner::score_prompt(const Rows& r, const ForwardBatch& batch, RunnerO
 }
 
 Expected<RunnerOutput> ModelRunner::execute(const SchedulerOutput& output) {
+  Expected<RunnerOutput> out = run_step(output);
+  // Every step ends here, also one that ran nothing or failed before its forward: data-parallel
+  // peers may still need this rank's experts (an exception, by contrast, has broken the group).
+  model_.finish_step();
+  return out;
+}
+
+Expected<RunnerOutput> ModelRunner::run_step(const SchedulerOutput& output) {
   KTRY(requests_.apply(output));
   if (spec_.proposer)
     for (const RequestHandle id : output.finished_ids) spec_.proposer->finished(id);

@@ -46,6 +46,8 @@ class ModelRunner {
   Expected<RunnerOutput> execute(const SchedulerOutput& output);
 
  private:
+  // execute() before the model's end of step (CausalLM::finish_step).
+  Expected<RunnerOutput> run_step(const SchedulerOutput& output);
   // One scheduled request of the step, as the forward pass lays it out.
   struct Rows {
     const ScheduledTokens* work;

@@ -38,7 +38,8 @@ int exercise(DeviceComm& comm, bool exact_sum) {
   const int size = comm.size(), rank = comm.rank();
   for (int iter = 0; iter < 12; ++iter) {
     // All-to-all(v): my parts in rank order, then what each peer sent me.
-    std::vector<size_t> send_bytes(static_cast<size_t>(size)), recv_bytes(static_cast<size_t>(size));
+    std::vector<size_t> send_bytes(static_cast<size_t>(size)),
+        recv_bytes(static_cast<size_t>(size));
     std::vector<uint8_t> send;
     for (int q = 0; q < size; ++q) {
       const std::vector<uint8_t> part = pair_data(rank, q, iter);

@@ -1,0 +1,35 @@
+// dist/group_comm.h — the communicator of a group whose members find each other through the
+// rendezvous store (dist/store.h): each member posts its host address; when every member is on
+// one host the group uses shared memory (rank 0 picks the segment's name and posts it), otherwise
+// Gloo over TCP bound to each member's address. Expert parallelism across data-parallel ranks and
+// the data-parallel ranks' per-step agreement connect their groups this way, whichever processes
+// and hosts their members run in.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "dist/device_comm.h"
+#include "dist/store.h"
+
+namespace kestrel {
+
+struct GroupCommOptions {
+  std::string group;  // the group's keys in the store: unique among the run's groups
+  int rank = 0, size = 1;
+  // This member's address (dist/local_address.h): its host's identity, and where its Gloo pairs
+  // listen.
+  std::string host = "127.0.0.1";
+  std::chrono::milliseconds timeout{60000};  // for connecting and for every collective
+  // Shared memory only: set when the group has failed, so waits give up at once.
+  const std::atomic<bool>* abort = nullptr;
+  std::string label = "group";  // what the group is, in errors
+};
+
+// Blocks until every member has joined (or the timeout, naming the members missing).
+Expected<std::unique_ptr<DeviceComm>> connect_group_comm(const GroupCommOptions& options,
+                                                         StoreClient& store);
+
+}  // namespace kestrel
