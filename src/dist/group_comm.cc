@@ -36,7 +36,7 @@ Expected<std::unique_ptr<DeviceComm>> connect_group_comm(const GroupCommOptions&
   KTRY(store.set(fmt::format("{}/host/{}", o.group, o.rank), bytes_of(o.host)));
   std::vector<std::string> keys;
   for (int r = 0; r < o.size; ++r) keys.push_back(fmt::format("{}/host/{}", o.group, r));
-  if (Status st = store.wait(keys, o.timeout); !st.ok())
+  if (Status st = store.wait(keys, o.connect_timeout, o.alive); !st.ok())
     return make_error("{} group: not every member joined: {}", o.label, st.message());
   bool one_host = true;
   for (const std::string& k : keys) {

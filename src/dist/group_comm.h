@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,13 +23,17 @@ struct GroupCommOptions {
   // This member's address (dist/local_address.h): its host's identity, and where its Gloo pairs
   // listen.
   std::string host = "127.0.0.1";
-  std::chrono::milliseconds timeout{60000};  // for connecting and for every collective
+  std::chrono::milliseconds connect_timeout{600000};  // for every member to join
+  std::chrono::milliseconds timeout{60000};           // for every collective
   // Shared memory only: set when the group has failed, so waits give up at once.
   const std::atomic<bool>* abort = nullptr;
   std::string label = "group";  // what the group is, in errors
+  // Checked while waiting for the members: its error (a member known to have failed) ends the
+  // wait at once.
+  std::function<Status()> alive;
 };
 
-// Blocks until every member has joined (or the timeout, naming the members missing).
+// Blocks until every member has joined (or the connect timeout, naming the members missing).
 Expected<std::unique_ptr<DeviceComm>> connect_group_comm(const GroupCommOptions& options,
                                                          StoreClient& store);
 

@@ -13,7 +13,8 @@
 namespace kestrel {
 
 Expected<std::string> local_address_toward(const std::string& peer) {
-  if (const char* ip = std::getenv("VLLM_HOST_IP"); ip != nullptr && *ip != '\0') return std::string(ip);
+  if (const char* ip = std::getenv("VLLM_HOST_IP"); ip != nullptr && *ip != '\0')
+    return std::string(ip);
   addrinfo hints{};
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* found = nullptr;

@@ -240,12 +240,14 @@ Expected<std::vector<char>> StoreClient::get(const std::string& key) {
   return std::move(r.second);
 }
 
-Status StoreClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+Status StoreClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                         const std::function<Status()>& alive) {
   const Clock::time_point deadline = Clock::now() + timeout;
   for (size_t i = 0; i < keys.size(); ++i) {
     while (true) {
       KASSIGN(auto r, request("get", keys[i], {}));
       if (r.first) break;
+      if (alive) KTRY(alive());
       if (Clock::now() > deadline) {
         std::string missing;
         for (size_t j = i; j < keys.size(); ++j)

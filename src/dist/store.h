@@ -76,7 +76,10 @@ class StoreClient {
   // The value of `key`, waiting for it to be set up to the client's timeout.
   Expected<std::vector<char>> get(const std::string& key);
   // Waits until every key is set, up to `timeout`; the error lists the keys still missing.
-  Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  // `alive`, when given, is checked between polls: its error ends the wait at once (a member
+  // known to have failed will not post its key).
+  Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+              const std::function<Status()>& alive = {});
   std::chrono::milliseconds timeout() const { return timeout_; }
   const std::string& address() const { return address_; }
 

@@ -77,10 +77,25 @@ EngineClient::EngineClient(CausalLM& model, const Tokenizer* tokenizer, Options 
     ranks_.push_back(std::make_unique<Rank>(
         first, model, options_.scheduler, options_.eos_token_ids, std::move(options_.speculation)));
   }
-  for (auto& executor : options_.executors)
-    ranks_.push_back(std::make_unique<Rank>(first + ranks_.size(), std::move(executor),
-                                            options_.scheduler, options_.eos_token_ids));
+  KCHECK(options_.lockstep.empty() || options_.lockstep.size() == options_.executors.size(),
+         "{} lockstep members for {} data-parallel ranks", options_.lockstep.size(),
+         options_.executors.size());
+  for (size_t i = 0; i < options_.executors.size(); ++i) {
+    auto rank = std::make_unique<Rank>(first + ranks_.size(), std::move(options_.executors[i]),
+                                       options_.scheduler, options_.eos_token_ids);
+    if (!options_.lockstep.empty()) {
+      rank->lockstep = std::move(options_.lockstep[i]);
+      rank->core.set_execute_empty_steps(true);
+      // A peer's wave start (or the group's failure) wakes this rank's engine thread.
+      rank->lockstep->set_wake([this] {
+        { std::lock_guard lock(in_mu_); }
+        in_cv_.notify_all();
+      });
+    }
+    ranks_.push_back(std::move(rank));
+  }
   options_.executors.clear();
+  options_.lockstep.clear();
   for (auto& rank : ranks_) {
     rank->stats.engine_index = int(rank->index);
     rank->stats.num_speculative_tokens = options_.num_speculative_tokens;
@@ -258,9 +273,12 @@ std::vector<EngineStats> EngineClient::rank_stats() const {
     std::lock_guard lock(stats_mu_);
     for (const auto& r : ranks_) out.push_back(r->stats);
   }
-  // A worker that dies while the engine idles fails the group before any step notices.
+  // A worker that dies (or a lockstep peer lost) while the engine idles fails the group before
+  // any step notices.
   for (size_t i = 0; i < ranks_.size(); ++i)
-    if (ranks_[i]->core.executor().failure()) out[i].dead = true;
+    if (ranks_[i]->core.executor().failure() ||
+        (ranks_[i]->lockstep && ranks_[i]->lockstep->failure()))
+      out[i].dead = true;
   return out;
 }
 
@@ -283,11 +301,15 @@ EngineStats EngineClient::stats() const {
 
 void EngineClient::engine_loop(Rank& rank) {
   EngineCore& core = rank.core;
+  DpLockstep* lockstep = rank.lockstep.get();
   std::vector<Command> commands;
   while (true) {
     {
       std::unique_lock lock(in_mu_);
-      in_cv_.wait(lock, [&] { return stopping_ || !rank.inbox.empty() || core.has_unfinished(); });
+      in_cv_.wait(lock, [&] {
+        return stopping_ || !rank.inbox.empty() || core.has_unfinished() ||
+               (lockstep != nullptr && (lockstep->in_wave() || lockstep->failure()));
+      });
       if (stopping_) break;
       commands.swap(rank.inbox);
     }
@@ -309,7 +331,23 @@ void EngineClient::engine_loop(Rank& rank) {
     commands.clear();
     std::string failure;
     const int64_t tokens_before = core.counters().scheduled_tokens;
-    if (core.has_unfinished()) {
+    bool run = core.has_unfinished();
+    if (lockstep != nullptr) {
+      // In a wave every rank steps (this one maybe with nothing) until no rank has work.
+      if (auto f = lockstep->failure()) {
+        failure = *f;
+      } else if (lockstep->join(run)) {
+        auto any = lockstep->agree(run);
+        if (any.ok()) {
+          run = *any;
+        } else {
+          failure = any.error().message;
+        }
+      } else {
+        run = false;
+      }
+    }
+    if (failure.empty() && run) {
       auto step = core.step();
       if (step.ok()) {
         for (EngineCoreOutput& o : *step) outputs.push_back(std::move(o));
@@ -344,11 +382,20 @@ void EngineClient::engine_loop(Rank& rank) {
       out_cv_.notify_one();
     }
     if (!failure.empty()) {
-      if (ranks_.size() == 1) {
+      bool shutting_down = false;
+      {
+        std::lock_guard lock(in_mu_);
+        shutting_down = stopping_;
+      }
+      if (lockstep != nullptr) lockstep->fail(failure);  // the peers stop too
+      if (ranks_.size() > 1)
+        failure = fmt::format("data-parallel rank {}: {}", rank.index, failure);
+      if (shutting_down) {
+        // A step the shutdown interrupted (a peer had already stopped): not a failure to report.
+      } else if (ranks_.size() == 1) {
         KLOG_ERROR("engine step failed, stopping the engine: {}", failure);
       } else {
         KLOG_ERROR("engine {} step failed, stopping every engine: {}", rank.index, failure);
-        failure = fmt::format("data-parallel rank {}: {}", rank.index, failure);
       }
       {
         std::lock_guard lock(out_mu_);
@@ -449,6 +496,10 @@ void EngineClient::shutdown() {
     std::lock_guard lock(in_mu_);
     stopping_ = true;
   }
+  // Lockstep ranks may wait in a collective for a rank that has already stopped: leaving the
+  // group makes those waits give up.
+  for (auto& rank : ranks_)
+    if (rank->lockstep) rank->lockstep->leave();
   in_cv_.notify_all();
   for (auto& rank : ranks_)
     if (rank->thread.joinable()) rank->thread.join();

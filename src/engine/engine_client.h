@@ -2,8 +2,9 @@
 // EngineCore per data-parallel rank, an output thread turning their tokens into text
 // (OutputProcessor), and one RequestStream per request that any thread can read. Requests go to
 // the rank with the least load (vLLM's score: 4 × waiting + running), aborts to the rank that
-// holds the request; a rank that fails stops them all (the engine is then dead). Used by the
-// CLI, the offline benchmarks and the server.
+// holds the request; a rank that fails stops them all (the engine is then dead). When the ranks
+// share their experts, they step in lockstep (engine/dp_lockstep.h): a rank steps an empty batch
+// while another has work. Used by the CLI, the offline benchmarks and the server.
 #pragma once
 
 #include <chrono>
@@ -20,6 +21,7 @@
 #include <variant>
 #include <vector>
 
+#include "engine/dp_lockstep.h"
 #include "engine/engine_core.h"
 #include "engine/output_processor.h"
 
@@ -85,6 +87,9 @@ class EngineClient {
     // groups (engine/multiproc_executor.h), with their proposers. scheduler.kv_groups must then
     // be set.
     std::vector<std::unique_ptr<Executor>> executors;
+    // Expert parallelism across the data-parallel ranks: each executor's rank in the group's
+    // lockstep (engine/dp_lockstep.h), in the same order; empty when the ranks step on their own.
+    std::vector<std::unique_ptr<DpLockstep>> lockstep;
     int64_t num_speculative_tokens = 0;  // k, for stats
     // The data-parallel rank of the first engine (a server behind an external load balancer
     // runs one rank of several): engines are numbered from it in logs and metrics.
@@ -146,6 +151,7 @@ class EngineClient {
     explicit Rank(size_t i, CoreArgs&&... args) : core(std::forward<CoreArgs>(args)...), index(i) {}
     EngineCore core;
     size_t index;  // its data-parallel rank (first_engine_index on): logs, metrics, errors
+    std::unique_ptr<DpLockstep> lockstep;  // under expert parallelism across the ranks
     std::vector<Command> inbox;
     EngineStats stats;
     int64_t live = 0;

@@ -229,7 +229,8 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
   std::vector<EngineCoreOutput> outputs = std::move(pending_);
   pending_.clear();
   SchedulerOutput sched = scheduler_.schedule();
-  if (sched.scheduled.empty() && sched.finished_ids.empty()) return outputs;
+  if (sched.scheduled.empty() && sched.finished_ids.empty() && !execute_empty_steps_)
+    return outputs;
   if (!sched.scheduled.empty()) ++counters_.steps;
   // First: constrained requests' drafts past their grammar leave the step.
   std::unordered_map<RequestHandle, std::string> mask_errors;

@@ -97,6 +97,9 @@ class EngineCore {
   // whose execution fails ends the requests it scheduled with FinishReason::kError; when the
   // executor has failed for good (Executor::failure) the step returns the error instead.
   Expected<std::vector<EngineCoreOutput>> step();
+  // Data-parallel lockstep (engine/dp_lockstep.h): step() runs the executor even when nothing
+  // is scheduled, so the workers still join the step's collectives.
+  void set_execute_empty_steps(bool on) { execute_empty_steps_ = on; }
   // Work left: requests to run, or finished ones the workers have yet to drop (one more step).
   bool has_unfinished() const {
     return scheduler_.has_unfinished() || scheduler_.has_finished_to_send() || !pending_.empty();
@@ -143,6 +146,7 @@ class EngineCore {
   RequestTable<RequestState> request_state_;
   std::vector<EngineCoreOutput> pending_;  // abort outputs waiting for the next step
   EngineCoreCounters counters_;
+  bool execute_empty_steps_ = false;
 };
 
 }  // namespace kestrel

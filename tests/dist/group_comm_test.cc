@@ -79,7 +79,7 @@ TEST(GroupComm, AMemberThatNeverComesFailsTheOthersNamingIt) {
   o.group = "dp-sync";
   o.rank = 0;
   o.size = 2;
-  o.timeout = milliseconds(300);
+  o.connect_timeout = milliseconds(300);
   o.label = "data-parallel";
   auto comm = connect_group_comm(o, **store);
   ASSERT_FALSE(comm.ok());
