@@ -86,6 +86,7 @@ EngineClient::EngineClient(CausalLM& model, const Tokenizer* tokenizer, Options 
     if (!options_.lockstep.empty()) {
       rank->lockstep = std::move(options_.lockstep[i]);
       rank->core.set_execute_empty_steps(true);
+      rank->core.set_failure_cause([ls = rank->lockstep.get()] { return ls->failure(); });
       // A peer's wave start (or the group's failure) wakes this rank's engine thread.
       rank->lockstep->set_wake([this] {
         { std::lock_guard lock(in_mu_); }
@@ -387,7 +388,15 @@ void EngineClient::engine_loop(Rank& rank) {
         std::lock_guard lock(in_mu_);
         shutting_down = stopping_;
       }
-      if (lockstep != nullptr) lockstep->fail(failure);  // the peers stop too
+      if (lockstep != nullptr) {
+        // A collective that gave up because the group was aborted: the group's own failure is
+        // the cause worth reporting. Otherwise this rank's failure is, and the peers stop too.
+        if (auto cause = lockstep->failure()) {
+          failure = *cause;
+        } else {
+          lockstep->fail(failure);
+        }
+      }
       if (ranks_.size() > 1)
         failure = fmt::format("data-parallel rank {}: {}", rank.index, failure);
       if (shutting_down) {

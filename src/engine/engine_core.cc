@@ -249,9 +249,12 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
   }
   Expected<RunnerOutput> executed = executor_->execute(sched);
   if (!executed.ok()) {
-    fail_step(sched, executed.error().message, outputs);
+    // A group failure behind the step's error (a data-parallel peer lost) is the cause to report.
+    const std::optional<std::string> cause = failure_cause_ ? failure_cause_() : std::nullopt;
+    const std::string why = cause.value_or(executed.error().message);
+    fail_step(sched, why, outputs);
     // An executor that can run no more steps stops the engine (which ends every request).
-    if (executor_->failure()) return executed.error();
+    if (executor_->failure() || cause) return make_error("{}", why);
     return outputs;
   }
   RunnerOutput& result = *executed;

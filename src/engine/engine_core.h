@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -100,6 +101,11 @@ class EngineCore {
   // Data-parallel lockstep (engine/dp_lockstep.h): step() runs the executor even when nothing
   // is scheduled, so the workers still join the step's collectives.
   void set_execute_empty_steps(bool on) { execute_empty_steps_ = on; }
+  // Why the group the executor belongs to failed, if it has: a step that fails then stops the
+  // engine with that cause rather than the step's own error.
+  void set_failure_cause(std::function<std::optional<std::string>()> cause) {
+    failure_cause_ = std::move(cause);
+  }
   // Work left: requests to run, or finished ones the workers have yet to drop (one more step).
   bool has_unfinished() const {
     return scheduler_.has_unfinished() || scheduler_.has_finished_to_send() || !pending_.empty();
@@ -147,6 +153,7 @@ class EngineCore {
   std::vector<EngineCoreOutput> pending_;  // abort outputs waiting for the next step
   EngineCoreCounters counters_;
   bool execute_empty_steps_ = false;
+  std::function<std::optional<std::string>()> failure_cause_;
 };
 
 }  // namespace kestrel
