@@ -11,6 +11,7 @@
 #include "base/logging.h"
 #include "dist/host_comm.h"
 #include "dist/shm_comm.h"
+#include "engine/dp_group.h"
 #include "engine/multiproc_executor.h"
 #include "engine/worker_processes.h"
 #include "spec/proposer.h"
@@ -94,8 +95,8 @@ void add_engine_args(CLI::App& app, EngineArgs& a, bool model_required) {
                  "tensor-parallel ranks, one worker process each (they share --threads)")
       ->check(CLI::Range(1, 1 << 16));
   app.add_flag("--enable-expert-parallel,!--no-enable-expert-parallel", a.enable_expert_parallel,
-               "MoE: each tensor-parallel rank holds whole experts, their rows gathered after "
-               "(instead of every expert split by features)");
+               "MoE: whole experts spread over every data- and tensor-parallel rank, routed rows "
+               "exchanged between them (instead of every expert split by features)");
   app.add_option("--data-parallel-size", a.data_parallel_size,
                  "data-parallel ranks: engines with their own scheduler and KV cache, requests "
                  "balanced by load (they share --threads)")
@@ -178,7 +179,10 @@ int threads_per_rank(const EngineArgs& a) {
   return std::max(1, total / (a.tensor_parallel_size * a.local_data_parallel_ranks()));
 }
 
-LoadOptions load_options(const EngineArgs& a, int rank, DeviceComm* comm) {
+// Data-parallel rank `dp_rank`'s TP rank `rank`; under expert parallelism across the
+// data-parallel ranks, `ep_comm` joins it to the ranks of its TP index.
+LoadOptions load_options(const EngineArgs& a, int rank, DeviceComm* comm, int dp_rank,
+                         DeviceComm* ep_comm) {
   LoadOptions lo;
   lo.model = a.model;
   lo.load_format = a.load_format;
@@ -192,7 +196,12 @@ LoadOptions load_options(const EngineArgs& a, int rank, DeviceComm* comm) {
   lo.tp_rank = rank;
   lo.tp_size = a.tensor_parallel_size;
   lo.tp_comm = comm;
-  lo.expert_parallel = a.enable_expert_parallel && a.tensor_parallel_size > 1;
+  lo.expert_parallel = a.enable_expert_parallel;
+  if (ep_comm != nullptr) {
+    lo.dp_rank = dp_rank;
+    lo.dp_size = a.data_parallel_size;
+    lo.ep_comm = ep_comm;
+  }
   return lo;
 }
 
@@ -225,6 +234,10 @@ Expected<RankModels> load_rank_models(const EngineArgs& a, const LoadOptions& lo
     dl.tp_rank = 0;  // every rank runs the whole draft model
     dl.tp_size = 1;
     dl.tp_comm = nullptr;
+    dl.expert_parallel = false;
+    dl.dp_rank = 0;
+    dl.dp_size = 1;
+    dl.ep_comm = nullptr;
     KASSIGN(m.draft, load_model(dl));
   }
   return m;
@@ -254,7 +267,10 @@ Expected<Speculation> make_speculation(const std::optional<SpeculativeConfig>& s
 }
 
 // A worker process of the group: loads rank `rank`'s shard and runs the steps rank 0 sends.
-int run_tp_worker(const EngineArgs& a, const GroupNames& names, int dp_rank, int rank) {
+// Under expert parallelism across the data-parallel ranks (`experts`) it also joins the ranks of
+// its TP index.
+int run_tp_worker(const EngineArgs& a, const GroupNames& names, const DpGroup* experts, int dp_rank,
+                  int rank) {
   set_log_prefix(a.data_parallel_size > 1
                      ? fmt::format("(Worker DP{} rank={} pid={})", dp_rank, rank, ::getpid())
                      : fmt::format("(Worker rank={} pid={})", rank, ::getpid()));
@@ -262,12 +278,18 @@ int run_tp_worker(const EngineArgs& a, const GroupNames& names, int dp_rank, int
     KLOG_ERROR("{}", e.message);
     return 1;
   };
-  auto comm = connect_group(a, names, rank, nullptr);
+  auto comm = connect_group(a, names, rank, experts ? &experts->abort() : nullptr);
   if (!comm.ok()) return fail(comm.error());
   auto leader = HostCommWorker::connect(names.endpoint, rank);
   if (!leader.ok()) return fail(leader.error());
+  std::unique_ptr<DeviceComm> ep;
+  if (experts != nullptr) {
+    auto joined = experts->connect_experts(dp_rank, rank, {});
+    if (!joined.ok()) return fail(joined.error());
+    ep = std::move(*joined);
+  }
   std::optional<SpeculativeConfig> spec;
-  auto models = load_rank_models(a, load_options(a, rank, comm->get()), spec);
+  auto models = load_rank_models(a, load_options(a, rank, comm->get(), dp_rank, ep.get()), spec);
   if (!models.ok()) return fail(models.error());
   auto sc = scheduler_config(a, models->model->config);
   if (!sc.ok()) return fail(sc.error());
@@ -284,6 +306,31 @@ int run_tp_worker(const EngineArgs& a, const GroupNames& names, int dp_rank, int
 
 namespace {
 
+// Expert parallelism across the data-parallel ranks (a MoE model, --enable-expert-parallel and
+// more than one data-parallel rank): the group this process takes part in; none otherwise
+// (dense models ignore the flag, as vLLM's do).
+Expected<std::unique_ptr<DpGroup>> plan_expert_group(const EngineArgs& a, bool headless) {
+  if (!a.enable_expert_parallel || a.data_parallel_size < 2) return std::unique_ptr<DpGroup>();
+  KASSIGN(const ModelConfig mc, read_model_config(a.model, a.load_format));
+  if (mc.moe.num_experts == 0) return std::unique_ptr<DpGroup>();
+  DpGroupSpec spec;
+  spec.size = a.data_parallel_size;
+  spec.serves = a.data_parallel_first == 0 && !headless;
+  spec.all_local = spec.serves && a.local_data_parallel_ranks() == a.data_parallel_size;
+  spec.address = a.data_parallel_address;
+  spec.rpc_port = a.data_parallel_rpc_port;
+  spec.start_timeout = kWorkerStartTimeout;
+  spec.collective_timeout = kCollectiveTimeout;
+  return DpGroup::plan(spec);
+}
+
+// What every data-parallel rank of an expert group must share: what shapes the collectives.
+std::string lockstep_settings(const EngineArgs& a, const ModelConfig& mc) {
+  return fmt::format("{} layers={} hidden={} experts={} tp={} dp={} dtype={}", mc.architecture,
+                     mc.num_hidden_layers, mc.hidden_size, mc.moe.num_experts,
+                     a.tensor_parallel_size, a.data_parallel_size, a.dtype);
+}
+
 // The local data-parallel ranks, loaded and ready: the engine (without its client yet) and the
 // client's options, with an executor per local rank unless one in-process rank suffices.
 struct Prepared {
@@ -291,13 +338,17 @@ struct Prepared {
   EngineClient::Options options;
 };
 
-Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executors) {
+Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executors, bool headless) {
   set_log_level(a.log_level);
   KTRY(check_executor_backend(a));
   const int tp = a.tensor_parallel_size;
   const int dp = a.local_data_parallel_ranks();
   Prepared prepared;
   Engine& e = prepared.engine;
+  KASSIGN(e.dp_group, plan_expert_group(a, headless));
+  const DpGroup* experts = e.dp_group.get();
+  // Lockstep ranks step through their executors.
+  always_executors = always_executors || experts != nullptr;
   // Every data-parallel rank's workers first, before this process starts any thread: the
   // children are forks of it.
   std::vector<std::unique_ptr<WorkerProcesses>> workers(static_cast<size_t>(dp));
@@ -305,14 +356,44 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
   if (tp > 1) {
     for (int d = 0; d < dp; ++d) {
       names[size_t(d)] = group_names(a.data_parallel_first + d);
-      KASSIGN(workers[size_t(d)], WorkerProcesses::spawn(tp - 1, [&a, &names, d](int rank) {
-                return run_tp_worker(a, names[size_t(d)], a.data_parallel_first + d, rank);
-              }));
+      KASSIGN(workers[size_t(d)], WorkerProcesses::spawn(
+                                      tp - 1,
+                                      [&a, &names, experts, d](int rank) {
+                                        return run_tp_worker(a, names[size_t(d)], experts,
+                                                             a.data_parallel_first + d, rank);
+                                      },
+                                      experts ? &experts->abort() : nullptr));
     }
     for (int d = 0; d < dp; ++d) {
-      KASSIGN(auto comm, connect_group(a, names[size_t(d)], 0, &workers[size_t(d)]->abort_flag()));
+      // Under expert parallelism a failure anywhere in the group aborts the TP collectives too
+      // (a worker's death sets the group's flag).
+      KASSIGN(auto comm,
+              connect_group(a, names[size_t(d)], 0,
+                            experts ? &experts->abort() : &workers[size_t(d)]->abort_flag()));
       e.tp_comms.push_back(std::move(comm));
     }
+  }
+  // The local ranks' places in the expert group: TP rank 0 of each is here, its workers join
+  // from their processes.
+  if (experts != nullptr) {
+    e.ep_comms.resize(size_t(dp));
+    KTRY(e.dp_group->start());
+    std::vector<Status> joined(static_cast<size_t>(dp));
+    std::vector<std::thread> joining;
+    for (int d = 0; d < dp; ++d)
+      joining.emplace_back([&, d] {
+        WorkerProcesses* procs = workers[size_t(d)].get();
+        auto comm = experts->connect_experts(a.data_parallel_first + d, 0, [procs] {
+          return procs ? procs->check() : Status::Ok();
+        });
+        if (comm.ok()) {
+          e.ep_comms[size_t(d)] = std::move(*comm);
+        } else {
+          joined[size_t(d)] = comm.error();
+        }
+      });
+    for (std::thread& t : joining) t.join();
+    for (const Status& st : joined) KTRY(st);
   }
   if (tp > 1 || dp > 1)
     KLOG_INFO(
@@ -324,7 +405,9 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
   std::vector<RankModels> ranks;
   for (int d = 0; d < dp; ++d) {
     DeviceComm* comm = tp > 1 ? e.tp_comms[size_t(d)].get() : nullptr;
-    KASSIGN(RankModels m, load_rank_models(a, load_options(a, 0, comm), spec));
+    DeviceComm* ep = experts ? e.ep_comms[size_t(d)].get() : nullptr;
+    KASSIGN(RankModels m,
+            load_rank_models(a, load_options(a, 0, comm, a.data_parallel_first + d, ep), spec));
     ranks.push_back(std::move(m));
   }
   e.model = std::move(ranks[0].model);
@@ -436,7 +519,7 @@ std::string remote_rank_endpoint(const EngineArgs& a, int d) {
 Expected<Engine> start_engine(const EngineArgs& a) {
   const int local = a.local_data_parallel_ranks();
   const int remote = a.data_parallel_remote;
-  KASSIGN(Prepared p, prepare_local_ranks(a, /*always_executors=*/remote > 0));
+  KASSIGN(Prepared p, prepare_local_ranks(a, /*always_executors=*/remote > 0, /*headless=*/false));
   Engine& e = p.engine;
   // Data-parallel ranks on other nodes (--headless there): each connects to its own port here.
   for (int d = a.data_parallel_first + local; d < a.data_parallel_first + local + remote; ++d) {
@@ -453,16 +536,40 @@ Expected<Engine> start_engine(const EngineArgs& a) {
     KLOG_INFO("data-parallel rank {} joined from {}", d, endpoint);
     p.options.executors.push_back(std::move(*executor));
   }
+  if (e.dp_group) {
+    // Every scheduler this process runs joins the lockstep (each blocks until all ranks have).
+    const size_t n = p.options.executors.size();
+    const std::string settings = lockstep_settings(a, e.model->config);
+    std::vector<Expected<std::unique_ptr<DpLockstep>>> joined;
+    for (size_t i = 0; i < n; ++i) joined.emplace_back(make_error("not joined"));
+    std::vector<std::thread> joining;
+    for (size_t i = 0; i < n; ++i)
+      joining.emplace_back([&, i] {
+        joined[i] = e.dp_group->join_lockstep(a.data_parallel_first + int(i), settings);
+      });
+    for (std::thread& t : joining) t.join();
+    for (auto& j : joined) {
+      KTRY(j);
+      p.options.lockstep.push_back(std::move(*j));
+    }
+  }
   e.client =
       std::make_unique<EngineClient>(*e.model->model, e.tokenizer.get(), std::move(p.options));
   return std::move(e);
 }
 
 int serve_headless(const EngineArgs& a) {
-  auto prepared = prepare_local_ranks(a, /*always_executors=*/true);
+  auto prepared = prepare_local_ranks(a, /*always_executors=*/true, /*headless=*/true);
   if (!prepared.ok()) {
     KLOG_ERROR("{}", prepared.error().message);
     return 1;
+  }
+  if (DpGroup* group = prepared->engine.dp_group.get()) {
+    // No scheduler here: a group that fails elsewhere must still abort this node's collectives.
+    if (Status st = group->watch(fmt::format("node{}", a.data_parallel_first)); !st.ok()) {
+      KLOG_ERROR("{}", st.message());
+      return 1;
+    }
   }
   std::vector<std::unique_ptr<Executor>>& executors = prepared->options.executors;
   const int32_t num_blocks = prepared->options.scheduler.num_blocks;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/dp_group.h"
 #include "engine/engine_client.h"
 #include "engine/kv_budget.h"
 #include "model/loader.h"
@@ -75,6 +76,10 @@ struct RankModels {
 };
 
 struct Engine {
+  // Expert parallelism across the data-parallel ranks: the group (rank 0's process serves its
+  // store), and each local rank's communicator with the ranks of its TP index.
+  std::unique_ptr<DpGroup> dp_group;
+  std::vector<std::unique_ptr<DeviceComm>> ep_comms;
   // Tensor parallelism: each data-parallel rank's group collectives, which its model (and its
   // workers) use.
   std::vector<std::unique_ptr<DeviceComm>> tp_comms;

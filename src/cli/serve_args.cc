@@ -368,11 +368,14 @@ void check_parallel(const ServeArgs& a, Findings& f) {
         "rank 0)",
         start));
   }
+  // The address matters across nodes (headless ranks), and to ranks in other servers that share
+  // their experts (they meet at rank 0's server: external or hybrid load balancing).
   const bool multi_node = !p.data_parallel_rank && !p.hybrid_lb && local < dp;
-  if (p.data_parallel_address && !multi_node)
+  const bool shared_experts = e.enable_expert_parallel && dp > 1 && local < dp;
+  if (p.data_parallel_address && !multi_node && !shared_experts)
     f.note(dp == 1 ? "--data-parallel-address (one data-parallel rank: nothing to coordinate)"
                    : "--data-parallel-address (this server's ranks coordinate in-process)");
-  if (p.data_parallel_rpc_port && !multi_node)
+  if (p.data_parallel_rpc_port && !multi_node && !shared_experts)
     f.note(dp == 1 ? "--data-parallel-rpc-port (one data-parallel rank: nothing to coordinate)"
                    : "--data-parallel-rpc-port (this server's ranks coordinate in-process)");
   if (a.api_server_count != 1)
@@ -383,17 +386,6 @@ void check_parallel(const ServeArgs& a, Findings& f) {
   const int tp = e.tensor_parallel_size;
   if (e.enable_expert_parallel && tp == 1 && dp == 1)
     f.note("--enable-expert-parallel (one rank: all experts are local)");
-  if (e.enable_expert_parallel && tp == 1 && dp > 1)
-    f.refuse(fmt::format(
-        "--enable-expert-parallel with --tensor-parallel-size 1: sharding experts across the {} "
-        "data-parallel ranks is not supported yet (Kestrel shards them over the "
-        "tensor-parallel ranks of each data-parallel rank)",
-        dp));
-  if (e.enable_expert_parallel && tp > 1 && dp > 1)
-    f.warn(fmt::format(
-        "--enable-expert-parallel: experts are sharded over the {} tensor-parallel ranks of each "
-        "of the {} data-parallel ranks (vLLM shards them over all {} ranks)",
-        tp, dp, tp * dp));
   if (Status st = check_executor_backend(e); !st.ok()) f.refuse(st.message());
 }
 
@@ -632,15 +624,20 @@ void add_serve_args(CLI::App& app, ServeArgs& a) {
 
   // §2: parallelism.
   ParallelArgs& p = a.parallel;
-  app.add_option("--data-parallel-size-local", p.data_parallel_size_local, "1 (more is planned)")
+  app.add_option("--data-parallel-size-local", p.data_parallel_size_local,
+                 "data-parallel ranks on this node (the rest: --headless nodes, or other "
+                 "nodes' servers with --data-parallel-hybrid-lb)")
       ->check(CLI::Range(0, 1 << 16));
-  app.add_option("--data-parallel-start-rank", p.data_parallel_start_rank, "0 (planned)")
+  app.add_option("--data-parallel-start-rank", p.data_parallel_start_rank,
+                 "the first data-parallel rank on this node")
       ->check(CLI::Range(0, 1 << 16));
   app.add_option("--data-parallel-rank", p.data_parallel_rank,
                  "this server is that rank only, behind an external load balancer")
       ->check(CLI::Range(0, 1 << 16));
-  app.add_option("--data-parallel-address", p.data_parallel_address, "planned");
-  app.add_option("--data-parallel-rpc-port", p.data_parallel_rpc_port, "planned")
+  app.add_option("--data-parallel-address", p.data_parallel_address,
+                 "rank 0's node: where --headless ranks and expert-parallel peers meet it");
+  app.add_option("--data-parallel-rpc-port", p.data_parallel_rpc_port,
+                 "rank 0's port there (headless rank d: this + d)")
       ->check(CLI::Range(0, 65535));
   add_bool(app, "headless", p.headless,
            "engines only: this node's ranks, for the head at --data-parallel-address");

@@ -9,10 +9,6 @@ namespace kestrel {
 
 namespace {
 
-constexpr const char* kWaveTopic = "wave";    // a rank started the wave in the value
-constexpr const char* kFailTopic = "fail";    // a rank's engine failed; the value says why
-constexpr const char* kLeaveTopic = "leave";  // a rank stopped (shut down); the value names it
-
 std::vector<char> bytes_of(const std::string& s) {
   return std::vector<char>(s.begin(), s.end());
 }

@@ -35,6 +35,12 @@
 
 namespace kestrel {
 
+// The notices of the group's board: a rank started the wave in the value; a rank's engine
+// failed (the value says why); a rank stopped (shut down).
+inline constexpr const char* kWaveTopic = "wave";
+inline constexpr const char* kFailTopic = "fail";
+inline constexpr const char* kLeaveTopic = "leave";
+
 struct DpLockstepOptions {
   std::string endpoint;  // the group's store and notice board (rank 0's process serves it)
   int rank = 0, size = 1;

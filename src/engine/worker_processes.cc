@@ -27,7 +27,7 @@ std::string describe_exit(int status) {
 }  // namespace
 
 Expected<std::unique_ptr<WorkerProcesses>> WorkerProcesses::spawn(
-    int count, const std::function<int(int)>& body) {
+    int count, const std::function<int(int)>& body, std::atomic<bool>* group_abort) {
   const pid_t parent = getpid();
   std::vector<pid_t> pids;
   for (int k = 0; k < count; ++k) {
@@ -58,11 +58,11 @@ Expected<std::unique_ptr<WorkerProcesses>> WorkerProcesses::spawn(
     }
     pids.push_back(pid);
   }
-  return std::unique_ptr<WorkerProcesses>(new WorkerProcesses(std::move(pids)));
+  return std::unique_ptr<WorkerProcesses>(new WorkerProcesses(std::move(pids), group_abort));
 }
 
-WorkerProcesses::WorkerProcesses(std::vector<pid_t> pids)
-    : pids_(std::move(pids)), reaped_(pids_.size(), false) {
+WorkerProcesses::WorkerProcesses(std::vector<pid_t> pids, std::atomic<bool>* group_abort)
+    : pids_(std::move(pids)), reaped_(pids_.size(), false), group_abort_(group_abort) {
   monitor_ = std::thread([this] { monitor(); });
 }
 
@@ -89,6 +89,7 @@ void WorkerProcesses::monitor() {
             fmt::format("worker rank {} (pid {}) {}", i + 1, pids_[i], describe_exit(status));
         KLOG_ERROR("{}; stopping the tensor-parallel group", *failure_);
         failed_.store(true);
+        if (group_abort_ != nullptr) group_abort_->store(true);
         for (size_t j = 0; j < pids_.size(); ++j)
           if (!reaped_[j]) kill(pids_[j], SIGKILL);
       }

@@ -27,9 +27,11 @@ namespace kestrel {
 class WorkerProcesses {
  public:
   // Forks `count` children; child k runs body(k + 1) and exits with its result. Call it before
-  // the process starts threads: a child has only the calling thread.
+  // the process starts threads: a child has only the calling thread. `group_abort`, when given,
+  // is set too when a child fails (a wider group's flag: dist/shared_flag.h).
   static Expected<std::unique_ptr<WorkerProcesses>> spawn(int count,
-                                                          const std::function<int(int)>& body);
+                                                          const std::function<int(int)>& body,
+                                                          std::atomic<bool>* group_abort = nullptr);
   // Kills the children still running (stop() with no grace).
   ~WorkerProcesses();
   WorkerProcesses(const WorkerProcesses&) = delete;
@@ -47,7 +49,7 @@ class WorkerProcesses {
   void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(5000));
 
  private:
-  explicit WorkerProcesses(std::vector<pid_t> pids);
+  WorkerProcesses(std::vector<pid_t> pids, std::atomic<bool>* group_abort);
   void monitor();
   // Under mu_: reaps `i` if it has exited; returns whether it has.
   bool reap(size_t i, int* status);
@@ -57,6 +59,7 @@ class WorkerProcesses {
   mutable std::mutex mu_;
   std::optional<std::string> failure_;
   std::atomic<bool> failed_{false};
+  std::atomic<bool>* group_abort_;
   std::atomic<bool> stopping_{false};
   std::thread monitor_;
 };

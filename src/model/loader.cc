@@ -56,6 +56,18 @@ Status load_generation_defaults(const std::string& dir, LoadedModel& lm) {
 
 }  // namespace
 
+Expected<ModelConfig> read_model_config(const std::string& model, const std::string& load_format) {
+  ModelConfig c;
+  if (is_gguf_path(model) || load_format == "gguf") {
+    KASSIGN(auto gguf, GgufFile::open(model));
+    KASSIGN(c, config_from_gguf(*gguf));
+  } else {
+    KASSIGN(c, load_config_json((fs::path(model) / "config.json").string()));
+  }
+  KTRY(c.finalize());
+  return c;
+}
+
 Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
   auto lm = std::make_unique<LoadedModel>();
   lm->path = o.model;

@@ -57,6 +57,10 @@ struct LoadedModel {
 
 Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& opts);
 
+// The model's configuration alone (config.json, or a GGUF file's metadata), for decisions made
+// before loading (whether it is a MoE model).
+Expected<ModelConfig> read_model_config(const std::string& model, const std::string& load_format);
+
 // Architectures build_model knows, for error messages.
 const std::vector<std::string>& supported_architectures();
 

@@ -195,10 +195,9 @@ TEST_F(ServeArgsTest, DeepSeekV31PdDecode) {
   std::string d0 = decode, d1 = decode;
   d0.replace(d0.find("RANK"), 4, "0");
   d1.replace(d1.find("RANK"), 4, "16");
-  EXPECT_EQ(refusals(serve(d0)),
-            (Lines{ep_dp(32), kAscend, pd("MooncakeConnectorV1"), recompute(false)}));
+  EXPECT_EQ(refusals(serve(d0)), (Lines{kAscend, pd("MooncakeConnectorV1"), recompute(false)}));
   const Outcome o = serve(d1);
-  EXPECT_EQ(refusals(o), (Lines{ep_dp(32), kAscend, pd("MooncakeConnectorV1"), recompute(false)}));
+  EXPECT_EQ(refusals(o), (Lines{kAscend, pd("MooncakeConnectorV1"), recompute(false)}));
   EXPECT_EQ(o.args->engine.max_num_batched_tokens, 256);
   EXPECT_EQ(o.args->engine.max_num_seqs, 28);
 }
@@ -243,10 +242,8 @@ TEST_F(ServeArgsTest, DeepSeekV41SingleNode) {
   EXPECT_EQ(refusals(o), (Lines{kAscend, kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
   EXPECT_EQ(o.args->engine.block_size, 128);
   EXPECT_EQ(o.args->engine.max_model_len, 150000);
-  // The one warning: where the experts go.
-  EXPECT_EQ(o.args->warnings,
-            (Lines{"--enable-expert-parallel: experts are sharded over the 4 tensor-parallel ranks "
-                   "of each of the 4 data-parallel ranks (vLLM shards them over all 16 ranks)"}));
+  // Experts over all 16 ranks, as vLLM shards them: nothing to warn about.
+  EXPECT_EQ(o.args->warnings, Lines{});
 }
 
 // §5.2 PD through run_dp_template.sh: prefill DP4/TP4 (rank 0), decode DP8/TP2 (rank 3).
@@ -408,8 +405,7 @@ TEST_F(ServeArgsTest, DeepSeekV41BoundedReplay) {
   --model-loader-extra-config '{"enable_multithread_load":true,"num_threads":16}' \
   --safetensors-load-strategy lazy --additional-config '{"enable_cpu_binding":false}')sh");
   EXPECT_EQ(refusals(o),
-            (Lines{ep_dp(4),
-                   "--quantization deepseek_v4_fp8: DeepSeek-V4 FP8 checkpoints are not "
+            (Lines{"--quantization deepseek_v4_fp8: DeepSeek-V4 FP8 checkpoints are not "
                    "supported yet",
                    kTokenizerV41, kEngram}));
   EXPECT_EQ(o.args->host, "127.0.0.1");

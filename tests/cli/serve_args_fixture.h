@@ -128,12 +128,6 @@ class ServeArgsTest : public ::testing::Test {
 };
 
 // Expected refusal texts (docs/compatibility.md §2–§9, §15).
-inline std::string ep_dp(int dp) {
-  return "--enable-expert-parallel with --tensor-parallel-size 1: sharding experts across the " +
-         std::to_string(dp) +
-         " data-parallel ranks is not supported yet (Kestrel shards them over the "
-         "tensor-parallel ranks of each data-parallel rank)";
-}
 inline std::string pd(std::string_view connector) {
   return "--kv-transfer-config kv_connector=" + std::string(connector) +
          ": PD disaggregation is not supported yet";
