@@ -111,8 +111,8 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
     }
     // Expert parallelism: this rank's experts, whole (the others stay null); else every expert,
     // split by features under tensor parallelism.
-    mine_ = lc.tp && lc.tp->experts.size() > 0 ? lc.tp->experts : IndexRange{0, E_};
-    expert_parallel_ = lc.tp && lc.tp->experts.size() > 0;
+    expert_parallel_ = lc.tp && lc.tp->whole_experts;
+    mine_ = expert_parallel_ ? lc.tp->experts : IndexRange{0, E_};
     if (expert_parallel_) {
       KCHECK(lc.exchange != nullptr, "expert parallelism without an expert exchange");
       layer_id_ = lc.exchange->add_layer(this);
@@ -224,6 +224,11 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
     }
   }
 
+  // One expert's weights (they are all the same size); 0 on a rank that holds none.
+  size_t expert_bytes() const {
+    return mine_.size() > 0 ? experts_[size_t(mine_.begin)]->weight_bytes_per_token() : 0;
+  }
+
   void run_expert(const LayerContext& ctx, int e, const float* in, int64_t n, float* out) override {
     KCHECK(experts_[size_t(e)] != nullptr, "expert {} is not on this rank", e);
     experts_[size_t(e)]->run(ctx, in, n, out);
@@ -232,14 +237,12 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
   // Under expert parallelism a token's k experts are spread over the ranks: counted as k
   // experts' bytes over the rank's share (mine_ of E).
   size_t weight_bytes_per_token() const override {
-    const size_t expert = experts_[size_t(mine_.begin)]->weight_bytes_per_token();
-    size_t b = gate_.nbytes() + size_t(k_) * expert * size_t(mine_.size()) / size_t(E_);
+    size_t b = gate_.nbytes() + size_t(k_) * expert_bytes() * size_t(mine_.size()) / size_t(E_);
     if (shared_) b += shared_->weight_bytes_per_token();
     return b;
   }
   size_t resident_bytes() const override {
-    const size_t expert = experts_[size_t(mine_.begin)]->weight_bytes_per_token();
-    size_t b = gate_.nbytes() + size_t(mine_.size()) * expert;
+    size_t b = gate_.nbytes() + size_t(mine_.size()) * expert_bytes();
     if (shared_) b += shared_->weight_bytes_per_token();
     return b;
   }

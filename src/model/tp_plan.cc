@@ -88,10 +88,7 @@ Expected<TpShard> plan_tp_shard(const ModelConfig& c, int rank, int size, bool e
   };
   s.intermediate = features(c.intermediate_size);
   if (expert_parallel && c.moe.num_experts > 0) {
-    if (c.moe.num_experts < size * dp.size)
-      return make_error(
-          "--enable-expert-parallel: {} routed experts cannot be shared out over {} ranks",
-          c.moe.num_experts, size * dp.size);
+    s.whole_experts = true;
     s.experts = expert_range(c.moe.num_experts, rank, size, dp);
   } else {
     s.moe_intermediate = features(c.moe.moe_intermediate_size);

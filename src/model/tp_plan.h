@@ -43,8 +43,9 @@ struct TpShard {
   IndexRange shared_intermediate;  // the shared experts' features, as one MLP (DeepSeek)
   IndexRange hidden;               // the output projections' (o, down) rows
   IndexRange vocab;                // embedding and LM-head rows
-  // Expert parallelism: the routed experts this rank holds whole (empty: every expert split by
-  // its features instead).
+  // Expert parallelism (whole_experts): the routed experts this rank holds whole — none when
+  // there are more ranks than experts; otherwise every expert is split by its features.
+  bool whole_experts = false;
   IndexRange experts;
   DataParallelPlace dp;  // expert parallelism across data-parallel ranks
   bool operator==(const TpShard&) const = default;
@@ -78,8 +79,9 @@ struct TensorParallel {
 
 // Rank `rank`'s shard of `config` over `size` ranks, or why the model cannot be split so (more
 // ranks than heads, KV heads that neither split nor replicate evenly, fewer feature blocks
-// than ranks, fewer experts than ranks). `expert_parallel`: whole routed experts per rank
-// (expert_range over the `dp` ranks' groups) instead of every expert's features split.
+// than ranks). `expert_parallel`: whole routed experts per rank (expert_range over the `dp`
+// ranks' groups; with more ranks than experts the last ranks hold none) instead of every
+// expert's features split.
 Expected<TpShard> plan_tp_shard(const ModelConfig& config, int rank, int size,
                                 bool expert_parallel = false, DataParallelPlace dp = {});
 

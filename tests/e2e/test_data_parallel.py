@@ -3,11 +3,21 @@ scheduler and KV cache in one server, requests balanced by load), alone and with
 `--tensor-parallel-size 2` under it (two TP groups: three processes), and a server that is one
 rank behind an external load balancer (`--data-parallel-rank`, as launch_online_dp.py starts
 them): greedy tokens equal the one-engine server's under concurrent load, both engines take
-requests and /metrics reports each engine's series."""
+requests and /metrics reports each engine's series. With `--enable-expert-parallel` on a MoE
+fixture the routed experts spread over every rank of both engines (DP2, DP2 x TP2), the engines
+step in lockstep, and the greedy tokens are transformers' — under load, and one request at a
+time (the other engine idle, stepping empty batches). Two servers that share their experts
+behind an external load balancer fail fast when one dies: the other's in-flight requests end
+with an error within seconds and its /health turns 503."""
 
 import concurrent.futures
+import json
+import signal
+import time
 
-from kestrel_e2e import metric, post_json, scrape
+from kestrel_e2e import REPO, Server, free_port, metric, post_json, request, scrape, wait_for
+
+MOE = REPO / "tests" / "fixtures" / "models" / "qwen3_moe_bf16"
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a forest,",
            "List three colours:", "1, 2, 3, 4,", "The quick brown fox", "Water boils at",
@@ -50,3 +60,61 @@ def test_one_rank_behind_an_external_load_balancer(server, start_server):
     samples = scrape(srv.base_url)
     assert metric(samples, "vllm:generation_tokens_total", engine="1") == 16
     assert metric(samples, "vllm:generation_tokens_total", engine="0") is None
+
+
+def test_expert_parallel_across_two_engines_gives_transformers_tokens(start_server):
+    golden = json.loads((MOE / "golden.json").read_text())
+    prompts, want = golden["prompts"], golden["greedy"]
+
+    def greedy(srv, prompt):
+        status, body = post_json(srv.base_url, "/v1/completions", {
+            "model": str(MOE), "prompt": prompt, "max_tokens": len(want[0]), "temperature": 0,
+            "ignore_eos": True, "logprobs": 0})
+        assert status == 200, body
+        return [int(t.split(":")[1]) for t in body["choices"][0]["logprobs"]["tokens"]]
+
+    for flags in (["--data-parallel-size", "2"],
+                  ["--data-parallel-size", "2", "--tensor-parallel-size", "2"]):
+        srv = start_server(*flags, "--enable-expert-parallel", "--max-model-len", "256",
+                           "--kv-cache-memory", "64M", model_path=MOE)
+        assert "expert parallelism across 2 data-parallel ranks" in srv.log(), flags
+        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+            assert list(pool.map(lambda p: greedy(srv, p), prompts)) == want, flags
+        for prompt, tokens in zip(prompts, want):  # alone: one engine busy, one idle
+            assert greedy(srv, prompt) == tokens, flags
+        samples = scrape(srv.base_url)
+        generated = [metric(samples, "vllm:generation_tokens_total", engine=e) for e in ("0", "1")]
+        assert all(g and g > 0 for g in generated), (flags, generated)
+
+
+def test_a_server_whose_expert_peer_dies_fails_fast_instead_of_hanging():
+    rpc = free_port()
+    flags = ["--data-parallel-size", "2", "--data-parallel-address", "127.0.0.1",
+             "--data-parallel-rpc-port", str(rpc), "--enable-expert-parallel",
+             "--max-model-len", "256", "--kv-cache-memory", "64M"]
+    # Each waits for the other at start-up: start them together.
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        starting = [pool.submit(Server, [*flags, "--data-parallel-rank", str(r)], MOE)
+                    for r in (0, 1)]
+        servers = [s.result() for s in starting]
+    zero, one = servers
+    try:
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            running = [pool.submit(post_json, zero.base_url, "/v1/completions", {
+                "model": str(MOE), "prompt": [1, 2, 3, i], "max_tokens": 250, "ignore_eos": True,
+                "temperature": 0}, None, 60) for i in range(8)]
+            assert wait_for(lambda: metric(scrape(zero.base_url), "vllm:num_requests_running",
+                                           engine="0"), 10)
+            killed = time.monotonic()
+            one.proc.send_signal(signal.SIGKILL)
+            results = [r.result(timeout=30) for r in running]
+        errors = [body for status, body in results if status != 200]
+        assert errors, "every request finished although the peer holding half the experts died"
+        assert wait_for(lambda: request(zero.base_url, "GET", "/health")[0] == 503, 10)
+        assert time.monotonic() - killed < 10
+    finally:
+        for srv in servers:
+            if srv.proc.poll() is None:
+                srv.proc.kill()
+            srv.proc.wait()
+            srv.cleanup()

@@ -4,7 +4,8 @@ speculative decoding) with the model path replaced by the DeepSeek-V3 fixture, s
 issue), `--max-model-len 16384` (the fixture was made with 256 positions; 256 here) and
 `--gpu-memory-utilization 0.92` (on the CPU the 16 ranks share this machine's RAM, and 0.92 of it
 is more than a test may take: `--kv-cache-memory 16M` per rank instead). The
-engines start (16 ranks: 4 data-parallel engines of 4 processes), answer transformers' greedy
+engines start (16 ranks: 4 data-parallel engines of 4 processes, the routed experts spread over
+all 16 and exchanged between the engines, which step in lockstep), answer transformers' greedy
 tokens under concurrency, draft with the MTP layer, and stop on SIGTERM."""
 
 import concurrent.futures
@@ -29,7 +30,8 @@ def test_deepseek_v31_single_node_command_serves_the_fixture(start_server, monke
                        model_path=FIXTURE)
     log = srv.log()
     assert "4 data-parallel ranks of 4 tensor-parallel ranks (13 processes)" in log, log[-3000:]
-    assert "experts are sharded over the 4 tensor-parallel ranks" in log
+    # The experts over all 16 ranks (8 experts: half the ranks hold none), the engines in lockstep.
+    assert "expert parallelism across 4 data-parallel ranks: the group meets at ipc://" in log
 
     def greedy(prompt):
         status, body = post_json(srv.base_url, "/v1/completions", {

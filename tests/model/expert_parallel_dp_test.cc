@@ -159,5 +159,10 @@ INSTANTIATE_TEST_SUITE_P(MoeFixtures, ExpertParallelAcrossDp,
                                                               "deepseek_v3_bf16"),
                                             ::testing::Values(2, 4), ::testing::Values(1, 2)));
 
+// The guide's DP4 x TP4 on a model with 8 experts: 16 ranks, half of them holding none (they
+// still take part in every exchange).
+INSTANTIATE_TEST_SUITE_P(MoreRanksThanExperts, ExpertParallelAcrossDp,
+                         ::testing::Values(std::make_tuple("deepseek_v3_f32", 4, 4)));
+
 }  // namespace
 }  // namespace kestrel

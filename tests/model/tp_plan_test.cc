@@ -122,8 +122,26 @@ TEST(TpPlan, MlaKeepsTheLatentCacheOnEveryRank) {
   ASSERT_TRUE(ep.ok()) << ep.error().message;
   EXPECT_EQ(ep->experts, (IndexRange{6, 8}));
   EXPECT_EQ(ep->moe_intermediate, IndexRange{});
+  // More ranks than experts: the last ranks hold none (they still take part in the exchange).
   c.moe.num_experts = 3;
-  EXPECT_FALSE(plan_tp_shard(c, 0, 4, true).ok());
+  auto none = plan_tp_shard(c, 3, 4, true);
+  ASSERT_TRUE(none.ok()) << none.error().message;
+  EXPECT_TRUE(none->whole_experts);
+  EXPECT_EQ(none->experts.size(), 0);
+  EXPECT_EQ(plan_tp_shard(c, 0, 4, true)->experts, (IndexRange{0, 1}));
+  // Across data-parallel ranks: rank (dp, tp) takes part tp * dp_size + dp of the experts, so
+  // each TP index's experts are contiguous over the data-parallel ranks.
+  c.moe.num_experts = 8;
+  for (int t = 0; t < 2; ++t)
+    for (int d = 0; d < 2; ++d) {
+      auto s = plan_tp_shard(c, t, 2, true, DataParallelPlace{d, 2});
+      ASSERT_TRUE(s.ok()) << s.error().message;
+      EXPECT_EQ(s->experts, (IndexRange{4 * t + 2 * d, 4 * t + 2 * d + 2}));
+      EXPECT_EQ(s->dp, (DataParallelPlace{d, 2}));
+    }
+  EXPECT_EQ(tp_index_experts(8, 1, 2, 2), (IndexRange{4, 8}));
+  EXPECT_EQ(tp_index_experts(3, 1, 2, 2), (IndexRange{2, 3}));
+  EXPECT_FALSE(plan_tp_shard(c, 0, 2, true, DataParallelPlace{2, 2}).ok());
 }
 
 TEST(TpPlan, SplitsThatCannotWorkAreRefusedWithTheReason) {
