@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "base/logging.h"
 #include "base/task_pool.h"
@@ -127,20 +128,32 @@ int serve(ServeArgs& a) {
   }
 
   // Declared after everything its tasks use (destroyed, and so drained, before them) and before
-  // the HTTP server, which posts to it; the engine client is shut down before either goes.
-  TaskPool workers(kRequestWorkers);
+  // the HTTP servers, which post to it; the engine client is shut down before either goes.
+  // --api-server-count N: N front ends, each with its own listener on the port (SO_REUSEPORT:
+  // the kernel spreads connections over them), I/O threads and share of the request workers —
+  // vLLM's N API server processes exist to spread Python's request handling over cores, which
+  // threads do here, over one engine client and one metrics registry.
+  const int fronts = a.api_server_count;
+  TaskPool workers(kRequestWorkers * fronts);
   ctx.workers = &workers;
-  server::HttpServerOptions options;
-  options.host = a.host;
-  options.port = static_cast<uint16_t>(a.port);
-  server::HttpServer http(options);
-  server::add_openai_routes(http, ctx);
+  std::vector<std::unique_ptr<server::HttpServer>> servers;
   server::SignalWaiter signals;
-  if (Status st = http.start(); !st.ok()) {
-    KLOG_ERROR("cannot serve on {}:{}: {}", a.host, a.port, st.message());
-    return 1;
+  uint16_t port = static_cast<uint16_t>(a.port);
+  for (int i = 0; i < fronts; ++i) {
+    server::HttpServerOptions options;
+    options.host = a.host;
+    options.port = port;
+    options.reuse_port = fronts > 1;
+    servers.push_back(std::make_unique<server::HttpServer>(options));
+    server::add_openai_routes(*servers.back(), ctx);
+    if (Status st = servers.back()->start(); !st.ok()) {
+      KLOG_ERROR("cannot serve on {}:{}: {}", a.host, a.port, st.message());
+      return 1;
+    }
+    port = servers.back()->port();  // port 0: the others share the one the first got
   }
-  KLOG_INFO("Starting Kestrel API server on http://{}:{}", a.host, http.port());
+  if (fronts > 1) KLOG_INFO("{} API servers share port {}", fronts, port);
+  KLOG_INFO("Starting Kestrel API server on http://{}:{}", a.host, port);
   KLOG_INFO("Started server process [{}]", ::getpid());
   KLOG_INFO("Waiting for application startup.");
   // Set only now: every early return above leaves `metrics` before the engine thread stops.
@@ -152,8 +165,9 @@ int serve(ServeArgs& a) {
   const int sig = signals.wait();
   KLOG_INFO("Shutting down (signal {}); finishing in-flight requests for up to {} s", sig,
             a.shutdown_grace_s);
-  http.stop_accepting();
-  http.shutdown(std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_grace_s * 1000.0)));
+  for (auto& http : servers) http->stop_accepting();
+  for (auto& http : servers)
+    http->shutdown(std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_grace_s * 1000.0)));
   ctx.ready = false;
   e.client->shutdown();
   e.client->set_step_observer(nullptr);

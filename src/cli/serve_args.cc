@@ -378,11 +378,9 @@ void check_parallel(const ServeArgs& a, Findings& f) {
   if (p.data_parallel_rpc_port && !multi_node && !shared_experts)
     f.note(dp == 1 ? "--data-parallel-rpc-port (one data-parallel rank: nothing to coordinate)"
                    : "--data-parallel-rpc-port (this server's ranks coordinate in-process)");
-  if (a.api_server_count != 1)
-    f.refuse(fmt::format(
-        "--api-server-count {}: more than one API server process is not supported yet (planned "
-        "with data parallelism)",
-        a.api_server_count));
+  if (p.headless && a.api_server_count > 1)
+    f.note(
+        fmt::format("--api-server-count {} (a --headless node serves no API)", a.api_server_count));
   const int tp = e.tensor_parallel_size;
   if (e.enable_expert_parallel && tp == 1 && dp == 1)
     f.note("--enable-expert-parallel (one rank: all experts are local)");
@@ -646,7 +644,8 @@ void add_serve_args(CLI::App& app, ServeArgs& a) {
            "--data-parallel-start-rank)");
   add_bool(app, "data-parallel-external-lb", p.external_lb,
            "this server is one rank (--data-parallel-rank) behind an external load balancer");
-  app.add_option("--api-server-count", a.api_server_count, "1 (more is planned)")
+  app.add_option("--api-server-count", a.api_server_count,
+                 "HTTP front ends sharing the port (each with its own listener and threads)")
       ->check(CLI::Range(1, 1024));
 
   // §3–§6: quantization, PD, platform options (--speculative-config is an engine flag).

@@ -79,3 +79,32 @@ def test_served_model_names(start_server):
     status, resp = post_json(srv.base_url, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2})
     assert status == 200, resp
     assert resp["model"] == "alpha"
+
+
+def _listeners(port):
+    """Listening TCP sockets on `port` (this network namespace's /proc/net/tcp and tcp6)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if int(fields[1].split(":")[1], 16) == port and fields[3] == "0A":  # LISTEN
+                count += 1
+    return count
+
+
+def test_api_server_count_runs_that_many_front_ends_on_one_port(start_server):
+    srv = start_server("--api-server-count", "3")
+    assert "3 API servers share port" in srv.log()
+    assert _listeners(srv.port) == 3
+    # Many connections, each its own: the kernel spreads them over the listeners; all answer.
+    for i in range(12):
+        status, body = post_json(srv.base_url, "/v1/completions", {
+            "model": srv.model, "prompt": PROMPT, "max_tokens": 2, "temperature": 0})
+        assert status == 200, body
+    status, _, text = request(srv.base_url, "GET", "/metrics")
+    assert status == 200
+    assert "vllm:request_success_total" in text.decode()

@@ -165,6 +165,10 @@ Status HttpServer::start() {
   };
   if (s.acceptor.open(endpoint.protocol(), ec)) return fail("open socket for");
   if (s.acceptor.set_option(tcp::acceptor::reuse_address(true), ec)) return fail("configure");
+  if (s.opts.reuse_port &&
+      s.acceptor.set_option(asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true),
+                            ec))
+    return fail("share");
   if (s.acceptor.bind(endpoint, ec)) return fail("bind");
   if (s.acceptor.listen(asio::socket_base::max_listen_connections, ec)) return fail("listen on");
   s.bound_port = s.acceptor.local_endpoint(ec).port();

@@ -24,6 +24,9 @@ struct HttpServerOptions {
   std::chrono::milliseconds write_timeout{60000};
   // Connections beyond this many get 503 and are closed; 0 = no cap.
   size_t max_connections = 0;
+  // Several servers listen on one port (SO_REUSEPORT; the kernel spreads the connections over
+  // them): each must set it, on the same host and port.
+  bool reuse_port = false;
 };
 
 }  // namespace kestrel::server
