@@ -6,9 +6,10 @@ them): greedy tokens equal the one-engine server's under concurrent load, both e
 requests and /metrics reports each engine's series. With `--enable-expert-parallel` on a MoE
 fixture the routed experts spread over every rank of both engines (DP2, DP2 x TP2), the engines
 step in lockstep, and the greedy tokens are transformers' — under load, and one request at a
-time (the other engine idle, stepping empty batches). Two servers that share their experts
-behind an external load balancer fail fast when one dies: the other's in-flight requests end
-with an error within seconds and its /health turns 503."""
+time (the other engine idle, stepping empty batches). Two nodes' servers under hybrid load
+balancing share their experts and each answers transformers' tokens. Two servers that share their
+experts behind an external load balancer fail fast when one dies: the other's in-flight requests
+end with an error within seconds and its /health turns 503."""
 
 import concurrent.futures
 import json
@@ -87,16 +88,45 @@ def test_expert_parallel_across_two_engines_gives_transformers_tokens(start_serv
         assert all(g and g > 0 for g in generated), (flags, generated)
 
 
-def test_a_server_whose_expert_peer_dies_fails_fast_instead_of_hanging():
+def start_together(per_rank_flags):
+    """Servers that wait for each other at start-up (they share experts), started at once."""
     rpc = free_port()
     flags = ["--data-parallel-size", "2", "--data-parallel-address", "127.0.0.1",
              "--data-parallel-rpc-port", str(rpc), "--enable-expert-parallel",
              "--max-model-len", "256", "--kv-cache-memory", "64M"]
-    # Each waits for the other at start-up: start them together.
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        starting = [pool.submit(Server, [*flags, "--data-parallel-rank", str(r)], MOE)
-                    for r in (0, 1)]
-        servers = [s.result() for s in starting]
+    with concurrent.futures.ThreadPoolExecutor(len(per_rank_flags)) as pool:
+        starting = [pool.submit(Server, [*flags, *f], MOE) for f in per_rank_flags]
+        return [s.result() for s in starting]
+
+
+def test_hybrid_load_balancing_nodes_share_their_experts():
+    """--data-parallel-hybrid-lb: each node's server balances its own rank; the experts are
+    spread over both nodes' ranks."""
+    golden = json.loads((MOE / "golden.json").read_text())
+    servers = start_together([["--data-parallel-size-local", "1", "--data-parallel-start-rank",
+                               str(r), "--data-parallel-hybrid-lb"] for r in (0, 1)])
+    try:
+        for srv in servers:
+            with concurrent.futures.ThreadPoolExecutor(len(golden["prompts"])) as pool:
+                got = list(pool.map(lambda p: tokens_of(srv, p, len(golden["greedy"][0])),
+                                    golden["prompts"]))
+            assert got == golden["greedy"]
+    finally:
+        for srv in servers:
+            assert srv.terminate() == 0
+            srv.cleanup()
+
+
+def tokens_of(srv, prompt, n):
+    status, body = post_json(srv.base_url, "/v1/completions", {
+        "model": str(MOE), "prompt": prompt, "max_tokens": n, "temperature": 0,
+        "ignore_eos": True, "logprobs": 0})
+    assert status == 200, body
+    return [int(t.split(":")[1]) for t in body["choices"][0]["logprobs"]["tokens"]]
+
+
+def test_a_server_whose_expert_peer_dies_fails_fast_instead_of_hanging():
+    servers = start_together([["--data-parallel-rank", str(r)] for r in (0, 1)])
     zero, one = servers
     try:
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
