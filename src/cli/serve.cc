@@ -116,7 +116,9 @@ int serve(ServeArgs& a) {
   }
   if (!a.default_chat_template_kwargs.empty())
     ctx.default_chat_template_kwargs = nlohmann::json::parse(a.default_chat_template_kwargs);
-  server::ServerMetrics metrics(a.served_model_names.front(), ctx.max_model_len);
+  std::vector<int> engines;
+  for (const EngineStats& r : e.client->rank_stats()) engines.push_back(r.engine_index);
+  server::ServerMetrics metrics(a.served_model_names.front(), ctx.max_model_len, engines);
   ctx.metrics = &metrics;
   // vLLM's switch for the Responses API store (off by default: stored responses take memory).
   std::optional<server::ResponsesStore> responses_store;
@@ -158,18 +160,27 @@ int serve(ServeArgs& a) {
   KLOG_INFO("Waiting for application startup.");
   // Set only now: every early return above leaves `metrics` before the engine thread stops.
   e.client->set_step_observer(
-      [&metrics](int64_t tokens) { metrics.record_iteration_tokens(tokens); });
+      [&metrics](int64_t tokens, int engine) { metrics.record_iteration_tokens(tokens, engine); });
   ctx.ready = true;
   KLOG_INFO("Application startup complete.");
 
   const int sig = signals.wait();
   KLOG_INFO("Shutting down (signal {}); finishing in-flight requests for up to {} s", sig,
             a.shutdown_grace_s);
+  const auto drain_until =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_grace_s * 1000.0));
+  auto left = [drain_until] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::max(std::chrono::steady_clock::duration::zero(),
+                 drain_until - std::chrono::steady_clock::now()));
+  };
   for (auto& http : servers) http->stop_accepting();
-  for (auto& http : servers)
-    http->shutdown(std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_grace_s * 1000.0)));
+  for (auto& http : servers) http->shutdown(left());
   ctx.ready = false;
-  e.client->shutdown();
+  // What is left of the grace period lets a rank that shares its experts step on until its peers
+  // have drained too.
+  e.client->shutdown(left());
   e.client->set_step_observer(nullptr);
   KLOG_INFO("Application shutdown complete.");
   return 0;

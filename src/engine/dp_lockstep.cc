@@ -119,16 +119,17 @@ void DpLockstep::on_notice(const std::string& topic, const std::vector<char>& va
 
 bool DpLockstep::join(bool has_work) {
   if (has_work && !in_wave()) {
-    raise_to(started_, wave_);
+    const int64_t w = wave_.load();
+    raise_to(started_, w);
     // A lost notice only delays the peers until the abort: the agreement waits for them.
-    if (Status st = subscriber_->publish(kWaveTopic, bytes_of(std::to_string(wave_))); !st.ok())
+    if (Status st = subscriber_->publish(kWaveTopic, bytes_of(std::to_string(w))); !st.ok())
       fail(st.message());
   }
   return in_wave();
 }
 
 bool DpLockstep::in_wave() const {
-  return started_.load() >= wave_;
+  return started_.load() >= wave_.load();
 }
 
 Expected<bool> DpLockstep::agree(bool has_work) {

@@ -71,7 +71,7 @@ class DpLockstep {
   // Engine thread: whether this rank must step now — it has work (starting the wave if the
   // group pauses), or a peer started the wave.
   bool join(bool has_work);
-  // Whether a wave is on (the engine thread must not sleep).
+  // Whether a wave is on (the engine thread must not sleep). Thread-safe.
   bool in_wave() const;
   // Engine thread, once before each step of a wave: whether any rank has work. When none has,
   // the wave ends on every rank. An error (a peer lost, a timeout) fails the group.
@@ -84,7 +84,7 @@ class DpLockstep {
   void leave();
 
   int rank() const { return rank_; }
-  int64_t wave() const { return wave_; }
+  int64_t wave() const { return wave_.load(); }
 
  private:
   DpLockstep(const DpLockstepOptions& options);
@@ -96,7 +96,8 @@ class DpLockstep {
   int rank_, size_;
   std::chrono::milliseconds step_timeout_;
   std::atomic<bool>* abort_;
-  int64_t wave_ = 0;                  // the wave this rank is in or waits for (engine thread)
+  // The wave this rank is in or waits for: written by the engine thread only, read by any.
+  std::atomic<int64_t> wave_{0};
   std::atomic<int64_t> started_{-1};  // the latest wave any rank started
   mutable std::mutex mu_;             // guards failure_ and wake_
   std::optional<std::string> failure_;

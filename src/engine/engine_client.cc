@@ -263,7 +263,7 @@ size_t EngineClient::num_request_handles() const {
   return next_handle_;
 }
 
-void EngineClient::set_step_observer(std::function<void(int64_t)> fn) {
+void EngineClient::set_step_observer(std::function<void(int64_t, int)> fn) {
   std::lock_guard lock(stats_mu_);
   step_observer_ = std::move(fn);
 }
@@ -356,7 +356,7 @@ void EngineClient::engine_loop(Rank& rank) {
         failure = step.error().message;
       }
     }
-    std::function<void(int64_t)> observer;
+    std::function<void(int64_t, int)> observer;
     {
       std::lock_guard lock(stats_mu_);
       const Scheduler& s = core.scheduler();
@@ -373,7 +373,7 @@ void EngineClient::engine_loop(Rank& rank) {
       observer = step_observer_;
     }
     const int64_t step_tokens = core.counters().scheduled_tokens - tokens_before;
-    if (observer && step_tokens > 0) observer(step_tokens);
+    if (observer && step_tokens > 0) observer(step_tokens, int(rank.index));
     log_spec_decode(rank);
     if (!outputs.empty()) {
       {
@@ -429,6 +429,7 @@ void EngineClient::deliver(EngineCoreOutput&& out) {
   std::shared_ptr<RequestStream> stream;
   std::optional<RequestOutput> result;
   bool abort_in_core = false;
+  int engine_index = 0;
   const bool core_finished = out.finished();
   const RequestHandle h = out.id;
   std::string id;
@@ -438,6 +439,7 @@ void EngineClient::deliver(EngineCoreOutput&& out) {
     if (live == nullptr) return;
     id = live->id;
     stream = live->stream;
+    engine_index = int(ranks_[live->rank]->index);
     if (out.finish_reason == FinishReason::kError) {
       processor_.remove(h);
       result = RequestOutput{};
@@ -454,7 +456,10 @@ void EngineClient::deliver(EngineCoreOutput&& out) {
     }
   }
   if (abort_in_core) abort(id);
-  if (stream && result) stream->push(std::move(*result));
+  if (stream && result) {
+    result->engine_index = engine_index;
+    stream->push(std::move(*result));
+  }
 }
 
 void EngineClient::output_loop() {
@@ -482,25 +487,33 @@ void EngineClient::output_loop() {
 }
 
 void EngineClient::finish_all(FinishReason reason, const std::string& error) {
-  std::vector<std::shared_ptr<RequestStream>> open;
+  std::vector<std::pair<std::shared_ptr<RequestStream>, int>> open;  // and the rank's index
   {
     std::lock_guard lock(req_mu_);
     std::vector<RequestHandle> handles;
     live_.for_each([&](RequestHandle h, Live& live) {
       handles.push_back(h);
-      if (live.stream) open.push_back(live.stream);
+      if (live.stream) open.emplace_back(live.stream, int(ranks_[live.rank]->index));
     });
     for (RequestHandle h : handles) drop_handle(h);
   }
-  for (auto& stream : open) {
+  for (auto& [stream, engine] : open) {
     RequestOutput out;
     out.finish_reason = reason;
     out.error = error;
+    out.engine_index = engine;
     stream->push(std::move(out));
   }
 }
 
-void EngineClient::shutdown() {
+void EngineClient::shutdown(std::chrono::milliseconds drain) {
+  const auto deadline = std::chrono::steady_clock::now() + drain;
+  for (auto& rank : ranks_) {
+    DpLockstep* ls = rank->lockstep.get();
+    while (ls != nullptr && ls->in_wave() && !ls->failure() &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   {
     std::lock_guard lock(in_mu_);
     stopping_ = true;

@@ -115,15 +115,18 @@ class EngineClient {
   // Each data-parallel rank's, in rank order.
   std::vector<EngineStats> rank_stats() const;
   int num_ranks() const { return int(ranks_.size()); }
-  // `fn` runs on the engine thread after every step that ran the model, with the number of
-  // tokens the step computed (vllm:iteration_tokens_total). It must be cheap and not block.
-  void set_step_observer(std::function<void(int64_t)> fn);
+  // `fn` runs on an engine thread after every step that ran the model, with the number of
+  // tokens the step computed (vllm:iteration_tokens_total) and the rank's index. It must be
+  // cheap and not block.
+  void set_step_observer(std::function<void(int64_t, int)> fn);
   const SchedulerConfig& scheduler_config() const { return options_.scheduler; }
   // Request handles made so far, the length of every per-request table in the engine: the peak
   // number of requests live at once, since finished requests' handles are reused.
   size_t num_request_handles() const;
-  // Stops every thread; unfinished requests finish with "abort". Idempotent.
-  void shutdown();
+  // Stops every thread; unfinished requests finish with "abort". Idempotent. Ranks in a
+  // data-parallel lockstep first keep stepping with their peers, up to `drain`, until the group
+  // is idle: the peers' requests need this rank's experts (a group shut down together drains).
+  void shutdown(std::chrono::milliseconds drain = std::chrono::milliseconds(0));
 
  private:
   using Command = std::variant<EngineRequest, RequestHandle>;  // add, or abort
@@ -191,8 +194,8 @@ class EngineClient {
   OutputProcessor processor_;  // under req_mu_
 
   mutable std::mutex stats_mu_;
-  std::function<void(int64_t)> step_observer_;  // under stats_mu_
-  size_t next_tie_ = 0;                         // under req_mu_: rotates among equal loads
+  std::function<void(int64_t, int)> step_observer_;  // under stats_mu_
+  size_t next_tie_ = 0;                              // under req_mu_: rotates among equal loads
 
   std::thread output_thread_;
 };

@@ -33,6 +33,7 @@ void RequestOutput::merge(RequestOutput&& later) {
   num_cached_tokens = later.num_cached_tokens;
   num_output_tokens = later.num_output_tokens;
   if (later.first_scheduled) first_scheduled = later.first_scheduled;
+  engine_index = later.engine_index;
 }
 
 Status OutputProcessor::add_request(RequestHandle id, std::span<const int32_t> prompt,

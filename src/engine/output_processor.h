@@ -42,6 +42,7 @@ struct RequestOutput {
   int64_t num_cached_tokens = 0;
   int64_t num_output_tokens = 0;
   std::optional<std::chrono::steady_clock::time_point> first_scheduled;
+  int engine_index = 0;  // the data-parallel rank that runs the request (metrics' engine label)
   bool finished() const { return finish_reason.has_value(); }
 
   // Folds a later output into this one (a slow reader sees one merged delta).

@@ -251,20 +251,21 @@ void MetricRegistry::render(std::string* out) const {
   for (const auto& family : families_) family->render(out);
 }
 
-ServerMetrics::ServerMetrics(std::string model_name, int64_t max_model_len)
+ServerMetrics::ServerMetrics(std::string model_name, int64_t max_model_len,
+                             const std::vector<int>& engines)
     : model_name_(std::move(model_name)) {
   std::vector<std::string> reason_labels = kLabelNames;
   reason_labels.push_back("finished_reason");
   request_success_ = &registry_.add_counter(
       "vllm:request_success", "Count of successfully processed requests.", reason_labels);
-  for (const char* reason : kFinishReasons) {
-    request_success_->touch({model_name_, "0", reason});
-  }
+  for (int e : engines)
+    for (const char* reason : kFinishReasons)
+      request_success_->touch({model_name_, std::to_string(e), reason});
 
   const std::vector<double> token_buckets = buckets_1_2_5(max_model_len);
   auto histogram = [&](const char* name, const char* help, const std::vector<double>& bounds) {
     Histogram* h = &registry_.add_histogram(name, help, kLabelNames, bounds);
-    h->touch(labels());
+    for (int e : engines) h->touch(labels(e));
     return h;
   };
   prompt_tokens_ =
@@ -300,8 +301,8 @@ ServerMetrics::ServerMetrics(std::string model_name, int64_t max_model_len)
 }
 
 void ServerMetrics::record_request(const RequestMetricsSample& sample) {
-  const std::vector<std::string> base = labels();
-  request_success_->inc({model_name_, "0", sample.finished_reason});
+  const std::vector<std::string> base = labels(sample.engine);
+  request_success_->inc({model_name_, std::to_string(sample.engine), sample.finished_reason});
   // vLLM records the first-token latency only for requests that produced a token.
   if (sample.generation_tokens > 0) ttft_->observe(base, sample.ttft_s);
   for (double itl : sample.inter_token_latencies_s) inter_token_latency_->observe(base, itl);
@@ -318,8 +319,8 @@ void ServerMetrics::record_request(const RequestMetricsSample& sample) {
   if (sample.n > 0) n_param_->observe(base, static_cast<double>(sample.n));
 }
 
-void ServerMetrics::record_iteration_tokens(int64_t num_tokens) {
-  iteration_tokens_->observe(labels(), static_cast<double>(num_tokens));
+void ServerMetrics::record_iteration_tokens(int64_t num_tokens, int engine) {
+  iteration_tokens_->observe(labels(engine), static_cast<double>(num_tokens));
 }
 
 namespace {

@@ -128,17 +128,21 @@ struct RequestMetricsSample {
   // The client's n on one choice of each client request and 0 on the others: vLLM observes n
   // once per client request, while every other field is per choice.
   int64_t n = 0;
+  int engine = 0;  // the data-parallel rank that ran it (the engine label)
 };
 
 class ServerMetrics {
  public:
-  // `max_model_len` sizes the token-count histograms' 1-2-5 buckets, as vLLM does.
-  ServerMetrics(std::string model_name, int64_t max_model_len);
+  // `max_model_len` sizes the token-count histograms' 1-2-5 buckets, as vLLM does; every
+  // engine's series of them exists from the start.
+  ServerMetrics(std::string model_name, int64_t max_model_len,
+                const std::vector<int>& engines = {0});
 
   // Thread-safe; call once per finished engine request.
   void record_request(const RequestMetricsSample& sample);
-  // Tokens one engine step ran through the model (vllm:iteration_tokens_total); thread-safe.
-  void record_iteration_tokens(int64_t num_tokens);
+  // Tokens a step of engine `engine` ran through the model (vllm:iteration_tokens_total);
+  // thread-safe.
+  void record_iteration_tokens(int64_t num_tokens, int engine = 0);
 
   // The whole /metrics body: engine gauges and cumulative counters from each data-parallel
   // rank's stats (the engine label "0", "1", … as vLLM's), then the request histograms
@@ -146,7 +150,9 @@ class ServerMetrics {
   std::string render(const std::vector<EngineStats>& ranks) const;
 
  private:
-  std::vector<std::string> labels() const { return {model_name_, "0"}; }
+  std::vector<std::string> labels(int engine) const {
+    return {model_name_, std::to_string(engine)};
+  }
 
   std::string model_name_;
   MetricRegistry registry_;

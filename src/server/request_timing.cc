@@ -37,6 +37,7 @@ RequestMetricsSample TokenTimer::sample(const RequestOutput& o, Clock::time_poin
   s.generation_tokens = o.num_output_tokens;
   s.max_tokens_param = max_tokens_param;
   s.n = n;
+  s.engine = o.engine_index;
   return s;
 }
 

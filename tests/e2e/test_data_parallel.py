@@ -12,6 +12,7 @@ experts behind an external load balancer fail fast when one dies: the other's in
 end with an error within seconds and its /health turns 503."""
 
 import concurrent.futures
+import http.client
 import json
 import signal
 import time
@@ -50,6 +51,10 @@ def test_dp2_and_dp2_tp2_tokens_equal_one_engine_and_both_engines_serve(server, 
         assert all(g and g > 0 for g in generated), (flags, generated)
         assert sum(generated) == 16 * len(PROMPTS)
         assert metric(samples, "vllm:num_requests_running", engine="1") == 0
+        # Each request's latencies under the engine that ran it.
+        done = [metric(samples, "vllm:e2e_request_latency_seconds_count", engine=e)
+                for e in ("0", "1")]
+        assert all(d > 0 for d in done) and sum(done) == len(PROMPTS), (flags, done)
 
 
 def test_one_rank_behind_an_external_load_balancer(server, start_server):
@@ -147,4 +152,40 @@ def test_a_server_whose_expert_peer_dies_fails_fast_instead_of_hanging():
             if srv.proc.poll() is None:
                 srv.proc.kill()
             srv.proc.wait()
+            srv.cleanup()
+
+
+def test_servers_sharing_experts_drain_together_on_sigterm():
+    """SIGTERM to both (as kestrel launch forwards it) while rank 1 still has a queue of streams
+    (one at a time: --max-num-seqs 1): the rank with nothing left keeps stepping with its peer
+    until the peer's requests have all finished, then both exit 0."""
+    servers = start_together([["--data-parallel-rank", "0"],
+                              ["--data-parallel-rank", "1", "--max-num-seqs", "1"]])
+    zero, one = servers
+    try:
+        streams = []
+        for i in range(6):
+            conn = http.client.HTTPConnection(one.host, one.port, timeout=60)
+            conn.request("POST", "/v1/completions", json.dumps({
+                "model": str(MOE), "prompt": [1, 2, 3 + i], "max_tokens": 240, "ignore_eos": True,
+                "temperature": 0, "stream": True}), {"Content-Type": "application/json"})
+            streams.append(conn)
+        responses = [c.getresponse() for c in streams]
+        first = responses[0].readline()  # the first request runs, the others queue
+        assert first.startswith(b"data: "), first
+        zero.proc.send_signal(signal.SIGTERM)
+        one.proc.send_signal(signal.SIGTERM)
+        for k, resp in enumerate(responses):
+            assert resp.status == 200
+            body = ((first if k == 0 else b"") + resp.read()).decode()
+            chunks = [json.loads(line[6:]) for line in body.splitlines()
+                      if line.startswith("data: ") and line != "data: [DONE]"]
+            assert "data: [DONE]" in body, (k, body[-500:])
+            assert chunks[-1]["choices"][0]["finish_reason"] == "length", (k, chunks[-1])
+        for c in streams:
+            c.close()
+        assert zero.proc.wait(timeout=30) == 0
+        assert one.proc.wait(timeout=30) == 0
+    finally:
+        for srv in servers:
             srv.cleanup()

@@ -391,6 +391,31 @@ TEST(MetricsServer, EachDataParallelEngineHasItsOwnSeries) {
   EXPECT_EQ(e.value("vllm:generation_tokens_total", engine1), 100);
 }
 
+TEST(MetricsServer, RequestHistogramsAreLabelledWithTheEngineThatRanTheRequest) {
+  ServerMetrics metrics("m", 4096, {0, 1});
+  RequestMetricsSample a;
+  a.finished_reason = "stop";
+  a.ttft_s = 0.1;
+  a.e2e_s = 0.5;
+  a.generation_tokens = 3;
+  RequestMetricsSample b = a;
+  b.engine = 1;
+  b.finished_reason = "length";
+  metrics.record_request(a);
+  metrics.record_request(b);
+  metrics.record_request(b);
+  metrics.record_iteration_tokens(7, 1);
+  const Exposition e = parse_exposition(metrics.render({sample_stats()}));
+  ASSERT_EQ(e.error, "");
+  const std::map<std::string, std::string> engine1 = {{"model_name", "m"}, {"engine", "1"}};
+  EXPECT_EQ(e.value("vllm:e2e_request_latency_seconds_count", kBase), 1);
+  EXPECT_EQ(e.value("vllm:e2e_request_latency_seconds_count", engine1), 2);
+  EXPECT_EQ(e.value("vllm:request_success_total", with(engine1, "finished_reason", "length")), 2);
+  EXPECT_EQ(e.value("vllm:request_success_total", with(kBase, "finished_reason", "length")), 0);
+  EXPECT_EQ(e.value("vllm:iteration_tokens_total_count", engine1), 1);
+  EXPECT_EQ(e.value("vllm:iteration_tokens_total_count", kBase), 0);  // there from the start
+}
+
 TEST(MetricsServer, SnapshotGaugesAndCounters) {
   ServerMetrics metrics("m", 4096);
   const std::string text = metrics.render({sample_stats()});
