@@ -132,6 +132,7 @@ int launch(const LaunchArgs& a) {
       CPU_ZERO(&set);
       for (int c : mine) CPU_SET(c, &set);
       sched_setaffinity(0, sizeof(set), &set);  // the rank's threads default to its share
+      signal(SIGPIPE, SIG_DFL);                 // the template's shell, as any shell's
       std::vector<char*> argv;
       for (auto& s : args) argv.push_back(s.data());
       argv.push_back(nullptr);

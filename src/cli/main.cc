@@ -1,4 +1,6 @@
 // kestrel — command-line entry point: dispatches to the registered subcommands.
+#include <signal.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -24,6 +26,9 @@ bool register_command(const std::string& name, Command command) {
 
 int main(int argc, char** argv) {
   using kestrel::cli::commands;
+  // A peer that closes its end (a Gloo pair of a dead rank, a client, a KV transfer) must come
+  // back as a write error on that socket, not end the process.
+  signal(SIGPIPE, SIG_IGN);
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::printf("usage: kestrel <command> [options]\n\ncommands:\n");
     for (const auto& [name, cmd] : commands())
