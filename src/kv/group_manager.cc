@@ -120,6 +120,14 @@ void GroupManager::free(RequestHandle id) {
   tables_.erase(id);
 }
 
+std::vector<BlockId> GroupManager::detach(RequestHandle id) {
+  std::vector<BlockId>* blocks = tables_.find(id);
+  if (blocks == nullptr) return {};
+  std::vector<BlockId> out = std::move(*blocks);
+  tables_.erase(id);
+  return out;
+}
+
 std::span<const BlockId> GroupManager::table(RequestHandle id) const {
   const std::vector<BlockId>* t = tables_.find(id);
   if (t == nullptr) return {};

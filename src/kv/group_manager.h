@@ -42,6 +42,8 @@ class GroupManager {
   void cache(RequestHandle id, std::span<const BlockHash> hashes, size_t first,
              std::span<const int32_t> tokens, std::vector<BlockId>* published);
   void free(RequestHandle id);
+  // The request's table, removed without freeing its blocks (the caller now holds them).
+  std::vector<BlockId> detach(RequestHandle id);
 
   std::span<const BlockId> table(RequestHandle id) const;
   // Blocks the request holds (its table without null entries).

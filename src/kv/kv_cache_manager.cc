@@ -117,6 +117,24 @@ void KVCacheManager::free(RequestHandle id) {
   requests_.erase(id);
 }
 
+std::vector<std::vector<BlockId>> KVCacheManager::detach(RequestHandle id) {
+  std::vector<std::vector<BlockId>> tables;
+  if (!requests_.contains(id)) return tables;
+  for (GroupManager& g : groups_) tables.push_back(g.detach(id));
+  requests_.erase(id);
+  return tables;
+}
+
+void KVCacheManager::free_detached(const std::vector<std::vector<BlockId>>& tables) {
+  KCHECK(tables.size() <= groups_.size(), "{} block tables for {} groups", tables.size(),
+         groups_.size());
+  for (const std::vector<BlockId>& t : tables) {
+    // Tail blocks first, as GroupManager::free does: they are evicted first.
+    std::vector<BlockId> reversed(t.rbegin(), t.rend());
+    pool_.free(reversed);
+  }
+}
+
 std::span<const BlockId> KVCacheManager::block_table(RequestHandle id, size_t group) const {
   return group < groups_.size() ? groups_[group].table(id) : std::span<const BlockId>();
 }

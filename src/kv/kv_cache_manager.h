@@ -74,6 +74,11 @@ class KVCacheManager {
   // Returns all of the request's blocks; its cached ones stay hittable. Unknown ids are ignored,
   // so every exit path may call it.
   void free(RequestHandle id);
+  // Takes the request's block tables (one per group) out of the manager without freeing them:
+  // the blocks stay allocated — for a prefill whose KV a remote decoder has yet to read — and
+  // the request id is free for reuse. Give them back with free_detached(). Empty for unknown ids.
+  std::vector<std::vector<BlockId>> detach(RequestHandle id);
+  void free_detached(const std::vector<std::vector<BlockId>>& tables);
   // Withdraws blocks from the prefix cache: those published when a step was scheduled whose
   // execution then failed, so their K/V was never written. Every request holding them must end
   // (they were all in that step); blocks no longer cached are skipped.

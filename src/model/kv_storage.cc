@@ -28,6 +28,17 @@ KVCacheStorage::KVCacheStorage(KVCacheLayout layout, int64_t num_blocks, DType d
            "KV cache groups of different layer shapes cannot share one storage");
 }
 
+KVMemoryView KVCacheStorage::memory() const {
+  const KVCacheSpec& g = layout_.groups[0];
+  KVMemoryView m;
+  m.base = static_cast<uint8_t*>(const_cast<void*>(buffer_.view().data));
+  m.num_blocks = num_blocks_;
+  m.planes = layout_.layers_per_block * (latent_ ? 1 : 2);
+  m.heads = latent_ ? 1 : g.num_kv_heads;
+  m.block_bytes = dtype_bytes(dtype_, int64_t(g.block_size) * g.num_kv_heads * g.head_dim);
+  return m;
+}
+
 LayerPlace KVCacheStorage::place(int layer) const {
   KCHECK(layer >= 0 && size_t(layer) < layout_.layers.size(), "layer {} out of range", layer);
   return layout_.layers[size_t(layer)];

@@ -1,8 +1,10 @@
 // model/kv_storage.h — the memory of a paged KV cache: one allocation for every block of the
 // pool, laid out as a KVCacheLayout says (kv/kv_cache_spec.h). Each block holds
 // layers_per_block storage slots; a model layer reads slot place(layer).index of the blocks in
-// its group's table. Owned by whoever runs the model (the model runner, the CLI); only the
-// thread running forward passes touches the bytes.
+// its group's table. Owned by whoever runs the model (the model runner, the CLI). The thread
+// running forward passes writes the bytes; under prefill/decode disaggregation (kvx/) a
+// transfer thread also reads a producer's finished blocks and writes a consumer's blocks that
+// no step schedules until the transfer is done — never a block a forward pass touches.
 #pragma once
 
 #include <cstdint>
@@ -13,9 +15,27 @@
 
 namespace kestrel {
 
-// Attention caches: [slots][K|V][blocks, block_size, kv_heads, head_dim]. Latent (MLA) caches
-// keep one row per token that stands for both K and V: [slots][blocks, block_size, head_dim]
-// with head_dim = kv_lora_rank + rope width and num_kv_heads = 1.
+// Attention caches: [slots][K|V][blocks, kv_heads, block_size, head_dim] (backend/ops.h's
+// kv_row_offset). Latent (MLA) caches keep one row per token that stands for both K and V:
+// [slots][blocks, block_size, head_dim] with head_dim = kv_lora_rank + rope width and
+// num_kv_heads = 1.
+
+// The storage's bytes as a KV transfer moves them: `planes` planes (K and V of each slot, or one
+// per slot for a latent cache) of `num_blocks` blocks, each block `block_bytes` long and cut into
+// `heads` equal head slices (one for a latent cache).
+struct KVMemoryView {
+  uint8_t* base = nullptr;
+  int64_t num_blocks = 0;
+  int planes = 0;
+  size_t block_bytes = 0;
+  int heads = 1;
+  size_t head_bytes() const { return block_bytes / size_t(heads); }
+  // Where head `head` of block `block` of plane `plane` starts.
+  uint8_t* at(int plane, int64_t block, int head = 0) const {
+    return base + (size_t(plane) * size_t(num_blocks) + size_t(block)) * block_bytes +
+           size_t(head) * head_bytes();
+  }
+};
 class KVCacheStorage {
  public:
   // Every group of `layout` must have the same per-layer shape (plan_kv_cache_layout checks);
@@ -32,6 +52,7 @@ class KVCacheStorage {
   int64_t num_blocks() const { return num_blocks_; }
   int block_size() const { return layout_.block_size(); }
   size_t bytes() const { return buffer_.nbytes(); }
+  KVMemoryView memory() const;
 
  private:
   KVCacheLayout layout_;

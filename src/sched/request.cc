@@ -38,7 +38,9 @@ Request::Request(RequestSpec spec, int64_t arrival_in)
       read_prefix_cache(spec.read_prefix_cache),
       cache_keys(std::move(spec.cache_keys)),
       sampling(std::move(spec.sampling)),
-      stop(std::move(spec.stop)) {}
+      stop(std::move(spec.stop)),
+      remote_decode(spec.remote_decode),
+      remote_prefill(std::move(spec.remote_prefill)) {}
 
 void Request::append_output_token(int32_t token) {
   output_token_ids.push_back(token);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kv/block_hash.h"
@@ -21,6 +22,17 @@ struct StopRules {
   int64_t min_tokens = 0;               // neither kind stops the request before this many outputs
 };
 
+// Prefill/decode disaggregation, consumer side: the prompt's KV was computed by a producer
+// instance (its ranks serve at host:port + tp_rank) and sits in its blocks `blocks` (token
+// order, one group); the request loads it instead of computing it.
+struct RemotePrefill {
+  std::string host;
+  int32_t port = 0;
+  int32_t tp_size = 1;
+  std::vector<int64_t> blocks;
+  int64_t timeout_ms = 30000;  // for the load, then the request recomputes or fails
+};
+
 // What a request asks for, as the engine core hands it to the scheduler.
 struct RequestSpec {
   RequestHandle id;
@@ -34,11 +46,15 @@ struct RequestSpec {
   // Mixed into every block hash (a hashed cache_salt): requests with different keys never share
   // cached blocks.
   std::vector<uint64_t> cache_keys;
+  // Prefill/decode disaggregation, producer side: when the request finishes normally its blocks
+  // are held (Scheduler::take_held) for a remote consumer to read, not freed.
+  bool remote_decode = false;
+  std::optional<RemotePrefill> remote_prefill;  // consumer side
 };
 
 enum class RequestStatus {
   kWaiting,
-  kWaitingForRemoteKvs,  // reserved for prefill/decode disaggregation
+  kWaitingForRemoteKvs,  // its prompt's KV is being loaded from a producer
   kRunning,
   kPreempted,
   kFinishedStopped,
@@ -79,6 +95,12 @@ struct Request {
   bool resumed = false;  // preempted since the worker last saw it
   // The stop token id that ended it, when one of its own stop_token_ids did.
   std::optional<int32_t> stop_token_id;
+  bool remote_decode = false;
+  // Cleared once its load has been decided (loaded, or given up for a local prefill).
+  std::optional<RemotePrefill> remote_prefill;
+  uint64_t kv_load_id = 0;        // its load (kWaitingForRemoteKvs)
+  bool kv_load_reported = false;  // the workers are done writing its blocks
+  int64_t kv_hit_tokens = 0;      // its local prefix hit when the load started
 
   int64_t num_tokens() const { return static_cast<int64_t>(all_token_ids.size()); }
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }

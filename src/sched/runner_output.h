@@ -32,12 +32,25 @@ struct RequestFailure {
   bool operator==(const RequestFailure&) const = default;
 };
 
+// A KV load (SchedulerOutput::kv_loads) this worker finished: the local blocks are written (or
+// failed to be) and no longer in use by the transfer.
+struct KvLoadResult {
+  uint64_t load_id = 0;
+  bool ok = false;
+  std::string error;
+  int64_t bytes = 0;
+  bool operator==(const KvLoadResult&) const = default;
+};
+
 struct RunnerOutput {
   std::vector<RequestSamples> sampled;
   // Per request that asked for prompt logprobs: one entry per prompt token this step scored
   // (the token at position p + 1 under the logits of position p), in prompt order.
   std::vector<std::pair<RequestHandle, std::vector<TokenLogprobs>>> prompt_logprobs;
   std::vector<RequestFailure> failures;
+  // Loads this worker finished since its previous step. Ranks finish them at different steps;
+  // a multi-rank executor reports a load once every rank has (engine/multiproc_executor.h).
+  std::vector<KvLoadResult> kv_loads;
   bool operator==(const RunnerOutput&) const = default;
 };
 

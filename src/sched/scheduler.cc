@@ -152,12 +152,101 @@ Request* Scheduler::preempt_newest() {
   return victim;
 }
 
+bool Scheduler::admit_remote(Request& req, SchedulerOutput& out) {
+  ComputedBlocks hit;
+  if (config_.enable_prefix_caching && req.read_prefix_cache)
+    hit = kv_.get_computed_blocks(req.all_token_ids, req.block_hashes);
+  const int64_t prompt = req.num_prompt_tokens();
+  if (!kv_.allocate_slots(req.id, prompt - hit.num_tokens, hit)) return false;
+  waiting_.pop_front();
+  const RemotePrefill& remote = *req.remote_prefill;
+  // Only what the local prefix cache lacks: the blocks from the hit to the prompt's last.
+  const int64_t first = hit.num_blocks;
+  const int64_t last = (prompt + config_.block_size - 1) / config_.block_size;
+  const std::span<const BlockId> table = kv_.block_table(req.id, 0);
+  KCHECK(int64_t(remote.blocks.size()) >= last && int64_t(table.size()) >= last,
+         "request {}: {} remote and {} local blocks for a prompt of {} blocks", req.id,
+         remote.blocks.size(), table.size(), last);
+  KvLoad load;
+  load.load_id = next_load_id_++;
+  load.id = req.id;
+  load.host = remote.host;
+  load.port = remote.port;
+  load.tp_size = remote.tp_size;
+  load.timeout_ms = remote.timeout_ms;
+  for (int64_t i = first; i < last; ++i) {
+    load.remote_blocks.push_back(remote.blocks[size_t(i)]);
+    load.local_blocks.push_back(table[size_t(i)]);
+  }
+  if (req.status == RequestStatus::kWaiting) req.num_cached_tokens = hit.num_tokens;
+  req.kv_load_id = load.load_id;
+  req.kv_load_reported = false;
+  req.kv_hit_tokens = hit.num_tokens;
+  req.status = RequestStatus::kWaitingForRemoteKvs;
+  loading_.push_back(&req);
+  out.kv_loads.push_back(std::move(load));
+  return true;
+}
+
+void Scheduler::run_ready_loads() {
+  while (!ready_.empty() && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+    Request* req = ready_.front();
+    ready_.erase(ready_.begin());
+    req->status = RequestStatus::kRunning;
+    running_.push_back(req);
+  }
+}
+
+std::vector<std::pair<RequestHandle, std::vector<std::vector<BlockId>>>> Scheduler::take_held() {
+  std::vector<std::pair<RequestHandle, std::vector<std::vector<BlockId>>>> out;
+  out.swap(held_);
+  return out;
+}
+
+void Scheduler::free_held(const std::vector<std::vector<BlockId>>& blocks) {
+  kv_.free_detached(blocks);
+}
+
+std::optional<RequestHandle> Scheduler::kv_load_reported(uint64_t load_id) {
+  if (const auto orphan = orphan_loads_.find(load_id); orphan != orphan_loads_.end()) {
+    kv_.free_detached(orphan->second);
+    orphan_loads_.erase(orphan);
+    return std::nullopt;
+  }
+  for (Request* req : loading_)
+    if (req->kv_load_id == load_id) {
+      req->kv_load_reported = true;
+      return req->id;
+    }
+  return std::nullopt;
+}
+
+void Scheduler::kv_load_decided(RequestHandle id, bool loaded, bool recompute) {
+  Request* req = find_request(id);
+  if (req == nullptr || req->status != RequestStatus::kWaitingForRemoteKvs) return;
+  KCHECK(req->kv_load_reported, "request {}: its load is decided before its workers reported it",
+         id);
+  if (!loaded && !recompute) {
+    finish(id, RequestStatus::kFinishedAborted);
+    return;
+  }
+  loading_.erase(std::find(loading_.begin(), loading_.end(), req));
+  req->remote_prefill.reset();
+  // A loaded prompt continues from its last token (its logits give the first output); a load
+  // given up prefills what the local prefix cache did not have.
+  req->num_computed_tokens = loaded ? req->num_prompt_tokens() - 1 : req->kv_hit_tokens;
+  kv_.rollback_slots(id, req->num_computed_tokens);
+  req->status = RequestStatus::kWaiting;
+  ready_.push_back(req);
+}
+
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   published_.clear();
   out.finished_ids = std::move(finished_since_last_step_);
   finished_since_last_step_.clear();
   int64_t budget = config_.max_num_batched_tokens;
+  run_ready_loads();
 
   // Running requests: each continues its prefill chunk or decodes (one token plus its drafts).
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
@@ -184,6 +273,12 @@ SchedulerOutput Scheduler::schedule() {
   while (out.preempted_ids.empty() && !waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     Request* req = waiting_.front();
+    if (req->remote_prefill) {
+      // Loads are bounded too (they hold blocks): back-pressure, not an unbounded queue.
+      if (static_cast<int64_t>(loading_.size()) >= config_.max_num_seqs || !admit_remote(*req, out))
+        break;
+      continue;
+    }
     ComputedBlocks hit;
     if (config_.enable_prefix_caching && req->read_prefix_cache)
       hit = kv_.get_computed_blocks(req->all_token_ids, req->block_hashes);
@@ -286,8 +381,10 @@ void Scheduler::fail_step(const SchedulerOutput& output) {
 }
 
 void Scheduler::remove_from_queues(Request* req) {
-  const auto r = std::find(running_.begin(), running_.end(), req);
-  if (r != running_.end()) running_.erase(r);
+  for (auto* queue : {&running_, &loading_, &ready_}) {
+    const auto it = std::find(queue->begin(), queue->end(), req);
+    if (it != queue->end()) queue->erase(it);
+  }
   const auto w = std::find(waiting_.begin(), waiting_.end(), req);
   if (w != waiting_.end()) waiting_.erase(w);
 }
@@ -298,7 +395,15 @@ void Scheduler::finish(RequestHandle id, RequestStatus status) {
   Request* req = find_request(id);
   if (req == nullptr || req->is_finished()) return;
   remove_from_queues(req);
-  kv_.free(id);
+  if (req->status == RequestStatus::kWaitingForRemoteKvs && !req->kv_load_reported) {
+    // The workers may still be writing its blocks: they go with the load until it reports.
+    orphan_loads_.emplace(req->kv_load_id, kv_.detach(id));
+  } else if (req->remote_decode && (status == RequestStatus::kFinishedLength ||
+                                    status == RequestStatus::kFinishedStopped)) {
+    held_.emplace_back(id, kv_.detach(id));
+  } else {
+    kv_.free(id);
+  }
   req->status = status;
   finished_since_last_step_.push_back(id);
 }

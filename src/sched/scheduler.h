@@ -4,12 +4,24 @@
 // them), decode (one token, or one plus its drafts), prefix hits (computed tokens for free) and
 // recompute after preemption. Its output is plain data (SchedulerOutput); it reads the worker's
 // only as plain data too (RunnerOutput). Only the engine thread calls it.
+//
+// Prefill/decode disaggregation (issue 21). A producer's request with remote_decode keeps its
+// blocks when it finishes normally: they leave the request (its handle can be reused) and wait
+// in take_held() for the engine to lease them to a consumer, and come back through free_held().
+// A consumer's request with remote_prefill is admitted into kWaitingForRemoteKvs: it gets
+// blocks for its whole prompt past its local prefix hit and a KvLoad in the step's output, is
+// not computed while the workers load, and continues from its last prompt token once the
+// engine decides the load good (kv_load_decided), or prefills locally what it lacks if not.
+// Its blocks are never freed while a load writes them: a request that ends mid-load leaves them
+// with the load until the workers report it (kv_load_reported).
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <optional>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "base/request_table.h"
@@ -83,13 +95,29 @@ class Scheduler {
   // (aborted), and the blocks published for it, never written, leave the prefix cache.
   void fail_step(const SchedulerOutput& output);
 
+  // Producer: requests finished since the last call whose blocks are held, and the blocks.
+  std::vector<std::pair<RequestHandle, std::vector<std::vector<BlockId>>>> take_held();
+  void free_held(const std::vector<std::vector<BlockId>>& blocks);
+  // Consumer: the workers finished load `load_id` (whatever its outcome): its blocks are no
+  // longer written. Returns the request still waiting on it (to be decided), or none when it
+  // ended meanwhile (its blocks are freed now).
+  std::optional<RequestHandle> kv_load_reported(uint64_t load_id);
+  // The verdict on a reported load: loaded (the request continues from its last prompt token),
+  // or not — then with `recompute` it prefills locally what it lacks, without it ends (aborted).
+  void kv_load_decided(RequestHandle id, bool loaded, bool recompute);
+  // Loads started and not yet decided.
+  size_t num_loading() const { return loading_.size(); }
+
   // Finished requests stay readable until released.
   const Request* request(RequestHandle id) const;
   void release(RequestHandle id);
 
-  size_t num_waiting() const { return waiting_.size(); }
+  // Loading requests count as waiting (as vLLM counts WAITING_FOR_REMOTE_KVS).
+  size_t num_waiting() const { return waiting_.size() + loading_.size(); }
   size_t num_running() const { return running_.size(); }
-  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  bool has_unfinished() const {
+    return !waiting_.empty() || !running_.empty() || !loading_.empty() || !orphan_loads_.empty();
+  }
   // Requests finished since the last schedule(), which the worker has not heard of yet.
   bool has_finished_to_send() const { return !finished_since_last_step_.empty(); }
   int64_t num_preemptions() const { return num_preemptions_; }
@@ -116,6 +144,11 @@ class Scheduler {
   // Extends req.block_hashes over its tokens' new full blocks (prefix caching only).
   void update_block_hashes(Request& req) const;
   bool append_and_check_stop(Request& req, int32_t token, RequestUpdate& update);
+  // Admits the front waiting request, which loads its prompt remotely: false when the pool has
+  // no room for it now.
+  bool admit_remote(Request& req, SchedulerOutput& out);
+  // Moves loaded (or given-up) requests that are ready into running_, while there is room.
+  void run_ready_loads();
 
   SchedulerConfig config_;
   KVCacheManager kv_;
@@ -124,6 +157,12 @@ class Scheduler {
   std::vector<Request*> running_;  // admission order: the back is the newest
   std::vector<RequestHandle> finished_since_last_step_;
   std::vector<BlockId> published_;  // blocks the last schedule() published to the prefix cache
+  std::vector<Request*> loading_;   // kWaitingForRemoteKvs, in admission order
+  std::vector<Request*> ready_;     // loads decided, waiting for room in running_
+  // Loads whose request ended while the workers wrote its blocks: the blocks, until reported.
+  std::unordered_map<uint64_t, std::vector<std::vector<BlockId>>> orphan_loads_;
+  std::vector<std::pair<RequestHandle, std::vector<std::vector<BlockId>>>> held_;
+  uint64_t next_load_id_ = 1;
   int64_t next_arrival_ = 0;
   int64_t num_preemptions_ = 0;
 };

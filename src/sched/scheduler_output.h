@@ -58,6 +58,22 @@ struct TokenMask {
   bool operator==(const TokenMask&) const = default;
 };
 
+// Prefill/decode disaggregation: a consumer's workers read a request's prompt KV from the
+// producer instance at host, whose TP ranks serve on port + rank: `remote_blocks` there into
+// `local_blocks` here (same order), within timeout_ms. The request is not computed until the
+// workers report the load (RunnerOutput::kv_loads).
+struct KvLoad {
+  uint64_t load_id = 0;  // unique per load: a request handle may be reused before it reports
+  RequestHandle id;
+  std::string host;
+  int32_t port = 0;
+  int32_t tp_size = 1;
+  std::vector<int64_t> remote_blocks;
+  std::vector<int64_t> local_blocks;
+  int64_t timeout_ms = 30000;
+  bool operator==(const KvLoad&) const = default;
+};
+
 struct SchedulerOutput {
   std::vector<NewRequestData> new_requests;
   std::vector<CachedRequestData> cached_requests;
@@ -66,6 +82,7 @@ struct SchedulerOutput {
   std::vector<RequestHandle> preempted_ids;  // preempted during this step
   std::vector<RequestHandle> finished_ids;   // finished or aborted since the previous step
   int64_t total_num_scheduled_tokens = 0;
+  std::vector<KvLoad> kv_loads;  // loads to start this step
   bool operator==(const SchedulerOutput&) const = default;
 };
 

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace kestrel {
@@ -216,6 +217,40 @@ TEST(KVCacheManager, LookaheadReservesBlocksNotSlots) {
   EXPECT_EQ(m.block_table(6).size(), 3u);
   ASSERT_TRUE(m.allocate_slots(6, 1, {}, 8));  // 7 slots + 8: 4 blocks
   EXPECT_EQ(m.block_table(6).size(), 4u);
+}
+
+}  // namespace
+}  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// A prefill held for a remote decoder: its blocks stay allocated (and cached) after the request
+// id is gone and reused, and go back to the pool only when freed as detached.
+TEST(KVCacheManager, DetachedBlocksStayAllocatedUntilFreed) {
+  KVCacheManager m(16, kBlock);
+  const std::vector<int32_t> a = make_tokens(10, 4);  // 3 blocks
+  run_prefill(m, 1, a);
+  const std::vector<BlockId> table(m.block_table(1).begin(), m.block_table(1).end());
+  const int64_t free_before = m.pool().num_free();
+  const auto held = m.detach(1);
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0], table);
+  EXPECT_TRUE(m.block_table(1).empty());
+  EXPECT_EQ(m.pool().num_free(), free_before);  // nothing came back
+  for (BlockId b : table) EXPECT_EQ(m.pool().ref_count(b), 1);
+  // The id is free for another request; the held blocks are not handed out to it.
+  ASSERT_TRUE(m.allocate_slots(1, 8));
+  for (BlockId b : m.block_table(1))
+    EXPECT_EQ(std::count(table.begin(), table.end(), b), 0) << "block " << b << " reused";
+  // Still a prefix hit for others while held.
+  EXPECT_EQ(m.get_computed_blocks(a, test::hashes_of(m, a)).num_tokens, 8);
+  m.free(1);
+  m.free_detached(held);
+  for (BlockId b : table) EXPECT_EQ(m.pool().ref_count(b), 0);
+  EXPECT_EQ(m.pool().num_free(), 15);
+  EXPECT_EQ(m.pool().check_invariants(), "");
+  EXPECT_TRUE(m.detach(7).empty());  // unknown ids
 }
 
 }  // namespace

@@ -56,6 +56,14 @@ SchedulerOutput full_scheduler_output() {
   out.preempted_ids = {22, 0};
   out.finished_ids = {30, 31, 0xffffffffu};  // the whole handle range
   out.total_num_scheduled_tokens = 9;
+  out.kv_loads = {{.load_id = 0xffffffffffull,
+                   .id = 40,
+                   .host = "10.0.0.7",
+                   .port = 30200,
+                   .tp_size = 8,
+                   .remote_blocks = {5, 6, 900000},
+                   .local_blocks = {1, 2, 3},
+                   .timeout_ms = 1500}};
   return out;
 }
 
@@ -72,6 +80,8 @@ RunnerOutput full_runner_output() {
   out.prompt_logprobs = {{2, {lp2, lp}}, {3, {}}};
   out.failures = {{.id = 3, .no_token_allowed = true, .error = ""},
                   {.id = 4, .no_token_allowed = false, .error = "sampler blew up"}};
+  out.kv_loads = {{.load_id = 40, .ok = true, .error = "", .bytes = 1 << 20},
+                  {.load_id = 41, .ok = false, .error = "connection refused", .bytes = 0}};
   return out;
 }
 
@@ -135,28 +145,29 @@ TEST(ContractCodecTest, FloatsRoundTripBitExactly) {
 TEST(ContractCodecTest, WrongKindIsError) {
   Expected<SchedulerOutput> s = decode_scheduler_output(encode(full_runner_output()));
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().message.find("kestrel.runner_output.v2"), std::string::npos)
+  EXPECT_NE(s.error().message.find("kestrel.runner_output.v3"), std::string::npos)
       << s.error().message;
   EXPECT_FALSE(decode_runner_output(encode(full_scheduler_output())).ok());
 }
 
 TEST(ContractCodecTest, FutureVersionIsError) {
-  std::string bytes = hand_made("kestrel.sched_output.v2", [](auto& p) { p.pack_array(0); });
+  std::string bytes = hand_made("kestrel.sched_output.v3", [](auto& p) { p.pack_array(0); });
   Expected<SchedulerOutput> s = decode_scheduler_output(bytes);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().message.find("v2"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("v3"), std::string::npos) << s.error().message;
 }
 
 TEST(ContractCodecTest, WrongTypeNamesTheField) {
   // SchedulerOutput whose first new request has a string id (handles are integers).
-  std::string bytes = hand_made("kestrel.sched_output.v1", [](auto& p) {
-    p.pack_array(7);
+  std::string bytes = hand_made("kestrel.sched_output.v2", [](auto& p) {
+    p.pack_array(8);
     p.pack_array(1);
     p.pack_array(5);
     p.pack(std::string("req-17"));
     for (int i = 0; i < 4; ++i) p.pack_nil();
     for (int i = 0; i < 5; ++i) p.pack_array(0);
     p.pack(0);
+    p.pack_array(0);
   });
   Expected<SchedulerOutput> s = decode_scheduler_output(bytes);
   ASSERT_FALSE(s.ok());
@@ -165,15 +176,15 @@ TEST(ContractCodecTest, WrongTypeNamesTheField) {
 }
 
 TEST(ContractCodecTest, WrongArrayLengthAndRangeAreErrors) {
-  // A body of 6 fields instead of 7.
-  std::string short_body = hand_made("kestrel.sched_output.v1", [](auto& p) {
-    p.pack_array(6);
-    for (int i = 0; i < 6; ++i) p.pack_array(0);
+  // A body of 7 fields instead of 8.
+  std::string short_body = hand_made("kestrel.sched_output.v2", [](auto& p) {
+    p.pack_array(7);
+    for (int i = 0; i < 7; ++i) p.pack_array(0);
   });
   EXPECT_FALSE(decode_scheduler_output(short_body).ok());
   // A TokenLogprob whose token does not fit int32.
-  std::string big_token = hand_made("kestrel.runner_output.v2", [](auto& p) {
-    p.pack_array(3);
+  std::string big_token = hand_made("kestrel.runner_output.v3", [](auto& p) {
+    p.pack_array(4);
     p.pack_array(1);
     p.pack_array(4);
     p.pack(1);
@@ -183,16 +194,18 @@ TEST(ContractCodecTest, WrongArrayLengthAndRangeAreErrors) {
     p.pack_array(0);
     p.pack_array(0);
     p.pack_array(0);
+    p.pack_array(0);
   });
   Expected<RunnerOutput> r = decode_runner_output(big_token);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("sampled[0].tokens[0]"), std::string::npos) << r.error().message;
   // A request handle that does not fit 32 bits.
-  std::string big_id = hand_made("kestrel.runner_output.v2", [](auto& p) {
-    p.pack_array(3);
+  std::string big_id = hand_made("kestrel.runner_output.v3", [](auto& p) {
+    p.pack_array(4);
     p.pack_array(1);
     p.pack_array(4);
     p.pack(int64_t{1} << 32);
+    p.pack_array(0);
     p.pack_array(0);
     p.pack_array(0);
     p.pack_array(0);
@@ -274,7 +287,7 @@ TEST(ContractCodecTest, HugeLengthsAreErrorsWithoutHugeAllocation) {
   ASSERT_FALSE(a.ok());
   EXPECT_FALSE(a.error().message.empty());
 
-  std::string nested = hand_made("kestrel.sched_output.v1", [](auto& p) { p.pack_array(7); });
+  std::string nested = hand_made("kestrel.sched_output.v2", [](auto& p) { p.pack_array(8); });
   nested += std::string("\xdd\x80\x00\x00\x00", 5);
   EXPECT_FALSE(decode_scheduler_output(nested).ok());
 
