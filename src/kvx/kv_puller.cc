@@ -1,0 +1,172 @@
+#include "kvx/kv_puller.h"
+
+#include <algorithm>
+
+#include "base/logging.h"
+
+namespace kestrel {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::chrono::seconds kConnectTimeout{5};
+
+}  // namespace
+
+KvPuller::KvPuller(KVMemoryView memory, KvRankInfo self, int threads)
+    : memory_(memory), self_(std::move(self)) {
+  for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { run(); });
+}
+
+KvPuller::~KvPuller() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void KvPuller::submit(KvPullJob job) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+}
+
+std::vector<KvPullResult> KvPuller::take_finished() {
+  std::lock_guard lock(mu_);
+  std::vector<KvPullResult> out;
+  out.swap(finished_);
+  return out;
+}
+
+size_t KvPuller::in_flight() const {
+  std::lock_guard lock(mu_);
+  return queue_.size() + running_;
+}
+
+void KvPuller::run() {
+  while (true) {
+    KvPullJob job;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      ++running_;
+    }
+    KvPullResult r = pull(job);
+    if (!r.ok) ++stats_.jobs_failed;
+    std::lock_guard lock(mu_);
+    --running_;
+    finished_.push_back(std::move(r));
+  }
+}
+
+Expected<std::unique_ptr<KvPuller::Peer>> KvPuller::peer(const std::string& host, int port,
+                                                         Deadline deadline) {
+  const std::string key = host + ":" + std::to_string(port);
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = idle_.find(key); it != idle_.end()) {
+      std::unique_ptr<Peer> p = std::move(it->second);
+      idle_.erase(it);
+      return p;
+    }
+  }
+  auto p = std::make_unique<Peer>();
+  KASSIGN(p->conn, TcpConn::connect(host, port, std::min(deadline, deadline_in(kConnectTimeout))));
+  KTRY(p->conn.send_message({{"op", "hello"}, {"compat", self_.compat}}, deadline));
+  KASSIGN(const nlohmann::json reply, p->conn.recv_message(deadline));
+  if (reply.value("op", "") != "hello")
+    return make_error("{} did not answer the handshake: {}", key, reply.dump());
+  KASSIGN(p->info, KvRankInfo::from_json(reply.at("rank")));
+  if (p->info.compat != self_.compat)
+    return make_error("{} holds an incompatible KV cache: [{}] here, [{}] there", key, self_.compat,
+                      p->info.compat);
+  if (p->info.planes != self_.planes || p->info.total_heads != self_.total_heads ||
+      p->info.head_bytes != self_.head_bytes)
+    return make_error(
+        "{} lays its KV blocks out otherwise ({} planes, {} heads of {} bytes; here {}, {}, {})",
+        key, p->info.planes, p->info.total_heads, p->info.head_bytes, self_.planes,
+        self_.total_heads, self_.head_bytes);
+  return p;
+}
+
+void KvPuller::put_back(const std::string& key, std::unique_ptr<Peer> peer) {
+  std::lock_guard lock(mu_);
+  idle_.emplace(key, std::move(peer));
+}
+
+KvPullResult KvPuller::pull(const KvPullJob& job) {
+  const Clock::time_point start = Clock::now();
+  KvPullResult r;
+  r.id = job.id;
+  auto fail = [&](const std::string& why) {
+    r.ok = false;
+    r.error = why;
+    return r;
+  };
+  if (job.remote_blocks.size() != job.local_blocks.size())
+    return fail(fmt::format("{} remote blocks for {} local ones", job.remote_blocks.size(),
+                            job.local_blocks.size()));
+  for (int64_t b : job.local_blocks)
+    if (b < 1 || b >= memory_.num_blocks)
+      return fail(fmt::format("local block {} is not a block of this pool", b));
+  if (job.local_blocks.empty()) {
+    r.ok = true;
+    return r;
+  }
+  // This rank's heads, taken from the producer ranks that hold them (the first that does, for
+  // heads several ranks replicate); a latent cache from one rank, spread by this rank's index.
+  int next = self_.head_begin;
+  for (int k = 0; k < job.tp_size && next < self_.head_end; ++k) {
+    const int p = self_.latent ? (self_.tp_rank + k) % job.tp_size : k;
+    const int port = job.port + p;
+    const std::string key = job.host + ":" + std::to_string(port);
+    auto connected = peer(job.host, port, job.deadline);
+    if (!connected.ok()) return fail(connected.error().message);
+    std::unique_ptr<Peer> peer = std::move(*connected);
+    const int h0 = std::max(next, peer->info.head_begin);
+    const int h1 = std::min(self_.head_end, peer->info.head_end);
+    if (h0 != next || h1 <= h0) {  // this rank holds none of the heads still missing
+      put_back(key, std::move(peer));
+      continue;
+    }
+    Status st = peer->conn.send_message(
+        {{"op", "read"}, {"blocks", job.remote_blocks}, {"head_begin", h0}, {"head_end", h1}},
+        job.deadline);
+    Expected<nlohmann::json> header =
+        st.ok() ? peer->conn.recv_message(job.deadline) : Expected<nlohmann::json>(st.error());
+    if (!header.ok()) return fail(fmt::format("{}: {}", key, header.error().message));
+    if (header->value("op", "") != "data")
+      return fail(fmt::format("{}: {}", key, header->value("error", header->dump())));
+    const size_t slice = size_t(h1 - h0) * memory_.head_bytes();
+    std::vector<IoPiece> pieces;
+    for (int pl = 0; pl < memory_.planes; ++pl)
+      for (int64_t b : job.local_blocks)
+        pieces.push_back(IoPiece{memory_.at(pl, b, h0 - self_.head_begin), slice});
+    const int64_t bytes = int64_t(slice * pieces.size());
+    if (header->value("bytes", int64_t(-1)) != bytes)
+      return fail(fmt::format("{}: {} bytes announced, {} expected", key,
+                              header->value("bytes", int64_t(-1)), bytes));
+    if (st = peer->conn.recv_pieces(pieces, job.deadline); !st.ok())
+      return fail(fmt::format("{}: {}", key, st.message()));
+    r.bytes += bytes;
+    stats_.bytes_received += bytes;
+    stats_.blocks_received += int64_t(job.local_blocks.size());
+    next = h1;
+    put_back(key, std::move(peer));
+  }
+  if (next < self_.head_end)
+    return fail(fmt::format("no rank of the producer at {}:{} (TP {}) holds KV heads [{}, {})",
+                            job.host, job.port, job.tp_size, next, self_.head_end));
+  r.ok = true;
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return r;
+}
+
+}  // namespace kestrel
