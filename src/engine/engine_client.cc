@@ -80,6 +80,10 @@ EngineClient::EngineClient(CausalLM& model, const Tokenizer* tokenizer, Options 
   KCHECK(options_.lockstep.empty() || options_.lockstep.size() == options_.executors.size(),
          "{} lockstep members for {} data-parallel ranks", options_.lockstep.size(),
          options_.executors.size());
+  KCHECK(options_.kv_connectors.empty() ||
+             options_.kv_connectors.size() == std::max<size_t>(1, options_.executors.size()),
+         "{} KV connectors for {} data-parallel ranks", options_.kv_connectors.size(),
+         options_.executors.size());
   for (size_t i = 0; i < options_.executors.size(); ++i) {
     auto rank = std::make_unique<Rank>(first + ranks_.size(), std::move(options_.executors[i]),
                                        options_.scheduler, options_.eos_token_ids);
@@ -97,6 +101,16 @@ EngineClient::EngineClient(CausalLM& model, const Tokenizer* tokenizer, Options 
   }
   options_.executors.clear();
   options_.lockstep.clear();
+  for (size_t i = 0; i < options_.kv_connectors.size(); ++i) {
+    Rank* rank = ranks_[i].get();
+    options_.kv_connectors[i]->set_wake([this, rank] {
+      rank->kv_wake.store(true);
+      { std::lock_guard lock(in_mu_); }
+      in_cv_.notify_all();
+    });
+    rank->core.set_kv_connector(std::move(options_.kv_connectors[i]));
+  }
+  options_.kv_connectors.clear();
   for (auto& rank : ranks_) {
     rank->stats.engine_index = int(rank->index);
     rank->stats.num_speculative_tokens = options_.num_speculative_tokens;
@@ -155,6 +169,9 @@ Status EngineClient::validate(const GenerateRequest& request) const {
   if (r.sampling.logprobs > static_cast<int>(vocab))
     return make_error("request {}: logprobs {} exceeds the vocabulary size", id,
                       r.sampling.logprobs);
+  // Every rank has the same connector settings: the first one's say what can be served.
+  if (const KvConnector* kv = ranks_[0]->core.kv_connector())
+    KTRY(kv->check(r.kv_transfer, r.prompt_token_ids.size()));
   return {};
 }
 
@@ -181,6 +198,15 @@ void EngineClient::drop_handle(RequestHandle h) {
 }
 
 Expected<std::shared_ptr<RequestStream>> EngineClient::add_request(GenerateRequest request) {
+  const KvTransferParams kv_transfer = request.engine.kv_transfer;
+  auto added = submit(std::move(request));
+  // A refused consumer request still tells its producer to free the prompt's blocks.
+  if (!added.ok())
+    if (KvConnector* kv = ranks_[0]->core.kv_connector()) kv->release_refused(kv_transfer);
+  return added;
+}
+
+Expected<std::shared_ptr<RequestStream>> EngineClient::submit(GenerateRequest request) {
   KTRY(validate(request));
   auto stream = std::make_shared<RequestStream>(request.id);
   RequestHandle h = 0;
@@ -283,6 +309,26 @@ std::vector<EngineStats> EngineClient::rank_stats() const {
   return out;
 }
 
+KvTransferStats EngineClient::kv_stats() const {
+  KvTransferStats sum;
+  for (const EngineStats& r : rank_stats()) {
+    const KvTransferStats& k = r.kv;
+    sum.loads += k.loads;
+    sum.load_failures += k.load_failures;
+    sum.recomputes += k.recomputes;
+    sum.bytes_loaded += k.bytes_loaded;
+    sum.blocks_loaded += k.blocks_loaded;
+    sum.load_seconds_sum += k.load_seconds_sum;
+    for (size_t b = 0; b < sum.load_seconds_buckets.size(); ++b)
+      sum.load_seconds_buckets[b] += k.load_seconds_buckets[b];
+    sum.leases.active += k.leases.active;
+    sum.leases.created += k.leases.created;
+    sum.leases.released += k.leases.released;
+    sum.leases.expired += k.leases.expired;
+  }
+  return sum;
+}
+
 EngineStats EngineClient::stats() const {
   const std::vector<EngineStats> ranks = rank_stats();
   EngineStats s;
@@ -307,8 +353,10 @@ void EngineClient::engine_loop(Rank& rank) {
   while (true) {
     {
       std::unique_lock lock(in_mu_);
-      in_cv_.wait(lock, [&] {
+      // A lease's expiry is work too: wake for it even when nothing else comes.
+      in_cv_.wait_until(lock, core.next_deadline(), [&] {
         return stopping_ || !rank.inbox.empty() || core.has_unfinished() ||
+               rank.kv_wake.exchange(false) ||
                (lockstep != nullptr && (lockstep->in_wave() || lockstep->failure()));
       });
       if (stopping_) break;
@@ -322,6 +370,7 @@ void EngineClient::engine_loop(Rank& rank) {
           EngineCoreOutput err;
           err.id = add->id;
           err.finish_reason = FinishReason::kError;
+          err.error = st.error().message;
           outputs.push_back(std::move(err));
           KLOG_ERROR("engine rejected request {}: {}", add->id, st.error().message);
         }
@@ -348,6 +397,9 @@ void EngineClient::engine_loop(Rank& rank) {
         run = false;
       }
     }
+    // Leases that ended free their blocks, and answered releases decide their loads, whether or
+    // not this rank steps now.
+    core.poll_kv();
     if (failure.empty() && run) {
       auto step = core.step();
       if (step.ok()) {
@@ -370,6 +422,7 @@ void EngineClient::engine_loop(Rank& rank) {
       st.counters = core.counters();
       st.num_speculative_tokens = options_.num_speculative_tokens;
       st.dead = !failure.empty();
+      if (const KvConnector* kv = core.kv_connector()) st.kv = kv->stats();
       observer = step_observer_;
     }
     const int64_t step_tokens = core.counters().scheduled_tokens - tokens_before;
@@ -417,6 +470,12 @@ void EngineClient::engine_loop(Rank& rank) {
       in_cv_.notify_all();
       break;
     }
+    if (core.has_unfinished() && core.only_waiting()) {
+      // All it waits for is others (KV loads, lease answers): a short pause, not a spin.
+      std::unique_lock lock(in_mu_);
+      in_cv_.wait_for(lock, std::chrono::milliseconds(1),
+                      [&] { return stopping_ || !rank.inbox.empty() || rank.kv_wake.load(); });
+    }
   }
   {
     std::lock_guard lock(out_mu_);
@@ -458,6 +517,7 @@ void EngineClient::deliver(EngineCoreOutput&& out) {
   if (abort_in_core) abort(id);
   if (stream && result) {
     result->engine_index = engine_index;
+    if (result->kv_transfer_params) (*result->kv_transfer_params)["remote_request_id"] = id;
     stream->push(std::move(*result));
   }
 }

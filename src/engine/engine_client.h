@@ -72,6 +72,7 @@ struct EngineStats {
   int64_t num_speculative_tokens = 0;  // k; 0 without speculative decoding
   bool dead = false;                   // a step failed; the engine accepts nothing more
   int engine_index = 0;                // its data-parallel rank (per-rank stats)
+  KvTransferStats kv;                  // prefill/decode disaggregation (zeros without it)
 };
 
 class EngineClient {
@@ -90,6 +91,9 @@ class EngineClient {
     // Expert parallelism across the data-parallel ranks: each executor's rank in the group's
     // lockstep (engine/dp_lockstep.h), in the same order; empty when the ranks step on their own.
     std::vector<std::unique_ptr<DpLockstep>> lockstep;
+    // Prefill/decode disaggregation: each executor's rank's connector, in the same order (empty:
+    // none; kv_transfer_params are then ignored, as vLLM ignores them without a connector).
+    std::vector<std::unique_ptr<KvConnector>> kv_connectors;
     int64_t num_speculative_tokens = 0;  // k, for stats
     // The data-parallel rank of the first engine (a server behind an external load balancer
     // runs one rank of several): engines are numbered from it in logs and metrics.
@@ -114,6 +118,8 @@ class EngineClient {
   EngineStats stats() const;
   // Each data-parallel rank's, in rank order.
   std::vector<EngineStats> rank_stats() const;
+  // The KV transfer counters summed over the ranks.
+  KvTransferStats kv_stats() const;
   int num_ranks() const { return int(ranks_.size()); }
   // `fn` runs on an engine thread after every step that ran the model, with the number of
   // tokens the step computed (vllm:iteration_tokens_total) and the rank's index. It must be
@@ -132,6 +138,8 @@ class EngineClient {
   using Command = std::variant<EngineRequest, RequestHandle>;  // add, or abort
 
   Status validate(const GenerateRequest& request) const;
+  // add_request() but for the release of a refused request's producer lease.
+  Expected<std::shared_ptr<RequestStream>> submit(GenerateRequest request);
   // Under req_mu_: a free handle, now naming `id`; and the reverse once the request is gone.
   RequestHandle take_handle(const std::string& id);
   void drop_handle(RequestHandle h);
@@ -155,6 +163,7 @@ class EngineClient {
     EngineCore core;
     size_t index;  // its data-parallel rank (first_engine_index on): logs, metrics, errors
     std::unique_ptr<DpLockstep> lockstep;  // under expert parallelism across the ranks
+    std::atomic<bool> kv_wake{false};      // its KV connector has news (leases, releases)
     std::vector<Command> inbox;
     EngineStats stats;
     int64_t live = 0;

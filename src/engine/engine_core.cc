@@ -64,7 +64,12 @@ Status EngineCore::add_request(const EngineRequest& request) {
   s.rules = request.logits_rules;
   spec.read_prefix_cache = request.prompt_logprobs < 0;
   spec.cache_keys = request.cache_keys;
-  KTRY(scheduler_.add_request(std::move(spec)));
+  if (kv_connector_)
+    KTRY(kv_connector_->admit(request.id, request.kv_transfer, request.prompt_token_ids, spec));
+  if (Status st = scheduler_.add_request(std::move(spec)); !st.ok()) {
+    if (kv_connector_) kv_connector_->on_exit(request.id);  // releases a lease it started to watch
+    return st;
+  }
   request_state_[request.id] =
       RequestState{request.sampling.logprobs >= 0, request.constraint, std::nullopt, 0};
   return {};
@@ -94,6 +99,7 @@ void EngineCore::abort(RequestHandle id) {
 void EngineCore::retire(RequestHandle id) {
   request_state_.erase(id);
   scheduler_.release(id);
+  if (kv_connector_) kv_connector_->on_exit(id);
 }
 
 void EngineCore::fail_step(const SchedulerOutput& sched, const std::string& error,
@@ -225,12 +231,28 @@ std::vector<TokenLogprobs> EngineCore::fresh_prompt_logprobs(RequestHandle id, i
   return fresh;
 }
 
+void EngineCore::poll_kv() {
+  if (!kv_connector_) return;
+  for (auto& [id, why] : kv_connector_->before_step(scheduler_)) {
+    // The scheduler ended it (kv_load_failure_policy fail); the client hears why.
+    EngineCoreOutput out = output_for(id);
+    out.finish_reason = FinishReason::kError;
+    out.error = why;
+    retire(id);
+    pending_.push_back(std::move(out));
+  }
+}
+
 Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
+  poll_kv();
   std::vector<EngineCoreOutput> outputs = std::move(pending_);
   pending_.clear();
   SchedulerOutput sched = scheduler_.schedule();
-  if (sched.scheduled.empty() && sched.finished_ids.empty() && !execute_empty_steps_)
+  // Loads in flight are polled: the workers report them in the step's output.
+  if (sched.scheduled.empty() && sched.finished_ids.empty() && sched.kv_loads.empty() &&
+      scheduler_.num_loading() == 0 && !execute_empty_steps_)
     return outputs;
+  if (kv_connector_) kv_connector_->on_started(sched.kv_loads);
   if (!sched.scheduled.empty()) ++counters_.steps;
   // First: constrained requests' drafts past their grammar leave the step.
   std::unordered_map<RequestHandle, std::string> mask_errors;
@@ -258,6 +280,7 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
     return outputs;
   }
   RunnerOutput& result = *executed;
+  if (kv_connector_) kv_connector_->on_loads(scheduler_, result.kv_loads);
   accept_constrained(result);
   end_failed(result, mask_errors, outputs);
   std::unordered_map<RequestHandle, std::vector<TokenLogprobs>> logprobs;
@@ -267,6 +290,9 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
   std::unordered_map<RequestHandle, RequestUpdate> updates;
   for (RequestUpdate& u : scheduler_.update_from_output(sched, result))
     updates.emplace(u.id, std::move(u));
+  // Prefills finished for a remote decode: their blocks go under a lease.
+  std::unordered_map<RequestHandle, nlohmann::json> held;
+  if (kv_connector_) held = kv_connector_->lease_held(scheduler_);
 
   for (const ScheduledTokens& s : sched.scheduled) {
     if (!request_state_.contains(s.id)) continue;  // failed and reported above
@@ -293,6 +319,7 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
         out.finish_reason = *u.finished == RequestStatus::kFinishedStopped ? FinishReason::kStop
                                                                            : FinishReason::kLength;
     }
+    if (const auto h = held.find(s.id); h != held.end()) out.kv_transfer_params = h->second;
     if (out.finished()) retire(s.id);
     outputs.push_back(std::move(out));
   }

@@ -18,6 +18,7 @@
 #include "base/request_table.h"
 #include "base/status.h"
 #include "engine/executor.h"
+#include "engine/kv_connector.h"
 #include "engine/token_constraint.h"
 #include "model/causal_lm.h"
 #include "sched/sampling_params.h"
@@ -43,6 +44,8 @@ struct EngineRequest {
   LogitsRules logits_rules;  // applied to each sampled row before the constraint
   // Mixed into the request's block hashes (a hashed cache_salt): prefix-cache isolation.
   std::vector<uint64_t> cache_keys;
+  // Prefill/decode disaggregation (engine/kv_connector.h); ignored without a connector.
+  KvTransferParams kv_transfer;
 };
 
 enum class FinishReason { kStop, kLength, kAbort, kError };
@@ -68,6 +71,9 @@ struct EngineCoreOutput {
   int64_t num_output_tokens = 0;
   // When the request was first scheduled (queue time = this − arrival); unset before that.
   std::optional<std::chrono::steady_clock::time_point> first_scheduled;
+  // A prefill for a remote decode, finished: where its KV waits (the response's
+  // kv_transfer_params).
+  std::optional<nlohmann::json> kv_transfer_params;
   bool finished() const { return finish_reason.has_value(); }
 };
 
@@ -101,6 +107,26 @@ class EngineCore {
   // Data-parallel lockstep (engine/dp_lockstep.h): step() runs the executor even when nothing
   // is scheduled, so the workers still join the step's collectives.
   void set_execute_empty_steps(bool on) { execute_empty_steps_ = on; }
+  // Prefill/decode disaggregation: the connector requests with kv_transfer_params go through.
+  void set_kv_connector(std::unique_ptr<KvConnector> connector) {
+    kv_connector_ = std::move(connector);
+  }
+  KvConnector* kv_connector() { return kv_connector_.get(); }
+  const KvConnector* kv_connector() const { return kv_connector_.get(); }
+  // Applies what the connector learnt since (leases ended, releases answered) without a step;
+  // requests that fail by it get their outputs with the next step(). step() does it too.
+  void poll_kv();
+  // When the engine thread must wake at the latest with nothing else to do (a lease expiry).
+  std::chrono::steady_clock::time_point next_deadline() const {
+    return kv_connector_ ? kv_connector_->next_deadline()
+                         : std::chrono::steady_clock::time_point::max();
+  }
+  // Whether the only work left waits on others (KV loads, lease answers): the caller may pause
+  // briefly between steps instead of spinning.
+  bool only_waiting() const {
+    return scheduler_.num_running() == 0 && scheduler_.num_waiting() == scheduler_.num_loading() &&
+           pending_.empty();
+  }
   // Why the group the executor belongs to failed, if it has: a step that fails then stops the
   // engine with that cause rather than the step's own error.
   void set_failure_cause(std::function<std::optional<std::string>()> cause) {
@@ -108,7 +134,8 @@ class EngineCore {
   }
   // Work left: requests to run, or finished ones the workers have yet to drop (one more step).
   bool has_unfinished() const {
-    return scheduler_.has_unfinished() || scheduler_.has_finished_to_send() || !pending_.empty();
+    return scheduler_.has_unfinished() || scheduler_.has_finished_to_send() || !pending_.empty() ||
+           (kv_connector_ && kv_connector_->busy());
   }
 
   const Scheduler& scheduler() const { return scheduler_; }
@@ -146,6 +173,8 @@ class EngineCore {
   void fail_step(const SchedulerOutput& sched, const std::string& error,
                  std::vector<EngineCoreOutput>& outputs);
 
+  // First: destroyed after the executor, whose KV servers answer through its lease registry.
+  std::unique_ptr<KvConnector> kv_connector_;
   Scheduler scheduler_;
   std::unique_ptr<Executor> executor_;
   std::vector<int32_t> eos_token_ids_;

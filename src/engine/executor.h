@@ -35,6 +35,7 @@ class InProcessExecutor final : public Executor {
   // An exception from the step (an allocation failure, a kernel's check) becomes its error.
   Expected<RunnerOutput> execute(const SchedulerOutput& output) override;
   const ModelRunner& runner() const { return runner_; }
+  ModelRunner& runner() { return runner_; }
 
  private:
   ModelRunner runner_;

@@ -96,7 +96,10 @@ Expected<RunnerOutput> MultiprocExecutor::execute(const SchedulerOutput& output)
   if (!replies.ok()) return fail(replies.error().message);
   if (!exception.empty()) return fail("rank 0: " + exception);
   // Equal errors everywhere are the step's (every rank refused it before computing); anything
-  // else leaves the ranks in different states.
+  // else leaves the ranks in different states. The ranks' KV loads finish at their own pace:
+  // they are tallied apart from the outputs, which must be equal.
+  std::vector<std::vector<KvLoadResult>> loads;
+  if (mine && mine->ok()) loads.push_back(std::exchange((*mine)->kv_loads, {}));
   for (size_t i = 0; i < replies->size(); ++i) {
     const std::string& r = (*replies)[i];
     const int rank = int(i) + 1;
@@ -107,6 +110,7 @@ Expected<RunnerOutput> MultiprocExecutor::execute(const SchedulerOutput& output)
     if (r[0] == kOutput) {
       theirs = decode_runner_output(body);
       if (!theirs.ok()) return fail(fmt::format("rank {}: {}", rank, theirs.error().message));
+      loads.push_back(std::exchange(theirs->kv_loads, {}));
     } else if (r[0] != kError) {
       return fail(fmt::format("rank {}: an unknown answer", rank));
     }
@@ -122,7 +126,29 @@ Expected<RunnerOutput> MultiprocExecutor::execute(const SchedulerOutput& output)
     if (theirs.ok() && !(*theirs == **mine))
       return fail(fmt::format("rank {} sampled other tokens than the first rank", rank));
   }
+  if (mine->ok()) (*mine)->kv_loads = tally_loads(std::move(loads));
   return std::move(*mine);
+}
+
+std::vector<KvLoadResult> MultiprocExecutor::tally_loads(
+    std::vector<std::vector<KvLoadResult>> outputs) {
+  const size_t ranks = outputs.size();
+  std::vector<KvLoadResult> done;
+  for (std::vector<KvLoadResult>& out : outputs)
+    for (KvLoadResult& r : out) {
+      LoadTally& t = loads_[r.load_id];
+      t.result.load_id = r.load_id;
+      t.result.bytes += r.bytes;
+      if (!r.ok && t.result.ok) {
+        t.result.ok = false;
+        t.result.error = std::move(r.error);
+      }
+      if (++t.ranks == ranks) {
+        done.push_back(std::move(t.result));
+        loads_.erase(r.load_id);
+      }
+    }
+  return done;
 }
 
 int run_worker(HostCommWorker& leader,

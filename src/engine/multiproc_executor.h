@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -54,9 +55,18 @@ class MultiprocExecutor final : public Executor {
   Error fail(const std::string& why);
   Status check_alive() const;
 
+  // Every rank's loads reported in `outputs` (this rank's first), tallied across steps: a load
+  // is the step's once every rank has reported it (failed if any failed).
+  std::vector<KvLoadResult> tally_loads(std::vector<std::vector<KvLoadResult>> outputs);
+
   std::unique_ptr<WorkerProcesses> processes_;
   std::unique_ptr<HostCommLeader> workers_;
   std::unique_ptr<ModelRunner> runner_;
+  struct LoadTally {
+    size_t ranks = 0;
+    KvLoadResult result{0, true, "", 0};
+  };
+  std::map<uint64_t, LoadTally> loads_;
   mutable std::mutex mu_;
   std::optional<std::string> failure_;
 };

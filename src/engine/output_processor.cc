@@ -34,6 +34,7 @@ void RequestOutput::merge(RequestOutput&& later) {
   num_output_tokens = later.num_output_tokens;
   if (later.first_scheduled) first_scheduled = later.first_scheduled;
   engine_index = later.engine_index;
+  if (later.kv_transfer_params) kv_transfer_params = std::move(later.kv_transfer_params);
 }
 
 Status OutputProcessor::add_request(RequestHandle id, std::span<const int32_t> prompt,
@@ -92,6 +93,7 @@ std::optional<RequestOutput> OutputProcessor::process(EngineCoreOutput&& in, boo
   out.num_cached_tokens = in.num_cached_tokens;
   out.num_output_tokens = in.num_output_tokens;
   out.first_scheduled = in.first_scheduled;
+  out.kv_transfer_params = std::move(in.kv_transfer_params);
 
   if (st.detok) {
     // The token that ended the request stays out of the text unless asked for, as in vLLM.

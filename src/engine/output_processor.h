@@ -10,6 +10,8 @@
 #include <variant>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "base/request_table.h"
 #include "engine/engine_core.h"
 #include "tokenizer/incremental_detokenizer.h"
@@ -43,6 +45,8 @@ struct RequestOutput {
   int64_t num_output_tokens = 0;
   std::optional<std::chrono::steady_clock::time_point> first_scheduled;
   int engine_index = 0;  // the data-parallel rank that runs the request (metrics' engine label)
+  // A prefill for a remote decode: where its KV waits (the response's kv_transfer_params).
+  std::optional<nlohmann::json> kv_transfer_params;
   bool finished() const { return finish_reason.has_value(); }
 
   // Folds a later output into this one (a slow reader sees one merged delta).

@@ -82,10 +82,12 @@ void ModelRunner::score_prompt(const Rows& r, const ForwardBatch& batch, RunnerO
 }
 
 Expected<RunnerOutput> ModelRunner::execute(const SchedulerOutput& output) {
+  if (kv_worker_) kv_worker_->start_loads(output.kv_loads);
   Expected<RunnerOutput> out = run_step(output);
   // Every step ends here, also one that ran nothing or failed before its forward: data-parallel
   // peers may still need this rank's experts (an exception, by contrast, has broken the group).
   model_.finish_step();
+  if (out.ok() && kv_worker_) out->kv_loads = kv_worker_->finished();
   return out;
 }
 

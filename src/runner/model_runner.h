@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "kvx/kv_worker.h"
 #include "model/batch_builder.h"
 #include "model/causal_lm.h"
 #include "runner/worker_requests.h"
@@ -42,8 +43,15 @@ class ModelRunner {
   }
 
   // Computes the step. An error means the step contradicts the worker's state (an unknown
-  // request, tokens past what it holds, a table too short): nothing was computed then.
+  // request, tokens past what it holds, a table too short): nothing was computed then. The
+  // step's KV loads start either way; loads finished meanwhile go into the next ok output.
   Expected<RunnerOutput> execute(const SchedulerOutput& output);
+
+  // Prefill/decode disaggregation: this rank's KV server and puller (kvx/kv_worker.h), which
+  // read and write its KV pool. Set once, before the first step.
+  void set_kv_worker(std::unique_ptr<KvWorker> worker) { kv_worker_ = std::move(worker); }
+  KVMemoryView kv_memory() const { return kv_.memory(); }
+  const KvWorker* kv_worker() const { return kv_worker_.get(); }
 
  private:
   // execute() before the model's end of step (CausalLM::finish_step).
@@ -79,6 +87,8 @@ class ModelRunner {
   std::vector<GroupSamples> samples_;  // one per sampling request of a step
   std::vector<ProposalInput> proposal_inputs_;
   std::vector<std::vector<int32_t>> drafts_;
+  // Declared after kv_: stopped (its transfers with it) before the pool it uses goes.
+  std::unique_ptr<KvWorker> kv_worker_;
 };
 
 }  // namespace kestrel
