@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "base/logging.h"
+#include "kvx/kv_transfer_params.h"
 #include "server/forced_tool_calls.h"
 #include "server/structured_output.h"
 
@@ -69,6 +70,9 @@ ParseResult<LogitsRules> check_sampling(const ServingContext& ctx, const Samplin
     return bad_request(
         fmt::format("Got priority {} but Priority scheduling is not enabled.", s.priority),
         "priority");
+  if (s.kv_transfer_params)
+    if (auto p = parse_kv_transfer_params(*s.kv_transfer_params); !p.ok())
+      return bad_request(p.error().message, "kv_transfer_params");
   LogitsRules rules;
   std::vector<int64_t> outside;
   for (const auto& [id, bias] : s.logit_bias) {
@@ -144,6 +148,9 @@ GenerateRequest engine_request(const ServingContext& ctx, const SamplingFields& 
   g.engine.seed = s.seed ? uint64_t(*s.seed) : fresh_seed();
   g.engine.logits_rules = rules;
   if (s.cache_salt) g.engine.cache_keys = {XXH3_64bits(s.cache_salt->data(), s.cache_salt->size())};
+  // Checked by check_sampling(); the engine ignores it without a KV connector.
+  if (s.kv_transfer_params)
+    if (auto p = parse_kv_transfer_params(*s.kv_transfer_params); p.ok()) g.engine.kv_transfer = *p;
   g.output.stop = s.stop;
   g.output.include_stop_str_in_output = s.include_stop_str_in_output;
   g.output.skip_special_tokens = s.skip_special_tokens;

@@ -310,6 +310,13 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
         send_json(chat_stream_chunk(spec_.id, spec_.created, spec_.model, {ch}, running)));
   }
 
+  // A prefill for a remote decode: where the prompt's KV waits (one choice asks for it).
+  std::optional<nlohmann::json> kv_transfer_params() const {
+    for (const Choice& c : choices_)
+      if (c.meta.kv_transfer_params) return c.meta.kv_transfer_params;
+    return std::nullopt;
+  }
+
   void finish() {
     if (done_) return;
     done_ = true;
@@ -324,7 +331,8 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
     }
     nlohmann::ordered_json body;
     if (spec_.kind == StreamKind::kCompletion) {
-      CompletionResponseInfo r{spec_.id, spec_.created, spec_.model, {}, usage(), std::nullopt};
+      CompletionResponseInfo r{spec_.id, spec_.created, spec_.model,
+                               {},       usage(),       kv_transfer_params()};
       for (size_t i = 0; i < choices_.size(); ++i) {
         const Choice& c = choices_[i];
         CompletionChoice ch;
@@ -343,6 +351,7 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
       r.created = spec_.created;
       r.model = spec_.model;
       r.usage = usage();
+      r.kv_transfer_params = kv_transfer_params();
       for (size_t i = 0; i < choices_.size(); ++i) {
         const Choice& c = choices_[i];
         ChatChoice ch;
