@@ -266,6 +266,18 @@ Expected<Speculation> make_speculation(const std::optional<SpeculativeConfig>& s
   return s;
 }
 
+// The instance's KV transfer settings with this start's sizes (none without
+// --kv-transfer-config).
+std::optional<KvInstance> kv_instance(const EngineArgs& a) {
+  std::optional<KvInstance> kv = a.kv;
+  if (kv) {
+    kv->dp_size = a.data_parallel_size;
+    kv->tp_size = a.tensor_parallel_size;
+    kv->block_size = a.block_size;
+  }
+  return kv;
+}
+
 // A worker process of the group: loads rank `rank`'s shard and runs the steps rank 0 sends.
 // Under expert parallelism across the data-parallel ranks (`experts`) it also joins the ranks of
 // its TP index.
@@ -297,8 +309,14 @@ int run_tp_worker(const EngineArgs& a, const GroupNames& names, const DpGroup* e
   CausalLM& model = *models->model->model;
   return run_worker(**leader, [&](int32_t num_blocks) -> Expected<std::unique_ptr<Executor>> {
     KASSIGN(Speculation s, make_speculation(spec, po, model, num_blocks));
-    return std::unique_ptr<Executor>(
-        std::make_unique<InProcessExecutor>(model, num_blocks, sc->block_size, std::move(s)));
+    auto executor =
+        std::make_unique<InProcessExecutor>(model, num_blocks, sc->block_size, std::move(s));
+    if (const auto kv = kv_instance(a)) {
+      KASSIGN(auto worker,
+              start_kv_worker(*kv, model, executor->runner().kv_memory(), dp_rank, rank));
+      executor->runner().set_kv_worker(std::move(worker));
+    }
+    return std::unique_ptr<Executor>(std::move(executor));
   });
 }
 
@@ -347,8 +365,9 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
   Engine& e = prepared.engine;
   KASSIGN(e.dp_group, plan_expert_group(a, headless));
   const DpGroup* experts = e.dp_group.get();
-  // Lockstep ranks step through their executors.
-  always_executors = always_executors || experts != nullptr;
+  // Lockstep ranks step through their executors, and KV transfer runs in a rank's runner.
+  const std::optional<KvInstance> kv = kv_instance(a);
+  always_executors = always_executors || experts != nullptr || kv.has_value();
   // Every data-parallel rank's workers first, before this process starts any thread: the
   // children are forks of it.
   std::vector<std::unique_ptr<WorkerProcesses>> workers(static_cast<size_t>(dp));
@@ -489,9 +508,23 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
       opts.speculation = std::move(speculation);
       break;
     }
+    const int dp_rank = a.data_parallel_first + d;
+    // The rank's connector, and its TP rank 0's KV worker (which answers the connector's
+    // lease messages).
+    auto attach_kv = [&](ModelRunner& runner) -> Status {
+      if (!kv) return Status::Ok();
+      auto connector = make_kv_connector(*kv, dp_rank);
+      KASSIGN(auto worker, start_kv_worker(*kv, *model.model, runner.kv_memory(), dp_rank, 0,
+                                           connector->control()));
+      runner.set_kv_worker(std::move(worker));
+      opts.kv_connectors.push_back(std::move(connector));
+      return Status::Ok();
+    };
     if (tp == 1) {
-      opts.executors.push_back(std::make_unique<InProcessExecutor>(
-          *model.model, sc.num_blocks, sc.block_size, std::move(speculation)));
+      auto executor = std::make_unique<InProcessExecutor>(*model.model, sc.num_blocks,
+                                                          sc.block_size, std::move(speculation));
+      KTRY(attach_kv(executor->runner()));
+      opts.executors.push_back(std::move(executor));
       continue;
     }
     KASSIGN(auto leader, HostCommLeader::bind(names[size_t(d)].endpoint, tp - 1));
@@ -500,6 +533,7 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
     auto runner = std::make_unique<ModelRunner>(
         *model.model, model.model->make_kv_cache(sc.num_blocks, sc.block_size),
         std::move(speculation));
+    KTRY(attach_kv(*runner));
     KASSIGN(auto executor,
             MultiprocExecutor::start(std::move(workers[size_t(d)]), std::move(leader),
                                      std::move(runner), sc.num_blocks, kWorkerStartTimeout));

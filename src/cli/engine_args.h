@@ -13,6 +13,7 @@
 #include "engine/dp_group.h"
 #include "engine/engine_client.h"
 #include "engine/kv_budget.h"
+#include "engine/kv_ranks.h"
 #include "model/loader.h"
 #include "tokenizer/tokenizer.h"
 
@@ -59,6 +60,9 @@ struct EngineArgs {
     return data_parallel_count > 0 ? data_parallel_count : data_parallel_size;
   }
   std::string distributed_executor_backend;  // empty: not given (mp when TP > 1)
+  // Prefill/decode disaggregation, from --kv-transfer-config (serve sets it): what every rank
+  // shares; start_engine fills in the sizes from the flags above.
+  std::optional<KvInstance> kv;
 };
 
 // Refuses the executor backends Kestrel does not run (ray, external_launcher) and uni with

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <random>
 #include <string_view>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 #include "cli/serve_args.h"
+#include "dist/local_address.h"
 #include "server/http/http_server.h"
 #include "server/http/signals.h"
 #include "server/metrics.h"
@@ -56,6 +58,32 @@ server::SamplingValues generation_defaults(const GenerationDefaults& g) {
   return v;
 }
 
+// Where this instance's KV servers are reached: $VLLM_HOST_IP, else --host when it names one
+// address, else this host's address on its default route ($GLOO_SOCKET_IFNAME's when set), and
+// loopback on a host without one. A made-up engine id when the config has none, and a new
+// incarnation for this start.
+void prepare_kv_instance(ServeArgs& a) {
+  KvInstance& kv = *a.engine.kv;
+  const char* env = std::getenv("VLLM_HOST_IP");
+  if (env != nullptr && *env != '\0') {
+    kv.host = env;
+  } else if (a.host != "0.0.0.0" && a.host != "::" && !a.host.empty()) {
+    kv.host = a.host;
+  } else if (auto routed = local_address_toward("192.0.2.1"); routed.ok()) {
+    kv.host = *routed;  // a documentation address: only the route toward it is looked up
+  } else {
+    KLOG_WARN("KV transfer: no route off this host ({}); advertising 127.0.0.1",
+              routed.error().message);
+    kv.host = "127.0.0.1";
+  }
+  if (kv.transfer.engine_id.empty()) kv.transfer.engine_id = random_engine_id();
+  std::random_device rd;
+  kv.epoch = (uint64_t(rd()) << 32) | rd();
+  KLOG_INFO("KV transfer: {} as {} (engine {}), KV servers advertised at {} from port {}",
+            kv.transfer.connector, kv_role_name(kv.transfer.role), kv.transfer.engine_id, kv.host,
+            kv.transfer.kv_port);
+}
+
 int serve(ServeArgs& a) {
   for (const auto& w : a.warnings) KLOG_WARN("{}", w);
   if (!a.notes.empty()) {
@@ -72,6 +100,7 @@ int serve(ServeArgs& a) {
               a.engine.data_parallel_rpc_port + a.engine.data_parallel_first);
     return serve_headless(a.engine);
   }
+  if (a.engine.kv) prepare_kv_instance(a);
   auto started = start_engine(a.engine);
   if (!started) {
     KLOG_ERROR("{}", started.error().message);

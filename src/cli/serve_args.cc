@@ -13,6 +13,7 @@
 #include <system_error>
 #include <utility>
 
+#include "kvx/kv_transfer_config.h"
 #include "spec/speculative_config.h"
 
 namespace kestrel::cli {
@@ -25,9 +26,6 @@ constexpr std::string_view kToolCallParsers[] = {"hermes",       "qwen3_coder", 
                                                  "deepseek_v31", "llama3_json", "mistral"};
 constexpr std::string_view kReasoningParsers[] = {"qwen3", "deepseek_r1", "deepseek_v3",
                                                   "deepseek_v31"};
-constexpr std::string_view kKvConnectors[] = {"MooncakeConnectorV1", "MooncakeConnectorV2",
-                                              "MooncakeHybridConnector"};
-constexpr std::string_view kKvRoles[] = {"kv_producer", "kv_consumer", "kv_both"};
 
 bool contains(std::span<const std::string_view> list, std::string_view s) {
   return std::find(list.begin(), list.end(), s) != list.end();
@@ -90,7 +88,15 @@ void add_bool(CLI::App& app, const std::string& name, bool& value, const std::st
 
 // ---- JSON flags ----
 
-enum class JsonType { kBool, kNonNegInt, kPositiveInt, kString, kStringOrInt, kObject };
+enum class JsonType {
+  kBool,
+  kNonNegInt,
+  kPositiveInt,
+  kPositiveNumber,
+  kString,
+  kStringOrInt,
+  kObject
+};
 
 // One known key of a JSON flag; `children` are the known keys of a nested object.
 struct JsonKey {
@@ -103,13 +109,17 @@ constexpr JsonKey kPdLayoutKeys[] = {{"dp_size", JsonType::kPositiveInt},
                                      {"tp_size", JsonType::kPositiveInt}};
 constexpr JsonKey kKvConnectorExtraKeys[] = {{"prefill", JsonType::kObject, kPdLayoutKeys},
                                              {"decode", JsonType::kObject, kPdLayoutKeys},
-                                             {"ascend_local_comm_res_path", JsonType::kString}};
+                                             {"ascend_local_comm_res_path", JsonType::kString},
+                                             {"kv_lease_duration", JsonType::kPositiveNumber},
+                                             {"kv_load_timeout", JsonType::kPositiveNumber}};
 constexpr JsonKey kKvTransferKeys[] = {
     {"kv_connector", JsonType::kString},
     {"kv_role", JsonType::kString},
     {"kv_port", JsonType::kStringOrInt},
     {"engine_id", JsonType::kStringOrInt},
     {"kv_buffer_device", JsonType::kString},
+    {"kv_load_failure_policy", JsonType::kString},
+    {"kv_connector_module_path", JsonType::kString},
     {"kv_connector_extra_config", JsonType::kObject, kKvConnectorExtraKeys}};
 constexpr JsonKey kSchedulerConfigKeys[] = {{"recompute_scheduler_enable", JsonType::kBool}};
 constexpr JsonKey kAscendCompilationKeys[] = {{"enable_npugraph_ex", JsonType::kBool},
@@ -144,6 +154,8 @@ bool has_type(const json& v, JsonType t) {
       return v.is_number_unsigned();
     case JsonType::kPositiveInt:
       return v.is_number_unsigned() && v.get<uint64_t>() > 0;
+    case JsonType::kPositiveNumber:
+      return v.is_number() && v.get<double>() > 0;
     case JsonType::kString:
       return v.is_string();
     case JsonType::kStringOrInt:
@@ -162,6 +174,8 @@ const char* type_phrase(JsonType t) {
       return "a non-negative integer";
     case JsonType::kPositiveInt:
       return "a positive integer";
+    case JsonType::kPositiveNumber:
+      return "a number above 0";
     case JsonType::kString:
       return "a string";
     case JsonType::kStringOrInt:
@@ -415,27 +429,49 @@ void check_speculative(const ServeArgs& a, Findings& f) {
   if (!spec.ok()) f.refuse(spec.error().message);
 }
 
-void check_kv_transfer(const ServeArgs& a, Findings& f) {
+// A side's layout in kv_connector_extra_config, when given, is this instance's own.
+void check_kv_layout(const ServeArgs& a, const std::optional<KvLayoutSpec>& layout,
+                     const char* side, Findings& f) {
+  if (!layout) return;
+  const EngineArgs& e = a.engine;
+  if (layout->dp_size != e.data_parallel_size || layout->tp_size != e.tensor_parallel_size)
+    f.refuse(fmt::format(
+        "--kv-transfer-config kv_connector_extra_config.{0}: dp_size {1}, tp_size {2}, but this "
+        "{0} instance runs --data-parallel-size {3} and --tensor-parallel-size {4}",
+        side, layout->dp_size, layout->tp_size, e.data_parallel_size, e.tensor_parallel_size));
+}
+
+// The text and its fit with the other flags; the model's KV layout is checked once it is loaded.
+void check_kv_transfer(ServeArgs& a, Findings& f) {
   constexpr std::string_view kFlag = "--kv-transfer-config";
   const auto kv = checked_object(kFlag, a.kv_transfer_config, kKvTransferKeys, f);
+  a.engine.kv.reset();
   if (!kv || kv->empty()) return;
-  if (!kv->contains("kv_connector")) {
-    f.refuse(fmt::format("{}: missing key 'kv_connector'", kFlag));
+  auto parsed = parse_kv_transfer_config(a.kv_transfer_config);
+  if (!parsed.ok()) {
+    f.refuse(parsed.error().message);
     return;
   }
-  const std::string connector = (*kv)["kv_connector"].get<std::string>();
-  if (!contains(kKvConnectors, connector)) {
-    f.refuse(fmt::format("{}: unknown KV connector '{}' ({})", kFlag, connector,
-                         join(kKvConnectors, ", ")));
-    return;
-  }
-  const std::string role = kv->value("kv_role", std::string("kv_both"));
-  if (!contains(kKvRoles, role)) {
-    f.refuse(fmt::format("{}: unknown kv_role '{}' ({})", kFlag, role, join(kKvRoles, ", ")));
-    return;
-  }
-  f.refuse(
-      fmt::format("{} kv_connector={}: PD disaggregation is not supported yet", kFlag, connector));
+  if (parsed->produces() && parsed->role != KvRole::kBoth)
+    check_kv_layout(a, parsed->prefill, "prefill", f);
+  if (parsed->consumes() && parsed->role != KvRole::kBoth)
+    check_kv_layout(a, parsed->decode, "decode", f);
+  const ParallelArgs& p = a.parallel;
+  if (p.headless || (!p.data_parallel_rank && !p.hybrid_lb &&
+                     p.data_parallel_size_local.value_or(a.engine.data_parallel_size) <
+                         a.engine.data_parallel_size))
+    f.refuse(fmt::format(
+        "{}: a node's data-parallel ranks serve their KV from that node, so each node runs its "
+        "own server (--data-parallel-rank per rank, or --data-parallel-hybrid-lb), not "
+        "--headless ranks behind a head",
+        kFlag));
+  if (kv->contains("kv_connector_module_path"))
+    f.note(fmt::format("{} kv_connector_module_path (Kestrel's connector is built in)", kFlag));
+  if (parsed->kv_buffer_device != "cpu")
+    f.note(fmt::format("{} kv_buffer_device={} (the KV moves from where the engine keeps it)",
+                       kFlag, parsed->kv_buffer_device));
+  a.engine.kv.emplace();
+  a.engine.kv->transfer = *parsed;
 }
 
 void check_additional_config(const ServeArgs& a, Findings& f) {
@@ -651,7 +687,9 @@ void add_serve_args(CLI::App& app, ServeArgs& a) {
   // §3–§6: quantization, PD, platform options (--speculative-config is an engine flag).
   app.add_option("--quantization", a.quantization,
                  "empty: from the checkpoint (ascend, fp8 are planned)");
-  app.add_option("--kv-transfer-config", a.kv_transfer_config, "JSON object (planned)");
+  app.add_option("--kv-transfer-config", a.kv_transfer_config,
+                 "JSON object: prefill/decode disaggregation (kv_connector, kv_role, kv_port, "
+                 "engine_id, kv_load_failure_policy, kv_connector_extra_config)");
   app.add_option("--additional-config", a.additional_config,
                  "JSON object of vLLM-Ascend platform options (no effect)");
 

@@ -149,10 +149,10 @@ TEST_F(ServeArgsTest, DeepSeekV31PdPrefill) {
     return s;
   };
   const Outcome p0 = serve(with("0", "30000"));
-  EXPECT_EQ(refusals(p0), (Lines{kAscend, pd("MooncakeConnectorV1")}));
+  EXPECT_EQ(refusals(p0), (Lines{kAscend}));
   EXPECT_TRUE(has_note(*p0.args, "--enforce-eager"));
   const Outcome p1 = serve(with("1", "30100"));
-  EXPECT_EQ(refusals(p1), (Lines{kAscend, pd("MooncakeConnectorV1")}));
+  EXPECT_EQ(refusals(p1), (Lines{kAscend}));
 }
 
 TEST_F(ServeArgsTest, DeepSeekV31PdDecode) {
@@ -195,9 +195,9 @@ TEST_F(ServeArgsTest, DeepSeekV31PdDecode) {
   std::string d0 = decode, d1 = decode;
   d0.replace(d0.find("RANK"), 4, "0");
   d1.replace(d1.find("RANK"), 4, "16");
-  EXPECT_EQ(refusals(serve(d0)), (Lines{kAscend, pd("MooncakeConnectorV1"), recompute(false)}));
+  EXPECT_EQ(refusals(serve(d0)), (Lines{kAscend, recompute(false)}));
   const Outcome o = serve(d1);
-  EXPECT_EQ(refusals(o), (Lines{kAscend, pd("MooncakeConnectorV1"), recompute(false)}));
+  EXPECT_EQ(refusals(o), (Lines{kAscend, recompute(false)}));
   EXPECT_EQ(o.args->engine.max_num_batched_tokens, 256);
   EXPECT_EQ(o.args->engine.max_num_seqs, 28);
 }
@@ -293,8 +293,8 @@ TEST_F(ServeArgsTest, DeepSeekV41PdPrefill) {
             "decode":{"dp_size":8,"tp_size":2}
         }
     }')sh");
-  EXPECT_EQ(refusals(o), (Lines{kAscend, kDspark, pd("MooncakeHybridConnector"), kTokenizerV41,
-                                kToolV41, kReasoningV41, kEngram}));
+  EXPECT_EQ(refusals(o),
+            (Lines{kAscend, kDspark, kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
   EXPECT_EQ(o.args->engine.max_model_len, 1048576);
 }
 
@@ -347,8 +347,8 @@ TEST_F(ServeArgsTest, DeepSeekV41PdDecode) {
         "multistream_overlap_shared_expert":true,
         "recompute_scheduler_enable":true
     }')sh");
-  EXPECT_EQ(refusals(o), (Lines{kAscend, kDspark, pd("MooncakeHybridConnector"), recompute(false),
-                                kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
+  EXPECT_EQ(refusals(o), (Lines{kAscend, kDspark, recompute(false), kTokenizerV41, kToolV41,
+                                kReasoningV41, kEngram}));
 }
 
 // §5.3, A2 multi-node: node 0 ("${HEADLESS_ARGS[@]}" empty) and node 1 (--headless

@@ -128,10 +128,6 @@ class ServeArgsTest : public ::testing::Test {
 };
 
 // Expected refusal texts (docs/compatibility.md §2–§9, §15).
-inline std::string pd(std::string_view connector) {
-  return "--kv-transfer-config kv_connector=" + std::string(connector) +
-         ": PD disaggregation is not supported yet";
-}
 inline std::string recompute(bool nested) {
   return std::string("--additional-config ") + (nested ? "scheduler_config." : "") +
          "recompute_scheduler_enable=true: recomputing PD requests on the prefill side is not "

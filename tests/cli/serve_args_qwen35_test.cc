@@ -170,7 +170,7 @@ constexpr const char* kQwenPdPrefill = R"sh("@MODEL@" \
 
 TEST_F(ServeArgsTest, Qwen35PdPrefill) {
   const Outcome o = serve(kQwenPdPrefill);
-  EXPECT_EQ(refusals(o), (Lines{kAscend, pd("MooncakeConnectorV1")}));
+  EXPECT_EQ(refusals(o), (Lines{kAscend}));
   EXPECT_FALSE(o.args->disable_hybrid_kv_cache_manager);
 }
 
@@ -234,7 +234,7 @@ TEST_F(ServeArgsTest, Qwen35PdDecode) {
       }
     }
   }')sh");
-  EXPECT_EQ(refusals(o), (Lines{kAscend, pd("MooncakeConnectorV1"), recompute(true)}));
+  EXPECT_EQ(refusals(o), (Lines{kAscend, recompute(true)}));
 }
 
 // §5.5 PD on A3 with the MXFP8 KV cache and the V2 connector.
@@ -298,7 +298,7 @@ TEST_F(ServeArgsTest, Qwen35PdMxfp8) {
       }
     }
   }')sh");
-  EXPECT_EQ(refusals(prefill), (Lines{kMxfp8, kAscend, pd("MooncakeConnectorV2")}));
+  EXPECT_EQ(refusals(prefill), (Lines{kMxfp8, kAscend}));
 
   const Outcome decode = serve(R"sh("@MODEL@" \
   --host "10.0.0.2" \
@@ -362,7 +362,7 @@ TEST_F(ServeArgsTest, Qwen35PdMxfp8) {
       }
     }
   }')sh");
-  EXPECT_EQ(refusals(decode), (Lines{kMxfp8, kAscend, pd("MooncakeConnectorV2"), recompute(true)}));
+  EXPECT_EQ(refusals(decode), (Lines{kMxfp8, kAscend, recompute(true)}));
 }
 
 // §5.6 PD on A2 with the W4A8 hub id, as `bash run_p.sh 0,…,7 30060 1 0 IP 6884 8` and
@@ -395,7 +395,7 @@ TEST_F(ServeArgsTest, Qwen35PdA2HubId) {
   --speculative-config '{"method":"qwen3_5_mtp","num_speculative_tokens":3}' \
   --additional-config '{"enable_flashcomm1":true,"ascend_compilation_config":{"enable_npugraph_ex":false,"enable_static_kernel":false}, "weight_nz_mode":1, "enable_shared_expert_dp":true,"scheduler_config":{"recompute_scheduler_enable":false}}' \
   --kv-transfer-config '{"kv_connector":"MooncakeConnectorV1","kv_buffer_device":"npu","kv_role":"kv_producer","kv_port":"55220","engine_id":"0","kv_connector_extra_config":{"prefill":{"dp_size":1,"tp_size":8},"decode":{"dp_size":1,"tp_size":8}}}')sh");
-  EXPECT_EQ(refusals(prefill), (Lines{hub(id), kAscend, pd("MooncakeConnectorV1")}));
+  EXPECT_EQ(refusals(prefill), (Lines{hub(id), kAscend}));
 
   const Outcome decode = serve(R"sh(Eco-Tech/Qwen3.5-397B-A17B-w4a8-mtp \
   --host "10.0.0.3" \
@@ -426,8 +426,7 @@ TEST_F(ServeArgsTest, Qwen35PdA2HubId) {
   --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
   --additional-config '{"ascend_compilation_config":{"enable_npugraph_ex":true,"enable_static_kernel":false}, "weight_nz_mode":1, "enable_shared_expert_dp":false, "scheduler_config":{"recompute_scheduler_enable":true}}' \
   --kv-transfer-config '{"kv_connector":"MooncakeConnectorV1","kv_buffer_device":"npu","kv_role":"kv_consumer","kv_port":"56010","engine_id":"2","kv_connector_extra_config":{"prefill":{"dp_size":1,"tp_size":8},"decode":{"dp_size":1,"tp_size":8}}}')sh");
-  EXPECT_EQ(refusals(decode),
-            (Lines{hub(id), kAscend, pd("MooncakeConnectorV1"), recompute(true)}));
+  EXPECT_EQ(refusals(decode), (Lines{hub(id), kAscend, recompute(true)}));
   EXPECT_EQ(decode.args->parallel.data_parallel_rank, 0);
 }
 

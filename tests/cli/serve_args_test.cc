@@ -180,17 +180,20 @@ TEST_F(ServeArgsTest, JsonFlagsRefuseUnknownKeysAndWrongTypes) {
 
 TEST_F(ServeArgsTest, JsonFlagValuesAndNeutralValues) {
   // kv_port as a number; a connector Kestrel does not know.
-  EXPECT_EQ(
-      refusals(serve(
-          R"(@MODEL@ --kv-transfer-config '{"kv_connector":"MooncakeConnectorV1","kv_port":30000}')")),
-      Lines{pd("MooncakeConnectorV1")});
+  const Outcome numeric = accepted(
+      R"(@MODEL@ --kv-transfer-config '{"kv_connector":"MooncakeConnectorV1","kv_port":30000}')");
+  ASSERT_TRUE(numeric.args->engine.kv.has_value());
+  EXPECT_EQ(numeric.args->engine.kv->transfer.kv_port, 30000);
+  EXPECT_EQ(numeric.args->engine.kv->transfer.role, KvRole::kBoth);
   EXPECT_EQ(refusals(serve(R"(@MODEL@ --kv-transfer-config '{"kv_connector":"NixlConnector"}')")),
             Lines{"--kv-transfer-config: unknown KV connector 'NixlConnector' "
-                  "(MooncakeConnectorV1, MooncakeConnectorV2, MooncakeHybridConnector)"});
+                  "(MooncakeConnectorV1, MooncakeConnector, MooncakeConnectorV2, "
+                  "MooncakeHybridConnector)"});
   EXPECT_EQ(refusals(serve(R"(@MODEL@ --kv-transfer-config '{"kv_role":"kv_producer"}')")),
             Lines{"--kv-transfer-config: missing key 'kv_connector'"});
   // Neutral: nothing to speculate, no connector.
-  accepted(R"(@MODEL@ --speculative-config '{}' --kv-transfer-config '{}')");
+  EXPECT_FALSE(accepted(R"(@MODEL@ --speculative-config '{}' --kv-transfer-config '{}')")
+                   .args->engine.kv.has_value());
   accepted(R"(@MODEL@ --speculative-config '{"num_speculative_tokens":0}')");
   // Every compilation-config key is ignored, known to vLLM or not.
   EXPECT_TRUE(has_note(
@@ -401,9 +404,49 @@ TEST_F(ServeArgsTest, DocumentedRefusalTextsMatch) {
         refusal("@MODEL@ --tokenizer-mode X"), refusal("@MODEL@ --chat-template X"),
         refusal(R"(@MODEL@ --speculative-config '{"method":"dspark","num_speculative_tokens":5}')"),
         refusal(R"(@MODEL@ --speculative-config '{"method":"suffix","num_speculative_tokens":5}')"),
-        refusal(R"(@MODEL@ --kv-transfer-config '{"kv_connector":"MooncakeConnectorV1"}')"),
-        hub_text})
+        refusal(R"(@MODEL@ --additional-config '{"recompute_scheduler_enable":true}')"), hub_text})
     EXPECT_NE(doc->find(text), std::string::npos) << text;
+}
+
+// --kv-transfer-config beyond the guides' own lines: the layouts in kv_connector_extra_config
+// must be the instance's, headless ranks are refused, the push connector is refused with why.
+TEST_F(ServeArgsTest, KvTransferConfigFitsTheInstance) {
+  const Outcome d = accepted(
+      R"(@MODEL@ --tensor-parallel-size 2 --kv-transfer-config '{"kv_connector":"MooncakeConnectorV1","kv_role":"kv_consumer","kv_port":"31000","engine_id":7,"kv_load_failure_policy":"fail","kv_connector_module_path":"mooncake.x","kv_connector_extra_config":{"prefill":{"dp_size":4,"tp_size":1},"decode":{"dp_size":1,"tp_size":2},"kv_lease_duration":2.5,"kv_load_timeout":4}}')");
+  ASSERT_TRUE(d.args->engine.kv.has_value());
+  const KvTransferConfig& t = d.args->engine.kv->transfer;
+  EXPECT_EQ(t.role, KvRole::kConsumer);
+  EXPECT_EQ(t.kv_port, 31000);
+  EXPECT_EQ(t.engine_id, "7");
+  EXPECT_EQ(t.load_failure_policy, KvLoadFailurePolicy::kFail);
+  EXPECT_EQ(t.lease_duration, std::chrono::milliseconds(2500));
+  EXPECT_EQ(t.load_timeout, std::chrono::milliseconds(4000));
+  EXPECT_TRUE(has_note(*d.args, "--kv-transfer-config kv_connector_module_path"));
+
+  EXPECT_EQ(
+      refusals(serve(
+          R"(@MODEL@ --kv-transfer-config '{"kv_connector":"MooncakeConnectorV1","kv_role":"kv_producer","kv_connector_extra_config":{"prefill":{"dp_size":2,"tp_size":8}}}')")),
+      Lines{"--kv-transfer-config kv_connector_extra_config.prefill: dp_size 2, tp_size 8, but "
+            "this prefill instance runs --data-parallel-size 1 and --tensor-parallel-size 1"});
+  EXPECT_EQ(
+      refusals(serve(
+          R"(@MODEL@ --data-parallel-size 2 --data-parallel-size-local 1 --data-parallel-start-rank 1 --headless --kv-transfer-config '{"kv_connector":"MooncakeConnectorV1","kv_role":"kv_consumer"}')")),
+      Lines{"--kv-transfer-config: a node's data-parallel ranks serve their KV from that node, so "
+            "each node runs its own server (--data-parallel-rank per rank, or "
+            "--data-parallel-hybrid-lb), not --headless ranks behind a head"});
+  const auto layerwise = refusals(serve(
+      R"(@MODEL@ --kv-transfer-config '{"kv_connector":"MooncakeLayerwiseConnector","kv_role":"kv_consumer"}')"));
+  ASSERT_EQ(layerwise.size(), 1u);
+  EXPECT_NE(layerwise[0].find("push connector"), std::string::npos) << layerwise[0];
+  EXPECT_EQ(
+      refusals(serve(
+          R"(@MODEL@ --kv-transfer-config '{"kv_connector":"MooncakeConnectorV1","kv_load_failure_policy":"retry"}')")),
+      Lines{"--kv-transfer-config kv_load_failure_policy: 'retry' is neither fail nor recompute"});
+  EXPECT_EQ(
+      refusals(serve(
+          R"(@MODEL@ --kv-transfer-config '{"kv_connector":"MooncakeConnectorV1","kv_connector_extra_config":{"kv_lease_duration":0}}')")),
+      Lines{"--kv-transfer-config: 'kv_connector_extra_config.kv_lease_duration' must be a "
+            "number above 0"});
 }
 
 }  // namespace

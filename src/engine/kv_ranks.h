@@ -1,0 +1,41 @@
+// engine/kv_ranks.h — an instance's prefill/decode disaggregation pieces per rank, from
+// --kv-transfer-config (issue 21): data-parallel rank d's engine id (the configured one, with
+// _dp<d> when there are several ranks) and its TP ranks' ports (kv_port + d · tp_size + t,
+// Mooncake's per-rank blocks), the rank's engine-side connector, and each TP rank's KV worker.
+// Set-up only: the engine client owns the connectors, each rank's model runner its worker.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/kv_connector.h"
+#include "kvx/kv_worker.h"
+
+namespace kestrel {
+
+// What every rank of this instance shares (set before the worker processes fork).
+struct KvInstance {
+  KvTransferConfig transfer;
+  std::string host;    // the address the instance's KV servers advertise
+  uint64_t epoch = 0;  // this start's incarnation: a restarted instance is a new peer
+  int dp_size = 1, tp_size = 1;
+  int block_size = 16;
+};
+
+// A random engine id, for a config without one.
+std::string random_engine_id();
+std::string kv_engine_id(const KvInstance& kv, int dp_rank);
+int kv_rank_port(const KvInstance& kv, int dp_rank, int tp_rank);
+
+// Data-parallel rank `dp_rank`'s connector.
+std::unique_ptr<KvConnector> make_kv_connector(const KvInstance& kv, int dp_rank);
+
+// The KV worker of TP rank `tp_rank` of data-parallel rank `dp_rank`, over its runner's pool:
+// a producer's serves its port (TP rank 0's answers the lease messages through `control`), a
+// consumer's pulls. An error names a model whose KV cannot move and a port already taken.
+Expected<std::unique_ptr<KvWorker>> start_kv_worker(const KvInstance& kv, const CausalLM& model,
+                                                    const KVMemoryView& memory, int dp_rank,
+                                                    int tp_rank, KvControlHandler control = {});
+
+}  // namespace kestrel
