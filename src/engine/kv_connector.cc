@@ -202,6 +202,8 @@ KvConnector::Clock::time_point KvConnector::next_deadline() const {
 
 KvTransferStats KvConnector::stats() const {
   KvTransferStats s = stats_;
+  s.enabled = true;
+  s.pending = int64_t(pending_.size());
   if (registry_) s.leases = registry_->stats();
   return s;
 }

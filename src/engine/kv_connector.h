@@ -65,8 +65,10 @@ struct KvConnectorConfig {
 inline constexpr double kKvLoadSecondsBuckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                    0.25,  0.5,    1.0,   2.5,  5.0,   10.0, 30.0};
 
-// Counters for /metrics (cumulative).
+// Counters for /metrics (cumulative, but for the gauges `pending` and `leases.active`).
 struct KvTransferStats {
+  bool enabled = false;       // this rank has a connector
+  int64_t pending = 0;        // requests whose load is not decided yet
   int64_t loads = 0;          // loads decided good
   int64_t load_failures = 0;  // loads that failed or whose lease had lapsed
   int64_t recomputes = 0;     // of those, requests that prefilled locally instead

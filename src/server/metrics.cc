@@ -203,6 +203,23 @@ void Histogram::touch(const std::vector<std::string>& label_values) {
   series(label_values);
 }
 
+void Histogram::add_cumulative(const std::vector<std::string>& label_values,
+                               const std::vector<int64_t>& cumulative, int64_t count, double sum) {
+  check_arity(label_values);
+  KCHECK(cumulative.size() == bounds_.size(), "histogram {}: {} counts for {} bounds", name_,
+         cumulative.size(), bounds_.size());
+  std::lock_guard lock(mu_);
+  Series& s = series(label_values);
+  int64_t below = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    s.counts[i] += uint64_t(std::max<int64_t>(0, cumulative[i] - below));
+    below = std::max(below, cumulative[i]);
+  }
+  s.counts.back() += uint64_t(std::max<int64_t>(0, count - below));
+  s.count += uint64_t(std::max<int64_t>(0, count));
+  s.sum += sum;
+}
+
 void Histogram::render(std::string* out) const {
   render_header(name_, "histogram", out);
   std::lock_guard lock(mu_);
@@ -356,6 +373,57 @@ void render_spec_decode(const std::vector<EngineStats>& ranks, const std::string
     f->render(out);
 }
 
+// Prefill/decode disaggregation (only on an instance with --kv-transfer-config; vLLM's Mooncake
+// connector exports none, so these are Kestrel's own): the decode side's loads, the prefill
+// side's leases; one series per engine.
+void render_kv_transfer(const std::vector<EngineStats>& ranks, const std::string& model,
+                        std::string* out) {
+  Counter loads("kestrel:kv_transfer_loads", "Prompt KV loads from prefill instances used.",
+                kLabelNames);
+  Counter failures("kestrel:kv_transfer_load_failures",
+                   "Prompt KV loads that failed, timed out or whose lease had lapsed.",
+                   kLabelNames);
+  Counter recomputes("kestrel:kv_transfer_recomputes",
+                     "Requests prefilled locally after their KV load failed.", kLabelNames);
+  Counter bytes("kestrel:kv_transfer_bytes", "Bytes of KV loaded from prefill instances.",
+                kLabelNames);
+  Counter blocks("kestrel:kv_transfer_blocks", "KV blocks loaded from prefill instances.",
+                 kLabelNames);
+  Gauge pending("kestrel:kv_transfer_loads_pending",
+                "Requests waiting for their prompt's KV from a prefill instance.", kLabelNames);
+  Histogram seconds(
+      "kestrel:kv_transfer_load_seconds", "Time from a load's start to its last block, in seconds.",
+      kLabelNames,
+      std::vector<double>(std::begin(kKvLoadSecondsBuckets), std::end(kKvLoadSecondsBuckets)));
+  Gauge leases("kestrel:kv_transfer_leases_active",
+               "Finished prompts whose KV blocks wait for a decode instance.", kLabelNames);
+  Counter leased("kestrel:kv_transfer_leases_created", "Prompt KV leases granted.", kLabelNames);
+  Counter released("kestrel:kv_transfer_leases_released",
+                   "Prompt KV leases released by a decode instance.", kLabelNames);
+  Counter expired("kestrel:kv_transfer_leases_expired",
+                  "Prompt KV leases that lapsed without the decode instance's heartbeat.",
+                  kLabelNames);
+  for (const EngineStats& r : ranks) {
+    const std::vector<std::string> base = {model, std::to_string(r.engine_index)};
+    const KvTransferStats& k = r.kv;
+    loads.inc(base, double(k.loads));
+    failures.inc(base, double(k.load_failures));
+    recomputes.inc(base, double(k.recomputes));
+    bytes.inc(base, double(k.bytes_loaded));
+    blocks.inc(base, double(k.blocks_loaded));
+    pending.set(base, double(k.pending));
+    seconds.add_cumulative(base, k.load_seconds_buckets, k.loads, k.load_seconds_sum);
+    leases.set(base, double(k.leases.active));
+    leased.inc(base, double(k.leases.created));
+    released.inc(base, double(k.leases.released));
+    expired.inc(base, double(k.leases.expired));
+  }
+  for (const MetricFamily* f : std::initializer_list<const MetricFamily*>{
+           &loads, &failures, &recomputes, &bytes, &blocks, &pending, &seconds, &leases, &leased,
+           &released, &expired})
+    f->render(out);
+}
+
 }  // namespace
 
 std::string ServerMetrics::render(const std::vector<EngineStats>& ranks) const {
@@ -401,6 +469,7 @@ std::string ServerMetrics::render(const std::vector<EngineStats>& ranks) const {
   }
   if (!ranks.empty() && ranks.front().num_speculative_tokens > 0)
     render_spec_decode(ranks, model_name_, &out);
+  if (!ranks.empty() && ranks.front().kv.enabled) render_kv_transfer(ranks, model_name_, &out);
   registry_.render(&out);
   return out;
 }

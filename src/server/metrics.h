@@ -85,6 +85,10 @@ class Histogram : public MetricFamily {
   // Non-finite observations are dropped: they would break the sum and the bucket invariants.
   void observe(const std::vector<std::string>& label_values, double value);
   void touch(const std::vector<std::string>& label_values);
+  // Adds observations counted elsewhere: `cumulative[i]` at or below upper_bounds()[i] (one per
+  // bound), `count` in all, `sum` of their values.
+  void add_cumulative(const std::vector<std::string>& label_values,
+                      const std::vector<int64_t>& cumulative, int64_t count, double sum);
   const std::vector<double>& upper_bounds() const { return bounds_; }
   void render(std::string* out) const override;
 

@@ -464,6 +464,49 @@ TEST(MetricsServer, SpecDecodeCountersOnlyWithASpeculativeConfig) {
   EXPECT_TRUE(e.find(per_pos, with(kBase, "position", "3")).empty());
 }
 
+TEST(MetricsServer, KvTransferFamiliesOnlyWithAConnector) {
+  ServerMetrics metrics("m", 4096);
+  EngineStats stats = sample_stats();
+  EXPECT_EQ(metrics.render({stats}).find("kv_transfer"), std::string::npos);
+  KvTransferStats& k = stats.kv;
+  k.enabled = true;
+  k.pending = 2;
+  k.loads = 3;
+  k.load_failures = 1;
+  k.recomputes = 1;
+  k.bytes_loaded = 4096;
+  k.blocks_loaded = 5;
+  // Loads of 0.004 s, 0.02 s and 60 s (past the last bound): cumulative per bound.
+  for (size_t b = 0; b < k.load_seconds_buckets.size(); ++b)
+    k.load_seconds_buckets[b] =
+        (kKvLoadSecondsBuckets[b] >= 0.004) + (kKvLoadSecondsBuckets[b] >= 0.02);
+  k.load_seconds_sum = 60.024;
+  k.leases = LeaseStats{1, 7, 5, 1};
+  const std::string text = metrics.render({stats});
+  const Exposition e = parse_exposition(text);
+  ASSERT_EQ(e.error, "") << text;
+  EXPECT_EQ(e.types.at("kestrel:kv_transfer_loads_total"), "counter");
+  EXPECT_EQ(e.value("kestrel:kv_transfer_loads_total", kBase), 3);
+  EXPECT_EQ(e.value("kestrel:kv_transfer_load_failures_total", kBase), 1);
+  EXPECT_EQ(e.value("kestrel:kv_transfer_recomputes_total", kBase), 1);
+  EXPECT_EQ(e.value("kestrel:kv_transfer_bytes_total", kBase), 4096);
+  EXPECT_EQ(e.value("kestrel:kv_transfer_blocks_total", kBase), 5);
+  EXPECT_EQ(e.value("kestrel:kv_transfer_loads_pending", kBase), 2);
+  EXPECT_EQ(e.types.at("kestrel:kv_transfer_load_seconds"), "histogram");
+  const char* b = "kestrel:kv_transfer_load_seconds_bucket";
+  EXPECT_EQ(e.value(b, with(kBase, "le", "0.0025")), 0);
+  EXPECT_EQ(e.value(b, with(kBase, "le", "0.005")), 1);
+  EXPECT_EQ(e.value(b, with(kBase, "le", "0.025")), 2);
+  EXPECT_EQ(e.value(b, with(kBase, "le", "30.0")), 2);
+  EXPECT_EQ(e.value(b, with(kBase, "le", "+Inf")), 3);
+  EXPECT_EQ(e.value("kestrel:kv_transfer_load_seconds_count", kBase), 3);
+  EXPECT_NEAR(e.value("kestrel:kv_transfer_load_seconds_sum", kBase), 60.024, 1e-9);
+  EXPECT_EQ(e.value("kestrel:kv_transfer_leases_active", kBase), 1);
+  EXPECT_EQ(e.value("kestrel:kv_transfer_leases_created_total", kBase), 7);
+  EXPECT_EQ(e.value("kestrel:kv_transfer_leases_released_total", kBase), 5);
+  EXPECT_EQ(e.value("kestrel:kv_transfer_leases_expired_total", kBase), 1);
+}
+
 TEST(MetricsServer, BucketBoundsFollowVllm) {
   ServerMetrics metrics("m", 2048);
   const Exposition e = parse_exposition(metrics.render({EngineStats{}}));
