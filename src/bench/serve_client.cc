@@ -19,6 +19,8 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
+#include "server/http/sse_decoder.h"
+
 namespace kestrel::bench {
 
 namespace {
@@ -33,8 +35,6 @@ using nlohmann::json;
 
 // An error body beyond this is cut: only its message is wanted.
 constexpr size_t kMaxErrorBody = 64u << 10;
-// One SSE event (a whole completion chunk) beyond this means a broken stream.
-constexpr size_t kMaxEventBytes = 16u << 20;
 // Read granularity per connection; streamed chunks are far smaller.
 constexpr size_t kReadChunk = 16u << 10;
 // Latest honoured send time, so that absurd schedules cannot overflow the clock.
@@ -91,62 +91,6 @@ std::string error_message(const json& body) {
   return "";
 }
 
-// Reassembles Server-Sent Events from a byte stream cut anywhere: payloads are the event's
-// "data:" lines joined by '\n'; other fields and comments are ignored.
-class SseDecoder {
- public:
-  // Calls on_event(payload) for each completed event until it returns false. Returns false if
-  // the stream is malformed (an event too large to be real).
-  template <typename OnEvent>
-  bool feed(std::string_view bytes, OnEvent&& on_event) {
-    while (!bytes.empty()) {
-      size_t newline = bytes.find('\n');
-      if (newline == std::string_view::npos) {
-        line_.append(bytes);
-        return line_.size() <= kMaxEventBytes;
-      }
-      line_.append(bytes.substr(0, newline));
-      bytes.remove_prefix(newline + 1);
-      if (!line_.empty() && line_.back() == '\r') line_.pop_back();
-      std::optional<std::string> event = take_line();
-      if (data_.size() > kMaxEventBytes) return false;
-      if (event && !on_event(std::move(*event))) return true;
-    }
-    return true;
-  }
-
-  // At the end of the stream: the last event when the server did not end it with a blank line.
-  std::optional<std::string> flush() {
-    std::optional<std::string> event = take_line();
-    if (event) return event;
-    return take_line();
-  }
-
- private:
-  // Consumes line_; returns the payload when the line (empty) completes an event.
-  std::optional<std::string> take_line() {
-    std::optional<std::string> event;
-    if (line_.empty()) {
-      if (has_data_) {
-        has_data_ = false;
-        event = std::move(data_);
-        data_.clear();
-      }
-    } else if (line_.compare(0, 5, "data:") == 0) {
-      const size_t skip = line_.size() > 5 && line_[5] == ' ' ? 6 : 5;
-      if (has_data_) data_ += '\n';
-      data_.append(line_, skip);
-      has_data_ = true;
-    }
-    line_.clear();
-    return event;
-  }
-
-  std::string line_;
-  std::string data_;
-  bool has_data_ = false;
-};
-
 class Runner;
 
 // One request: connect, send, read the streamed response, fill the trace.
@@ -180,7 +124,7 @@ class Session : public std::enable_shared_from_this<Session> {
   http::request<http::string_body> http_request_;
   http::response_parser<http::buffer_body> parser_;
   std::array<char, kReadChunk> chunk_;
-  SseDecoder sse_;
+  server::SseDecoder sse_;
   std::string error_body_;
   unsigned status_ = 0;
   Clock::time_point sent_;
