@@ -124,6 +124,7 @@ Expected<SchedulerConfig> scheduler_config(const EngineArgs& a, const ModelConfi
   c.enable_chunked_prefill = a.enable_chunked_prefill;
   c.enable_prefix_caching = a.enable_prefix_caching;
   c.block_size = a.block_size;
+  c.give_back_preempted = a.give_back_preempted;
   c.max_num_batched_tokens = a.max_num_batched_tokens.value_or(
       a.enable_chunked_prefill ? std::max<int64_t>(kDefaultChunkedBatchedTokens, c.max_num_seqs)
                                : std::max(kDefaultMaxNumBatchedTokens, c.max_model_len));

@@ -63,6 +63,9 @@ struct EngineArgs {
   // Prefill/decode disaggregation, from --kv-transfer-config (serve sets it): what every rank
   // shares; start_engine fills in the sizes from the flags above.
   std::optional<KvInstance> kv;
+  // A PD decode instance gives back requests it has no blocks for (serve sets it from
+  // --additional-config recompute_scheduler_enable on a kv_consumer).
+  bool give_back_preempted = false;
 };
 
 // Refuses the executor backends Kestrel does not run (ray, external_launcher) and uni with

@@ -474,8 +474,9 @@ void check_kv_transfer(ServeArgs& a, Findings& f) {
   a.engine.kv->transfer = *parsed;
 }
 
-void check_additional_config(const ServeArgs& a, Findings& f) {
+void check_additional_config(ServeArgs& a, Findings& f) {
   constexpr std::string_view kFlag = "--additional-config";
+  a.engine.give_back_preempted = false;
   const auto extra = parse_object(kFlag, a.additional_config, f);
   if (!extra || !check_keys(*extra, kAdditionalKeys, kFlag, "", UnknownKeys::kWarn, f)) return;
   std::string ignored;
@@ -485,11 +486,16 @@ void check_additional_config(const ServeArgs& a, Findings& f) {
     if (key.name == "recompute_scheduler_enable" || key.name == "scheduler_config") {
       const json& flag =
           key.name == "scheduler_config" ? v.value("recompute_scheduler_enable", json(false)) : v;
-      if (flag.get<bool>())
-        f.refuse(fmt::format(
-            "{} {}recompute_scheduler_enable=true: recomputing PD requests on the prefill side "
-            "is not supported yet",
-            kFlag, key.name == "scheduler_config" ? "scheduler_config." : ""));
+      if (!flag.get<bool>()) continue;
+      // vLLM-Ascend's recompute scheduler changes only a decode instance: a request it has no
+      // blocks for goes back to the proxy instead of waiting here.
+      if (a.engine.kv && a.engine.kv->transfer.role == KvRole::kConsumer) {
+        a.engine.give_back_preempted = true;
+      } else {
+        f.note(fmt::format("{} {}recompute_scheduler_enable (only a kv_consumer gives requests "
+                           "back)",
+                           kFlag, key.name == "scheduler_config" ? "scheduler_config." : ""));
+      }
       continue;
     }
     ignored.append(ignored.empty() ? "" : ", ").append(key.name);

@@ -248,6 +248,13 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
   std::vector<EngineCoreOutput> outputs = std::move(pending_);
   pending_.clear();
   SchedulerOutput sched = scheduler_.schedule();
+  for (RequestHandle id : scheduler_.take_given_back()) {
+    EngineCoreOutput out = output_for(id);
+    out.finish_reason = FinishReason::kStop;
+    out.given_back = true;
+    retire(id);
+    outputs.push_back(std::move(out));
+  }
   // Loads in flight are polled: the workers report them in the step's output.
   if (sched.scheduled.empty() && sched.finished_ids.empty() && sched.kv_loads.empty() &&
       scheduler_.num_loading() == 0 && !execute_empty_steps_)

@@ -66,6 +66,9 @@ struct EngineCoreOutput {
   // Set when one of the request's own stop_token_ids (not an EOS id) ended it, as vLLM's
   // stop_reason reports it.
   std::optional<int32_t> stop_token_id;
+  // A PD decode instance gave the request back for want of KV blocks (finish_reason stop,
+  // stop_reason "recomputed": the proxy continues it elsewhere).
+  bool given_back = false;
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;
   int64_t num_output_tokens = 0;

@@ -89,6 +89,7 @@ std::optional<RequestOutput> OutputProcessor::process(EngineCoreOutput&& in, boo
   out.prompt_logprobs = std::move(in.prompt_logprobs);
   out.finish_reason = in.finish_reason;
   if (in.stop_token_id) out.stop_reason = *in.stop_token_id;
+  if (in.given_back) out.stop_reason = std::string("recomputed");
   out.num_prompt_tokens = in.num_prompt_tokens;
   out.num_cached_tokens = in.num_cached_tokens;
   out.num_output_tokens = in.num_output_tokens;

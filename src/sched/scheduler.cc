@@ -152,6 +152,17 @@ Request* Scheduler::preempt_newest() {
   return victim;
 }
 
+Request* Scheduler::give_back_newest() {
+  Request* victim = running_.back();
+  running_.pop_back();
+  kv_.free(victim->id);
+  victim->status = RequestStatus::kFinishedStopped;
+  finished_since_last_step_.push_back(victim->id);
+  given_back_.push_back(victim->id);
+  ++num_preemptions_;
+  return victim;
+}
+
 bool Scheduler::admit_remote(Request& req, SchedulerOutput& out) {
   ComputedBlocks hit;
   if (config_.enable_prefix_caching && req.read_prefix_cache)
@@ -249,6 +260,7 @@ SchedulerOutput Scheduler::schedule() {
   run_ready_loads();
 
   // Running requests: each continues its prefill chunk or decodes (one token plus its drafts).
+  bool short_of_blocks = false;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Request* req = running_[i];
     const int64_t num_new = num_to_schedule(*req, budget);
@@ -259,8 +271,9 @@ SchedulerOutput Scheduler::schedule() {
         break;
       }
       // running_ stays in admission order, so the victims are never ones already scheduled.
-      Request* victim = preempt_newest();
-      out.preempted_ids.push_back(victim->id);
+      short_of_blocks = true;
+      Request* victim = config_.give_back_preempted ? give_back_newest() : preempt_newest();
+      if (!config_.give_back_preempted) out.preempted_ids.push_back(victim->id);
       if (victim == req) break;
     }
     if (!scheduled) break;
@@ -270,7 +283,7 @@ SchedulerOutput Scheduler::schedule() {
   }
 
   // Waiting requests, front first; none when this step had to preempt (memory is short).
-  while (out.preempted_ids.empty() && !waiting_.empty() && budget > 0 &&
+  while (!short_of_blocks && !waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     Request* req = waiting_.front();
     if (req->remote_prefill) {

@@ -48,6 +48,11 @@ struct SchedulerConfig {
   // The KV cache groups (kv/kv_cache_spec.h: kind and sliding window matter here); empty: one
   // full-attention group. Every request gets one block table per group.
   std::vector<KVCacheSpec> kv_groups;
+  // A PD decode instance (vLLM-Ascend's recompute_scheduler_enable on a kv_consumer): a running
+  // request that must give up its blocks ends instead of waiting to prefill again here, and is
+  // reported by take_given_back() — the proxy continues it elsewhere (stop_reason
+  // "recomputed").
+  bool give_back_preempted = false;
 };
 
 // Ok when the config can make progress on every admissible request, else why not.
@@ -121,6 +126,8 @@ class Scheduler {
   // Requests finished since the last schedule(), which the worker has not heard of yet.
   bool has_finished_to_send() const { return !finished_since_last_step_.empty(); }
   int64_t num_preemptions() const { return num_preemptions_; }
+  // give_back_preempted: the requests ended for want of blocks since the last call.
+  std::vector<RequestHandle> take_given_back() { return std::exchange(given_back_, {}); }
   const std::deque<Request*>& waiting() const { return waiting_; }
   const std::vector<Request*>& running() const { return running_; }
   const KVCacheManager& kv() const { return kv_; }
@@ -138,6 +145,8 @@ class Scheduler {
   int64_t num_to_schedule(const Request& req, int64_t budget) const;
   // Frees the newest running request and requeues it at the front of the waiting queue.
   Request* preempt_newest();
+  // give_back_preempted: the newest running request ends (finished, its blocks freed).
+  Request* give_back_newest();
   void remove_from_queues(Request* req);
   // Appends `token` to a running request and says whether it ends the request.
   Request* find_request(RequestHandle id) const;
@@ -165,6 +174,7 @@ class Scheduler {
   uint64_t next_load_id_ = 1;
   int64_t next_arrival_ = 0;
   int64_t num_preemptions_ = 0;
+  std::vector<RequestHandle> given_back_;
 };
 
 }  // namespace kestrel

@@ -150,6 +150,10 @@ TEST_F(ServeArgsTest, DeepSeekV31PdPrefill) {
   };
   const Outcome p0 = serve(with("0", "30000"));
   EXPECT_EQ(refusals(p0), (Lines{kAscend}));
+  ASSERT_TRUE(p0.args->engine.kv.has_value());
+  EXPECT_EQ(p0.args->engine.kv->transfer.role, KvRole::kProducer);
+  EXPECT_EQ(p0.args->engine.kv->transfer.prefill->tp_size, 8);
+  EXPECT_FALSE(p0.args->engine.give_back_preempted);
   EXPECT_TRUE(has_note(*p0.args, "--enforce-eager"));
   const Outcome p1 = serve(with("1", "30100"));
   EXPECT_EQ(refusals(p1), (Lines{kAscend}));
@@ -195,9 +199,14 @@ TEST_F(ServeArgsTest, DeepSeekV31PdDecode) {
   std::string d0 = decode, d1 = decode;
   d0.replace(d0.find("RANK"), 4, "0");
   d1.replace(d1.find("RANK"), 4, "16");
-  EXPECT_EQ(refusals(serve(d0)), (Lines{kAscend, recompute(false)}));
+  EXPECT_EQ(refusals(serve(d0)), (Lines{kAscend}));
   const Outcome o = serve(d1);
-  EXPECT_EQ(refusals(o), (Lines{kAscend, recompute(false)}));
+  EXPECT_EQ(refusals(o), (Lines{kAscend}));
+  // The recompute scheduler on a decode instance: requests it has no blocks for go back.
+  ASSERT_TRUE(o.args->engine.kv.has_value());
+  EXPECT_EQ(o.args->engine.kv->transfer.role, KvRole::kConsumer);
+  EXPECT_EQ(o.args->engine.kv->transfer.kv_port, 30200);
+  EXPECT_TRUE(o.args->engine.give_back_preempted);
   EXPECT_EQ(o.args->engine.max_num_batched_tokens, 256);
   EXPECT_EQ(o.args->engine.max_num_seqs, 28);
 }
@@ -347,7 +356,7 @@ TEST_F(ServeArgsTest, DeepSeekV41PdDecode) {
         "multistream_overlap_shared_expert":true,
         "recompute_scheduler_enable":true
     }')sh");
-  EXPECT_EQ(refusals(o), (Lines{kAscend, kDspark, recompute(false), kTokenizerV41, kToolV41,
+  EXPECT_EQ(refusals(o), (Lines{kAscend, kDspark, kTokenizerV41, kToolV41,
                                 kReasoningV41, kEngram}));
 }
 

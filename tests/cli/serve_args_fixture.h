@@ -128,11 +128,6 @@ class ServeArgsTest : public ::testing::Test {
 };
 
 // Expected refusal texts (docs/compatibility.md §2–§9, §15).
-inline std::string recompute(bool nested) {
-  return std::string("--additional-config ") + (nested ? "scheduler_config." : "") +
-         "recompute_scheduler_enable=true: recomputing PD requests on the prefill side is not "
-         "supported yet";
-}
 inline std::string hub(std::string_view id) {
   return "model '" + std::string(id) +
          "': no such file or directory (Kestrel does not download models; download the "

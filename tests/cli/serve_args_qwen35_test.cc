@@ -234,7 +234,9 @@ TEST_F(ServeArgsTest, Qwen35PdDecode) {
       }
     }
   }')sh");
-  EXPECT_EQ(refusals(o), (Lines{kAscend, recompute(true)}));
+  EXPECT_EQ(refusals(o), (Lines{kAscend}));
+  EXPECT_TRUE(o.args->engine.give_back_preempted);
+  EXPECT_EQ(o.args->engine.kv->transfer.decode->tp_size, 4);
 }
 
 // §5.5 PD on A3 with the MXFP8 KV cache and the V2 connector.
@@ -362,7 +364,7 @@ TEST_F(ServeArgsTest, Qwen35PdMxfp8) {
       }
     }
   }')sh");
-  EXPECT_EQ(refusals(decode), (Lines{kMxfp8, kAscend, recompute(true)}));
+  EXPECT_EQ(refusals(decode), (Lines{kMxfp8, kAscend}));
 }
 
 // §5.6 PD on A2 with the W4A8 hub id, as `bash run_p.sh 0,…,7 30060 1 0 IP 6884 8` and
@@ -426,7 +428,7 @@ TEST_F(ServeArgsTest, Qwen35PdA2HubId) {
   --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
   --additional-config '{"ascend_compilation_config":{"enable_npugraph_ex":true,"enable_static_kernel":false}, "weight_nz_mode":1, "enable_shared_expert_dp":false, "scheduler_config":{"recompute_scheduler_enable":true}}' \
   --kv-transfer-config '{"kv_connector":"MooncakeConnectorV1","kv_buffer_device":"npu","kv_role":"kv_consumer","kv_port":"56010","engine_id":"2","kv_connector_extra_config":{"prefill":{"dp_size":1,"tp_size":8},"decode":{"dp_size":1,"tp_size":8}}}')sh");
-  EXPECT_EQ(refusals(decode), (Lines{hub(id), kAscend, recompute(true)}));
+  EXPECT_EQ(refusals(decode), (Lines{hub(id), kAscend}));
   EXPECT_EQ(decode.args->parallel.data_parallel_rank, 0);
 }
 

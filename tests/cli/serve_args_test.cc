@@ -263,6 +263,13 @@ TEST_F(ServeArgsTest, AdditionalConfigWarnsOnUnknownKeys) {
       accepted(
           R"(@MODEL@ --additional-config '{"scheduler_config":{"recompute_scheduler_enable":false}}')")
           .args->notes.empty());
+  // Without PD (or on a prefill instance) the recompute scheduler changes nothing.
+  const Outcome alone =
+      accepted(R"(@MODEL@ --additional-config '{"recompute_scheduler_enable":true}')");
+  EXPECT_FALSE(alone.args->engine.give_back_preempted);
+  EXPECT_EQ(alone.args->notes,
+            (std::vector<std::string>{"--additional-config recompute_scheduler_enable (only a "
+                                      "kv_consumer gives requests back)"}));
 }
 
 // ---- other dispositions ----
@@ -404,7 +411,7 @@ TEST_F(ServeArgsTest, DocumentedRefusalTextsMatch) {
         refusal("@MODEL@ --tokenizer-mode X"), refusal("@MODEL@ --chat-template X"),
         refusal(R"(@MODEL@ --speculative-config '{"method":"dspark","num_speculative_tokens":5}')"),
         refusal(R"(@MODEL@ --speculative-config '{"method":"suffix","num_speculative_tokens":5}')"),
-        refusal(R"(@MODEL@ --additional-config '{"recompute_scheduler_enable":true}')"), hub_text})
+        hub_text})
     EXPECT_NE(doc->find(text), std::string::npos) << text;
 }
 

@@ -273,5 +273,30 @@ TEST(PdEngineFaults, BadParamsAreRefusedUpFront) {
   EXPECT_TRUE(drains(p));
 }
 
+// The recompute scheduler of a decode instance: with too few blocks for both requests, the
+// newer one ends with stop_reason "recomputed" after the tokens it has, the other finishes whole,
+// and every block comes back.
+TEST(PdEngineFaults, ADecodeShortOfBlocksGivesTheRequestBack) {
+  auto model = test::load_fixture("llama3_f32", 1);
+  EngineClient::Options o = base_options(*model->model);
+  o.scheduler.num_blocks = 9;  // 8 usable blocks of 16 tokens
+  o.scheduler.max_model_len = 128;
+  o.scheduler.give_back_preempted = true;
+  EngineClient client(*model->model, nullptr, std::move(o));
+  const auto ps = prompts(2, 17);
+  auto first = client.add_request(test::greedy_request("a", ps[0], 90));
+  auto second = client.add_request(test::greedy_request("b", ps[1], 90));
+  ASSERT_TRUE(first.ok() && second.ok());
+  RequestOutput a, b;
+  while (!a.finished()) a.merge((*first)->next());
+  while (!b.finished()) b.merge((*second)->next());
+  EXPECT_EQ(a.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(a.token_ids.size(), 90u);
+  EXPECT_EQ(b.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(std::get<std::string>(b.stop_reason), "recomputed");
+  EXPECT_LT(b.token_ids.size(), 90u);
+  EXPECT_EQ(client.rank_stats()[0].kv_cache_usage, 0.0);
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -227,6 +227,38 @@ TEST(Scheduler, PreemptedRequestGoesToFrontAndRestartsFromZero) {
   ADD_FAILURE() << "no preemption happened";
 }
 
+// A PD decode instance's recompute scheduler: the request that would be preempted ends instead
+// (given back, its blocks freed, the worker told with the next step); the other runs on.
+TEST(Scheduler, GivesBackInsteadOfPreempting) {
+  SchedulerConfig c = small_config();
+  c.max_model_len = 32;
+  c.num_blocks = 9;
+  c.enable_prefix_caching = false;
+  c.give_back_preempted = true;
+  Harness h(c);
+  ASSERT_TRUE(h.s.add_request(spec(13, make_prompt(8, 1), 18)).ok());
+  ASSERT_TRUE(h.s.add_request(spec(14, make_prompt(8, 2), 18)).ok());
+  std::vector<RequestHandle> given_back;
+  bool told = false;
+  for (int steps = 0; steps < 200 && h.s.has_unfinished(); ++steps) {
+    const SchedulerOutput out = h.step().out;
+    EXPECT_TRUE(out.preempted_ids.empty());
+    for (RequestHandle id : out.finished_ids) told = told || id == 14;
+    for (RequestHandle id : h.s.take_given_back()) {
+      given_back.push_back(id);
+      EXPECT_EQ(h.s.request(id)->status, RequestStatus::kFinishedStopped);
+      EXPECT_TRUE(h.s.kv().block_table(id).empty());
+      EXPECT_GT(h.s.request(id)->num_output_tokens(), 0);
+    }
+    EXPECT_TRUE(h.s.kv().pool().check_invariants().empty());
+  }
+  EXPECT_EQ(given_back, std::vector<RequestHandle>{14});
+  EXPECT_TRUE(told);
+  EXPECT_EQ(h.s.num_preemptions(), 1);
+  EXPECT_EQ(h.s.request(13)->output_token_ids, reference_outputs(make_prompt(8, 1), 18));
+  EXPECT_EQ(h.s.kv().pool().num_free(), c.num_blocks - 1);
+}
+
 TEST(Scheduler, AbortInEveryStateFreesBlocks) {
   SchedulerConfig c = small_config();
   c.max_model_len = 32;
