@@ -201,8 +201,7 @@ Expected<std::shared_ptr<RequestStream>> EngineClient::add_request(GenerateReque
   const KvTransferParams kv_transfer = request.engine.kv_transfer;
   auto added = submit(std::move(request));
   // A refused consumer request still tells its producer to free the prompt's blocks.
-  if (!added.ok())
-    if (KvConnector* kv = ranks_[0]->core.kv_connector()) kv->release_refused(kv_transfer);
+  if (!added.ok()) release_kv_refused(kv_transfer);
   return added;
 }
 
@@ -307,6 +306,19 @@ std::vector<EngineStats> EngineClient::rank_stats() const {
         (ranks_[i]->lockstep && ranks_[i]->lockstep->failure()))
       out[i].dead = true;
   return out;
+}
+
+bool EngineClient::kv_backlog_full() const {
+  const int64_t limit = kKvBacklogPerSeq * options_.scheduler.max_num_seqs;
+  for (const auto& rank : ranks_) {
+    const KvConnector* kv = rank->core.kv_connector();
+    if (kv == nullptr || kv->num_pending() < limit) return false;
+  }
+  return true;
+}
+
+void EngineClient::release_kv_refused(const KvTransferParams& params) {
+  if (KvConnector* kv = ranks_[0]->core.kv_connector()) kv->release_refused(params);
 }
 
 KvTransferStats EngineClient::kv_stats() const {

@@ -120,6 +120,14 @@ class EngineClient {
   std::vector<EngineStats> rank_stats() const;
   // The KV transfer counters summed over the ranks.
   KvTransferStats kv_stats() const;
+  // Prefill/decode disaggregation, decode side: every rank already has kKvBacklogPerSeq ×
+  // max_num_seqs requests waiting for their prompt's KV. More are refused (HTTP 503) rather than
+  // queued without bound while their producers hold the blocks. Thread-safe.
+  bool kv_backlog_full() const;
+  static constexpr int64_t kKvBacklogPerSeq = 2;
+  // A request with a producer's lease refused before it reached add_request(): the producer
+  // frees the prompt's blocks now. Thread-safe.
+  void release_kv_refused(const KvTransferParams& params);
   int num_ranks() const { return int(ranks_.size()); }
   // `fn` runs on an engine thread after every step that ran the model, with the number of
   // tokens the step computed (vllm:iteration_tokens_total) and the rank's index. It must be

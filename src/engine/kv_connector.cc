@@ -99,6 +99,7 @@ Status KvConnector::admit(RequestHandle id, const KvTransferParams& params,
       r.lease_duration.count() > 0 ? r.lease_duration : config_.transfer.lease_duration;
   client_->watch(id, RemoteLease{r.host, r.port, r.lease, r.epoch, duration});
   pending_[id] = Pending{};
+  num_pending_ = int64_t(pending_.size());
   return Status::Ok();
 }
 
@@ -132,6 +133,7 @@ std::vector<std::pair<RequestHandle, std::string>> KvConnector::before_step(Sche
     }
     s.kv_load_decided(it->first, loaded, recompute);
     pending_.erase(it);
+    num_pending_ = int64_t(pending_.size());
   }
   return failed;
 }
@@ -194,6 +196,7 @@ void KvConnector::on_exit(RequestHandle id) {
   if (it == pending_.end()) return;
   if (!it->second.released) client_->release(id);
   pending_.erase(it);
+  num_pending_ = int64_t(pending_.size());
 }
 
 KvConnector::Clock::time_point KvConnector::next_deadline() const {

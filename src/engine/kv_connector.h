@@ -114,6 +114,8 @@ class KvConnector {
   // Any exit of a request: a lease still watched is released.
   void on_exit(RequestHandle id);
 
+  // Consumer requests admitted whose load is not decided yet. Thread-safe.
+  int64_t num_pending() const { return num_pending_.load(); }
   // Work the engine thread must come back for without a new request: a release in flight.
   bool busy() const { return !pending_.empty(); }
   // When the engine must wake at the latest (the next lease expiry).
@@ -137,6 +139,7 @@ class KvConnector {
   std::unordered_map<RequestHandle, Pending> pending_;
   KvTransferStats stats_;
   std::atomic<uint64_t> next_refused_{0};  // keys of refused requests' releases
+  std::atomic<int64_t> num_pending_{0};    // pending_.size(), for other threads
   std::function<void()> wake_;
 };
 

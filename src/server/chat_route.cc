@@ -1,6 +1,7 @@
 // POST /v1/chat/completions: the conversation rendered by the chat template, n choices, tools
 // (forced by a grammar or parsed out of the text) and reasoning.
 #include "server/generation_requests.h"
+#include "server/kv_lease_guard.h"
 #include "server/prompts.h"
 #include "server/protocol/chat_request.h"
 #include "server/route_support.h"
@@ -55,6 +56,7 @@ std::optional<ProtocolError> force_tool_calls(const ServingContext& ctx,
 void handle_chat(ServingContext& ctx, const HttpRequest& http, std::shared_ptr<Responder> r) {
   auto body = parse_body(http, *r);
   if (!body) return;
+  KvLeaseGuard kv_lease(ctx.engine, *body);
   auto parsed = parse_chat_request(*body);
   if (!parsed) return reply_error(*r, parsed.error());
   ChatCompletionRequest& req = parsed.value();
@@ -128,6 +130,7 @@ void handle_chat(ServingContext& ctx, const HttpRequest& http, std::shared_ptr<R
       c.request.output.skip_special_tokens = false;
     }
   }
+  kv_lease.disarm();  // the engine's from here, refusals included
   start_generation(ctx, std::move(r), std::move(spec));
 }
 

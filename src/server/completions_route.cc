@@ -1,5 +1,6 @@
 // POST /v1/completions: prompts (text or token ids) × n choices, each an engine request.
 #include "server/generation_requests.h"
+#include "server/kv_lease_guard.h"
 #include "server/prompts.h"
 #include "server/protocol/completion_request.h"
 #include "server/route_support.h"
@@ -10,6 +11,7 @@ void handle_completions(ServingContext& ctx, const HttpRequest& http,
                         std::shared_ptr<Responder> r) {
   auto body = parse_body(http, *r);
   if (!body) return;
+  KvLeaseGuard kv_lease(ctx.engine, *body);
   auto parsed = parse_completion_request(*body);
   if (!parsed) return reply_error(*r, parsed.error());
   CompletionRequest& req = parsed.value();
@@ -60,6 +62,7 @@ void handle_completions(ServingContext& ctx, const HttpRequest& http,
     }
   }
   if (auto e = constrain_choices(ctx, req.sampling.constraint, spec)) return reply_error(*r, *e);
+  kv_lease.disarm();  // the engine's from here, refusals included
   start_generation(ctx, std::move(r), std::move(spec));
 }
 

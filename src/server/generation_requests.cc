@@ -70,9 +70,15 @@ ParseResult<LogitsRules> check_sampling(const ServingContext& ctx, const Samplin
     return bad_request(
         fmt::format("Got priority {} but Priority scheduling is not enabled.", s.priority),
         "priority");
-  if (s.kv_transfer_params)
-    if (auto p = parse_kv_transfer_params(*s.kv_transfer_params); !p.ok())
-      return bad_request(p.error().message, "kv_transfer_params");
+  if (s.kv_transfer_params) {
+    auto p = parse_kv_transfer_params(*s.kv_transfer_params);
+    if (!p.ok()) return bad_request(p.error().message, "kv_transfer_params");
+    if (p->remote_prefill && ctx.engine != nullptr && ctx.engine->kv_backlog_full())
+      return ProtocolError{503, "ServiceUnavailableError",
+                           "too many requests are waiting for their prompt's KV on this decode "
+                           "instance; try another",
+                           std::nullopt};
+  }
   LogitsRules rules;
   std::vector<int64_t> outside;
   for (const auto& [id, bias] : s.logit_bias) {
