@@ -313,8 +313,8 @@ int run_tp_worker(const EngineArgs& a, const GroupNames& names, const DpGroup* e
     auto executor =
         std::make_unique<InProcessExecutor>(model, num_blocks, sc->block_size, std::move(s));
     if (const auto kv = kv_instance(a)) {
-      KASSIGN(auto worker,
-              start_kv_worker(*kv, model, executor->runner().kv_memory(), dp_rank, rank));
+      KASSIGN(auto worker, start_kv_worker(*kv, model, models->model->config,
+                                           executor->runner().kv_memory(), dp_rank, rank));
       executor->runner().set_kv_worker(std::move(worker));
     }
     return std::unique_ptr<Executor>(std::move(executor));
@@ -515,8 +515,8 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
     auto attach_kv = [&](ModelRunner& runner) -> Status {
       if (!kv) return Status::Ok();
       auto connector = make_kv_connector(*kv, dp_rank);
-      KASSIGN(auto worker, start_kv_worker(*kv, *model.model, runner.kv_memory(), dp_rank, 0,
-                                           connector->control()));
+      KASSIGN(auto worker, start_kv_worker(*kv, *model.model, model.config, runner.kv_memory(),
+                                           dp_rank, 0, connector->control()));
       runner.set_kv_worker(std::move(worker));
       opts.kv_connectors.push_back(std::move(connector));
       return Status::Ok();

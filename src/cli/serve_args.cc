@@ -492,9 +492,10 @@ void check_additional_config(ServeArgs& a, Findings& f) {
       if (a.engine.kv && a.engine.kv->transfer.role == KvRole::kConsumer) {
         a.engine.give_back_preempted = true;
       } else {
-        f.note(fmt::format("{} {}recompute_scheduler_enable (only a kv_consumer gives requests "
-                           "back)",
-                           kFlag, key.name == "scheduler_config" ? "scheduler_config." : ""));
+        f.note(
+            fmt::format("{} {}recompute_scheduler_enable (only a kv_consumer gives requests "
+                        "back)",
+                        kFlag, key.name == "scheduler_config" ? "scheduler_config." : ""));
       }
       continue;
     }

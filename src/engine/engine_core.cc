@@ -257,7 +257,7 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
   }
   // Loads in flight are polled: the workers report them in the step's output.
   if (sched.scheduled.empty() && sched.finished_ids.empty() && sched.kv_loads.empty() &&
-      scheduler_.num_loading() == 0 && !execute_empty_steps_)
+      scheduler_.num_loads_in_flight() == 0 && !execute_empty_steps_)
     return outputs;
   if (kv_connector_) kv_connector_->on_started(sched.kv_loads);
   if (!sched.scheduled.empty()) ++counters_.steps;

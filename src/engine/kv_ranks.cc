@@ -34,11 +34,12 @@ std::unique_ptr<KvConnector> make_kv_connector(const KvInstance& kv, int dp_rank
 }
 
 Expected<std::unique_ptr<KvWorker>> start_kv_worker(const KvInstance& kv, const CausalLM& model,
+                                                    const ModelConfig& whole,
                                                     const KVMemoryView& memory, int dp_rank,
                                                     int tp_rank, KvControlHandler control) {
   if (const std::string why = kv_transfer_unsupported(model, kv.block_size); !why.empty())
     return make_error("--kv-transfer-config: this model's KV cannot be transferred: {}", why);
-  const ModelConfig& c = model.config();
+  const ModelConfig& c = whole;
   // Only the KV heads matter here (whole experts: the expert split cannot fail where the
   // model's own did not).
   KASSIGN(const TpShard shard, plan_tp_shard(c, tp_rank, kv.tp_size, /*expert_parallel=*/true));

@@ -33,8 +33,11 @@ std::unique_ptr<KvConnector> make_kv_connector(const KvInstance& kv, int dp_rank
 
 // The KV worker of TP rank `tp_rank` of data-parallel rank `dp_rank`, over its runner's pool:
 // a producer's serves its port (TP rank 0's answers the lease messages through `control`), a
-// consumer's pulls. An error names a model whose KV cannot move and a port already taken.
+// consumer's pulls. `whole` is the model's configuration before sharding (a TP rank's model
+// describes only its own heads). An error names a model whose KV cannot move and a port
+// already taken.
 Expected<std::unique_ptr<KvWorker>> start_kv_worker(const KvInstance& kv, const CausalLM& model,
+                                                    const ModelConfig& whole,
                                                     const KVMemoryView& memory, int dp_rank,
                                                     int tp_rank, KvControlHandler control = {});
 

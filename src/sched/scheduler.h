@@ -112,6 +112,9 @@ class Scheduler {
   void kv_load_decided(RequestHandle id, bool loaded, bool recompute);
   // Loads started and not yet decided.
   size_t num_loading() const { return loading_.size(); }
+  // Loads the workers have not reported yet, those of requests that ended meanwhile included:
+  // steps must run to collect them (their blocks are freed then).
+  size_t num_loads_in_flight() const { return loading_.size() + orphan_loads_.size(); }
 
   // Finished requests stay readable until released.
   const Request* request(RequestHandle id) const;

@@ -28,9 +28,9 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(skip)
 
 
-def _start(extra_args, model_path=MODEL_PATH, env=None):
+def _start(extra_args, model_path=MODEL_PATH, env=None, **where):
     assert KESTREL_BIN.is_file(), f"kestrel binary not found at {KESTREL_BIN} (set KESTREL_BIN)"
-    return Server(extra_args, model_path, env)
+    return Server(extra_args, model_path, env, **where)
 
 
 def _stop(server):
@@ -66,13 +66,14 @@ def client(base_url):
 
 @pytest.fixture
 def start_server():
-    """Factory: start_server(*flags, model_path=..., env=...) starts another server with extra
-    flags (on the default model unless told) and environment variables; each is stopped (SIGTERM,
-    exit code 0 asserted) when the test ends."""
+    """Factory: start_server(*flags, model_path=..., env=..., port=..., host=..., netns=...) starts
+    another server with extra flags (on the default model unless told) and environment variables
+    (where: kestrel_e2e.Server); each is stopped (SIGTERM, exit code 0 asserted) when the test
+    ends."""
     started = []
 
-    def start(*flags, model_path=MODEL_PATH, env=None):
-        srv = _start(list(flags), model_path, env)
+    def start(*flags, model_path=MODEL_PATH, env=None, **where):
+        srv = _start(list(flags), model_path, env, **where)
         started.append(srv)
         return srv
 

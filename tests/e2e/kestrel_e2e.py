@@ -43,14 +43,19 @@ def free_port():
 class Server:
     """One `kestrel serve` process; stderr/stdout go to a temp file so a full pipe never blocks it."""
 
-    def __init__(self, extra_args=(), model_path=MODEL_PATH, env=None):
-        self.port = free_port()
-        self.host = "127.0.0.1"
+    def __init__(self, extra_args=(), model_path=MODEL_PATH, env=None, port=None,
+                 host="127.0.0.1", netns=None):
+        """`port`: a given one (a restart on the same address); `netns`: run inside that network
+        namespace, listening on `host` there."""
+        self.port = port or free_port()
+        self.host = host
         self.base_url = f"http://{self.host}:{self.port}"
         self.model = str(model_path)
         self._log = tempfile.NamedTemporaryFile(prefix="kestrel-e2e-", suffix=".log", delete=False)
         cmd = [str(KESTREL_BIN), "serve", self.model, "--host", self.host, "--port",
                str(self.port), *BASE_FLAGS, *extra_args]
+        if netns:
+            cmd = ["ip", "netns", "exec", netns, *cmd]
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})})
         self._wait_healthy()

@@ -126,9 +126,13 @@ TEST(SchedulerRemoteKv, ARequestEndingMidLoadLeavesItsBlocksWithTheLoad) {
   ASSERT_EQ(r.out.kv_loads.size(), 1u);
   const uint64_t load_id = r.out.kv_loads[0].load_id;
   EXPECT_EQ(used_blocks(h.s), 4);
+  EXPECT_EQ(h.s.num_loads_in_flight(), 1u);
   h.s.abort(1);
   EXPECT_EQ(used_blocks(h.s), 4);  // still being written
   EXPECT_TRUE(h.s.has_unfinished());
+  // Nothing left to decide, but the engine must still step to hear the load end.
+  EXPECT_EQ(h.s.num_loading(), 0u);
+  EXPECT_EQ(h.s.num_loads_in_flight(), 1u);
   // The handle is reused (once the worker has dropped it), with other blocks.
   h.s.release(1);
   h.step();
@@ -137,6 +141,7 @@ TEST(SchedulerRemoteKv, ARequestEndingMidLoadLeavesItsBlocksWithTheLoad) {
   ASSERT_TRUE(h.s.request(1)->is_finished());
   EXPECT_EQ(h.s.kv_load_reported(load_id), std::nullopt);  // the request is gone: freed now
   EXPECT_EQ(used_blocks(h.s), 0);
+  EXPECT_EQ(h.s.num_loads_in_flight(), 0u);
   EXPECT_FALSE(h.s.has_unfinished());
 }
 
