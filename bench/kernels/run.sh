@@ -12,9 +12,11 @@ cmake -S "$root" -B "$build" -G Ninja -DKESTREL_BUILD_BENCHMARKS=ON -DCMAKE_BUIL
 bins=(peak_bench matmul_bench blas_bench attention_bench structured_bench contract_bench pool_bench)
 # oneDNN's matmul beside Kestrel's (issue 18), where Debian's libdnnl-dev is installed.
 [[ -e /usr/include/oneapi/dnnl/dnnl.hpp ]] && bins+=(dnnl_bench)
-ninja -C "$build" "${bins[@]}" collectives_bench
+ninja -C "$build" "${bins[@]}" collectives_bench kv_transfer_bench
 for bin in "${bins[@]}"; do
   "$build/bench/kernels/$bin" --benchmark_min_time=0.05 "$@"
 done
 # Not a Google Benchmark binary: its ranks are processes (issue 20).
 "$build/bench/kernels/collectives_bench" 2
+# KV pulls over loopback TCP beside memcpy (issue 21).
+"$build/bench/kernels/kv_transfer_bench"
