@@ -40,6 +40,19 @@ def free_port():
         return s.getsockname()[1]
 
 
+def two_free_ports():
+    for _ in range(100):
+        with socket.socket() as a, socket.socket() as b:
+            try:
+                a.bind(("127.0.0.1", 0))
+                port = a.getsockname()[1]
+                b.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no two consecutive free ports")
+
+
 class Server:
     """One `kestrel serve` process; stderr/stdout go to a temp file so a full pipe never blocks it."""
 

@@ -17,7 +17,7 @@ import subprocess
 import time
 
 from kestrel_e2e import (KESTREL_BIN, MODEL_PATH, REPO, free_port, metric, post_json, request,
-                         scrape, wait_for)
+                         scrape, two_free_ports, wait_for)
 
 TEMPLATE = """#!/bin/bash
 # As the guides' run_dp_template.sh, with kestrel serve; ASCEND_RT_VISIBLE_DEVICES=$1 there.
@@ -29,19 +29,6 @@ grep Cpus_allowed_list /proc/self/status > "{dir}/cpus-$4.txt"
   --tensor-parallel-size $7 --max-model-len {max_len} --kv-cache-memory 128M {extra}
 """
 MOE = REPO / "tests" / "fixtures" / "models" / "qwen3_moe_bf16"
-
-
-def two_free_ports():
-    for _ in range(100):
-        with socket.socket() as a, socket.socket() as b:
-            try:
-                a.bind(("127.0.0.1", 0))
-                port = a.getsockname()[1]
-                b.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no two consecutive free ports")
 
 
 def start_launch(tmp_path, fail="", host="127.0.0.1", tp=1, netns=None, port=None,

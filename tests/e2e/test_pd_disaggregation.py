@@ -26,7 +26,7 @@ import time
 import pytest
 
 from kestrel_e2e import (KESTREL_BIN, MODEL_PATH, REPO, Server, free_port, get_json, metric,
-                         post_json, request, scrape, sse_post, wait_for)
+                         post_json, request, scrape, sse_post, two_free_ports, wait_for)
 
 FIXTURES = REPO / "tests" / "fixtures" / "models"
 PROMPTS = [
@@ -290,7 +290,7 @@ def test_prefill_in_another_network_namespace(cluster, netns):
 
 
 def test_launch_starts_a_prefill_group_and_bench_serve_runs_through_the_proxy(cluster, tmp_path):
-    kv_port, rpc, start = free_port(), free_port(), free_port()
+    kv_port, rpc, start = free_port(), free_port(), two_free_ports()
     template = tmp_path / "run_dp_template.sh"
     template.write_text(f"""#!/bin/bash
 exec {KESTREL_BIN} serve {MODEL_PATH} --host 127.0.0.1 --port $2 --data-parallel-size $3 \\
