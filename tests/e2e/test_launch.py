@@ -12,7 +12,6 @@ import concurrent.futures
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 
