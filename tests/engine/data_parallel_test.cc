@@ -4,6 +4,7 @@
 // there), and stop together when one rank fails, ending every request with that rank's error.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -54,16 +55,19 @@ class SlowExecutor final : public Executor {
   InProcessExecutor inner_;
 };
 
-// A rank whose steps work until `fail_after` of them, then fail for good.
+// A rank whose steps take at least 2 ms and work until the test arms it; its next step then
+// fails, and every later one. Arming after the last submission means no request can meet a
+// group that is already dead, however the threads are scheduled.
 class FailingExecutor final : public Executor {
  public:
-  FailingExecutor(CausalLM& model, const SchedulerConfig& c, int fail_after)
-      : inner_(model, c.num_blocks, c.block_size), left_(fail_after) {}
+  FailingExecutor(CausalLM& model, const SchedulerConfig& c, const std::atomic<bool>& armed)
+      : inner_(model, c.num_blocks, c.block_size), armed_(armed) {}
   Expected<RunnerOutput> execute(const SchedulerOutput& output) override {
-    if (left_-- <= 0) {
+    if (failed_ || armed_) {
       failed_ = true;
       return make_error("injected: the rank's worker is gone");
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
     return inner_.execute(output);
   }
   std::optional<std::string> failure() const override {
@@ -73,7 +77,7 @@ class FailingExecutor final : public Executor {
 
  private:
   InProcessExecutor inner_;
-  int left_;
+  const std::atomic<bool>& armed_;
   std::atomic<bool> failed_{false};
 };
 
@@ -154,9 +158,10 @@ TEST_F(DataParallelClient, AnAbortReachesTheRankThatHoldsTheRequest) {
 
 TEST_F(DataParallelClient, ARankThatFailsStopsEveryRankWithItsError) {
   EngineClient::Options o = options(*a_->model);
-  // Rank 0 needs at least 200 ms for its requests; rank 1 fails at its fourth step.
+  // Both ranks need at least 200 ms for their requests; rank 1 fails once armed below.
+  std::atomic<bool> armed{false};
   o.executors.push_back(std::make_unique<SlowExecutor>(*a_->model, o.scheduler));
-  o.executors.push_back(std::make_unique<FailingExecutor>(*b_->model, o.scheduler, 3));
+  o.executors.push_back(std::make_unique<FailingExecutor>(*b_->model, o.scheduler, armed));
   EngineClient two(*a_->model, nullptr, std::move(o));
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < 4; ++i) {
@@ -164,6 +169,7 @@ TEST_F(DataParallelClient, ARankThatFailsStopsEveryRankWithItsError) {
     ASSERT_TRUE(s.ok());
     streams.push_back(*s);
   }
+  armed = true;
   for (auto& s : streams) {
     RequestOutput all;
     while (!all.finished()) all.merge(s->next());
