@@ -11,7 +11,7 @@ DEB_PACKAGES=(
   libboost-dev libboost-system-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libxxhash-dev libopenblas-dev
-  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libgloo-dev
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libgloo-dev libucx-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 

@@ -111,7 +111,8 @@ constexpr JsonKey kKvConnectorExtraKeys[] = {{"prefill", JsonType::kObject, kPdL
                                              {"decode", JsonType::kObject, kPdLayoutKeys},
                                              {"ascend_local_comm_res_path", JsonType::kString},
                                              {"kv_lease_duration", JsonType::kPositiveNumber},
-                                             {"kv_load_timeout", JsonType::kPositiveNumber}};
+                                             {"kv_load_timeout", JsonType::kPositiveNumber},
+                                             {"kv_transport", JsonType::kString}};
 constexpr JsonKey kKvTransferKeys[] = {
     {"kv_connector", JsonType::kString},
     {"kv_role", JsonType::kString},

@@ -329,6 +329,7 @@ KvTransferStats EngineClient::kv_stats() const {
     sum.load_failures += k.load_failures;
     sum.recomputes += k.recomputes;
     sum.bytes_loaded += k.bytes_loaded;
+    sum.ucx_bytes_loaded += k.ucx_bytes_loaded;
     sum.blocks_loaded += k.blocks_loaded;
     sum.load_seconds_sum += k.load_seconds_sum;
     for (size_t b = 0; b < sum.load_seconds_buckets.size(); ++b)

@@ -117,6 +117,7 @@ std::vector<std::pair<RequestHandle, std::string>> KvConnector::before_step(Sche
     if (loaded) {
       ++stats_.loads;
       stats_.bytes_loaded += p.bytes;
+      stats_.ucx_bytes_loaded += p.ucx_bytes;
       stats_.blocks_loaded += p.blocks;
       stats_.load_seconds_sum += p.seconds;
       for (size_t b = 0; b < std::size(kKvLoadSecondsBuckets); ++b)
@@ -154,6 +155,7 @@ void KvConnector::on_loads(Scheduler& s, const std::vector<KvLoadResult>& loads)
     p.load_ok = l.ok;
     p.error = l.error;
     p.bytes = l.bytes;
+    p.ucx_bytes = l.ucx_bytes;
     p.seconds = std::chrono::duration<double>(Clock::now() - p.started).count();
     const Request* req = s.request(*id);
     if (req != nullptr)

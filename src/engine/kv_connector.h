@@ -73,6 +73,7 @@ struct KvTransferStats {
   int64_t load_failures = 0;  // loads that failed or whose lease had lapsed
   int64_t recomputes = 0;     // of those, requests that prefilled locally instead
   int64_t bytes_loaded = 0;
+  int64_t ucx_bytes_loaded = 0;  // of those, read over UCX
   int64_t blocks_loaded = 0;
   // Good loads' transfer times: counts at or below each bound of kKvLoadSecondsBuckets, the
   // sum (their count is `loads`).
@@ -128,7 +129,7 @@ class KvConnector {
     Clock::time_point started;    // when its load started
     std::optional<bool> load_ok;  // reported by the workers
     std::string error;
-    int64_t bytes = 0, blocks = 0;
+    int64_t bytes = 0, ucx_bytes = 0, blocks = 0;
     double seconds = 0;
     bool released = false;
   };

@@ -50,6 +50,7 @@ Expected<std::unique_ptr<KvWorker>> start_kv_worker(const KvInstance& kv, const 
   o.port = kv_rank_port(kv, dp_rank, tp_rank);
   o.control = std::move(control);
   o.pull = kv.transfer.consumes();
+  o.transport = kv.transfer.transport;
   auto worker = KvWorker::start(memory, std::move(o));
   if (!worker.ok())
     return make_error("KV transfer, data-parallel rank {} TP rank {}: {}", dp_rank, tp_rank,

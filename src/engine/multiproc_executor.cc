@@ -139,6 +139,7 @@ std::vector<KvLoadResult> MultiprocExecutor::tally_loads(
       LoadTally& t = loads_[r.load_id];
       t.result.load_id = r.load_id;
       t.result.bytes += r.bytes;
+      t.result.ucx_bytes += r.ucx_bytes;
       if (!r.ok && t.result.ok) {
         t.result.ok = false;
         t.result.error = std::move(r.error);

@@ -13,8 +13,9 @@ constexpr std::chrono::seconds kConnectTimeout{5};
 
 }  // namespace
 
-KvPuller::KvPuller(KVMemoryView memory, KvRankInfo self, int threads)
-    : memory_(memory), self_(std::move(self)) {
+KvPuller::KvPuller(KVMemoryView memory, KvRankInfo self, int threads,
+                   std::unique_ptr<UcxConsumer> ucx)
+    : memory_(memory), self_(std::move(self)), ucx_(std::move(ucx)) {
   for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { run(); });
 }
 
@@ -93,6 +94,14 @@ Expected<std::unique_ptr<KvPuller::Peer>> KvPuller::peer(const std::string& host
         "{} lays its KV blocks out otherwise ({} planes, {} heads of {} bytes; here {}, {}, {})",
         key, p->info.planes, p->info.total_heads, p->info.head_bytes, self_.planes,
         self_.total_heads, self_.head_bytes);
+  if (ucx_ && reply.contains("ucx")) {
+    auto remote = ucx_->connect(reply["ucx"]);
+    if (remote.ok()) {
+      p->ucx = std::move(*remote);
+    } else {
+      KLOG_WARN("KV transfer: {} over TCP: {}", key, remote.error().message);
+    }
+  }
   return p;
 }
 
@@ -136,26 +145,13 @@ KvPullResult KvPuller::pull(const KvPullJob& job) {
       put_back(key, std::move(peer));
       continue;
     }
-    Status st = peer->conn.send_message(
-        {{"op", "read"}, {"blocks", job.remote_blocks}, {"head_begin", h0}, {"head_end", h1}},
-        job.deadline);
-    Expected<nlohmann::json> header =
-        st.ok() ? peer->conn.recv_message(job.deadline) : Expected<nlohmann::json>(st.error());
-    if (!header.ok()) return fail(fmt::format("{}: {}", key, header.error().message));
-    if (header->value("op", "") != "data")
-      return fail(fmt::format("{}: {}", key, header->value("error", header->dump())));
-    const size_t slice = size_t(h1 - h0) * memory_.head_bytes();
-    std::vector<IoPiece> pieces;
-    for (int pl = 0; pl < memory_.planes; ++pl)
-      for (int64_t b : job.local_blocks)
-        pieces.push_back(IoPiece{memory_.at(pl, b, h0 - self_.head_begin), slice});
-    const int64_t bytes = int64_t(slice * pieces.size());
-    if (header->value("bytes", int64_t(-1)) != bytes)
-      return fail(fmt::format("{}: {} bytes announced, {} expected", key,
-                              header->value("bytes", int64_t(-1)), bytes));
-    if (st = peer->conn.recv_pieces(pieces, job.deadline); !st.ok())
+    bool over_ucx = false;
+    if (Status st = read_heads(*peer, job, h0, h1, over_ucx); !st.ok())
       return fail(fmt::format("{}: {}", key, st.message()));
+    const int64_t bytes = int64_t(h1 - h0) * int64_t(memory_.head_bytes()) * memory_.planes *
+                          int64_t(job.local_blocks.size());
     r.bytes += bytes;
+    if (over_ucx) r.ucx_bytes += bytes;
     stats_.bytes_received += bytes;
     stats_.blocks_received += int64_t(job.local_blocks.size());
     next = h1;
@@ -167,6 +163,62 @@ KvPullResult KvPuller::pull(const KvPullJob& job) {
   r.ok = true;
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return r;
+}
+
+Status KvPuller::read_heads(Peer& peer, const KvPullJob& job, int h0, int h1, bool& over_ucx) {
+  over_ucx = false;
+  if (peer.ucx) {
+    const Status st = read_ucx(peer, job, h0, h1);
+    over_ucx = st.ok();
+    if (st.ok()) return st;
+    KLOG_WARN("KV transfer: a UCX read from {}:{} failed ({}); this rank is read over TCP now",
+              job.host, job.port + peer.info.tp_rank, st.message());
+    peer.ucx.reset();
+  }
+  return read_tcp(peer, job, h0, h1);
+}
+
+Status KvPuller::read_ucx(Peer& peer, const KvPullJob& job, int h0, int h1) {
+  const KvRankInfo& remote = peer.info;
+  for (int64_t b : job.remote_blocks)
+    if (b < 1 || b >= remote.num_blocks)
+      return make_error("block {} is not a block of the producer's pool (1-{})", b,
+                        remote.num_blocks - 1);
+  // The producer's pool as its rank lays it out: planes × blocks × its heads.
+  const size_t remote_block_bytes = size_t(remote.head_end - remote.head_begin) * remote.head_bytes;
+  const size_t slice = size_t(h1 - h0) * memory_.head_bytes();
+  std::vector<UcxRead> reads;
+  reads.reserve(size_t(memory_.planes) * job.local_blocks.size());
+  for (int pl = 0; pl < memory_.planes; ++pl)
+    for (size_t i = 0; i < job.local_blocks.size(); ++i) {
+      const uint64_t offset =
+          (uint64_t(pl) * uint64_t(remote.num_blocks) + uint64_t(job.remote_blocks[i])) *
+              remote_block_bytes +
+          uint64_t(h0 - remote.head_begin) * remote.head_bytes;
+      reads.push_back(UcxRead{memory_.at(pl, job.local_blocks[i], h0 - self_.head_begin),
+                              peer.ucx->base() + offset, slice});
+    }
+  KTRY(ucx_->read(*peer.ucx, reads, job.deadline));
+  stats_.bytes_over_ucx += int64_t(slice * reads.size());
+  return Status::Ok();
+}
+
+Status KvPuller::read_tcp(Peer& peer, const KvPullJob& job, int h0, int h1) {
+  KTRY(peer.conn.send_message(
+      {{"op", "read"}, {"blocks", job.remote_blocks}, {"head_begin", h0}, {"head_end", h1}},
+      job.deadline));
+  KASSIGN(const nlohmann::json header, peer.conn.recv_message(job.deadline));
+  if (header.value("op", "") != "data")
+    return make_error("{}", header.value("error", header.dump()));
+  const size_t slice = size_t(h1 - h0) * memory_.head_bytes();
+  std::vector<IoPiece> pieces;
+  for (int pl = 0; pl < memory_.planes; ++pl)
+    for (int64_t b : job.local_blocks)
+      pieces.push_back(IoPiece{memory_.at(pl, b, h0 - self_.head_begin), slice});
+  const int64_t bytes = int64_t(slice * pieces.size());
+  if (header.value("bytes", int64_t(-1)) != bytes)
+    return make_error("{} bytes announced, {} expected", header.value("bytes", int64_t(-1)), bytes);
+  return peer.conn.recv_pieces(pieces, job.deadline);
 }
 
 }  // namespace kestrel

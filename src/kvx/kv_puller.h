@@ -6,7 +6,9 @@
 // handshake (each says which heads it holds), so any producer TP ≥ 1 works with any consumer TP
 // whose heads it covers; a latent (MLA) cache is read whole from one rank. Connections are kept
 // per producer rank and dropped on any error; a producer that comes back under a new
-// incarnation is simply a new peer.
+// incarnation is simply a new peer. With UCX (kvx/ucx_transport.h), a producer rank that
+// advertises it is read with one-sided UCX reads instead of its TCP stream; a UCX failure drops
+// back to TCP for that rank.
 //
 // Owned by the model runner; submit() and take_finished() from its thread, the transfers on the
 // puller's own threads. Until a job is reported, its local blocks are being written: the caller
@@ -27,6 +29,7 @@
 
 #include "kvx/kv_rank.h"
 #include "kvx/tcp.h"
+#include "kvx/ucx_transport.h"
 
 namespace kestrel {
 
@@ -45,19 +48,23 @@ struct KvPullResult {
   bool ok = false;
   std::string error;
   int64_t bytes = 0;
+  int64_t ucx_bytes = 0;  // of those, read over UCX
   double seconds = 0;
 };
 
 struct KvPullerStats {
   std::atomic<int64_t> bytes_received{0};
+  std::atomic<int64_t> bytes_over_ucx{0};  // of those
   std::atomic<int64_t> blocks_received{0};
   std::atomic<int64_t> jobs_failed{0};
 };
 
 class KvPuller {
  public:
-  // `self` describes this rank (its compatibility key and heads); `memory` is its KV pool.
-  KvPuller(KVMemoryView memory, KvRankInfo self, int threads = 2);
+  // `self` describes this rank (its compatibility key and heads); `memory` is its KV pool;
+  // `ucx`, when given, reads the producer ranks that advertise UCX.
+  KvPuller(KVMemoryView memory, KvRankInfo self, int threads = 2,
+           std::unique_ptr<UcxConsumer> ucx = nullptr);
   ~KvPuller();
   KvPuller(const KvPuller&) = delete;
   KvPuller& operator=(const KvPuller&) = delete;
@@ -72,15 +79,21 @@ class KvPuller {
   struct Peer {  // one producer rank
     TcpConn conn;
     KvRankInfo info;
+    std::unique_ptr<UcxConsumer::Remote> ucx;  // when both sides have UCX
   };
   void run();
   KvPullResult pull(const KvPullJob& job);
   // A connected, handshaken producer rank (taken out of the pool; put back after use).
   Expected<std::unique_ptr<Peer>> peer(const std::string& host, int port, Deadline deadline);
   void put_back(const std::string& key, std::unique_ptr<Peer> peer);
+  // Heads [h0, h1) of the job's blocks from `peer`, over UCX (then `over_ucx`) or its TCP stream.
+  Status read_heads(Peer& peer, const KvPullJob& job, int h0, int h1, bool& over_ucx);
+  Status read_ucx(Peer& peer, const KvPullJob& job, int h0, int h1);
+  Status read_tcp(Peer& peer, const KvPullJob& job, int h0, int h1);
 
   KVMemoryView memory_;
   KvRankInfo self_;
+  std::unique_ptr<UcxConsumer> ucx_;  // declared before idle_: its endpoints go first
   KvPullerStats stats_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -16,19 +16,20 @@ nlohmann::json error_reply(const std::string& why) {
 
 Expected<std::unique_ptr<KvServer>> KvServer::start(const std::string& host, int port,
                                                     KVMemoryView memory, KvRankInfo info,
-                                                    KvControlHandler control) {
+                                                    KvControlHandler control, nlohmann::json ucx) {
   KASSIGN(TcpListener listener, TcpListener::listen(host, port));
-  return std::unique_ptr<KvServer>(
-      new KvServer(std::move(listener), memory, std::move(info), std::move(control)));
+  return std::unique_ptr<KvServer>(new KvServer(std::move(listener), memory, std::move(info),
+                                                std::move(control), std::move(ucx)));
 }
 
 KvServer::KvServer(TcpListener listener, KVMemoryView memory, KvRankInfo info,
-                   KvControlHandler control)
+                   KvControlHandler control, nlohmann::json ucx)
     : listener_(std::move(listener)),
       port_(listener_.port()),
       memory_(memory),
       info_(std::move(info)),
-      control_(std::move(control)) {
+      control_(std::move(control)),
+      ucx_(std::move(ucx)) {
   accept_thread_ = std::thread([this] { accept_loop(); });
 }
 
@@ -72,8 +73,9 @@ void KvServer::serve(Conn& c) {
     const std::string op = request->value("op", "");
     Status sent;
     if (op == "hello") {
-      sent =
-          conn.send_message({{"op", "hello"}, {"rank", info_.to_json()}}, deadline_in(kIoTimeout));
+      nlohmann::json hello = {{"op", "hello"}, {"rank", info_.to_json()}};
+      if (!ucx_.is_null()) hello["ucx"] = ucx_;
+      sent = conn.send_message(hello, deadline_in(kIoTimeout));
     } else if (op == "read") {
       sent = send_blocks(conn, *request);
     } else if (control_) {

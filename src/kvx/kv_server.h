@@ -1,7 +1,8 @@
 // kvx/kv_server.h — a producer rank's KV server (issue 21): a TCP listener on the rank's port of
 // the instance's block (kv_port + dp_rank · tp_size + tp_rank) that answers, per connection and
 // in order:
-//   hello              → the rank's KvRankInfo (engine, incarnation, compatibility key, heads)
+//   hello              → the rank's KvRankInfo (engine, incarnation, compatibility key, heads),
+//                        and its UCX advertisement when it has one (kvx/ucx_transport.h)
 //   read blocks h0 h1  → a header with the byte count, then heads [h0, h1) of every listed block
 //                        of every plane, plane by plane, written straight from the KV pool
 //   anything else      → the control handler's answer (rank 0: the engine's leases), or an error
@@ -40,9 +41,11 @@ struct KvServerStats {
 
 class KvServer {
  public:
+  // `ucx`: the rank's UCX advertisement for the hello (null: none).
   static Expected<std::unique_ptr<KvServer>> start(const std::string& host, int port,
                                                    KVMemoryView memory, KvRankInfo info,
-                                                   KvControlHandler control = {});
+                                                   KvControlHandler control = {},
+                                                   nlohmann::json ucx = nullptr);
   ~KvServer();
   KvServer(const KvServer&) = delete;
   KvServer& operator=(const KvServer&) = delete;
@@ -59,7 +62,8 @@ class KvServer {
     std::thread thread;
     std::atomic<bool> done{false};  // its thread has finished: join and drop it
   };
-  KvServer(TcpListener listener, KVMemoryView memory, KvRankInfo info, KvControlHandler control);
+  KvServer(TcpListener listener, KVMemoryView memory, KvRankInfo info, KvControlHandler control,
+           nlohmann::json ucx);
   void accept_loop();
   void serve(Conn& conn);
   // A read's reply: its header then the bytes, or an error reply.
@@ -70,6 +74,7 @@ class KvServer {
   KVMemoryView memory_;
   KvRankInfo info_;
   KvControlHandler control_;
+  nlohmann::json ucx_;
   KvServerStats stats_;
   std::atomic<bool> stop_{false};
   std::mutex mu_;  // guards conns_

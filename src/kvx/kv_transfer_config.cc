@@ -1,5 +1,7 @@
 #include "kvx/kv_transfer_config.h"
 
+#include "kvx/ucx_transport.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -122,6 +124,26 @@ Expected<KvTransferConfig> parse_kv_transfer_config(const std::string& text) {
   }
   if (extra.contains("decode")) {
     KASSIGN(c.decode, layout_of(extra["decode"], "decode"));
+  }
+  if (extra.contains("kv_transport")) {
+    const std::string t =
+        extra["kv_transport"].is_string() ? extra["kv_transport"].get<std::string>() : "";
+    if (t == "tcp") {
+      c.transport = KvTransport::kTcp;
+    } else if (t == "ucx") {
+      if (!ucx_available())
+        return make_error(
+            "--kv-transfer-config kv_connector_extra_config.kv_transport=ucx: this build has no "
+            "UCX (install libucx-dev and rebuild)");
+      c.transport = KvTransport::kUcx;
+    } else if (t == "auto") {
+      c.transport = KvTransport::kAuto;
+    } else {
+      return make_error(
+          "--kv-transfer-config kv_connector_extra_config.kv_transport: {} is none of auto, "
+          "tcp, ucx",
+          extra["kv_transport"].dump());
+    }
   }
   KASSIGN(c.lease_duration, seconds_of(extra, "kv_lease_duration", c.lease_duration));
   KASSIGN(c.load_timeout, seconds_of(extra, "kv_load_timeout", c.load_timeout));

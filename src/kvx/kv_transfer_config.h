@@ -14,6 +14,10 @@ namespace kestrel {
 
 enum class KvRole { kProducer, kConsumer, kBoth };
 enum class KvLoadFailurePolicy { kRecompute, kFail };
+// How block bytes move (kv_connector_extra_config.kv_transport): UCX where both sides have it,
+// else TCP (auto); TCP only (the default: no dependency on the peer's build or the host's
+// transports); UCX required.
+enum class KvTransport { kAuto, kTcp, kUcx };
 
 struct KvLayoutSpec {
   int dp_size = 1, tp_size = 1;
@@ -29,6 +33,7 @@ struct KvTransferConfig {
   std::string kv_buffer_device = "cpu";
   std::optional<KvLayoutSpec> prefill, decode;  // kv_connector_extra_config.{prefill,decode}
   KvLoadFailurePolicy load_failure_policy = KvLoadFailurePolicy::kRecompute;
+  KvTransport transport = KvTransport::kTcp;
   // Kestrel's own keys in kv_connector_extra_config: how long a producer holds a finished
   // request's blocks without a consumer's heartbeat (vLLM-Ascend's kv_lease_duration), and how
   // long a consumer waits for a load before it recomputes or fails the request.

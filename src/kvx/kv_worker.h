@@ -11,6 +11,8 @@
 
 #include "kvx/kv_puller.h"
 #include "kvx/kv_server.h"
+#include "kvx/kv_transfer_config.h"
+#include "kvx/ucx_transport.h"
 #include "sched/runner_output.h"
 #include "sched/scheduler_output.h"
 
@@ -24,6 +26,7 @@ struct KvWorkerOptions {
   KvControlHandler control;  // rank 0 of a producer: the engine's leases
   bool pull = false;         // a consumer rank
   int pull_threads = 2;
+  KvTransport transport = KvTransport::kTcp;
 };
 
 class KvWorker {
@@ -39,6 +42,7 @@ class KvWorker {
 
  private:
   KvWorker() = default;
+  std::unique_ptr<UcxProducer> ucx_;  // declared before the server, which advertises it
   std::unique_ptr<KvServer> server_;
   std::unique_ptr<KvPuller> puller_;
 };

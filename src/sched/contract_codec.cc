@@ -68,7 +68,8 @@ KDESCRIBE(TokenLogprob, KFIELD(token), KFIELD(logprob))
 KDESCRIBE(TokenLogprobs, KFIELD(token), KFIELD(logprob), KFIELD(rank), KFIELD(top))
 KDESCRIBE(RequestSamples, KFIELD(id), KFIELD(tokens), KFIELD(logprobs), KFIELD(draft_token_ids))
 KDESCRIBE(RequestFailure, KFIELD(id), KFIELD(no_token_allowed), KFIELD(error))
-KDESCRIBE(KvLoadResult, KFIELD(load_id), KFIELD(ok), KFIELD(error), KFIELD(bytes))
+KDESCRIBE(KvLoadResult, KFIELD(load_id), KFIELD(ok), KFIELD(error), KFIELD(bytes),
+          KFIELD(ucx_bytes))
 KDESCRIBE(RunnerOutput, KFIELD(sampled), KFIELD(prompt_logprobs), KFIELD(failures),
           KFIELD(kv_loads))
 #undef KDESCRIBE

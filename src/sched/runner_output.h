@@ -39,6 +39,7 @@ struct KvLoadResult {
   bool ok = false;
   std::string error;
   int64_t bytes = 0;
+  int64_t ucx_bytes = 0;  // of those, read over UCX
   bool operator==(const KvLoadResult&) const = default;
 };
 

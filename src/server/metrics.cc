@@ -387,6 +387,9 @@ void render_kv_transfer(const std::vector<EngineStats>& ranks, const std::string
                      "Requests prefilled locally after their KV load failed.", kLabelNames);
   Counter bytes("kestrel:kv_transfer_bytes", "Bytes of KV loaded from prefill instances.",
                 kLabelNames);
+  Counter ucx_bytes("kestrel:kv_transfer_ucx_bytes",
+                    "Of the KV bytes loaded, those read over UCX (the rest came over TCP).",
+                    kLabelNames);
   Counter blocks("kestrel:kv_transfer_blocks", "KV blocks loaded from prefill instances.",
                  kLabelNames);
   Gauge pending("kestrel:kv_transfer_loads_pending",
@@ -410,6 +413,7 @@ void render_kv_transfer(const std::vector<EngineStats>& ranks, const std::string
     failures.inc(base, double(k.load_failures));
     recomputes.inc(base, double(k.recomputes));
     bytes.inc(base, double(k.bytes_loaded));
+    ucx_bytes.inc(base, double(k.ucx_bytes_loaded));
     blocks.inc(base, double(k.blocks_loaded));
     pending.set(base, double(k.pending));
     seconds.add_cumulative(base, k.load_seconds_buckets, k.loads, k.load_seconds_sum);
@@ -419,7 +423,7 @@ void render_kv_transfer(const std::vector<EngineStats>& ranks, const std::string
     expired.inc(base, double(k.leases.expired));
   }
   for (const MetricFamily* f : std::initializer_list<const MetricFamily*>{
-           &loads, &failures, &recomputes, &bytes, &blocks, &pending, &seconds, &leases, &leased,
+           &loads, &failures, &recomputes, &bytes, &ucx_bytes, &blocks, &pending, &seconds, &leases, &leased,
            &released, &expired})
     f->render(out);
 }

@@ -4,7 +4,7 @@
 Through the proxy, greedy answers equal colocated serving (the same server without
 kv_transfer_params) on the default model, streamed and not, completions and chat, under concurrent
 load; also 2P1D, a prefill TP group of 2 feeding a TP-1 decode (and the reverse), the MoE and MLA
-fixtures, and a prefill instance in another network namespace. A decode-side prefix hit loads only
+fixtures, a prefill instance in another network namespace, and the UCX transport. A decode-side prefix hit loads only
 the blocks it lacks.
 
 Faults, each checked for no wrong answer and no leaked block on either side (the KV usage gauges
@@ -200,6 +200,7 @@ def test_one_prefill_one_decode_equals_colocated(cluster):
     requests_through = len(PROMPTS) + 3
     assert counter(d, "kestrel:kv_transfer_loads_total") >= requests_through
     assert counter(d, "kestrel:kv_transfer_bytes_total") > 0
+    assert counter(d, "kestrel:kv_transfer_ucx_bytes_total") == 0  # TCP unless asked for UCX
     assert counter(d, "kestrel:kv_transfer_load_failures_total") == 0
     assert counter(p, "kestrel:kv_transfer_leases_created_total") >= requests_through
     assert counter(p, "kestrel:kv_transfer_leases_released_total") >= requests_through
@@ -255,6 +256,25 @@ def test_unequal_tensor_parallel_sizes(cluster, prefill_tp, decode_tp):
         got = list(pool.map(lambda q: greedy_ids(proxy.base_url, q), PROMPTS[:3]))
     assert got == want
     assert counter(d, "kestrel:kv_transfer_loads_total") == 3
+    assert drained(p, d)
+
+
+@pytest.mark.parametrize("prefill_tp", [1, 2])
+def test_ucx_transport_carries_the_blocks(cluster, prefill_tp):
+    tp = ["--tensor-parallel-size", str(prefill_tp)] if prefill_tp > 1 else []
+    p = cluster.serve(*tp, *kv_flags("kv_producer", kv_transport="ucx"))
+    d = cluster.serve(*kv_flags("kv_consumer", kv_transport="ucx"))
+    assert "and over UCX" in p.log(), p.log()[-3000:]
+    proxy = cluster.proxy([p], [d])
+    want = [greedy_ids(p.base_url, q) for q in PROMPTS[:3]]
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        got = list(pool.map(lambda q: greedy_ids(proxy.base_url, q), PROMPTS[:3]))
+    assert got == want
+    assert counter(d, "kestrel:kv_transfer_loads_total") == 3
+    # Every byte came over UCX, none over the TCP fallback.
+    total = counter(d, "kestrel:kv_transfer_bytes_total")
+    assert total > 0
+    assert counter(d, "kestrel:kv_transfer_ucx_bytes_total") == total
     assert drained(p, d)
 
 

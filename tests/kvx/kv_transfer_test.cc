@@ -83,9 +83,17 @@ KvPullJob job(int port, int tp_size, std::vector<int64_t> remote, std::vector<in
 }
 
 // Producer ranks on consecutive ports from a free one; rank r holds heads[r] of total_heads.
-std::vector<std::unique_ptr<KvServer>> start_ranks(const std::vector<Pool*>& pools,
-                                                   const std::vector<std::pair<int, int>>& heads,
-                                                   int total_heads = kHeads) {
+// With `ucx`, each rank also registers its pool with UCX (kept there) and advertises it.
+std::vector<std::unique_ptr<KvServer>> start_ranks(
+    const std::vector<Pool*>& pools, const std::vector<std::pair<int, int>>& heads,
+    int total_heads = kHeads, std::vector<std::unique_ptr<UcxProducer>>* ucx = nullptr) {
+  if (ucx != nullptr)
+    for (Pool* pool : pools) {
+      auto producer = UcxProducer::start(pool->view);
+      EXPECT_TRUE(producer.ok()) << producer.error().message;
+      if (!producer.ok()) return {};
+      ucx->push_back(std::move(*producer));
+    }
   for (int attempt = 0; attempt < 50; ++attempt) {
     auto probe = TcpListener::listen("127.0.0.1", 0);
     if (!probe.ok()) continue;
@@ -95,7 +103,8 @@ std::vector<std::unique_ptr<KvServer>> start_ranks(const std::vector<Pool*>& poo
     for (size_t r = 0; r < pools.size(); ++r) {
       auto s = KvServer::start("127.0.0.1", base + int(r), pools[r]->view,
                                rank_info(pools[r]->view, int(r), int(pools.size()), heads[r].first,
-                                         heads[r].second, false, kCompat, total_heads));
+                                         heads[r].second, false, kCompat, total_heads),
+                               {}, ucx ? (*ucx)[r]->advertisement() : nlohmann::json());
       if (!s.ok()) break;
       servers.push_back(std::move(*s));
     }
@@ -273,6 +282,91 @@ TEST(KvTransfer, AProducerThatDiesOrNeverAnswersFailsTheJobByItsDeadline) {
   EXPECT_FALSE(r.ok);
   EXPECT_NE(r.error.find("closed the connection"), std::string::npos) << r.error;
   EXPECT_LT(std::chrono::steady_clock::now() - t1, milliseconds(3000));  // not the deadline
+}
+
+// UCX's one-sided reads (kvx/ucx_transport.h) land the same bytes as the TCP stream: whole
+// blocks from one producer rank and halves from two, none of it through the producers' TCP
+// streams; a consumer without a usable advertisement reads over TCP; reads outside a producer's
+// pool are refused before any is issued.
+std::unique_ptr<UcxConsumer> ucx_consumer() {
+  auto c = UcxConsumer::start();
+  EXPECT_TRUE(c.ok()) << c.error().message;
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+TEST(KvTransferUcx, OneSidedReadsLandTheSameBytes) {
+  if (!ucx_available()) GTEST_SKIP() << "built without libucx-dev";
+  Pool p(kPlanes, 40, kHeads, kHeadBytes, 71), d(kPlanes, 30, kHeads, kHeadBytes, 72);
+  std::vector<std::unique_ptr<UcxProducer>> ucx;
+  auto servers = start_ranks({&p}, {{0, kHeads}}, kHeads, &ucx);
+  ASSERT_EQ(servers.size(), 1u);
+  KvPuller puller(d.view, rank_info(d.view, 0, 1, 0, kHeads), 2, ucx_consumer());
+  const std::vector<int64_t> remote = {7, 8, 9, 33, 2}, local = {3, 4, 5, 6, 29};
+  puller.submit(job(servers[0]->port(), 1, remote, local));
+  const KvPullResult r = wait_one(puller);
+  ASSERT_TRUE(r.ok) << r.error;
+  for (size_t i = 0; i < remote.size(); ++i)
+    EXPECT_TRUE(holds(d.view, local[i], 0, p.view, remote[i], 0, 0, kHeads)) << "block " << i;
+  EXPECT_EQ(puller.stats().bytes_over_ucx.load(), r.bytes);
+  EXPECT_EQ(servers[0]->stats().reads.load(), 0);  // nothing over the TCP stream
+
+  // Two producer ranks of two heads each: strided half-block reads from both.
+  Pool p0(kPlanes, 20, 2, kHeadBytes, 73), p1(kPlanes, 20, 2, kHeadBytes, 74);
+  std::vector<std::unique_ptr<UcxProducer>> ucx2;
+  auto halves = start_ranks({&p0, &p1}, {{0, 2}, {2, 4}}, kHeads, &ucx2);
+  ASSERT_EQ(halves.size(), 2u);
+  puller.submit(job(halves[0]->port(), 2, {5, 19}, {1, 2}));
+  ASSERT_TRUE(wait_one(puller).ok);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t rb = i == 0 ? 5 : 19;
+    EXPECT_TRUE(holds(d.view, 1 + i, 0, p0.view, rb, 0, 0, 2));
+    EXPECT_TRUE(holds(d.view, 1 + i, 0, p1.view, rb, 2, 2, 4));
+  }
+  EXPECT_EQ(halves[0]->stats().reads.load() + halves[1]->stats().reads.load(), 0);
+}
+
+TEST(KvTransferUcx, AnUnusableAdvertisementFallsBackToTcp) {
+  if (!ucx_available()) GTEST_SKIP() << "built without libucx-dev";
+  Pool p(kPlanes, 10, kHeads, kHeadBytes, 75), d(kPlanes, 10, kHeads, kHeadBytes, 76);
+  auto probe = TcpListener::listen("127.0.0.1", 0);
+  ASSERT_TRUE(probe.ok());
+  const int port = probe->port();
+  probe->close();
+  auto server = KvServer::start(
+      "127.0.0.1", port, p.view, rank_info(p.view, 0, 1, 0, kHeads), {},
+      nlohmann::json{{"address", "00ff"}, {"rkey", "00"}, {"base", 4096}, {"length", 64}});
+  ASSERT_TRUE(server.ok());
+  KvPuller puller(d.view, rank_info(d.view, 0, 1, 0, kHeads), 1, ucx_consumer());
+  puller.submit(job(port, 1, {3}, {4}));
+  const KvPullResult r = wait_one(puller);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_TRUE(holds(d.view, 4, 0, p.view, 3, 0, 0, kHeads));
+  EXPECT_EQ(puller.stats().bytes_over_ucx.load(), 0);
+  EXPECT_EQ((*server)->stats().reads.load(), 1);
+}
+
+TEST(KvTransferUcx, ReadsOutsideTheProducersPoolAreRefused) {
+  if (!ucx_available()) GTEST_SKIP() << "built without libucx-dev";
+  Pool p(kPlanes, 4, kHeads, kHeadBytes, 77);
+  auto producer = UcxProducer::start(p.view);
+  ASSERT_TRUE(producer.ok()) << producer.error().message;
+  auto consumer = ucx_consumer();
+  ASSERT_NE(consumer, nullptr);
+  auto remote = consumer->connect((*producer)->advertisement());
+  ASSERT_TRUE(remote.ok()) << remote.error().message;
+  std::vector<uint8_t> into(2 * kHeadBytes);
+  const uint64_t end = (*remote)->base() + (*remote)->length();
+  const Status past =
+      consumer->read(**remote, {UcxRead{into.data(), end - kHeadBytes, 2 * kHeadBytes}},
+                     deadline_in(milliseconds(2000)));
+  EXPECT_FALSE(past.ok());
+  EXPECT_NE(past.message().find("outside"), std::string::npos) << past.message();
+  const Status inside =
+      consumer->read(**remote, {UcxRead{into.data(), end - 2 * kHeadBytes, 2 * kHeadBytes}},
+                     deadline_in(milliseconds(2000)));
+  ASSERT_TRUE(inside.ok()) << inside.message();
+  EXPECT_EQ(std::memcmp(into.data(), p.bytes.data() + p.bytes.size() - 2 * kHeadBytes, into.size()),
+            0);
 }
 
 }  // namespace

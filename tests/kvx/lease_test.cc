@@ -10,6 +10,7 @@
 
 #include "kvx/kv_server.h"
 #include "kvx/kv_transfer_config.h"
+#include "kvx/ucx_transport.h"
 #include "kvx/lease_client.h"
 #include "kvx/lease_registry.h"
 
@@ -155,6 +156,30 @@ TEST(KvTransferConfig, TheGuidesSpellings) {
       parse_kv_transfer_config(R"({"kv_connector": "MooncakeConnector", "kv_port": "x"})").ok());
   EXPECT_FALSE(
       parse_kv_transfer_config(R"({"kv_connector": "MooncakeConnector", "kv_role": "both"})").ok());
+}
+
+TEST(KvTransferConfig, TheTransportIsTcpUnlessAskedForUcx) {
+  auto transport = [](const std::string& extra) {
+    return parse_kv_transfer_config(
+        R"({"kv_connector": "MooncakeConnectorV1", "kv_role": "kv_producer",
+            "kv_connector_extra_config": )" +
+        extra + "}");
+  };
+  EXPECT_EQ(transport("{}")->transport, KvTransport::kTcp);
+  EXPECT_EQ(transport(R"({"kv_transport": "tcp"})")->transport, KvTransport::kTcp);
+  EXPECT_EQ(transport(R"({"kv_transport": "auto"})")->transport, KvTransport::kAuto);
+  auto ucx = transport(R"({"kv_transport": "ucx"})");
+  if (ucx_available()) {
+    ASSERT_TRUE(ucx.ok()) << ucx.error().message;
+    EXPECT_EQ(ucx->transport, KvTransport::kUcx);
+  } else {
+    ASSERT_FALSE(ucx.ok());
+    EXPECT_NE(ucx.error().message.find("no UCX"), std::string::npos);
+  }
+  auto bad = transport(R"({"kv_transport": "rdma"})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("\"rdma\" is none of auto, tcp, ucx"), std::string::npos)
+      << bad.error().message;
 }
 
 }  // namespace

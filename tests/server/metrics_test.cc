@@ -475,6 +475,7 @@ TEST(MetricsServer, KvTransferFamiliesOnlyWithAConnector) {
   k.load_failures = 1;
   k.recomputes = 1;
   k.bytes_loaded = 4096;
+  k.ucx_bytes_loaded = 1024;
   k.blocks_loaded = 5;
   // Loads of 0.004 s, 0.02 s and 60 s (past the last bound): cumulative per bound.
   for (size_t b = 0; b < k.load_seconds_buckets.size(); ++b)
@@ -490,6 +491,7 @@ TEST(MetricsServer, KvTransferFamiliesOnlyWithAConnector) {
   EXPECT_EQ(e.value("kestrel:kv_transfer_load_failures_total", kBase), 1);
   EXPECT_EQ(e.value("kestrel:kv_transfer_recomputes_total", kBase), 1);
   EXPECT_EQ(e.value("kestrel:kv_transfer_bytes_total", kBase), 4096);
+  EXPECT_EQ(e.value("kestrel:kv_transfer_ucx_bytes_total", kBase), 1024);
   EXPECT_EQ(e.value("kestrel:kv_transfer_blocks_total", kBase), 5);
   EXPECT_EQ(e.value("kestrel:kv_transfer_loads_pending", kBase), 2);
   EXPECT_EQ(e.types.at("kestrel:kv_transfer_load_seconds"), "histogram");
