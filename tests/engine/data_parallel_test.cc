@@ -41,20 +41,6 @@ EngineClient::Options options(const CausalLM& model) {
   return o;
 }
 
-// A rank whose every step takes at least 2 ms, so requests are still running when a test acts.
-class SlowExecutor final : public Executor {
- public:
-  SlowExecutor(CausalLM& model, const SchedulerConfig& c)
-      : inner_(model, c.num_blocks, c.block_size) {}
-  Expected<RunnerOutput> execute(const SchedulerOutput& output) override {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    return inner_.execute(output);
-  }
-
- private:
-  InProcessExecutor inner_;
-};
-
 // A rank whose steps take at least 2 ms and work until the test arms it; its next step then
 // fails, and every later one. Arming after the last submission means no request can meet a
 // group that is already dead, however the threads are scheduled.
@@ -93,7 +79,7 @@ class DataParallelClient : public ::testing::Test {
     EngineClient::Options o = options(*a_->model);
     for (auto* m : {&a_, &b_}) {
       if (slow) {
-        o.executors.push_back(std::make_unique<SlowExecutor>(*(*m)->model, o.scheduler));
+        o.executors.push_back(std::make_unique<test::SlowExecutor>(*(*m)->model, o.scheduler));
       } else {
         o.executors.push_back(std::make_unique<InProcessExecutor>(
             *(*m)->model, o.scheduler.num_blocks, o.scheduler.block_size));
@@ -160,7 +146,7 @@ TEST_F(DataParallelClient, ARankThatFailsStopsEveryRankWithItsError) {
   EngineClient::Options o = options(*a_->model);
   // Both ranks need at least 200 ms for their requests; rank 1 fails once armed below.
   std::atomic<bool> armed{false};
-  o.executors.push_back(std::make_unique<SlowExecutor>(*a_->model, o.scheduler));
+  o.executors.push_back(std::make_unique<test::SlowExecutor>(*a_->model, o.scheduler));
   o.executors.push_back(std::make_unique<FailingExecutor>(*b_->model, o.scheduler, armed));
   EngineClient two(*a_->model, nullptr, std::move(o));
   std::vector<std::shared_ptr<RequestStream>> streams;

@@ -2,8 +2,10 @@
 // submitting a set of prompts at once.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -14,6 +16,21 @@
 #include "engine/request_names.h"
 
 namespace kestrel::test {
+
+// An in-process worker whose every step takes at least 2 ms, so requests are still running
+// (or still short of a given length) when a test acts, however the test's thread is scheduled.
+class SlowExecutor final : public Executor {
+ public:
+  SlowExecutor(CausalLM& model, const SchedulerConfig& c)
+      : inner_(model, c.num_blocks, c.block_size) {}
+  Expected<RunnerOutput> execute(const SchedulerOutput& output) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return inner_.execute(output);
+  }
+
+ private:
+  InProcessExecutor inner_;
+};
 
 // Requests the in-process worker still holds; 0 once everything finished and the workers
 // heard of it.

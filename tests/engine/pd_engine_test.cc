@@ -282,6 +282,8 @@ TEST(PdEngineFaults, ADecodeShortOfBlocksGivesTheRequestBack) {
   o.scheduler.num_blocks = 9;  // 8 usable blocks of 16 tokens
   o.scheduler.max_model_len = 128;
   o.scheduler.give_back_preempted = true;
+  // Slow steps: "b" arrives long before "a" holds so many blocks that "b" could only wait.
+  o.executors.push_back(std::make_unique<test::SlowExecutor>(*model->model, o.scheduler));
   EngineClient client(*model->model, nullptr, std::move(o));
   const auto ps = prompts(2, 17);
   auto first = client.add_request(test::greedy_request("a", ps[0], 90));
