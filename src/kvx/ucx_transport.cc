@@ -7,6 +7,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <fstream>
 #include <thread>
 
 #include "base/logging.h"
@@ -40,6 +41,14 @@ Expected<std::string> from_hex(const std::string& hex) {
     out[i] = char(hi * 16 + lo);
   }
   return out;
+}
+
+// This kernel's boot id: a producer with the same one is on this host.
+std::string boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
 }
 
 Error ucs_error(const char* what, ucs_status_t status) {
@@ -140,7 +149,8 @@ Expected<std::unique_ptr<UcxProducer>> UcxProducer::start(const KVMemoryView& me
   Impl* raw = impl.get();
   impl->progress = std::thread([raw] { raw->run(); });
   auto producer = std::unique_ptr<UcxProducer>(new UcxProducer(std::move(impl)));
-  producer->advertisement_ = {{"address", address_hex},
+  producer->advertisement_ = {{"host", boot_id()},
+                              {"address", address_hex},
                               {"rkey", rkey_hex},
                               {"base", reinterpret_cast<uint64_t>(memory.base)},
                               {"length", length}};
@@ -174,6 +184,7 @@ struct UcxConsumer::Remote::Impl {
   ucp_ep_h ep = nullptr;
   ucp_rkey_h rkey = nullptr;
   std::atomic<bool> failed{false};
+  bool peer_errors = false;  // created with peer failure handling (a remote host)
 
   static void on_error(void* arg, ucp_ep_h, ucs_status_t) {
     static_cast<Impl*>(arg)->failed.store(true);
@@ -183,8 +194,10 @@ struct UcxConsumer::Remote::Impl {
     if (rkey != nullptr) ucp_rkey_destroy(rkey);
     if (ep == nullptr) return;
     ucp_request_param_t p{};
+    // Forced (no flush) where a dead peer could hold the flush up; UCX allows it only with peer
+    // failure handling. On one host the flush has nothing to wait for.
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    p.flags = peer_errors ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     consumer->wait(ucp_ep_close_nbx(ep, &p),
                    std::chrono::steady_clock::now() + std::chrono::seconds(5));
   }
@@ -222,7 +235,13 @@ Expected<std::unique_ptr<UcxConsumer::Remote>> UcxConsumer::connect(
   ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
   ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
-  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  // On one host UCX reads through shared memory or cross-memory attach, transports without peer
+  // failure handling (asking for it would leave only TCP); a dead producer there fails the read
+  // itself. Between hosts the endpoint needs it, so a dead peer fails the endpoint, not us.
+  const bool same_host =
+      advertisement.value("host", std::string()) == boot_id() && !boot_id().empty();
+  ep.err_mode = same_host ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+  r.peer_errors = !same_host;
   ep.err_handler.cb = &Remote::Impl::on_error;
   ep.err_handler.arg = &r;
   if (ucs_status_t s = ucp_ep_create(impl_->w.worker, &ep, &r.ep); s != UCS_OK) {

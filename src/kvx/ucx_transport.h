@@ -37,8 +37,8 @@ class UcxProducer {
   ~UcxProducer();
   UcxProducer(const UcxProducer&) = delete;
   UcxProducer& operator=(const UcxProducer&) = delete;
-  // What the hello carries: {"address": worker address, "rkey": packed remote key (both hex),
-  // "base": the pool's address, "length": its bytes}.
+  // What the hello carries: {"host": the kernel's boot id, "address": worker address, "rkey":
+  // packed remote key (both hex), "base": the pool's address, "length": its bytes}.
   const nlohmann::json& advertisement() const { return advertisement_; }
 
   struct Impl;
