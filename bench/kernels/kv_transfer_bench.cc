@@ -23,12 +23,12 @@
 
 namespace {
 
+using kestrel::KVMemoryView;
 using kestrel::KvPuller;
 using kestrel::KvPullJob;
 using kestrel::KvPullResult;
 using kestrel::KvRankInfo;
 using kestrel::KvServer;
-using kestrel::KVMemoryView;
 
 constexpr int kPlanes = 64;
 constexpr int kHeads = 8;
@@ -102,8 +102,8 @@ int main(int argc, char** argv) {
     auto a = KvServer::start("127.0.0.1", base, whole.view, info(whole.view, 0, 1, 0, kHeads));
     auto b = KvServer::start("127.0.0.1", base + 10, half0.view, info(half0.view, 0, 2, 0, 4));
     auto c = KvServer::start("127.0.0.1", base + 11, half1.view, info(half1.view, 1, 2, 4, 8));
-    auto ua = KvServer::start("127.0.0.1", base + 20, whole.view,
-                              info(whole.view, 0, 1, 0, kHeads), nullptr, advert(0));
+    auto ua = KvServer::start("127.0.0.1", base + 20, whole.view, info(whole.view, 0, 1, 0, kHeads),
+                              nullptr, advert(0));
     auto ub = KvServer::start("127.0.0.1", base + 30, half0.view, info(half0.view, 0, 2, 0, 4),
                               nullptr, advert(1));
     auto uc = KvServer::start("127.0.0.1", base + 31, half1.view, info(half1.view, 1, 2, 4, 8),
@@ -132,10 +132,11 @@ int main(int argc, char** argv) {
                                             threads, std::move(*c));
   }
 
-  std::printf("KV transfer over loopback TCP%s, %d puller threads; %d planes x %d heads x %zu B "
-              "= %.1f MiB a block; median of %d\n",
-              ucx.empty() ? " (no UCX in this build)" : " and UCX", threads, kPlanes, kHeads,
-              kHeadBytes, double(kPlanes * kHeads * kHeadBytes) / double(1 << 20), iters);
+  std::printf(
+      "KV transfer over loopback TCP%s, %d puller threads; %d planes x %d heads x %zu B "
+      "= %.1f MiB a block; median of %d\n",
+      ucx.empty() ? " (no UCX in this build)" : " and UCX", threads, kPlanes, kHeads, kHeadBytes,
+      double(kPlanes * kHeads * kHeadBytes) / double(1 << 20), iters);
   std::printf("%-8s %-12s %-5s %12s %12s %12s %12s\n", "blocks", "producer", "path", "MiB",
               "pull ms", "pull GB/s", "memcpy GB/s");
   for (int64_t n : {int64_t{1}, int64_t{8}, int64_t{64}}) {
@@ -154,8 +155,8 @@ int main(int argc, char** argv) {
     for (int run = 0; run < (ucx_puller ? 4 : 2); ++run) {
       const int producers = 1 + run % 2;
       const bool over_ucx = run >= 2;
-      const auto& servers = over_ucx ? (producers == 1 ? one_ucx : two_ucx)
-                                     : (producers == 1 ? one : two);
+      const auto& servers =
+          over_ucx ? (producers == 1 ? one_ucx : two_ucx) : (producers == 1 ? one : two);
       const int port = servers[0]->port();
       KvPuller& pulling = over_ucx ? *ucx_puller : puller;
       std::vector<double> pull_s;

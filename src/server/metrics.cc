@@ -423,8 +423,8 @@ void render_kv_transfer(const std::vector<EngineStats>& ranks, const std::string
     expired.inc(base, double(k.leases.expired));
   }
   for (const MetricFamily* f : std::initializer_list<const MetricFamily*>{
-           &loads, &failures, &recomputes, &bytes, &ucx_bytes, &blocks, &pending, &seconds, &leases, &leased,
-           &released, &expired})
+           &loads, &failures, &recomputes, &bytes, &ucx_bytes, &blocks, &pending, &seconds, &leases,
+           &leased, &released, &expired})
     f->render(out);
 }
 

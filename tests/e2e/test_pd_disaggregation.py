@@ -248,29 +248,32 @@ def test_two_prefills_one_decode(cluster):
 def test_unequal_tensor_parallel_sizes(cluster, prefill_tp, decode_tp):
     def tp(n):
         return ["--tensor-parallel-size", str(n)] if n > 1 else []
-    p = cluster.serve(*tp(prefill_tp), *kv_flags("kv_producer"))
-    d = cluster.serve(*tp(decode_tp), *kv_flags("kv_consumer"))
+    p, d = three_prompts_through_a_pair(cluster, [*tp(prefill_tp), *kv_flags("kv_producer")],
+                                        [*tp(decode_tp), *kv_flags("kv_consumer")])
+    assert drained(p, d)
+
+
+def three_prompts_through_a_pair(cluster, prefill_flags, decode_flags):
+    """1P1D through the proxy: three concurrent greedy prompts equal the prefill's colocated
+    answers, and the decode loaded each one's KV. Returns the two servers."""
+    p = cluster.serve(*prefill_flags)
+    d = cluster.serve(*decode_flags)
     proxy = cluster.proxy([p], [d])
     want = [greedy_ids(p.base_url, q) for q in PROMPTS[:3]]
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         got = list(pool.map(lambda q: greedy_ids(proxy.base_url, q), PROMPTS[:3]))
     assert got == want
     assert counter(d, "kestrel:kv_transfer_loads_total") == 3
-    assert drained(p, d)
+    return p, d
 
 
 @pytest.mark.parametrize("prefill_tp", [1, 2])
 def test_ucx_transport_carries_the_blocks(cluster, prefill_tp):
     tp = ["--tensor-parallel-size", str(prefill_tp)] if prefill_tp > 1 else []
-    p = cluster.serve(*tp, *kv_flags("kv_producer", kv_transport="ucx"))
-    d = cluster.serve(*kv_flags("kv_consumer", kv_transport="ucx"))
+    p, d = three_prompts_through_a_pair(cluster,
+                                        [*tp, *kv_flags("kv_producer", kv_transport="ucx")],
+                                        kv_flags("kv_consumer", kv_transport="ucx"))
     assert "and over UCX" in p.log(), p.log()[-3000:]
-    proxy = cluster.proxy([p], [d])
-    want = [greedy_ids(p.base_url, q) for q in PROMPTS[:3]]
-    with concurrent.futures.ThreadPoolExecutor(3) as pool:
-        got = list(pool.map(lambda q: greedy_ids(proxy.base_url, q), PROMPTS[:3]))
-    assert got == want
-    assert counter(d, "kestrel:kv_transfer_loads_total") == 3
     # Every byte came over UCX, none over the TCP fallback.
     total = counter(d, "kestrel:kv_transfer_bytes_total")
     assert total > 0

@@ -10,9 +10,9 @@
 
 #include "kvx/kv_server.h"
 #include "kvx/kv_transfer_config.h"
-#include "kvx/ucx_transport.h"
 #include "kvx/lease_client.h"
 #include "kvx/lease_registry.h"
+#include "kvx/ucx_transport.h"
 
 namespace kestrel {
 namespace {
