@@ -4,6 +4,7 @@ calls (http.client, so the tests see exactly what goes over the wire) and Promet
 import http.client
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -34,23 +35,42 @@ STARTUP_TIMEOUT_S = 60
 SHUTDOWN_TIMEOUT_S = 30
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _ephemeral_low():
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
-def two_free_ports():
-    for _ in range(100):
-        with socket.socket() as a, socket.socket() as b:
-            try:
-                a.bind(("127.0.0.1", 0))
-                port = a.getsockname()[1]
-                b.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no two consecutive free ports")
+_PORTS_HANDED_OUT = set()
+
+
+def free_port(n=1):
+    """The first of n consecutive ports free on loopback now. They lie below the kernel's ephemeral
+    range, so no client connection can take one between this choice and the server's bind (a server
+    derives ports from a base: KV port + rank, RPC port + DP rank), and none is handed out twice in
+    one run."""
+    top = _ephemeral_low() - n
+    rng = random.Random()
+    for _ in range(1000):
+        base = rng.randrange(20000, top)
+        ports = range(base, base + n)
+        if any(q in _PORTS_HANDED_OUT for q in ports):
+            continue
+        socks = []
+        try:
+            for q in ports:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind(("127.0.0.1", q))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+        _PORTS_HANDED_OUT.update(ports)
+        return base
+    raise RuntimeError(f"no {n} consecutive free ports")
 
 
 class Server:

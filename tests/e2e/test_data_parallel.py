@@ -59,7 +59,8 @@ def test_dp2_and_dp2_tp2_tokens_equal_one_engine_and_both_engines_serve(server, 
 
 def test_one_rank_behind_an_external_load_balancer(server, start_server):
     srv = start_server("--data-parallel-size", "2", "--data-parallel-rank", "1",
-                       "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", "13389")
+                       "--data-parallel-address", "127.0.0.1",
+                       "--data-parallel-rpc-port", str(free_port(2)))
     assert tokens(srv.base_url, srv.model, PROMPTS[0]) == tokens(server.base_url, server.model,
                                                                  PROMPTS[0])
     # Its engine is labelled with its rank, as vLLM labels it.
@@ -95,7 +96,7 @@ def test_expert_parallel_across_two_engines_gives_transformers_tokens(start_serv
 
 def start_together(per_rank_flags):
     """Servers that wait for each other at start-up (they share experts), started at once."""
-    rpc = free_port()
+    rpc = free_port(2)
     flags = ["--data-parallel-size", "2", "--data-parallel-address", "127.0.0.1",
              "--data-parallel-rpc-port", str(rpc), "--enable-expert-parallel",
              "--max-model-len", "256", "--kv-cache-memory", "64M"]

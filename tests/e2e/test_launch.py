@@ -16,7 +16,7 @@ import subprocess
 import time
 
 from kestrel_e2e import (KESTREL_BIN, MODEL_PATH, REPO, free_port, metric, post_json, request,
-                         scrape, two_free_ports, wait_for)
+                         scrape, wait_for)
 
 TEMPLATE = """#!/bin/bash
 # As the guides' run_dp_template.sh, with kestrel serve; ASCEND_RT_VISIBLE_DEVICES=$1 there.
@@ -31,12 +31,13 @@ MOE = REPO / "tests" / "fixtures" / "models" / "qwen3_moe_bf16"
 
 
 def start_launch(tmp_path, fail="", host="127.0.0.1", tp=1, netns=None, port=None,
-                 model=MODEL_PATH, extra="", rpc_port=13389):
+                 model=MODEL_PATH, extra="", rpc_port=None):
     template = tmp_path / "run_dp_template.sh"
     template.write_text(TEMPLATE.format(dir=tmp_path, fail=fail, kestrel=KESTREL_BIN, model=model,
                                         host=host, extra=extra,
                                         max_len=256 if model != MODEL_PATH else 1024))
-    port = port or two_free_ports()
+    port = port or free_port(2)
+    rpc_port = rpc_port or free_port(2)
     log = open(tmp_path / "launch.log", "w")
     cmd = [str(KESTREL_BIN), "launch", "--dp-size", "2", "--tp-size", str(tp),
            "--dp-address", host, "--dp-rpc-port", str(rpc_port), "--vllm-start-port", str(port),
@@ -55,13 +56,14 @@ def healthy(port, host="127.0.0.1"):
 
 
 def test_one_server_per_rank_on_its_cores_and_sigterm_stops_all(tmp_path):
-    proc, port = start_launch(tmp_path)
+    rpc = free_port(2)
+    proc, port = start_launch(tmp_path, rpc_port=rpc)
     try:
         assert wait_for(lambda: healthy(port) and healthy(port + 1), 60), \
             (tmp_path / "launch.log").read_text()
         for rank in (0, 1):
             args = (tmp_path / f"args-{rank}.txt").read_text().split()
-            assert args[1:] == [str(port + rank), "2", str(rank), "127.0.0.1", "13389", "1"]
+            assert args[1:] == [str(port + rank), "2", str(rank), "127.0.0.1", str(rpc), "1"]
             cpus = (tmp_path / f"cpus-{rank}.txt").read_text().split()[-1]
             assert cpus == args[0], (cpus, args)  # its share: one CPU each on two
         assert (tmp_path / "args-0.txt").read_text().split()[0] != \
@@ -124,7 +126,7 @@ def test_launch_with_expert_parallelism_shares_the_experts_between_the_servers(t
     golden = json.loads((MOE / "golden.json").read_text())
     prompts, want = golden["prompts"], golden["greedy"]
     proc, port = start_launch(tmp_path, model=MOE, extra="--enable-expert-parallel",
-                              rpc_port=free_port())
+                              rpc_port=free_port(2))
     try:
         assert wait_for(lambda: healthy(port) and healthy(port + 1), 60), \
             (tmp_path / "launch.log").read_text()

@@ -77,7 +77,7 @@ EXPERT_PARALLEL = pytest.mark.parametrize("ep", [[], ["--enable-expert-parallel"
 
 @EXPERT_PARALLEL
 def test_headless_rank_over_loopback(start_server, tmp_path, ep):
-    rpc = free_port()
+    rpc = free_port(2)
     headless = start_headless("127.0.0.1", rpc, tmp_path, ep)
     try:
         head = start_server("--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port",
@@ -96,7 +96,7 @@ def test_headless_rank_over_loopback(start_server, tmp_path, ep):
 @EXPERT_PARALLEL
 def test_headless_rank_in_another_network_namespace(start_server, netns, tmp_path, ep):
     ns, head_ip, node_ip = netns
-    rpc = free_port()
+    rpc = free_port(2)
     headless = start_headless(head_ip, rpc, tmp_path, ep, netns=ns)
     try:
         head = start_server("--data-parallel-address", head_ip, "--data-parallel-rpc-port",

@@ -26,7 +26,7 @@ import time
 import pytest
 
 from kestrel_e2e import (KESTREL_BIN, MODEL_PATH, REPO, Server, free_port, get_json, metric,
-                         post_json, request, scrape, sse_post, two_free_ports, wait_for)
+                         post_json, request, scrape, sse_post, wait_for)
 
 FIXTURES = REPO / "tests" / "fixtures" / "models"
 PROMPTS = [
@@ -42,7 +42,7 @@ STARTUP_S = 60
 
 def kv_flags(role, kv_port=None, **extra):
     config = {"kv_connector": "MooncakeConnectorV1", "kv_role": role,
-              "kv_port": str(kv_port or free_port())}
+              "kv_port": str(kv_port or free_port(4))}
     policy = extra.pop("policy", None)
     if policy:
         config["kv_load_failure_policy"] = policy
@@ -226,11 +226,11 @@ def test_a_decode_prefix_hit_loads_only_the_missing_blocks(cluster):
 
 
 def test_two_prefills_one_decode(cluster):
-    kv_port = free_port()
+    kv_port = free_port(4)
     # One prefill group of two data-parallel ranks, one server each (--data-parallel-rank), as
     # launch_online_dp.py starts them: the same kv_port, each rank on its own port block.
     group = ["--data-parallel-size", "2", "--data-parallel-address", "127.0.0.1",
-             "--data-parallel-rpc-port", str(free_port())]
+             "--data-parallel-rpc-port", str(free_port(2))]
     p0 = cluster.serve(*group, "--data-parallel-rank", "0", *kv_flags("kv_producer", kv_port))
     p1 = cluster.serve(*group, "--data-parallel-rank", "1", *kv_flags("kv_producer", kv_port))
     d = cluster.serve(*kv_flags("kv_consumer"))
@@ -313,7 +313,7 @@ def test_prefill_in_another_network_namespace(cluster, netns):
 
 
 def test_launch_starts_a_prefill_group_and_bench_serve_runs_through_the_proxy(cluster, tmp_path):
-    kv_port, rpc, start = free_port(), free_port(), two_free_ports()
+    kv_port, rpc, start = free_port(4), free_port(2), free_port(2)
     template = tmp_path / "run_dp_template.sh"
     template.write_text(f"""#!/bin/bash
 exec {KESTREL_BIN} serve {MODEL_PATH} --host 127.0.0.1 --port $2 --data-parallel-size $3 \\
@@ -412,7 +412,7 @@ def test_killing_the_decode_under_load_leaks_nothing_on_the_prefill(cluster):
 
 
 def test_killing_the_prefill_before_the_pull_recomputes_or_fails_cleanly(cluster):
-    kv_port = free_port()
+    kv_port = free_port(4)
     p = cluster.serve(*kv_flags("kv_producer", kv_port))
     d = cluster.serve(*kv_flags("kv_consumer"))
     strict = cluster.serve(*kv_flags("kv_consumer", policy="fail"))
@@ -478,7 +478,7 @@ def test_clients_that_go_away_at_every_stage(cluster):
 
 
 def test_a_prefill_restarted_on_the_same_address_is_a_new_peer(cluster):
-    kv_port = free_port()
+    kv_port = free_port(4)
     p = cluster.serve(*kv_flags("kv_producer", kv_port))
     d = cluster.serve(*kv_flags("kv_consumer"))
     want = completion(d.base_url, PROMPTS[1])["choices"][0]["text"]
