@@ -38,8 +38,8 @@ class Backend {
   // x += y (rounded to act), then out = rms_norm(x): a block's residual add and the next norm.
   virtual void add_rms_norm(float* x, const float* y, const float* w, float eps, int64_t rows,
                             int64_t dim, float* out, DType act) = 0;
-  // out = silu(gate)·up. With act BF16/F16, gate and up are first rounded to act and the result
-  // after: one pass for what the reference computes on rounded tensors.
+  // out = silu(gate)·up. With act BF16/F16, gate and up are first rounded to act, then silu(gate)
+  // and the product: one pass for what the reference computes on rounded tensors.
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n, DType act) = 0;
   // Runs host work split in chunks of at least `grain` items on the backend's CPU threads.
   virtual void parallel_for(int64_t n, int64_t grain,

@@ -63,8 +63,9 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n, DType a
     const __m256 g = simd::round_to8(act, _mm256_loadu_ps(g8));
     const __m256 u = simd::round_to8(act, _mm256_loadu_ps(u8));
     const __m256 e = simd::exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
-    _mm256_storeu_ps(
-        o8, simd::round_to8(act, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u)));
+    // silu(g) is rounded before the product, as the reference stores act_fn(gate) first.
+    const __m256 s = simd::round_to8(act, _mm256_div_ps(g, _mm256_add_ps(one, e)));
+    _mm256_storeu_ps(o8, simd::round_to8(act, _mm256_mul_ps(s, u)));
   };
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) eight(gate + i, up + i, out + i);

@@ -30,8 +30,8 @@ bool silu_mul_avx512(const float* gate, const float* up, float* out, int64_t n, 
     const __m512 g = simd512::round_to16(act, _mm512_loadu_ps(gate + i));
     const __m512 u = simd512::round_to16(act, _mm512_loadu_ps(up + i));
     const __m512 e = simd512::exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
-    _mm512_storeu_ps(out + i, simd512::round_to16(
-                                  act, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), u)));
+    const __m512 s = simd512::round_to16(act, _mm512_div_ps(g, _mm512_add_ps(one, e)));
+    _mm512_storeu_ps(out + i, simd512::round_to16(act, _mm512_mul_ps(s, u)));
   }
   silu_mul(gate + i, up + i, out + i, n - i, act);
   return true;
