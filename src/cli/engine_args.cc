@@ -123,6 +123,15 @@ Expected<SchedulerConfig> scheduler_config(const EngineArgs& a, const ModelConfi
   c.max_num_seqs = a.max_num_seqs;
   c.enable_chunked_prefill = a.enable_chunked_prefill;
   c.enable_prefix_caching = a.enable_prefix_caching;
+  if (m.linear.enabled() && c.enable_prefix_caching) {
+    // A hit must resume the recurrent state too; state checkpoints at block boundaries are
+    // not kept yet, so a hit could only be recomputed.
+    KLOG_WARN(
+        "prefix caching is off for {}: its linear-attention layers' state is not checkpointed "
+        "at block boundaries yet (issue 22)",
+        m.architecture);
+    c.enable_prefix_caching = false;
+  }
   c.block_size = a.block_size;
   c.give_back_preempted = a.give_back_preempted;
   c.max_num_batched_tokens = a.max_num_batched_tokens.value_or(
@@ -310,8 +319,8 @@ int run_tp_worker(const EngineArgs& a, const GroupNames& names, const DpGroup* e
   CausalLM& model = *models->model->model;
   return run_worker(**leader, [&](int32_t num_blocks) -> Expected<std::unique_ptr<Executor>> {
     KASSIGN(Speculation s, make_speculation(spec, po, model, num_blocks));
-    auto executor =
-        std::make_unique<InProcessExecutor>(model, num_blocks, sc->block_size, std::move(s));
+    auto executor = std::make_unique<InProcessExecutor>(model, num_blocks, sc->block_size,
+                                                        std::move(s), int32_t(sc->max_num_seqs));
     if (const auto kv = kv_instance(a)) {
       KASSIGN(auto worker, start_kv_worker(*kv, model, models->model->config,
                                            executor->runner().kv_memory(), dp_rank, rank));
@@ -446,6 +455,11 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
       KLOG_WARN("no tokenizer ({}); only token-id prompts will work", tok.error().message);
     }
   }
+  if (spec && mc.linear.enabled())
+    return make_error(
+        "--speculative-config: speculative decoding of {} is not supported yet: its "
+        "linear-attention layers' state cannot be rolled back past rejected drafts",
+        mc.architecture);
   if (spec) {
     if (spec->method == SpeculativeMethod::kMtp && spec->method_alias != "mtp")
       KLOG_WARN("method `{}` is deprecated and replaced with mtp.", spec->method_alias);
@@ -469,6 +483,7 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
   sc.kv_groups = kr.layout.groups;
   kr.max_model_len = sc.max_model_len;
   kr.max_num_batched_tokens = sc.max_num_batched_tokens;
+  kr.max_num_seqs = sc.max_num_seqs;
   KASSIGN(MemoryInfo mem, read_memory_info());
   // The ranks share this host's memory; each plans with its part (its weights and its KV heads
   // are its share too). --kv-cache-memory stays per rank, as per GPU in vLLM.
@@ -476,6 +491,19 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
   mem.available_bytes /= tp * dp;
   KASSIGN(e.kv, plan_kv_cache(kr, mem));
   sc.num_blocks = static_cast<int32_t>(e.kv.num_blocks);
+  if (kr.layout.state.num_layers > 0) {
+    KLOG_INFO("Linear-attention state: {} slots of {:.2f} MiB ({} layers), {:.2f} GiB{}",
+              e.kv.num_state_slots, double(kr.layout.state.bytes_per_slot()) / double(1 << 20),
+              kr.layout.state.num_layers, double(e.kv.state_bytes) / double(int64_t{1} << 30),
+              tp > 1 ? " per rank" : "");
+    if (e.kv.num_state_slots < sc.max_num_seqs) {
+      KLOG_WARN(
+          "the linear-attention state of {} sequences would take over half the KV cache memory: "
+          "at most {} run at once (raise --kv-cache-memory or lower --max-num-seqs)",
+          sc.max_num_seqs, e.kv.num_state_slots);
+      sc.max_num_seqs = e.kv.num_state_slots;
+    }
+  }
   KTRY(validate(sc));
   KLOG_INFO("KV cache: {} blocks of {} tokens, {:.2f} GiB{} ({})", e.kv.num_blocks - 1,
             sc.block_size, double(e.kv.bytes) / double(int64_t{1} << 30), tp > 1 ? " per rank" : "",
@@ -522,8 +550,9 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
       return Status::Ok();
     };
     if (tp == 1) {
-      auto executor = std::make_unique<InProcessExecutor>(*model.model, sc.num_blocks,
-                                                          sc.block_size, std::move(speculation));
+      auto executor =
+          std::make_unique<InProcessExecutor>(*model.model, sc.num_blocks, sc.block_size,
+                                              std::move(speculation), int32_t(sc.max_num_seqs));
       KTRY(attach_kv(executor->runner()));
       opts.executors.push_back(std::move(executor));
       continue;
@@ -532,7 +561,8 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
     WorkerProcesses& procs = *workers[size_t(d)];
     KTRY(leader->wait_for_workers(kWorkerStartTimeout, [&procs] { return procs.check(); }));
     auto runner = std::make_unique<ModelRunner>(
-        *model.model, model.model->make_kv_cache(sc.num_blocks, sc.block_size),
+        *model.model,
+        model.model->make_kv_cache(sc.num_blocks, sc.block_size, int32_t(sc.max_num_seqs)),
         std::move(speculation));
     KTRY(attach_kv(*runner));
     KASSIGN(auto executor,

@@ -32,9 +32,10 @@ SchedulerConfig with_model_kv_groups(SchedulerConfig c, const CausalLM& model) {
 
 EngineCore::EngineCore(CausalLM& model, const SchedulerConfig& config,
                        std::vector<int32_t> eos_token_ids, Speculation speculation)
-    : EngineCore(std::make_unique<InProcessExecutor>(model, config.num_blocks, config.block_size,
-                                                     std::move(speculation)),
-                 with_model_kv_groups(config, model), std::move(eos_token_ids)) {}
+    : EngineCore(
+          std::make_unique<InProcessExecutor>(model, config.num_blocks, config.block_size,
+                                              std::move(speculation), int32_t(config.max_num_seqs)),
+          with_model_kv_groups(config, model), std::move(eos_token_ids)) {}
 
 EngineCore::EngineCore(std::unique_ptr<Executor> executor, const SchedulerConfig& config,
                        std::vector<int32_t> eos_token_ids)

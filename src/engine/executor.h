@@ -28,9 +28,12 @@ class Executor {
 
 class InProcessExecutor final : public Executor {
  public:
+  // num_state_slots: sequences whose linear-attention state the KV storage holds (the
+  // scheduler's max_num_seqs; unused for models without such layers).
   InProcessExecutor(CausalLM& model, int32_t num_blocks, int32_t block_size,
-                    Speculation speculation = {})
-      : runner_(model, model.make_kv_cache(num_blocks, block_size), std::move(speculation)) {}
+                    Speculation speculation = {}, int32_t num_state_slots = 0)
+      : runner_(model, model.make_kv_cache(num_blocks, block_size, num_state_slots),
+                std::move(speculation)) {}
 
   // An exception from the step (an allocation failure, a kernel's check) becomes its error.
   Expected<RunnerOutput> execute(const SchedulerOutput& output) override;

@@ -94,14 +94,23 @@ Expected<KVBudget> plan_kv_cache(const KVBudgetRequest& request, const MemoryInf
   const int64_t blocks_per_seq =
       max_blocks_per_request(request.layout.groups, request.max_model_len,
                              std::max<int64_t>(request.max_num_batched_tokens, 1));
-  const int64_t needed = (blocks_per_seq + 1) * bytes_per_block;  // one sequence + the null block
+  // One sequence + the null block, and the sequence's state slot.
+  const int64_t slot_bytes = request.layout.state.bytes_per_slot();
+  const int64_t needed = (blocks_per_seq + 1) * bytes_per_block + slot_bytes;
+  if (slot_bytes > 0) {
+    out.num_state_slots = std::max<int64_t>(request.max_num_seqs, 1);
+    if (out.num_state_slots * slot_bytes > budget / 2)
+      out.num_state_slots = std::max<int64_t>(budget / 2 / slot_bytes, 1);
+    out.state_bytes = out.num_state_slots * slot_bytes;
+  }
   if (budget < needed)
     return make_error(
         "To serve at least one request with the model's max seq len ({}), {:.3f} GiB KV cache is "
         "needed, which is larger than the available KV cache memory ({:.3f} GiB; {}). Try "
         "increasing --kv-cache-memory or --gpu-memory-utilization, or decreasing --max-model-len.",
         request.max_model_len, gib(needed), gib(std::max<int64_t>(budget, 0)), out.source);
-  out.num_blocks = std::min<int64_t>(budget / bytes_per_block, std::numeric_limits<int32_t>::max());
+  out.num_blocks = std::min<int64_t>((budget - out.state_bytes) / bytes_per_block,
+                                     std::numeric_limits<int32_t>::max());
   out.bytes = out.num_blocks * bytes_per_block;
   out.num_tokens = (out.num_blocks - 1) * block_size;
   return out;

@@ -35,6 +35,9 @@ struct KVBudgetRequest {
   int64_t extra_bytes_per_block = 0;
   int64_t max_model_len = 0;
   int64_t max_num_batched_tokens = 0;  // a step's tokens: what a sliding window holds besides
+  // Models with linear-attention layers: one state slot (layout.state) per running sequence,
+  // priced before the blocks.
+  int64_t max_num_seqs = 0;
 };
 
 struct KVBudget {
@@ -42,12 +45,16 @@ struct KVBudget {
   int64_t bytes = 0;       // num_blocks × bytes per block
   int64_t num_tokens = 0;  // usable blocks × block size
   std::string source;      // which rule decided, for the start-up log
+  // Linear-attention state slots: max_num_seqs, or fewer when their bytes would take more than
+  // half the budget (then at most that many sequences run at once).
+  int64_t num_state_slots = 0;
+  int64_t state_bytes = 0;
 };
 
 constexpr int64_t kDefaultCpuKvCacheBytes = int64_t{4} << 30;
 
-// Errors when the budget cannot hold one request of max_model_len tokens, saying which flag to
-// change, or when the flags are out of range.
+// Errors when the budget cannot hold one request of max_model_len tokens (and its state slot),
+// saying which flag to change, or when the flags are out of range.
 Expected<KVBudget> plan_kv_cache(const KVBudgetRequest& request, const MemoryInfo& memory);
 
 // Parses a byte count as vLLM's human_readable_int does: digits with an optional suffix,

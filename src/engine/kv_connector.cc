@@ -21,6 +21,11 @@ KvRankInfo model_kv_rank(const CausalLM& model, const KVMemoryView& memory, int 
 
 std::string kv_transfer_unsupported(const CausalLM& model, int block_size) {
   const KVCacheLayout layout = model.kv_cache_layout(block_size);
+  if (layout.state.num_layers > 0)
+    return fmt::format(
+        "its {} linear-attention layers keep a recurrent state per sequence, which the transfer "
+        "does not carry yet",
+        layout.state.num_layers);
   if (layout.groups.size() != 1)
     return fmt::format(
         "its layers form {} KV cache groups (hybrid KV layouts are transferred with the hybrid "

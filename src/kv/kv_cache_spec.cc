@@ -40,13 +40,28 @@ int64_t max_blocks_per_request(std::span<const KVCacheSpec> groups, int64_t max_
 }
 
 Expected<KVCacheLayout> plan_kv_cache_layout(std::span<const KVCacheSpec> per_layer) {
-  if (per_layer.empty()) return make_error("KV cache: no layers to lay out");
+  const auto paged = std::find_if(per_layer.begin(), per_layer.end(), [](const KVCacheSpec& s) {
+    return s.kind != KVCacheKind::kLinearAttentionState;
+  });
+  if (paged == per_layer.end()) return make_error("KV cache: no token-paged layers to lay out");
+  const KVCacheSpec& first_paged = *paged;
   std::vector<KVCacheSpec> kinds;
   std::vector<std::vector<int32_t>> kind_layers;
+  KVCacheLayout out;
+  out.layers.resize(per_layer.size());
   for (size_t i = 0; i < per_layer.size(); ++i) {
     const KVCacheSpec& s = per_layer[i];
-    if (s.kind == KVCacheKind::kLinearAttentionState)
-      return make_error("KV cache layer {}: linear-attention state is not block-paged", i);
+    if (s.kind == KVCacheKind::kLinearAttentionState) {
+      if (s.state_floats <= 0)
+        return make_error("KV cache layer {}: a linear-attention state of {} values", i,
+                          s.state_floats);
+      if (out.state.num_layers > 0 && s.state_floats != out.state.floats_per_layer)
+        return make_error("KV cache layer {}: a state of {} values, other linear layers have {}", i,
+                          s.state_floats, out.state.floats_per_layer);
+      out.state.floats_per_layer = s.state_floats;
+      out.layers[i] = LayerPlace{KVCacheLayout::kStateGroup, out.state.num_layers++};
+      continue;
+    }
     if (s.num_layers != 1 || s.block_size <= 0 || s.num_kv_heads <= 0 || s.head_dim <= 0 ||
         s.dtype_bytes <= 0 || (s.kind == KVCacheKind::kSlidingWindow && s.sliding_window <= 0))
       return make_error(
@@ -54,14 +69,14 @@ Expected<KVCacheLayout> plan_kv_cache_layout(std::span<const KVCacheSpec> per_la
           "{}, sliding window {} are not a layer's cache",
           i, s.num_layers, s.block_size, s.num_kv_heads, s.head_dim, s.dtype_bytes,
           s.sliding_window);
-    if (s.block_size != per_layer[0].block_size)
-      return make_error("KV cache layer {}: block size {} differs from layer 0's {}", i,
-                        s.block_size, per_layer[0].block_size);
-    if (s.bytes_per_block() != per_layer[0].bytes_per_block())
+    if (s.block_size != first_paged.block_size)
+      return make_error("KV cache layer {}: block size {} differs from the first layer's {}", i,
+                        s.block_size, first_paged.block_size);
+    if (s.bytes_per_block() != first_paged.bytes_per_block())
       return make_error(
-          "KV cache layer {}: {} bytes per block, layer 0 has {}; layers of different cache "
-          "shapes cannot share one block pool",
-          i, s.bytes_per_block(), per_layer[0].bytes_per_block());
+          "KV cache layer {}: {} bytes per block, the first layer has {}; layers of different "
+          "cache shapes cannot share one block pool",
+          i, s.bytes_per_block(), first_paged.bytes_per_block());
     const auto k = std::find_if(kinds.begin(), kinds.end(),
                                 [&](const KVCacheSpec& o) { return o.same_layer_as(s); });
     if (k == kinds.end()) {
@@ -73,9 +88,7 @@ Expected<KVCacheLayout> plan_kv_cache_layout(std::span<const KVCacheSpec> per_la
   }
   size_t group_size = per_layer.size();
   for (const auto& l : kind_layers) group_size = std::min(group_size, l.size());
-  KVCacheLayout out;
   out.layers_per_block = int32_t(group_size);
-  out.layers.resize(per_layer.size());
   for (size_t k = 0; k < kinds.size(); ++k) {
     for (size_t first = 0; first < kind_layers[k].size(); first += group_size) {
       const size_t n = std::min(group_size, kind_layers[k].size() - first);

@@ -17,7 +17,8 @@ enum class KVCacheKind {
   kFullAttention,
   kSlidingWindow,  // same layout as full attention; blocks out of the window are freed
   kMlaLatent,      // one compressed latent per token (num_kv_heads = 1, no separate V)
-  // Reserved seam: a fixed-size recurrent state, not token-paged, so not sizable per block.
+  // A linear-attention layer's fixed-size recurrent state per sequence (state_floats f32
+  // values): not token-paged, so it lives in state slots beside the block pool.
   kLinearAttentionState,
 };
 
@@ -30,6 +31,8 @@ struct KVCacheSpec {
   int32_t dtype_bytes = 2;
   // kSlidingWindow: a query at position p attends to keys p - sliding_window < j <= p.
   int32_t sliding_window = 0;
+  // kLinearAttentionState: f32 values of one sequence's state in this layer.
+  int64_t state_floats = 0;
 
   // Bytes one block occupies across all layers of the group (K and V for attention kinds).
   int64_t bytes_per_block() const;
@@ -45,11 +48,22 @@ struct LayerPlace {
   bool operator==(const LayerPlace&) const = default;
 };
 
+// The linear-attention layers' states: one slot per running sequence holds every such layer's
+// state (floats_per_layer f32 values each), apart from the block pool.
+struct RecurrentStateLayout {
+  int32_t num_layers = 0;
+  int64_t floats_per_layer = 0;
+  int64_t bytes_per_slot() const { return int64_t(num_layers) * floats_per_layer * 4; }
+};
+
 struct KVCacheLayout {
   std::vector<KVCacheSpec> groups;                 // num_layers = the group's own layers
   std::vector<std::vector<int32_t>> group_layers;  // model layers of each group
-  std::vector<LayerPlace> layers;                  // per model layer
-  int32_t layers_per_block = 0;                    // storage slots per block
+  // Per model layer; a linear-attention layer's is {kStateGroup, its index among them}.
+  std::vector<LayerPlace> layers;
+  int32_t layers_per_block = 0;  // storage slots per block
+  RecurrentStateLayout state;
+  static constexpr int32_t kStateGroup = -1;
 
   int32_t block_size() const { return groups.empty() ? 0 : groups[0].block_size; }
   // Bytes one block occupies: layers_per_block layers of the (common) per-layer shape.
@@ -63,9 +77,10 @@ int64_t max_blocks_per_request(std::span<const KVCacheSpec> groups, int64_t max_
                                int64_t max_step_tokens);
 
 // Groups layers with the same spec (each of num_layers 1), in order of first appearance, into
-// groups of as many layers as the rarest spec has (the last group of a spec may be smaller).
-// Errors when the list is empty, a spec is malformed or not token-paged, block sizes differ, or
-// two specs' layers differ in bytes per block (the pool's blocks are one size).
+// groups of as many layers as the rarest spec has (the last group of a spec may be smaller);
+// linear-attention layers go to the state layout instead. Errors when no layer is token-paged,
+// a spec is malformed, block sizes differ, two specs' layers differ in bytes per block (the
+// pool's blocks are one size) or two linear-attention layers in state size.
 Expected<KVCacheLayout> plan_kv_cache_layout(std::span<const KVCacheSpec> per_layer);
 
 // The layout of `num_layers` layers of one spec (one group).

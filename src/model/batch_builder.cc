@@ -43,7 +43,8 @@ void BatchBuilder::add_table(size_t group, std::span<const int32_t> table, int32
 }
 
 void BatchBuilder::add(std::span<const int32_t> tokens, int32_t start_pos,
-                       std::span<const std::vector<int32_t>> tables, size_t num_logits) {
+                       std::span<const std::vector<int32_t>> tables, size_t num_logits,
+                       int32_t state_slot) {
   KCHECK(num_logits <= tokens.size(), "{} logits rows for {} tokens", num_logits, tokens.size());
   KCHECK(tables.size() == size_t(num_groups_), "{} block tables for {} KV cache groups",
          tables.size(), num_groups_);
@@ -55,6 +56,7 @@ void BatchBuilder::add(std::span<const int32_t> tokens, int32_t start_pos,
     if (i + num_logits >= tokens.size()) logits_indices_.push_back(row);
   }
   qsl_.push_back(int32_t(tokens_.size()));
+  state_slots_.push_back(state_slot);
 }
 
 ForwardBatch BatchBuilder::batch() const {
@@ -79,6 +81,7 @@ ForwardBatch BatchBuilder::batch() const {
   b.max_blocks_per_seq = max_blocks_;
   b.num_kv_groups = num_groups_;
   b.logits_indices = logits_indices_;
+  b.state_slots = state_slots_;
   return b;
 }
 
@@ -87,6 +90,7 @@ void BatchBuilder::clear() {
   positions_.clear();
   logits_indices_.clear();
   qsl_.assign(1, 0);
+  state_slots_.clear();
   for (auto& s : slots_) s.clear();
   for (auto& t : tables_) t.clear();
 }

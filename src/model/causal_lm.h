@@ -29,6 +29,10 @@ struct ForwardBatch {
   int max_blocks_per_seq = 0;
   int num_kv_groups = 1;
   std::span<const int32_t> logits_indices;  // rows of T whose logits are wanted
+  // Models with linear-attention layers: sequence s's state slot in the KV storage ([S]). A
+  // sequence whose first position here is 0 starts from a zero state; one that starts later
+  // continues the state the slot holds.
+  std::span<const int32_t> state_slots;
 };
 
 class CausalLM {
@@ -55,9 +59,12 @@ class CausalLM {
   KVCacheLayout kv_cache_layout(int block_size) const {
     return model_kv_cache_layout(config(), kv_cache_dtype(), block_size);
   }
-  // KV storage for this model's main layers.
-  KVCacheStorage make_kv_cache(int64_t num_blocks, int block_size) const {
-    return KVCacheStorage(kv_cache_layout(block_size), num_blocks, kv_cache_dtype());
+  // KV storage for this model's main layers, with num_state_slots sequences' linear-attention
+  // states when it has such layers.
+  KVCacheStorage make_kv_cache(int64_t num_blocks, int block_size,
+                               int32_t num_state_slots = 0) const {
+    return KVCacheStorage(kv_cache_layout(block_size), num_blocks, kv_cache_dtype(),
+                          num_state_slots);
   }
   // KV storage of `layers` full-attention (or latent) layers: the MTP modules' cache.
   KVCacheStorage make_kv_cache_for_layers(int layers, int64_t num_blocks, int block_size) const {

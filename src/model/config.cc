@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -230,6 +231,89 @@ Status parse_deepseek_v3(const FieldReader& r, ModelConfig& c) {
   return Status::Ok();
 }
 
+bool is_hybrid_type(const std::string& t) {
+  return t == "qwen3_next" || t == "qwen3_5_text" || t == "qwen3_5_moe_text";
+}
+
+// Qwen3-Next and the Qwen3.5 text models (models.md 5, models-wave2.md 1): Gated DeltaNet layers
+// with gated full attention every full_attention_interval-th layer (or as layer_types says),
+// zero-centred norms, q/k norms, and for the MoE types experts with a gated shared expert.
+Status parse_hybrid(const FieldReader& r, ModelConfig& c) {
+  LinearAttentionConfig& l = c.linear;
+  l.num_value_heads = 32;
+  KTRY(r.get("linear_conv_kernel_dim", l.conv_kernel));
+  KTRY(r.get("linear_key_head_dim", l.key_head_dim));
+  KTRY(r.get("linear_value_head_dim", l.value_head_dim));
+  KTRY(r.get("linear_num_key_heads", l.num_key_heads));
+  KTRY(r.get("linear_num_value_heads", l.num_value_heads));
+  l.fused_projections = c.model_type == "qwen3_next";
+  const std::pair<const char*, int64_t> dims[] = {{"linear_conv_kernel_dim", l.conv_kernel},
+                                                  {"linear_key_head_dim", l.key_head_dim},
+                                                  {"linear_value_head_dim", l.value_head_dim},
+                                                  {"linear_num_key_heads", l.num_key_heads},
+                                                  {"linear_num_value_heads", l.num_value_heads}};
+  for (const auto& [name, v] : dims)
+    if (v <= 0)
+      return make_error("{}: '{}' must be a positive integer (got {})", r.file(), name, v);
+  if (l.conv_kernel < 2)
+    return make_error("{}: 'linear_conv_kernel_dim' must be at least 2 (got {})", r.file(),
+                      l.conv_kernel);
+  if (l.num_value_heads % l.num_key_heads != 0)
+    return make_error("{}: linear_num_value_heads {} is not a multiple of linear_num_key_heads {}",
+                      r.file(), l.num_value_heads, l.num_key_heads);
+
+  const size_t L = size_t(std::max<int64_t>(c.num_hidden_layers, 0));
+  c.layer_linear.assign(L, false);
+  if (const json* types = r.find("layer_types")) {
+    if (!types->is_array() || types->size() != L)
+      return r.type_error("layer_types", "a list with one entry per hidden layer");
+    for (size_t i = 0; i < L; ++i) {
+      const json& t = (*types)[i];
+      if (!t.is_string() || (t != "full_attention" && t != "linear_attention"))
+        return r.type_error("layer_types", "a list of \"full_attention\" or \"linear_attention\"");
+      c.layer_linear[i] = t == "linear_attention";
+    }
+  } else {
+    int64_t interval = 4;
+    KTRY(r.get("full_attention_interval", interval));
+    if (interval <= 0)
+      return make_error("{}: 'full_attention_interval' must be positive (got {})", r.file(),
+                        interval);
+    for (size_t i = 0; i < L; ++i) c.layer_linear[i] = (int64_t(i) + 1) % interval != 0;
+  }
+  c.attn_output_gate = true;
+  c.norm_offset = true;
+  c.qk_norm = true;
+
+  if (c.model_type == "qwen3_5_text") return Status::Ok();
+  MoeConfig& m = c.moe;
+  KTRY(r.get("num_experts", m.num_experts));
+  KTRY(r.get("num_experts_per_tok", m.num_experts_per_tok));
+  KTRY(r.get("moe_intermediate_size", m.moe_intermediate_size));
+  KTRY(r.get("shared_expert_intermediate_size", m.shared_expert_intermediate_size));
+  if (m.shared_expert_intermediate_size < 0)
+    return make_error("{}: 'shared_expert_intermediate_size' must not be negative", r.file());
+  if (c.model_type == "qwen3_5_moe_text") {
+    m.norm_topk_prob = true;  // Qwen3.5's router always renormalises (no config key)
+    return Status::Ok();
+  }
+  KTRY(r.get("norm_topk_prob", m.norm_topk_prob));
+  KTRY(r.get("decoder_sparse_step", m.decoder_sparse_step));
+  KTRY(r.get("mlp_only_layers", m.mlp_only_layers));
+  return Status::Ok();
+}
+
+// A vision-language wrapper (Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration):
+// the text model's config is text_config, its tensors sit under model.language_model.; the
+// vision tower is not loaded.
+const json* text_config_of(const json& j) {
+  const auto type = j.find("model_type");
+  if (type == j.end() || !type->is_string()) return nullptr;
+  if (*type != "qwen3_5" && *type != "qwen3_5_moe") return nullptr;
+  const auto text = j.find("text_config");
+  return text != j.end() && text->is_object() ? &*text : nullptr;
+}
+
 Status parse_quantization(const FieldReader& r, ModelConfig& c) {
   std::string method;
   KTRY(r.get("quant_method", method));
@@ -267,6 +351,7 @@ Status parse_sliding_window(const FieldReader& r, ModelConfig& c) {
     KTRY(r.get("max_window_layers", first_layer));
   }
   std::vector<bool> sliding(size_t(std::max<int64_t>(c.num_hidden_layers, 0)), false);
+  if (is_hybrid_type(c.model_type)) return Status::Ok();  // layer_types name linear layers
   if (const json* types = r.find("layer_types")) {
     if (!types->is_array() || types->size() != sliding.size())
       return r.type_error("layer_types", "a list with one entry per hidden layer");
@@ -291,8 +376,17 @@ Status parse_sliding_window(const FieldReader& r, ModelConfig& c) {
 
 Expected<ModelConfig> parse_config(const std::string& text, const std::string& file) {
   KASSIGN(json j, parse_object(text, file));
+  std::string prefix = "model.";
+  if (const json* tc = text_config_of(j)) {
+    json inner = *tc;
+    for (const char* key : {"architectures", "tie_word_embeddings", "torch_dtype", "dtype"})
+      if (j.contains(key) && !j[key].is_null()) inner[key] = j[key];
+    j = std::move(inner);
+    prefix = "model.language_model.";
+  }
   FieldReader r(j, file);
   ModelConfig c;
+  c.weight_prefix = prefix;
 
   if (const json* arch = r.find("architectures")) {
     if (!arch->is_array()) return r.type_error("architectures", "a list of strings");
@@ -335,6 +429,10 @@ Expected<ModelConfig> parse_config(const std::string& text, const std::string& f
   if (c.model_type == "qwen3") c.qk_norm = true;
   if (c.model_type == "qwen3_moe") KTRY(parse_qwen3_moe(r, c));
   if (c.model_type == "deepseek_v3") KTRY(parse_deepseek_v3(r, c));
+  if (is_hybrid_type(c.model_type)) {
+    KTRY(parse_hybrid(r, c));
+    if (!partial_rotary_factor) partial_rotary_factor = 0.25;  // transformers' default here
+  }
   KTRY(parse_sliding_window(r, c));
   if (const json* q = r.find("quantization_config")) {
     if (!q->is_object()) return r.type_error("quantization_config", "an object");
@@ -384,10 +482,13 @@ bool MoeConfig::is_moe_layer(int64_t layer) const {
 }
 
 Status ModelConfig::finalize() {
+  // Models whose every layer is MoE (Qwen3.5-MoE) have no dense width.
+  bool any_dense = false;
+  for (int64_t l = 0; l < num_hidden_layers; ++l) any_dense = any_dense || !moe.is_moe_layer(l);
   const std::pair<const char*, int64_t> required[] = {
       {"vocab_size", vocab_size},
       {"hidden_size", hidden_size},
-      {"intermediate_size", intermediate_size},
+      {"intermediate_size", any_dense ? intermediate_size : 1},
       {"num_hidden_layers", num_hidden_layers},
       {"num_attention_heads", num_attention_heads},
       {"max_position_embeddings", max_position_embeddings},
@@ -420,6 +521,12 @@ Status ModelConfig::finalize() {
   if (hidden_act != "silu")
     return make_error("unsupported hidden_act '{}' (only silu is supported)", hidden_act);
 
+  if (linear.enabled()) {
+    if (mla.enabled() || !layer_sliding_window.empty())
+      return make_error("linear-attention layers with MLA or sliding windows are not supported");
+    if (std::find(layer_linear.begin(), layer_linear.end(), false) == layer_linear.end())
+      return make_error("every layer is a linear-attention layer; at least one must attend");
+  }
   if (!layer_sliding_window.empty() && mla.enabled())
     return make_error("sliding-window attention with multi-head latent attention is not supported");
 

@@ -41,6 +41,9 @@ struct MoeConfig {
   int64_t moe_intermediate_size = 0;
   bool norm_topk_prob = false;
   int64_t num_shared_experts = 0;  // DeepSeek: one SwiGLU of this many experts' width, every token
+  // Qwen3-Next / Qwen3.5: one shared SwiGLU of this width, scaled per token by
+  // sigmoid(shared_expert_gate · x); 0: none.
+  int64_t shared_expert_intermediate_size = 0;
   Router router = Router::kSoftmaxTopK;
   int64_t n_group = 1;
   int64_t topk_group = 1;
@@ -64,6 +67,29 @@ struct MlaConfig {
   bool enabled() const { return kv_lora_rank > 0; }
   // Values one token keeps per layer in the latent cache.
   int64_t cache_width() const { return kv_lora_rank + qk_rope_head_dim; }
+};
+
+// Gated DeltaNet linear-attention layers (Qwen3-Next, Qwen3.5; models.md 5.3): num_value_heads
+// == 0 in models without them.
+struct LinearAttentionConfig {
+  int64_t conv_kernel = 4;
+  int64_t key_head_dim = 128;
+  int64_t value_head_dim = 128;
+  int64_t num_key_heads = 16;
+  int64_t num_value_heads = 0;
+  // Qwen3-Next's in_proj_qkvz / in_proj_ba grouped by key head; false: Qwen3.5's flat
+  // in_proj_qkv, in_proj_z, in_proj_b, in_proj_a.
+  bool fused_projections = false;
+  bool enabled() const { return num_value_heads > 0; }
+  int64_t key_dim() const { return num_key_heads * key_head_dim; }
+  int64_t value_dim() const { return num_value_heads * value_head_dim; }
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
+  // f32 values of one sequence's state in one layer: the last conv_kernel - 1 conv inputs per
+  // channel, then the [value heads, key_head_dim, value_head_dim] recurrent matrices.
+  int64_t conv_state_floats() const { return conv_dim() * (conv_kernel - 1); }
+  int64_t state_floats() const {
+    return conv_state_floats() + num_value_heads * key_head_dim * value_head_dim;
+  }
 };
 
 // quantization_config of FP8 block-quantized checkpoints (DeepSeek's format).
@@ -101,6 +127,21 @@ struct ModelConfig {
   MlaConfig mla;
   Fp8WeightConfig fp8;
   int64_t num_nextn_predict_layers = 0;  // MTP modules stored after the main layers
+  // Qwen3-Next / Qwen3.5: q_proj holds [query | gate] per head and the attention output is
+  // multiplied by sigmoid(gate) before o_proj.
+  bool attn_output_gate = false;
+  // Zero-centred RMSNorms (Qwen3-Next, Qwen3.5, Gemma): the scale is 1 + weight, multiplied in
+  // f32 before one rounding (Llama's form rounds the normed row, then multiplies).
+  bool norm_offset = false;
+  // Where the decoder's tensors sit: "model." or, in vision-language checkpoints,
+  // "model.language_model." (lm_head stays at the top).
+  std::string weight_prefix = "model.";
+  LinearAttentionConfig linear;
+  // Per hidden layer, whether it is a linear-attention layer; empty when none is.
+  std::vector<bool> layer_linear;
+  bool is_linear_layer(int64_t layer) const {
+    return layer >= 0 && size_t(layer) < layer_linear.size() && layer_linear[size_t(layer)];
+  }
   // Per hidden layer, the sliding window of its attention (a query at p sees keys p - W < j ≤
   // p), 0 for full attention; empty when no layer has one.
   std::vector<int32_t> layer_sliding_window;

@@ -1,5 +1,8 @@
-// Grouped-query attention over the paged KV cache (Llama, Qwen2, Qwen3 and Qwen3-MoE blocks).
+// Grouped-query attention over the paged KV cache (Llama, Qwen2, Qwen3 and Qwen3-MoE blocks), and
+// the gated attention of Qwen3-Next / Qwen3.5 (q_proj holds [query | gate] per head).
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "model/layers.h"
 
@@ -14,20 +17,24 @@ class GqaAttention final : public AttentionLayer {
     hd_ = int(c.head_dim);
     bias_ = c.attention_bias;
     qk_norm_ = c.qk_norm;
+    gate_ = c.attn_output_gate;
     const int64_t qd = c.num_attention_heads * hd_, kvd = c.num_key_value_heads * hd_;
+    const int64_t per_head = gate_ ? 2 * hd_ : hd_;  // q_proj rows per head
     // A tensor-parallel rank: its query heads' rows of q, the rows of the KV heads they read,
     // and its hidden features' rows of o (over every head: the heads' outputs are gathered).
     const IndexRange heads = lc.tp ? lc.tp->q_heads : IndexRange{0, c.num_attention_heads};
     const IndexRange kv = lc.tp ? lc.tp->kv_heads : IndexRange{0, c.num_key_value_heads};
     nh_ = int(heads.size());
     nkv_ = int(kv.size());
-    const IndexRange q_rows{heads.begin * hd_, heads.end * hd_};
+    const IndexRange q_rows{heads.begin * per_head, heads.end * per_head};
     const IndexRange kv_rows{kv.begin * hd_, kv.end * hd_};
-    KASSIGN(q_, load_linear(lc.src, p + "q_proj", qd, H_, c, lc.store, q_rows));
+    KASSIGN(q_, load_linear(lc.src, p + "q_proj", c.num_attention_heads * per_head, H_, c, lc.store,
+                            q_rows));
     KASSIGN(k_, load_linear(lc.src, p + "k_proj", kvd, H_, c, lc.store, kv_rows));
     KASSIGN(v_, load_linear(lc.src, p + "v_proj", kvd, H_, c, lc.store, kv_rows));
     const IndexRange o_rows = lc.tp ? lc.tp->hidden : IndexRange{};
     KASSIGN(o_, load_linear(lc.src, p + "o_proj", H_, qd, c, lc.store, o_rows));
+    if (bias_ && gate_) return make_error("{}: gated attention with q/k/v biases", p);
     if (bias_) {
       auto part = [](std::vector<float> v, IndexRange r) {
         return std::vector<float>(v.begin() + r.begin, v.begin() + r.end);
@@ -40,8 +47,8 @@ class GqaAttention final : public AttentionLayer {
       v_bias_ = part(std::move(v_bias_), kv_rows);
     }
     if (qk_norm_) {
-      KASSIGN(q_norm_, load_vector(lc.src, p + "q_norm.weight", hd_));
-      KASSIGN(k_norm_, load_vector(lc.src, p + "k_norm.weight", hd_));
+      KASSIGN(q_norm_, load_norm(lc.src, p + "q_norm.weight", hd_, c));
+      KASSIGN(k_norm_, load_norm(lc.src, p + "k_norm.weight", hd_, c));
     }
     for (Tensor* t : {&q_, &k_, &v_, &o_}) lc.be.prepare_weight(*t, lc.act);
     return Status::Ok();
@@ -51,11 +58,22 @@ class GqaAttention final : public AttentionLayer {
     const int64_t T = ctx.num_tokens;
     const int64_t qd = int64_t(nh_) * hd_, kvd = int64_t(nkv_) * hd_;  // this rank's
     Backend& be = ctx.be;
-    float* q = ctx.scratch.get(kSlotAttnQ, T * qd);
+    float* q = ctx.scratch.get(kSlotAttnQ, T * qd * (gate_ ? 2 : 1));
     float* k = ctx.scratch.get(kSlotAttnK, T * kvd);
     float* v = ctx.scratch.get(kSlotAttnV, T * kvd);
     const LinearJob qkv[3] = {{&q_, q}, {&k_, k}, {&v_, v}};
     be.linear_group(qkv, h, T);
+    float* gate = nullptr;
+    if (gate_) {
+      // [q | gate] per head: queries packed to the front of q, gates to their own buffer.
+      gate = ctx.scratch.get(kSlotAttnGate, T * qd);
+      for (int64_t r = 0; r < T * nh_; ++r) {
+        const float* src = q + r * 2 * hd_;
+        std::copy(src + hd_, src + 2 * hd_, gate + r * hd_);
+        // Row r moves down to r · hd, never over a later row's unread [q | gate].
+        std::memmove(q + r * hd_, src, size_t(hd_) * sizeof(float));
+      }
+    }
     if (bias_) {
       be.add_bias(q, q_bias_.data(), T, qd);
       be.add_bias(k, k_bias_.data(), T, kvd);
@@ -65,8 +83,8 @@ class GqaAttention final : public AttentionLayer {
     ctx.round(k, T * kvd);
     ctx.round(v, T * kvd);
     if (qk_norm_) {
-      be.rms_norm(q, q_norm_.data(), ctx.eps, T * nh_, hd_, q, ctx.act);
-      be.rms_norm(k, k_norm_.data(), ctx.eps, T * nkv_, hd_, k, ctx.act);
+      ctx.rms_norm(q, q_norm_.data(), T * nh_, hd_, q);
+      ctx.rms_norm(k, k_norm_.data(), T * nkv_, hd_, k);
     }
     be.rope(q, T, nh_, hd_, ctx.positions, ctx.rope);
     const KVLayer cache = ctx.kv.layer(layer);
@@ -75,6 +93,14 @@ class GqaAttention final : public AttentionLayer {
     float* attn = ctx.scratch.get(kSlotAttnOut, T * qd);
     be.paged_attention(q, cache, ctx.attention(layer), nh_, 1.0f / std::sqrt(float(hd_)), attn,
                        ctx.act);
+    if (gate_) {
+      // attn · sigmoid(gate), the sigmoid and the product each rounded as the reference's are.
+      ctx.round(gate, T * qd);
+      for (int64_t i = 0; i < T * qd; ++i) gate[i] = 1.0f / (1.0f + std::exp(-gate[i]));
+      ctx.round(gate, T * qd);
+      for (int64_t i = 0; i < T * qd; ++i) attn[i] *= gate[i];
+      ctx.round(attn, T * qd);
+    }
     output_projection(ctx, o_, TpSplit::kAttention, attn, T, out);
   }
 
@@ -85,7 +111,7 @@ class GqaAttention final : public AttentionLayer {
  private:
   int64_t H_ = 0;
   int nh_ = 0, nkv_ = 0, hd_ = 0;
-  bool bias_ = false, qk_norm_ = false;
+  bool bias_ = false, qk_norm_ = false, gate_ = false;
   Tensor q_, k_, v_, o_;
   std::vector<float> q_bias_, k_bias_, v_bias_, q_norm_, k_norm_;
 };

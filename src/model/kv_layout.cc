@@ -8,6 +8,11 @@ KVCacheSpec layer_kv_cache_spec(const ModelConfig& c, DType dtype, int block_siz
   KVCacheSpec s;
   s.block_size = block_size;
   s.dtype_bytes = int32_t(dtype_bytes(dtype, 1));
+  if (c.is_linear_layer(layer)) {
+    s.kind = KVCacheKind::kLinearAttentionState;
+    s.state_floats = c.linear.state_floats();
+    return s;
+  }
   if (c.mla.enabled()) {
     s.kind = KVCacheKind::kMlaLatent;
     s.num_kv_heads = 1;

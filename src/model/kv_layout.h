@@ -1,5 +1,6 @@
 // model/kv_layout.h — a model's KV cache specs: what each layer caches per token (full or
-// sliding-window attention, MLA latents) and how the layers group over one block pool.
+// sliding-window attention, MLA latents) or per sequence (a linear-attention layer's recurrent
+// state), and how the layers group over one block pool and the state slots.
 #pragma once
 
 #include "kv/kv_cache_spec.h"

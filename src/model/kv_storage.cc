@@ -14,12 +14,17 @@ int64_t elements(const KVCacheLayout& l, int64_t num_blocks, bool latent) {
 
 }  // namespace
 
-KVCacheStorage::KVCacheStorage(KVCacheLayout layout, int64_t num_blocks, DType dtype)
+KVCacheStorage::KVCacheStorage(KVCacheLayout layout, int64_t num_blocks, DType dtype,
+                               int32_t num_state_slots)
     : layout_(std::move(layout)),
       num_blocks_(num_blocks),
       latent_(!layout_.groups.empty() && layout_.groups[0].kind == KVCacheKind::kMlaLatent),
       buffer_(dtype, Shape{elements(layout_, num_blocks, latent_)}),
-      dtype_(dtype) {
+      dtype_(dtype),
+      num_state_slots_(layout_.state.num_layers > 0 ? num_state_slots : 0),
+      state_(size_t(num_state_slots_) * size_t(layout_.state.num_layers) *
+                 size_t(layout_.state.floats_per_layer),
+             0.0f) {
   const KVCacheSpec& first = layout_.groups[0];
   for (const KVCacheSpec& g : layout_.groups)
     KCHECK(g.block_size == first.block_size && g.num_kv_heads == first.num_kv_heads &&
@@ -39,6 +44,14 @@ KVMemoryView KVCacheStorage::memory() const {
   return m;
 }
 
+float* KVCacheStorage::state(int layer, int32_t slot) const {
+  const LayerPlace p = place(layer);
+  KCHECK(p.group == KVCacheLayout::kStateGroup, "layer {} has no linear-attention state", layer);
+  KCHECK(slot >= 0 && slot < num_state_slots_, "state slot {} of {}", slot, num_state_slots_);
+  return state_.data() + (size_t(slot) * size_t(layout_.state.num_layers) + size_t(p.index)) *
+                             size_t(layout_.state.floats_per_layer);
+}
+
 LayerPlace KVCacheStorage::place(int layer) const {
   KCHECK(layer >= 0 && size_t(layer) < layout_.layers.size(), "layer {} out of range", layer);
   return layout_.layers[size_t(layer)];
@@ -49,6 +62,7 @@ KVLayer KVCacheStorage::layer(int i) const {
   const KVCacheSpec& g = layout_.groups[0];
   const int64_t per = num_blocks_ * g.block_size * int64_t(g.num_kv_heads) * g.head_dim;
   const size_t per_bytes = dtype_bytes(dtype_, per);
+  KCHECK(place(i).group >= 0, "layer {} is a linear-attention layer", i);
   const size_t slot = size_t(place(i).index);
   auto* base = static_cast<uint8_t*>(const_cast<void*>(buffer_.view().data));
   KVLayer l;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "backend/ops.h"
 #include "kv/kv_cache_spec.h"
@@ -15,6 +16,10 @@
 
 namespace kestrel {
 
+// Linear-attention layers' states, apart from the blocks: [state slots][state layers]
+// [floats_per_layer] f32, so one sequence's states are contiguous. A slot belongs to one running
+// sequence at a time (the model runner assigns them); the forward pass reads and updates it.
+//
 // Attention caches: [slots][K|V][blocks, kv_heads, block_size, head_dim] (backend/ops.h's
 // kv_row_offset). Latent (MLA) caches keep one row per token that stands for both K and V:
 // [slots][blocks, block_size, head_dim] with head_dim = kv_lora_rank + rope width and
@@ -39,8 +44,10 @@ struct KVMemoryView {
 class KVCacheStorage {
  public:
   // Every group of `layout` must have the same per-layer shape (plan_kv_cache_layout checks);
-  // `dtype` is F32, F16 or BF16.
-  KVCacheStorage(KVCacheLayout layout, int64_t num_blocks, DType dtype);
+  // `dtype` is F32, F16 or BF16. num_state_slots: sequences whose linear-attention states it
+  // holds at once (none for models without such layers).
+  KVCacheStorage(KVCacheLayout layout, int64_t num_blocks, DType dtype,
+                 int32_t num_state_slots = 0);
   // The cache of model layer i.
   KVLayer layer(int i) const;
   // Layer i of a latent cache whose rows are [latent_dim | head_dim - latent_dim].
@@ -53,6 +60,11 @@ class KVCacheStorage {
   int block_size() const { return layout_.block_size(); }
   size_t bytes() const { return buffer_.nbytes(); }
   KVMemoryView memory() const;
+  // The linear-attention state of model layer `layer` in state slot `slot`
+  // (layout().state.floats_per_layer values).
+  float* state(int layer, int32_t slot) const;
+  int32_t num_state_slots() const { return num_state_slots_; }
+  size_t state_bytes() const { return state_.size() * sizeof(float); }
 
  private:
   KVCacheLayout layout_;
@@ -60,6 +72,8 @@ class KVCacheStorage {
   bool latent_;
   HostBuffer buffer_;
   DType dtype_;
+  int32_t num_state_slots_;
+  mutable std::vector<float> state_;  // written through state(): the forward pass owns it
 };
 
 }  // namespace kestrel

@@ -2,6 +2,32 @@
 
 namespace kestrel {
 
+void rms_norm_rows(Backend& be, DType act, bool offset, const float* x, const float* w, float eps,
+                   int64_t rows, int64_t dim, float* y) {
+  if (!offset) {
+    be.rms_norm(x, w, eps, rows, dim, y, act);
+    return;
+  }
+  be.rms_norm(x, w, eps, rows, dim, y, DType::F32);
+  be.round_to(act, y, rows * dim);
+}
+
+void add_rms_norm_rows(Backend& be, DType act, bool offset, float* x, const float* y,
+                       const float* w, float eps, int64_t rows, int64_t dim, float* out) {
+  if (!offset) {
+    be.add_rms_norm(x, y, w, eps, rows, dim, out, act);
+    return;
+  }
+  be.add_inplace(x, y, rows * dim);
+  be.round_to(act, x, rows * dim);
+  rms_norm_rows(be, act, true, x, w, eps, rows, dim, out);
+}
+
+void LayerContext::rms_norm(const float* x, const float* w, int64_t rows, int64_t dim,
+                            float* y) const {
+  rms_norm_rows(be, act, norm_offset, x, w, eps, rows, dim, y);
+}
+
 void output_projection(const LayerContext& ctx, const Tensor& w, TpSplit in_split, const float* in,
                        int64_t m, float* out) {
   if (ctx.tp == nullptr) {

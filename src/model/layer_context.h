@@ -41,6 +41,13 @@ enum ScratchSlot : int {
   kSlotMoeShared,
   kSlotTpIn,
   kSlotTpOut,
+  kSlotAttnGate,
+  kSlotLinearQkv,
+  kSlotLinearZ,
+  kSlotLinearB,
+  kSlotLinearA,
+  kSlotLinearConv,
+  kSlotLinearOut,
   kNumScratchSlots,
 };
 
@@ -67,11 +74,27 @@ struct LayerContext {
   TpGroup* tp = nullptr;  // tensor parallelism: this rank's group; null: one process
   // Expert parallelism: where MoE layers run their routed rows; null: every expert is here.
   ExpertExchange* experts = nullptr;
+  // Zero-centred norms (ModelConfig::norm_offset): weights hold 1 + w (see rms_norm below).
+  bool norm_offset = false;
+  // Sequences of the batch ([S + 1] token offsets) and their linear-attention state slots.
+  std::span<const int32_t> query_start_loc;
+  std::span<const int32_t> state_slots;
 
   void round(float* p, int64_t n) const { be.round_to(act, p, n); }
+  // RMSNorm of `rows` rows of `dim` as the model's reference rounds it (rms_norm_rows).
+  void rms_norm(const float* x, const float* w, int64_t rows, int64_t dim, float* y) const;
   // The batch as cache layer `layer` sees it: its group's block tables and slots, its window.
   const AttentionBatch& attention(int layer) const { return attn[size_t(kv.place(layer).group)]; }
 };
+
+// RMSNorm with weight w, rounded as the reference does: Llama's form rounds the normed row to
+// act, then multiplies by w and rounds again; the zero-centred form (`offset`, w holding 1 + w)
+// multiplies in f32 and rounds once.
+void rms_norm_rows(Backend& be, DType act, bool offset, const float* x, const float* w, float eps,
+                   int64_t rows, int64_t dim, float* y);
+// x += y rounded to act, then out = rms_norm_rows(x): a residual add and the next norm.
+void add_rms_norm_rows(Backend& be, DType act, bool offset, float* x, const float* y,
+                       const float* w, float eps, int64_t rows, int64_t dim, float* out);
 
 // out [m, hidden] = w · in, rounded: an output projection (attention's o, an MLP's down). Under
 // tensor parallelism `in` holds this rank's features of `in_split` and w this rank's hidden rows

@@ -1,5 +1,7 @@
 // model/layers.h — the parts a decoder block is made of, behind two small interfaces so one
-// model class covers dense GQA models (Llama, Qwen2/3), Qwen3-MoE and DeepSeek-V3 (MLA + MoE).
+// model class covers dense GQA models (Llama, Qwen2/3), Qwen3-MoE, DeepSeek-V3 (MLA + MoE) and
+// the hybrid Qwen3-Next / Qwen3.5 (Gated DeltaNet or gated attention, dense or MoE). A token
+// mixer is an AttentionLayer whether it attends over the paged cache or runs a recurrence.
 // Every forward takes the block's normed input h [T, hidden] and writes out [T, hidden], rounded
 // to the activation dtype.
 #pragma once
@@ -51,6 +53,10 @@ Expected<std::unique_ptr<AttentionLayer>> load_gqa_attention(const LoadContext& 
 // DeepSeek's multi-head latent attention over a latent cache (absorbed form).
 Expected<std::unique_ptr<AttentionLayer>> load_mla_attention(const LoadContext& lc,
                                                              const std::string& prefix);
+
+// Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5) over the layer's state slots.
+Expected<std::unique_ptr<AttentionLayer>> load_gated_deltanet(const LoadContext& lc,
+                                                              const std::string& prefix);
 
 // SwiGLU: down(silu(gate(h)) · up(h)), with `width` intermediate features.
 Expected<std::unique_ptr<FfnLayer>> load_dense_mlp(const LoadContext& lc, const std::string& prefix,

@@ -1,5 +1,6 @@
 // Feed-forward blocks: the dense SwiGLU MLP and the mixture-of-experts block built from it.
 #include <algorithm>
+#include <cmath>
 
 #include "model/layers.h"
 
@@ -127,6 +128,13 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
       const int64_t width = m.num_shared_experts * m.moe_intermediate_size;
       KASSIGN(shared_,
               make_dense_mlp(lc, p + "shared_experts.", width, TpSplit::kSharedIntermediate));
+    } else if (m.shared_expert_intermediate_size > 0) {
+      // Qwen3-Next / Qwen3.5: one shared expert, scaled per token by a sigmoid gate.
+      KASSIGN(shared_, make_dense_mlp(lc, p + "shared_expert.", m.shared_expert_intermediate_size,
+                                      TpSplit::kSharedIntermediate));
+      KASSIGN(shared_gate_, load_linear(lc.src, p + "shared_expert_gate", 1, H_, lc.cfg, lc.store));
+      lc.be.prepare_weight(shared_gate_, lc.act);
+      has_shared_gate_ = true;
     }
     return Status::Ok();
   }
@@ -219,6 +227,17 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
     if (shared_) {
       float* s = ctx.scratch.get(kSlotMoeShared, T * H_);
       shared_->run(ctx, h, T, s);
+      if (has_shared_gate_) {
+        // s · sigmoid(gate · h): the gate logit, its sigmoid and the product each rounded.
+        float* g = ctx.scratch.get(kSlotMoeWeights, T);
+        be.linear(shared_gate_, h, T, g);
+        ctx.round(g, T);
+        for (int64_t t = 0; t < T; ++t) g[t] = 1.0f / (1.0f + std::exp(-g[t]));
+        ctx.round(g, T);
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t i = 0; i < H_; ++i) s[t * H_ + i] *= g[t];
+        ctx.round(s, T * H_);
+      }
       be.add_inplace(out, s, T * H_);
       ctx.round(out, T * H_);
     }
@@ -238,16 +257,18 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
   // experts' bytes over the rank's share (mine_ of E).
   size_t weight_bytes_per_token() const override {
     size_t b = gate_.nbytes() + size_t(k_) * expert_bytes() * size_t(mine_.size()) / size_t(E_);
-    if (shared_) b += shared_->weight_bytes_per_token();
+    if (shared_) b += shared_->weight_bytes_per_token() + shared_gate_bytes();
     return b;
   }
   size_t resident_bytes() const override {
     size_t b = gate_.nbytes() + size_t(mine_.size()) * expert_bytes();
-    if (shared_) b += shared_->weight_bytes_per_token();
+    if (shared_) b += shared_->weight_bytes_per_token() + shared_gate_bytes();
     return b;
   }
 
  private:
+  size_t shared_gate_bytes() const { return has_shared_gate_ ? shared_gate_.nbytes() : 0; }
+
   MoeConfig cfg_;
   int64_t H_ = 0;
   int E_ = 0, k_ = 0;
@@ -259,6 +280,8 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
   int layer_id_ = -1;                  // with the exchange
   std::vector<IndexRange> rank_rows_;  // each TP rank's block of permuted rows
   std::unique_ptr<DenseMlp> shared_;
+  Tensor shared_gate_;  // [1, hidden]: Qwen's per-token scale of the shared expert
+  bool has_shared_gate_ = false;
   std::vector<int32_t> ids_;
   MoeRouting routing_;
   MoePermutation perm_;

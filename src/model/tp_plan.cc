@@ -41,6 +41,12 @@ Expected<TpShard> plan_tp_shard(const ModelConfig& c, int rank, int size, bool e
   if (dp.size < 1 || dp.rank < 0 || dp.rank >= dp.size)
     return make_error("expert parallelism: data-parallel rank {} of {} is not a rank", dp.rank,
                       dp.size);
+  if (c.linear.enabled() && (size > 1 || expert_parallel))
+    return make_error(
+        "tensor and expert parallelism are not supported for models with linear-attention "
+        "layers ({}) yet; run --tensor-parallel-size 1 without --enable-expert-parallel (data "
+        "parallelism works)",
+        c.architecture);
   TpShard s;
   s.rank = rank;
   s.size = size;

@@ -26,11 +26,13 @@ struct MtpModule {
 
 Expected<Block> load_block(const LoadContext& lc, int64_t layer) {
   const ModelConfig& c = lc.cfg;
-  const std::string p = fmt::format("model.layers.{}.", layer);
+  const std::string p = fmt::format("{}layers.{}.", c.weight_prefix, layer);
   Block b;
-  KASSIGN(b.attn_norm, load_vector(lc.src, p + "input_layernorm.weight", c.hidden_size));
-  KASSIGN(b.ffn_norm, load_vector(lc.src, p + "post_attention_layernorm.weight", c.hidden_size));
-  if (c.mla.enabled()) {
+  KASSIGN(b.attn_norm, load_norm(lc.src, p + "input_layernorm.weight", c.hidden_size, c));
+  KASSIGN(b.ffn_norm, load_norm(lc.src, p + "post_attention_layernorm.weight", c.hidden_size, c));
+  if (c.is_linear_layer(layer)) {
+    KASSIGN(b.attn, load_gated_deltanet(lc, p + "linear_attn."));
+  } else if (c.mla.enabled()) {
     KASSIGN(b.attn, load_mla_attention(lc, p + "self_attn."));
   } else {
     KASSIGN(b.attn, load_gqa_attention(lc, p + "self_attn."));
@@ -70,7 +72,8 @@ class TransformerModel final : public CausalLM {
     const LoadContext lc{src,           cfg_, store_,
                          be_,           act_, tp_.enabled() || experts_ ? &tp_.shard : nullptr,
                          experts_.get()};
-    KASSIGN(embed_, src.get("model.embed_tokens.weight", Shape{V, H}));
+    const std::string& m = cfg_.weight_prefix;
+    KASSIGN(embed_, src.get(m + "embed_tokens.weight", Shape{V, H}));
     if (src.has("lm_head.weight") && !cfg_.tie_word_embeddings) {
       KASSIGN(lm_head_, src.get("lm_head.weight", Shape{V, H}));
     } else {
@@ -80,14 +83,14 @@ class TransformerModel final : public CausalLM {
     // Vocabulary-parallel head: this rank's rows (a view; the embedding stays whole, since
     // every rank looks up every token).
     lm_head_ = vocab_rows(lm_head_);
-    KASSIGN(final_norm_, load_vector(src, "model.norm.weight", H));
+    KASSIGN(final_norm_, load_norm(src, m + "norm.weight", H, cfg_));
     for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) {
       KASSIGN(Block b, load_block(lc, i));
       blocks_.push_back(std::move(b));
     }
     be_.prepare_weight(lm_head_, act_);
     rope_ = make_rope_table(cfg_, src.rope_freq_divisors());
-    const std::string mtp = fmt::format("model.layers.{}.", cfg_.num_hidden_layers);
+    const std::string mtp = fmt::format("{}layers.{}.", m, cfg_.num_hidden_layers);
     if (cfg_.num_nextn_predict_layers > 0 && src.has(mtp + "eh_proj.weight")) {
       KTRY(load_mtp(lc, mtp));
     }
@@ -136,17 +139,7 @@ class TransformerModel final : public CausalLM {
     float* x = ws_.x.data();
     const std::vector<AttentionBatch> ab = attention_batches(fb, kv);
     const RopeParams rp = rope_params();
-    const LayerContext ctx{be_,
-                           act_,
-                           float(cfg_.rms_norm_eps),
-                           T,
-                           fb.positions.data(),
-                           ab,
-                           rp,
-                           kv,
-                           scratch_,
-                           tp_group_.get(),
-                           experts_.get()};
+    const LayerContext ctx = context(fb, ab, rp, kv);
     be_.embedding(embed_, fb.token_ids.data(), T, x);
     ctx.round(x, T * H);
     run_blocks(ctx, blocks_, x);
@@ -169,7 +162,10 @@ class TransformerModel final : public CausalLM {
                            *idle_kv_,
                            scratch_,
                            tp_group_.get(),
-                           experts_.get()};
+                           experts_.get(),
+                           cfg_.norm_offset,
+                           {},
+                           {}};
     experts_->finish_step(ctx);
   }
 
@@ -181,7 +177,6 @@ class TransformerModel final : public CausalLM {
                    float* logits, float* next_hidden) override {
     KCHECK(mtp_ != nullptr, "this model has no MTP module");
     const int64_t T = int64_t(fb.token_ids.size()), H = cfg_.hidden_size;
-    const float eps = float(cfg_.rms_norm_eps);
     ws_.ensure(T, H);
     float* x = ws_.x.data();
     float* cat = ws_.cat.data();
@@ -189,14 +184,12 @@ class TransformerModel final : public CausalLM {
     float* e = ws_.y.data();
     const std::vector<AttentionBatch> ab = attention_batches(fb, mtp_kv);
     const RopeParams rp = rope_params();
-    const LayerContext ctx{
-        be_,           act_, eps, T, fb.positions.data(), ab, rp, mtp_kv, scratch_, tp_group_.get(),
-        experts_.get()};
+    const LayerContext ctx = context(fb, ab, rp, mtp_kv);
     be_.embedding(embed_, fb.token_ids.data(), T, e);
     ctx.round(e, T * H);
     for (int64_t t = 0; t < T; ++t) {
-      be_.rms_norm(e + t * H, mtp_->enorm.data(), eps, 1, H, cat + t * 2 * H, act_);
-      be_.rms_norm(hidden + t * H, mtp_->hnorm.data(), eps, 1, H, cat + t * 2 * H + H, act_);
+      ctx.rms_norm(e + t * H, mtp_->enorm.data(), 1, H, cat + t * 2 * H);
+      ctx.rms_norm(hidden + t * H, mtp_->hnorm.data(), 1, H, cat + t * 2 * H + H);
     }
     be_.linear(mtp_->eh_proj, cat, T, x);
     ctx.round(x, T * H);
@@ -223,9 +216,9 @@ class TransformerModel final : public CausalLM {
   Status load_mtp(const LoadContext& lc, const std::string& p) {
     const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
     auto m = std::make_unique<MtpModule>();
-    KASSIGN(m->enorm, load_vector(lc.src, p + "enorm.weight", H));
-    KASSIGN(m->hnorm, load_vector(lc.src, p + "hnorm.weight", H));
-    KASSIGN(m->head_norm, load_vector(lc.src, p + "shared_head.norm.weight", H));
+    KASSIGN(m->enorm, load_norm(lc.src, p + "enorm.weight", H, cfg_));
+    KASSIGN(m->hnorm, load_norm(lc.src, p + "hnorm.weight", H, cfg_));
+    KASSIGN(m->head_norm, load_norm(lc.src, p + "shared_head.norm.weight", H, cfg_));
     KASSIGN(m->eh_proj, lc.src.get(p + "eh_proj.weight", Shape{H, 2 * H}));
     if (lc.src.has(p + "shared_head.head.weight")) {
       KASSIGN(m->head, lc.src.get(p + "shared_head.head.weight", Shape{V, H}));
@@ -238,6 +231,24 @@ class TransformerModel final : public CausalLM {
     KASSIGN(m->block, load_block(lc, cfg_.num_hidden_layers));
     mtp_ = std::move(m);
     return Status::Ok();
+  }
+
+  LayerContext context(const ForwardBatch& fb, std::span<const AttentionBatch> ab,
+                       const RopeParams& rp, KVCacheStorage& kv) {
+    return LayerContext{be_,
+                        act_,
+                        float(cfg_.rms_norm_eps),
+                        int64_t(fb.token_ids.size()),
+                        fb.positions.data(),
+                        ab,
+                        rp,
+                        kv,
+                        scratch_,
+                        tp_group_.get(),
+                        experts_.get(),
+                        cfg_.norm_offset,
+                        fb.query_start_loc,
+                        fb.state_slots};
   }
 
   // One view of the batch per KV cache group: the group's slots, tables and window.
@@ -280,14 +291,15 @@ class TransformerModel final : public CausalLM {
     const int64_t T = ctx.num_tokens, H = cfg_.hidden_size;
     float* h = ws_.h.data();
     float* y = ws_.y.data();
-    be_.rms_norm(x, blocks[0].attn_norm.data(), ctx.eps, T, H, h, act_);
+    const bool off = cfg_.norm_offset;
+    ctx.rms_norm(x, blocks[0].attn_norm.data(), T, H, h);
     for (size_t i = 0; i < blocks.size(); ++i) {
       Block& b = blocks[i];
       b.attn->forward(ctx, int(i), h, y);
-      be_.add_rms_norm(x, y, b.ffn_norm.data(), ctx.eps, T, H, h, act_);
+      add_rms_norm_rows(be_, act_, off, x, y, b.ffn_norm.data(), ctx.eps, T, H, h);
       b.ffn->forward(ctx, h, y);
       if (i + 1 < blocks.size()) {
-        be_.add_rms_norm(x, y, blocks[i + 1].attn_norm.data(), ctx.eps, T, H, h, act_);
+        add_rms_norm_rows(be_, act_, off, x, y, blocks[i + 1].attn_norm.data(), ctx.eps, T, H, h);
       } else {
         be_.add_inplace(x, y, T * H);
         ctx.round(x, T * H);
@@ -326,7 +338,8 @@ class TransformerModel final : public CausalLM {
       KCHECK(row >= 0 && row < tokens_, "logits index {} out of range", row);
       std::copy(x + int64_t(row) * H, x + int64_t(row + 1) * H, out + r * H);
     }
-    be_.rms_norm(out, norm.data(), float(cfg_.rms_norm_eps), R, H, out, act_);
+    rms_norm_rows(be_, act_, cfg_.norm_offset, out, norm.data(), float(cfg_.rms_norm_eps), R, H,
+                  out);
   }
 
   // The residual stream and block-level buffers, grown to the largest batch seen.

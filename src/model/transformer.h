@@ -1,7 +1,9 @@
 // model/transformer.h — the decoder-only transformer every supported architecture is an instance
 // of: pre-norm blocks of (GQA or MLA attention) + (dense SwiGLU or MoE), RMSNorm, LM head.
-// Llama 2/3, SmolLM2, Qwen2 (q/k/v bias), Qwen3 (per-head q/k RMSNorm), Qwen3-MoE, and
-// DeepSeek-V3/V3.1 (MLA, DeepSeekMoE, and the MTP module stored after the main layers).
+// Llama 2/3, SmolLM2, Qwen2 (q/k/v bias), Qwen3 (per-head q/k RMSNorm), Qwen3-MoE,
+// DeepSeek-V3/V3.1 (MLA, DeepSeekMoE, and the MTP module stored after the main layers), and the
+// hybrid Qwen3-Next / Qwen3.5 text models (Gated DeltaNet layers between gated attention ones,
+// zero-centred norms, MoE with a gated shared expert).
 #pragma once
 
 #include <memory>

@@ -11,6 +11,14 @@ Expected<std::vector<float>> load_vector(WeightSource& src, const std::string& n
   return out;
 }
 
+Expected<std::vector<float>> load_norm(WeightSource& src, const std::string& name, int64_t n,
+                                       const ModelConfig& cfg) {
+  KASSIGN(std::vector<float> w, load_vector(src, name, n));
+  if (cfg.norm_offset)
+    for (float& v : w) v += 1.0f;
+  return w;
+}
+
 Expected<Tensor> load_linear(WeightSource& src, const std::string& prefix, int64_t rows,
                              int64_t cols, const ModelConfig& cfg, WeightStore& store,
                              IndexRange shard) {

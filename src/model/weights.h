@@ -14,6 +14,10 @@ namespace kestrel {
 
 // Small vectors (norms, biases) are converted to f32 once at load.
 Expected<std::vector<float>> load_vector(WeightSource& src, const std::string& name, int64_t n);
+// An RMSNorm's weight as the norm multiplies by it: 1 + w for the config's zero-centred norms
+// (ModelConfig::norm_offset), in f32 as the reference adds it.
+Expected<std::vector<float>> load_norm(WeightSource& src, const std::string& name, int64_t n,
+                                       const ModelConfig& cfg);
 
 // Owns what loading had to convert (FP8 scales stored as bf16, dequantized matrices).
 struct WeightStore {

@@ -16,6 +16,27 @@ ModelRunner::ModelRunner(CausalLM& model, KVCacheStorage kv, Speculation specula
       spec_(std::move(speculation)) {
   // make_proposer refused a cached proposer without such a group; n-gram reads no table.
   if (const Expected<size_t> g = proposer_table_group(kv_.layout()); g.ok()) proposer_group_ = *g;
+  for (int32_t s = kv_.num_state_slots() - 1; s >= 0; --s) free_state_slots_.push_back(s);
+}
+
+Expected<int32_t> ModelRunner::state_slot(RequestHandle id, WorkerRequest& req, int64_t start) {
+  if (req.state_slot >= 0) return req.state_slot;
+  if (start != 0)
+    return make_error("request {} continues at position {} without its linear-attention state", id,
+                      start);
+  if (free_state_slots_.empty())
+    return make_error("request {}: all {} linear-attention state slots are in use", id,
+                      kv_.num_state_slots());
+  req.state_slot = free_state_slots_.back();
+  free_state_slots_.pop_back();
+  return req.state_slot;
+}
+
+void ModelRunner::release_state_slot(RequestHandle id) {
+  WorkerRequest* req = requests_.find(id);
+  if (req == nullptr || req->state_slot < 0) return;
+  free_state_slots_.push_back(req->state_slot);
+  req->state_slot = -1;
 }
 
 Expected<ModelRunner::Rows> ModelRunner::add_to_batch(const ScheduledTokens& work, int64_t offset,
@@ -57,7 +78,11 @@ Expected<ModelRunner::Rows> ModelRunner::add_to_batch(const ScheduledTokens& wor
   const bool scores_prompt = req->sampling.prompt_logprobs >= 0 &&
                              start < static_cast<int64_t>(req->num_prompt_tokens) - 1;
   const int64_t count = scores_prompt ? work.num_tokens : samples ? num_drafts + 1 : 0;
-  builder_.add(tokens_, int32_t(start), req->block_ids, size_t(count));
+  int32_t slot = -1;
+  if (kv_.layout().state.num_layers > 0) {
+    KASSIGN(slot, state_slot(work.id, *req, start));
+  }
+  builder_.add(tokens_, int32_t(start), req->block_ids, size_t(count), slot);
   return Rows{&work, req, start, offset, first_row, count, samples};
 }
 
@@ -92,6 +117,10 @@ Expected<RunnerOutput> ModelRunner::execute(const SchedulerOutput& output) {
 }
 
 Expected<RunnerOutput> ModelRunner::run_step(const SchedulerOutput& output) {
+  // A finished or preempted request's state is not needed again (a preempted one restarts
+  // from position 0).
+  for (const RequestHandle id : output.finished_ids) release_state_slot(id);
+  for (const RequestHandle id : output.preempted_ids) release_state_slot(id);
   KTRY(requests_.apply(output));
   if (spec_.proposer)
     for (const RequestHandle id : output.finished_ids) spec_.proposer->finished(id);

@@ -8,8 +8,11 @@
 // (SchedulerOutput → RunnerOutput), so the runner can sit behind any executor. With a proposer
 // (spec/proposer.h) it then proposes the drafts each sampled request verifies in its next step,
 // returned with its samples; a constrained request's drafts come back with a token mask per
-// position (the engine core cuts them where its grammar would not go). Only the thread that
-// calls execute() touches it.
+// position (the engine core cuts them where its grammar would not go). For models with
+// linear-attention layers it gives each running request a state slot of the KV storage when it
+// is first computed (from position 0) and takes it back when the request finishes or is
+// preempted; the scheduler runs at most max_num_seqs requests, the number of slots. Only the
+// thread that calls execute() touches it.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +73,10 @@ class ModelRunner {
   // Checks `work` against the request's state and adds its tokens to the batch.
   Expected<Rows> add_to_batch(const ScheduledTokens& work, int64_t offset, int64_t first_row);
   void score_prompt(const Rows& r, const ForwardBatch& batch, RunnerOutput& out);
+  // The request's state slot, taken from the free ones if it holds none; an error when it
+  // continues past position 0 without one, or none is free.
+  Expected<int32_t> state_slot(RequestHandle id, WorkerRequest& req, int64_t start);
+  void release_state_slot(RequestHandle id);
   // Runs the proposer over the step's requests once their samples are in; `sample_of[k]` is
   // rows[k]'s entry in out.sampled (-1: it sampled nothing).
   void propose(const std::vector<Rows>& rows, const std::vector<int64_t>& sample_of,
@@ -87,6 +94,7 @@ class ModelRunner {
   std::vector<GroupSamples> samples_;  // one per sampling request of a step
   std::vector<ProposalInput> proposal_inputs_;
   std::vector<std::vector<int32_t>> drafts_;
+  std::vector<int32_t> free_state_slots_;  // of kv_, none for models without state layers
   // Declared after kv_: stopped (its transfers with it) before the pool it uses goes.
   std::unique_ptr<KvWorker> kv_worker_;
 };

@@ -23,6 +23,9 @@ struct WorkerRequest {
   int64_t num_computed_tokens = 0;
   RequestSampling sampling;
   SamplerRng rng;  // the request's random stream: seed and draws so far
+  // Its linear-attention state slot in the KV storage while it runs (-1: none held), assigned
+  // by the ModelRunner.
+  int32_t state_slot = -1;
 
   std::span<const int32_t> prompt() const {
     return std::span<const int32_t>(all_tokens).first(num_prompt_tokens);

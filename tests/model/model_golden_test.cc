@@ -63,12 +63,15 @@ std::vector<int32_t> blocks(int first, int n) {
 }
 
 // A model's KV cache of `stride` blocks per KV cache group: group g's blocks are b + g·stride
-// for the table's b, so the groups (e.g. Qwen2's full and sliding layers) never share a block.
+// for the table's b, so the groups (e.g. Qwen2's full and sliding layers) never share a block;
+// and for hybrid models, state slots for kStateSlots sequences.
+constexpr int32_t kStateSlots = 4;
 struct GroupedCache {
   GroupedCache(LoadedModel& lm, int stride)
       : stride(stride),
         kv(lm.model->make_kv_cache(
-            int64_t(stride) * int64_t(lm.model->kv_cache_layout(kBlock).groups.size()), kBlock)) {}
+            int64_t(stride) * int64_t(lm.model->kv_cache_layout(kBlock).groups.size()), kBlock,
+            kStateSlots)) {}
 
   std::vector<std::vector<int32_t>> tables(const std::vector<int32_t>& table) const {
     std::vector<std::vector<int32_t>> out(size_t(kv.num_groups()), table);
@@ -77,9 +80,10 @@ struct GroupedCache {
     return out;
   }
   BatchBuilder builder() const { return BatchBuilder(kBlock, kv.num_groups()); }
+  // `slot`: the sequence's linear-attention state slot (hybrid models; others ignore it).
   void add(BatchBuilder& bb, std::span<const int32_t> tokens, int32_t start,
-           const std::vector<int32_t>& table, size_t num_logits) const {
-    bb.add(tokens, start, tables(table), num_logits);
+           const std::vector<int32_t>& table, size_t num_logits, int32_t slot = 0) const {
+    bb.add(tokens, start, tables(table), num_logits, slot);
   }
 
   int stride;
@@ -177,7 +181,8 @@ TEST_P(ModelGolden, BatchedChunkedAndSingleRunsAgree) {
 
   // All three prompts in one flat batch.
   BatchBuilder bb = kv.builder();
-  for (size_t p = 0; p < 3; ++p) kv.add(bb, g.prompts[p], 0, tables[p], g.prompts[p].size());
+  for (size_t p = 0; p < 3; ++p)
+    kv.add(bb, g.prompts[p], 0, tables[p], g.prompts[p].size(), int32_t(p));
   std::vector<float> batched(bb.num_logits() * V);
   lm->model->forward(bb.batch(), kv.kv, batched.data());
   size_t row = 0;
@@ -196,7 +201,7 @@ TEST_P(ModelGolden, BatchedChunkedAndSingleRunsAgree) {
   for (size_t start = 0; start < prompt.size(); start += 7) {
     const size_t n = std::min<size_t>(7, prompt.size() - start);
     bb.clear();
-    kv.add(bb, std::span<const int32_t>(prompt.data() + start, n), int32_t(start), tables[2], n);
+    kv.add(bb, std::span<const int32_t>(prompt.data() + start, n), int32_t(start), tables[2], n, 2);
     std::vector<float> part(n * V);
     lm->model->forward(bb.batch(), kv.kv, part.data());
     chunked.insert(chunked.end(), part.begin(), part.end());
@@ -219,8 +224,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelGolden, ::testing::ValuesIn(fixture_name
 
 TEST(ModelFixtures, AllExpectedArchitecturesPresent) {
   auto names = fixture_names();
-  for (const char* want : {"llama3_f32", "llama3_bf16", "mistral_f32", "mistral_bf16", "qwen2_f32",
-                           "qwen2_bf16", "qwen2_sliding_f32", "qwen3_f32", "qwen3_bf16"})
+  for (const char* want :
+       {"llama3_f32", "llama3_bf16", "mistral_f32", "mistral_bf16", "qwen2_f32", "qwen2_bf16",
+        "qwen2_sliding_f32", "qwen3_f32", "qwen3_bf16", "qwen3_next_f32", "qwen3_next_bf16",
+        "qwen3_5_f32", "qwen3_5_bf16", "qwen3_5_moe_f32", "qwen3_5_moe_bf16"})
     EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
 }
 
