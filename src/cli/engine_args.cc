@@ -123,15 +123,7 @@ Expected<SchedulerConfig> scheduler_config(const EngineArgs& a, const ModelConfi
   c.max_num_seqs = a.max_num_seqs;
   c.enable_chunked_prefill = a.enable_chunked_prefill;
   c.enable_prefix_caching = a.enable_prefix_caching;
-  if (m.linear.enabled() && c.enable_prefix_caching) {
-    // A hit must resume the recurrent state too; state checkpoints at block boundaries are
-    // not kept yet, so a hit could only be recomputed.
-    KLOG_WARN(
-        "prefix caching is off for {}: its linear-attention layers' state is not checkpointed "
-        "at block boundaries yet (issue 22)",
-        m.architecture);
-    c.enable_prefix_caching = false;
-  }
+  c.has_recurrent_state = m.linear.enabled();
   c.block_size = a.block_size;
   c.give_back_preempted = a.give_back_preempted;
   c.max_num_batched_tokens = a.max_num_batched_tokens.value_or(
@@ -484,6 +476,7 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
   kr.max_model_len = sc.max_model_len;
   kr.max_num_batched_tokens = sc.max_num_batched_tokens;
   kr.max_num_seqs = sc.max_num_seqs;
+  kr.state_checkpoints = sc.enable_prefix_caching;
   KASSIGN(MemoryInfo mem, read_memory_info());
   // The ranks share this host's memory; each plans with its part (its weights and its KV heads
   // are its share too). --kv-cache-memory stays per rank, as per GPU in vLLM.
@@ -492,13 +485,17 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
   KASSIGN(e.kv, plan_kv_cache(kr, mem));
   sc.num_blocks = static_cast<int32_t>(e.kv.num_blocks);
   if (kr.layout.state.num_layers > 0) {
-    KLOG_INFO("Linear-attention state: {} slots of {:.2f} MiB ({} layers), {:.2f} GiB{}",
-              e.kv.num_state_slots, double(kr.layout.state.bytes_per_slot()) / double(1 << 20),
-              kr.layout.state.num_layers, double(e.kv.state_bytes) / double(int64_t{1} << 30),
-              tp > 1 ? " per rank" : "");
+    KLOG_INFO(
+        "Linear-attention state: {} slots and {} prefix-cache checkpoints of {:.2f} MiB ({} "
+        "layers), {:.2f} GiB{}",
+        e.kv.num_state_slots, e.kv.num_state_checkpoints,
+        double(kr.layout.state.bytes_per_slot()) / double(1 << 20), kr.layout.state.num_layers,
+        double(e.kv.state_bytes) / double(int64_t{1} << 30), tp > 1 ? " per rank" : "");
+    sc.num_state_checkpoints = int32_t(e.kv.num_state_checkpoints);
     if (e.kv.num_state_slots < sc.max_num_seqs) {
       KLOG_WARN(
-          "the linear-attention state of {} sequences would take over half the KV cache memory: "
+          "the linear-attention state of {} sequences (with their prefix-cache checkpoints) "
+          "would take over half the KV cache memory: "
           "at most {} run at once (raise --kv-cache-memory or lower --max-num-seqs)",
           sc.max_num_seqs, e.kv.num_state_slots);
       sc.max_num_seqs = e.kv.num_state_slots;
@@ -550,9 +547,9 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
       return Status::Ok();
     };
     if (tp == 1) {
-      auto executor =
-          std::make_unique<InProcessExecutor>(*model.model, sc.num_blocks, sc.block_size,
-                                              std::move(speculation), int32_t(sc.max_num_seqs));
+      auto executor = std::make_unique<InProcessExecutor>(
+          *model.model, sc.num_blocks, sc.block_size, std::move(speculation),
+          int32_t(sc.max_num_seqs), sc.num_state_checkpoints);
       KTRY(attach_kv(executor->runner()));
       opts.executors.push_back(std::move(executor));
       continue;
@@ -562,7 +559,8 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
     KTRY(leader->wait_for_workers(kWorkerStartTimeout, [&procs] { return procs.check(); }));
     auto runner = std::make_unique<ModelRunner>(
         *model.model,
-        model.model->make_kv_cache(sc.num_blocks, sc.block_size, int32_t(sc.max_num_seqs)),
+        model.model->make_kv_cache(sc.num_blocks, sc.block_size, int32_t(sc.max_num_seqs),
+                                   sc.num_state_checkpoints),
         std::move(speculation));
     KTRY(attach_kv(*runner));
     KASSIGN(auto executor,

@@ -24,7 +24,9 @@ namespace {
 
 // The scheduler allocates for the model's KV cache groups.
 SchedulerConfig with_model_kv_groups(SchedulerConfig c, const CausalLM& model) {
-  c.kv_groups = model.kv_cache_layout(c.block_size).groups;
+  const KVCacheLayout layout = model.kv_cache_layout(c.block_size);
+  c.kv_groups = layout.groups;
+  c.has_recurrent_state = layout.state.num_layers > 0;
   return c;
 }
 
@@ -32,10 +34,10 @@ SchedulerConfig with_model_kv_groups(SchedulerConfig c, const CausalLM& model) {
 
 EngineCore::EngineCore(CausalLM& model, const SchedulerConfig& config,
                        std::vector<int32_t> eos_token_ids, Speculation speculation)
-    : EngineCore(
-          std::make_unique<InProcessExecutor>(model, config.num_blocks, config.block_size,
-                                              std::move(speculation), int32_t(config.max_num_seqs)),
-          with_model_kv_groups(config, model), std::move(eos_token_ids)) {}
+    : EngineCore(std::make_unique<InProcessExecutor>(
+                     model, config.num_blocks, config.block_size, std::move(speculation),
+                     int32_t(config.max_num_seqs), config.num_state_checkpoints),
+                 with_model_kv_groups(config, model), std::move(eos_token_ids)) {}
 
 EngineCore::EngineCore(std::unique_ptr<Executor> executor, const SchedulerConfig& config,
                        std::vector<int32_t> eos_token_ids)

@@ -28,11 +28,14 @@ class Executor {
 
 class InProcessExecutor final : public Executor {
  public:
-  // num_state_slots: sequences whose linear-attention state the KV storage holds (the
-  // scheduler's max_num_seqs; unused for models without such layers).
+  // num_state_slots, num_state_checkpoints: the linear-attention states the KV storage holds
+  // (the scheduler's max_num_seqs and num_state_checkpoints; unused for models without such
+  // layers).
   InProcessExecutor(CausalLM& model, int32_t num_blocks, int32_t block_size,
-                    Speculation speculation = {}, int32_t num_state_slots = 0)
-      : runner_(model, model.make_kv_cache(num_blocks, block_size, num_state_slots),
+                    Speculation speculation = {}, int32_t num_state_slots = 0,
+                    int32_t num_state_checkpoints = 0)
+      : runner_(model,
+                model.make_kv_cache(num_blocks, block_size, num_state_slots, num_state_checkpoints),
                 std::move(speculation)) {}
 
   // An exception from the step (an allocation failure, a kernel's check) becomes its error.

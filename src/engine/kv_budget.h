@@ -36,8 +36,9 @@ struct KVBudgetRequest {
   int64_t max_model_len = 0;
   int64_t max_num_batched_tokens = 0;  // a step's tokens: what a sliding window holds besides
   // Models with linear-attention layers: one state slot (layout.state) per running sequence,
-  // priced before the blocks.
+  // and with prefix caching as many checkpoint slots, priced before the blocks.
   int64_t max_num_seqs = 0;
+  bool state_checkpoints = false;
 };
 
 struct KVBudget {
@@ -45,9 +46,11 @@ struct KVBudget {
   int64_t bytes = 0;       // num_blocks × bytes per block
   int64_t num_tokens = 0;  // usable blocks × block size
   std::string source;      // which rule decided, for the start-up log
-  // Linear-attention state slots: max_num_seqs, or fewer when their bytes would take more than
-  // half the budget (then at most that many sequences run at once).
+  // Linear-attention state slots: max_num_seqs (and as many checkpoints with prefix caching),
+  // or fewer of each when their bytes would take more than half the budget (then at most that
+  // many sequences run at once).
   int64_t num_state_slots = 0;
+  int64_t num_state_checkpoints = 0;
   int64_t state_bytes = 0;
 };
 

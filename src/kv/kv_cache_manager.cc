@@ -5,8 +5,12 @@
 namespace kestrel {
 
 KVCacheManager::KVCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching,
-                               std::vector<KVCacheSpec> groups)
-    : pool_(num_blocks), block_size_(block_size), enable_prefix_caching_(enable_prefix_caching) {
+                               std::vector<KVCacheSpec> groups, StateCheckpointConfig state)
+    : pool_(num_blocks),
+      block_size_(block_size),
+      enable_prefix_caching_(enable_prefix_caching),
+      state_(state),
+      checkpoints_(state.first_slot, state.present ? state.num_slots : 0) {
   KCHECK(block_size > 0, "block size {}", block_size);
   if (groups.empty()) groups.push_back(KVCacheSpec{});
   groups_.reserve(groups.size());
@@ -29,7 +33,8 @@ ComputedBlocks KVCacheManager::get_computed_blocks(std::span<const int32_t> toke
   KCHECK(block_hashes.size() >= usable, "{} block hashes for {} tokens", block_hashes.size(),
          tokens.size());
   const std::span<const BlockHash> hashes = block_hashes.first(usable);
-  // Each group's hit can only shorten the others': shrink to the longest every group takes.
+  // Each group's hit can only shorten the others': shrink to the longest every group takes, and
+  // with linear-attention layers to the longest whose end has a state checkpoint.
   size_t len = hashes.size();
   for (bool changed = true; changed;) {
     changed = false;
@@ -40,12 +45,28 @@ ComputedBlocks KVCacheManager::get_computed_blocks(std::span<const int32_t> toke
         changed = true;
       }
     }
+    if (state_.present) {
+      size_t with_state = len;
+      while (with_state > 0 && !checkpoints_.has(hashes[with_state - 1])) --with_state;
+      if (with_state < len) {
+        len = with_state;
+        changed = true;
+      }
+    }
   }
   for (std::vector<BlockId>& b : out.blocks) b.resize(len);
+  if (state_.present && len > 0) out.state_checkpoint = *checkpoints_.find(hashes[len - 1]);
   out.num_blocks = int64_t(len);
   out.num_tokens = static_cast<int64_t>(len) * block_size_;
   out.num_queried_tokens = static_cast<int64_t>(tokens.size());
   return out;
+}
+
+std::optional<int32_t> KVCacheManager::reserve_checkpoint(std::span<const BlockHash> block_hashes,
+                                                          int64_t num_blocks) {
+  if (!checkpoints_state() || num_blocks <= 0 || size_t(num_blocks) > block_hashes.size())
+    return std::nullopt;
+  return checkpoints_.reserve(block_hashes[size_t(num_blocks) - 1]);
 }
 
 bool KVCacheManager::allocate_slots(RequestHandle id, int64_t num_new_tokens,

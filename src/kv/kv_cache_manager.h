@@ -17,6 +17,7 @@
 #include "kv/block_pool.h"
 #include "kv/group_manager.h"
 #include "kv/kv_cache_spec.h"
+#include "kv/state_checkpoints.h"
 
 namespace kestrel {
 
@@ -26,6 +27,16 @@ struct ComputedBlocks {
   int64_t num_blocks = 0;                    // blocks of the hit (each group's table prefix)
   int64_t num_tokens = 0;                    // num_blocks * block_size
   int64_t num_queried_tokens = 0;            // tokens looked up (the request's length)
+  // Models with linear-attention layers: the state checkpoint the hit resumes from (-1: none).
+  int32_t state_checkpoint = -1;
+};
+
+// Models with linear-attention layers: their state checkpoints for prefix hits
+// (kv/state_checkpoints.h). present without slots: no prefix hit is possible.
+struct StateCheckpointConfig {
+  bool present = false;
+  int32_t first_slot = 0;
+  int32_t num_slots = 0;
 };
 
 class KVCacheManager {
@@ -33,7 +44,7 @@ class KVCacheManager {
   // One group per spec (num_layers and shapes unused here; block_size must be block_size);
   // none: one full-attention group.
   KVCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching = true,
-                 std::vector<KVCacheSpec> groups = {});
+                 std::vector<KVCacheSpec> groups = {}, StateCheckpointConfig state = {});
   KVCacheManager(const KVCacheManager&) = delete;
   KVCacheManager& operator=(const KVCacheManager&) = delete;
 
@@ -41,8 +52,9 @@ class KVCacheManager {
   size_t num_groups() const { return groups_.size(); }
   const KVCacheSpec& group_spec(size_t group) const { return groups_[group].spec(); }
 
-  // Longest prefix of full blocks of `tokens` found (and verified) in the cache, given the
-  // request's chained block hashes (`block_hashes`, kept on the request as its tokens grow:
+  // Longest prefix of full blocks of `tokens` found (and verified) in the cache — for models with
+  // linear-attention layers, ending where a state checkpoint exists — given the request's
+  // chained block hashes (`block_hashes`, kept on the request as its tokens grow:
   // block_hash.h's extend_block_hashes with its extra keys). The last token is never covered:
   // its forward pass must run to produce logits. The hit/query counters move only when
   // allocate_slots admits the request with it, so a request that waits for blocks and looks up
@@ -84,6 +96,16 @@ class KVCacheManager {
   // (they were all in that step); blocks no longer cached are skipped.
   void uncache(std::span<const BlockId> blocks);
 
+  // Models with linear-attention layers: whether their state is checkpointed, and a checkpoint
+  // slot to save the state after the request's first num_blocks blocks into (none when they
+  // have one already or there are no slots); findable after commit_checkpoints(), dropped by
+  // abort_checkpoints() (the step that was to write it failed).
+  bool checkpoints_state() const { return state_.present && checkpoints_.num_slots() > 0; }
+  std::optional<int32_t> reserve_checkpoint(std::span<const BlockHash> block_hashes,
+                                            int64_t num_blocks);
+  void commit_checkpoints() { checkpoints_.commit(); }
+  void abort_checkpoints() { checkpoints_.abort(); }
+
   double usage() const { return pool_.usage(); }
   int64_t prefix_cache_queries() const { return queries_; }  // tokens looked up at admission
   int64_t prefix_cache_hits() const { return hits_; }        // of those, tokens found
@@ -108,6 +130,8 @@ class KVCacheManager {
   int32_t block_size_;
   bool enable_prefix_caching_;
   std::vector<GroupManager> groups_;  // they refer to pool_
+  StateCheckpointConfig state_;
+  StateCheckpoints checkpoints_;
   RequestTable<RequestBlocks> requests_;
   int64_t queries_ = 0;
   int64_t hits_ = 0;

@@ -60,11 +60,11 @@ class CausalLM {
     return model_kv_cache_layout(config(), kv_cache_dtype(), block_size);
   }
   // KV storage for this model's main layers, with num_state_slots sequences' linear-attention
-  // states when it has such layers.
-  KVCacheStorage make_kv_cache(int64_t num_blocks, int block_size,
-                               int32_t num_state_slots = 0) const {
+  // states and num_state_checkpoints kept ones when it has such layers.
+  KVCacheStorage make_kv_cache(int64_t num_blocks, int block_size, int32_t num_state_slots = 0,
+                               int32_t num_state_checkpoints = 0) const {
     return KVCacheStorage(kv_cache_layout(block_size), num_blocks, kv_cache_dtype(),
-                          num_state_slots);
+                          num_state_slots, num_state_checkpoints);
   }
   // KV storage of `layers` full-attention (or latent) layers: the MTP modules' cache.
   KVCacheStorage make_kv_cache_for_layers(int layers, int64_t num_blocks, int block_size) const {

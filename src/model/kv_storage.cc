@@ -1,5 +1,6 @@
 #include "model/kv_storage.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace kestrel {
@@ -15,14 +16,15 @@ int64_t elements(const KVCacheLayout& l, int64_t num_blocks, bool latent) {
 }  // namespace
 
 KVCacheStorage::KVCacheStorage(KVCacheLayout layout, int64_t num_blocks, DType dtype,
-                               int32_t num_state_slots)
+                               int32_t num_state_slots, int32_t num_state_checkpoints)
     : layout_(std::move(layout)),
       num_blocks_(num_blocks),
       latent_(!layout_.groups.empty() && layout_.groups[0].kind == KVCacheKind::kMlaLatent),
       buffer_(dtype, Shape{elements(layout_, num_blocks, latent_)}),
       dtype_(dtype),
       num_state_slots_(layout_.state.num_layers > 0 ? num_state_slots : 0),
-      state_(size_t(num_state_slots_) * size_t(layout_.state.num_layers) *
+      num_state_checkpoints_(layout_.state.num_layers > 0 ? num_state_checkpoints : 0),
+      state_(size_t(num_state_slots_ + num_state_checkpoints_) * size_t(layout_.state.num_layers) *
                  size_t(layout_.state.floats_per_layer),
              0.0f) {
   const KVCacheSpec& first = layout_.groups[0];
@@ -47,9 +49,17 @@ KVMemoryView KVCacheStorage::memory() const {
 float* KVCacheStorage::state(int layer, int32_t slot) const {
   const LayerPlace p = place(layer);
   KCHECK(p.group == KVCacheLayout::kStateGroup, "layer {} has no linear-attention state", layer);
-  KCHECK(slot >= 0 && slot < num_state_slots_, "state slot {} of {}", slot, num_state_slots_);
+  KCHECK(slot >= 0 && slot < num_state_slots_ + num_state_checkpoints_, "state slot {} of {}", slot,
+         num_state_slots_ + num_state_checkpoints_);
   return state_.data() + (size_t(slot) * size_t(layout_.state.num_layers) + size_t(p.index)) *
                              size_t(layout_.state.floats_per_layer);
+}
+
+void KVCacheStorage::copy_state(int32_t from, int32_t to) const {
+  const int32_t n = num_state_slots_ + num_state_checkpoints_;
+  KCHECK(from >= 0 && from < n && to >= 0 && to < n, "state slots {} -> {} of {}", from, to, n);
+  const size_t per = size_t(layout_.state.num_layers) * size_t(layout_.state.floats_per_layer);
+  std::copy_n(state_.data() + size_t(from) * per, per, state_.data() + size_t(to) * per);
 }
 
 LayerPlace KVCacheStorage::place(int layer) const {

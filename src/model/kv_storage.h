@@ -17,8 +17,10 @@
 namespace kestrel {
 
 // Linear-attention layers' states, apart from the blocks: [state slots][state layers]
-// [floats_per_layer] f32, so one sequence's states are contiguous. A slot belongs to one running
-// sequence at a time (the model runner assigns them); the forward pass reads and updates it.
+// [floats_per_layer] f32, so one sequence's states are contiguous. Slots [0, num_state_slots)
+// belong to one running sequence at a time (the model runner assigns them; the forward pass
+// reads and updates them); the num_state_checkpoints after them hold prefix-cache checkpoints
+// (kv/state_checkpoints.h), copied to and from those by the runner.
 //
 // Attention caches: [slots][K|V][blocks, kv_heads, block_size, head_dim] (backend/ops.h's
 // kv_row_offset). Latent (MLA) caches keep one row per token that stands for both K and V:
@@ -45,9 +47,10 @@ class KVCacheStorage {
  public:
   // Every group of `layout` must have the same per-layer shape (plan_kv_cache_layout checks);
   // `dtype` is F32, F16 or BF16. num_state_slots: sequences whose linear-attention states it
-  // holds at once (none for models without such layers).
-  KVCacheStorage(KVCacheLayout layout, int64_t num_blocks, DType dtype,
-                 int32_t num_state_slots = 0);
+  // holds at once, num_state_checkpoints: states kept for prefix hits (both unused for models
+  // without such layers).
+  KVCacheStorage(KVCacheLayout layout, int64_t num_blocks, DType dtype, int32_t num_state_slots = 0,
+                 int32_t num_state_checkpoints = 0);
   // The cache of model layer i.
   KVLayer layer(int i) const;
   // Layer i of a latent cache whose rows are [latent_dim | head_dim - latent_dim].
@@ -61,9 +64,12 @@ class KVCacheStorage {
   size_t bytes() const { return buffer_.nbytes(); }
   KVMemoryView memory() const;
   // The linear-attention state of model layer `layer` in state slot `slot`
-  // (layout().state.floats_per_layer values).
+  // (layout().state.floats_per_layer values); checkpoints are slots too.
   float* state(int layer, int32_t slot) const;
+  // Every linear-attention layer's state of slot `from` into slot `to`.
+  void copy_state(int32_t from, int32_t to) const;
   int32_t num_state_slots() const { return num_state_slots_; }
+  int32_t num_state_checkpoints() const { return num_state_checkpoints_; }
   size_t state_bytes() const { return state_.size() * sizeof(float); }
 
  private:
@@ -73,6 +79,7 @@ class KVCacheStorage {
   HostBuffer buffer_;
   DType dtype_;
   int32_t num_state_slots_;
+  int32_t num_state_checkpoints_;
   mutable std::vector<float> state_;  // written through state(): the forward pass owns it
 };
 

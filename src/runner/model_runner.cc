@@ -19,16 +19,23 @@ ModelRunner::ModelRunner(CausalLM& model, KVCacheStorage kv, Speculation specula
   for (int32_t s = kv_.num_state_slots() - 1; s >= 0; --s) free_state_slots_.push_back(s);
 }
 
-Expected<int32_t> ModelRunner::state_slot(RequestHandle id, WorkerRequest& req, int64_t start) {
-  if (req.state_slot >= 0) return req.state_slot;
-  if (start != 0)
-    return make_error("request {} continues at position {} without its linear-attention state", id,
-                      start);
-  if (free_state_slots_.empty())
-    return make_error("request {}: all {} linear-attention state slots are in use", id,
-                      kv_.num_state_slots());
-  req.state_slot = free_state_slots_.back();
-  free_state_slots_.pop_back();
+Expected<int32_t> ModelRunner::state_slot(RequestHandle id, WorkerRequest& req, int64_t start,
+                                          int32_t checkpoint) {
+  const int32_t first = kv_.num_state_slots(), last = first + kv_.num_state_checkpoints();
+  if (checkpoint >= 0 && (checkpoint < first || checkpoint >= last))
+    return make_error("request {}: state checkpoint {} is not one of slots [{}, {})", id,
+                      checkpoint, first, last);
+  if (req.state_slot < 0) {
+    if (start != 0 && checkpoint < 0)
+      return make_error("request {} continues at position {} without its linear-attention state",
+                        id, start);
+    if (free_state_slots_.empty())
+      return make_error("request {}: all {} linear-attention state slots are in use", id,
+                        kv_.num_state_slots());
+    req.state_slot = free_state_slots_.back();
+    free_state_slots_.pop_back();
+  }
+  if (checkpoint >= 0) kv_.copy_state(checkpoint, req.state_slot);
   return req.state_slot;
 }
 
@@ -40,7 +47,7 @@ void ModelRunner::release_state_slot(RequestHandle id) {
 }
 
 Expected<ModelRunner::Rows> ModelRunner::add_to_batch(const ScheduledTokens& work, int64_t offset,
-                                                      int64_t first_row) {
+                                                      int64_t first_row, int32_t checkpoint) {
   WorkerRequest* req = requests_.find(work.id);
   if (req == nullptr) return make_error("scheduled request {} is unknown to the worker", work.id);
   const int64_t num_drafts = static_cast<int64_t>(work.draft_token_ids.size());
@@ -80,7 +87,7 @@ Expected<ModelRunner::Rows> ModelRunner::add_to_batch(const ScheduledTokens& wor
   const int64_t count = scores_prompt ? work.num_tokens : samples ? num_drafts + 1 : 0;
   int32_t slot = -1;
   if (kv_.layout().state.num_layers > 0) {
-    KASSIGN(slot, state_slot(work.id, *req, start));
+    KASSIGN(slot, state_slot(work.id, *req, start, checkpoint));
   }
   builder_.add(tokens_, int32_t(start), req->block_ids, size_t(count), slot);
   return Rows{&work, req, start, offset, first_row, count, samples};
@@ -128,6 +135,8 @@ Expected<RunnerOutput> ModelRunner::run_step(const SchedulerOutput& output) {
   if (output.scheduled.empty()) return result;
   std::unordered_map<RequestHandle, const TokenMask*> masks;
   for (const TokenMask& m : output.token_masks) masks[m.id] = &m;
+  std::unordered_map<RequestHandle, int32_t> loads;
+  for (const StateCheckpointCopy& l : output.state_loads) loads[l.id] = l.slot;
   builder_.clear();
   std::vector<Rows> rows;
   int64_t num_rows = 0, num_batch_tokens = 0;
@@ -138,7 +147,9 @@ Expected<RunnerOutput> ModelRunner::run_step(const SchedulerOutput& output) {
                              m->second->bits.size() % size_t(m->second->num_rows) != 0))
       return make_error("request {}: {} token masks for {} drafts", work.id, m->second->num_rows,
                         work.draft_token_ids.size());
-    KASSIGN(Rows r, add_to_batch(work, num_batch_tokens, num_rows));
+    const auto load = loads.find(work.id);
+    KASSIGN(Rows r, add_to_batch(work, num_batch_tokens, num_rows,
+                                 load == loads.end() ? -1 : load->second));
     num_rows += r.count;
     num_batch_tokens += work.num_tokens;
     rows.push_back(r);
@@ -147,6 +158,14 @@ Expected<RunnerOutput> ModelRunner::run_step(const SchedulerOutput& output) {
   const int64_t vocab = model_.config().vocab_size;
   const ForwardBatch batch = builder_.batch();
   model_.forward_hidden(batch, kv_);
+  for (const StateCheckpointCopy& save : output.state_saves) {
+    const WorkerRequest* req = requests_.find(save.id);
+    const int32_t first = kv_.num_state_slots();
+    if (req == nullptr || req->state_slot < 0 || save.slot < first ||
+        save.slot >= first + kv_.num_state_checkpoints())
+      return make_error("request {}: no state to save into checkpoint {}", save.id, save.slot);
+    kv_.copy_state(req->state_slot, save.slot);
+  }
   // The sampled rows (a request's last drafts + 1) get their logits at once: they stay for the
   // masks and draws. Prompt rows are scored in chunks of kScoreChunkRows, so a long chunk of
   // prompt_logprobs costs bounded memory whatever the step's token budget.

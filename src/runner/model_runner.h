@@ -11,8 +11,10 @@
 // position (the engine core cuts them where its grammar would not go). For models with
 // linear-attention layers it gives each running request a state slot of the KV storage when it
 // is first computed (from position 0) and takes it back when the request finishes or is
-// preempted; the scheduler runs at most max_num_seqs requests, the number of slots. Only the
-// thread that calls execute() touches it.
+// preempted; the scheduler runs at most max_num_seqs requests, the number of slots. A request
+// resuming from a prefix hit gets its state from the step's checkpoint (state_loads) before the
+// forward pass; requests whose tokens end on a checkpointed boundary leave a copy after it
+// (state_saves). Only the thread that calls execute() touches it.
 #pragma once
 
 #include <cstdint>
@@ -70,12 +72,16 @@ class ModelRunner {
     bool samples;       // the last drafts + 1 rows are sampled
   };
 
-  // Checks `work` against the request's state and adds its tokens to the batch.
-  Expected<Rows> add_to_batch(const ScheduledTokens& work, int64_t offset, int64_t first_row);
+  // Checks `work` against the request's state and adds its tokens to the batch; `checkpoint`
+  // (-1: none) is the state it resumes from.
+  Expected<Rows> add_to_batch(const ScheduledTokens& work, int64_t offset, int64_t first_row,
+                              int32_t checkpoint);
   void score_prompt(const Rows& r, const ForwardBatch& batch, RunnerOutput& out);
-  // The request's state slot, taken from the free ones if it holds none; an error when it
-  // continues past position 0 without one, or none is free.
-  Expected<int32_t> state_slot(RequestHandle id, WorkerRequest& req, int64_t start);
+  // The request's state slot, taken from the free ones if it holds none (with `checkpoint`'s
+  // state copied in when it is not -1); an error when it continues past position 0 without a
+  // state, or none is free.
+  Expected<int32_t> state_slot(RequestHandle id, WorkerRequest& req, int64_t start,
+                               int32_t checkpoint);
   void release_state_slot(RequestHandle id);
   // Runs the proposer over the step's requests once their samples are in; `sample_of[k]` is
   // rows[k]'s entry in out.sampled (-1: it sampled nothing).

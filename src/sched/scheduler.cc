@@ -52,7 +52,9 @@ Status validate(const SchedulerConfig& c) {
 
 Scheduler::Scheduler(const SchedulerConfig& config)
     : config_(config),
-      kv_(config.num_blocks, config.block_size, config.enable_prefix_caching, config.kv_groups) {
+      kv_(config.num_blocks, config.block_size, config.enable_prefix_caching, config.kv_groups,
+          StateCheckpointConfig{config.has_recurrent_state, int32_t(config.max_num_seqs),
+                                config.num_state_checkpoints}) {
   const Status s = validate(config);
   KCHECK(s.ok(), "{}", s.message());
 }
@@ -91,6 +93,30 @@ int64_t Scheduler::num_to_schedule(const Request& req, int64_t budget) const {
   const int64_t drafts = std::min<int64_t>(static_cast<int64_t>(req.draft_token_ids.size()),
                                            std::max<int64_t>(room, 0));
   return std::min(known + (known <= budget ? drafts : 0), budget);
+}
+
+int64_t Scheduler::align_to_checkpoint(const Request& req, int64_t start, int64_t num_new) const {
+  const int64_t prompt = req.num_prompt_tokens();
+  if (!config_.enable_prefix_caching || !kv_.checkpoints_state() || start >= prompt) return num_new;
+  const int64_t bs = config_.block_size, end = start + num_new;
+  if (end < prompt) {
+    const int64_t aligned = end / bs * bs;  // a chunk that stops short ends on a boundary
+    return aligned > start ? aligned - start : num_new;
+  }
+  // The last boundary a hit on this prompt can resume from (a hit never covers the last token):
+  // its state is kept.
+  const int64_t last = (prompt - 1) / bs * bs;
+  return start < last && end > last ? last - start : num_new;
+}
+
+void Scheduler::save_checkpoint(const Request& req, int64_t num_new, SchedulerOutput& out) {
+  // Boundaries a hit can resume from: never past the one before the prompt's last token.
+  const int64_t end = req.num_computed_tokens + num_new;
+  if (!config_.enable_prefix_caching || end % config_.block_size != 0 ||
+      end > req.num_prompt_tokens() - 1)
+    return;
+  if (const auto slot = kv_.reserve_checkpoint(req.block_hashes, end / config_.block_size))
+    out.state_saves.push_back(StateCheckpointCopy{req.id, *slot});
 }
 
 void Scheduler::add_to_output(Request& req, int64_t num_new, SchedulerOutput& out) {
@@ -263,7 +289,8 @@ SchedulerOutput Scheduler::schedule() {
   bool short_of_blocks = false;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Request* req = running_[i];
-    const int64_t num_new = num_to_schedule(*req, budget);
+    const int64_t num_new =
+        align_to_checkpoint(*req, req->num_computed_tokens, num_to_schedule(*req, budget));
     bool scheduled = false;
     while (true) {
       if (kv_.allocate_slots(req->id, num_new, {}, config_.num_lookahead_tokens)) {
@@ -277,6 +304,7 @@ SchedulerOutput Scheduler::schedule() {
       if (victim == req) break;
     }
     if (!scheduled) break;
+    save_checkpoint(*req, num_new, out);
     add_to_output(*req, num_new, out);
     publish_blocks(*req, num_new);
     budget -= num_new;
@@ -297,13 +325,16 @@ SchedulerOutput Scheduler::schedule() {
       hit = kv_.get_computed_blocks(req->all_token_ids, req->block_hashes);
     const int64_t remaining = req->num_tokens() - hit.num_tokens;
     if (!config_.enable_chunked_prefill && remaining > budget) break;
-    const int64_t num_new = std::min(remaining, budget);
+    const int64_t num_new = align_to_checkpoint(*req, hit.num_tokens, std::min(remaining, budget));
     if (!kv_.allocate_slots(req->id, num_new, hit, config_.num_lookahead_tokens)) break;
     waiting_.pop_front();
     if (req->status == RequestStatus::kWaiting) req->num_cached_tokens = hit.num_tokens;
     req->num_computed_tokens = hit.num_tokens;
     req->status = RequestStatus::kRunning;
     running_.push_back(req);
+    if (hit.state_checkpoint >= 0)
+      out.state_loads.push_back(StateCheckpointCopy{req->id, hit.state_checkpoint});
+    save_checkpoint(*req, num_new, out);
     add_to_output(*req, num_new, out);
     publish_blocks(*req, num_new);
     budget -= num_new;
@@ -348,6 +379,7 @@ bool Scheduler::append_and_check_stop(Request& req, int32_t token, RequestUpdate
 
 std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& output,
                                                          const RunnerOutput& result) {
+  kv_.commit_checkpoints();  // the step ran: the states it saved are there
   std::unordered_map<RequestHandle, const RequestSamples*> samples;
   for (const RequestSamples& s : result.sampled) samples[s.id] = &s;
   std::unordered_set<RequestHandle> failed;
@@ -389,6 +421,7 @@ void Scheduler::fail_step(const SchedulerOutput& output) {
   // serve K/V that was never written.
   kv_.uncache(published_);
   published_.clear();
+  kv_.abort_checkpoints();
   for (const ScheduledTokens& work : output.scheduled)
     finish(work.id, RequestStatus::kFinishedAborted);
 }

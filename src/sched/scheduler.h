@@ -53,6 +53,14 @@ struct SchedulerConfig {
   // reported by take_given_back() — the proxy continues it elsewhere (stop_reason
   // "recomputed").
   bool give_back_preempted = false;
+  // Models with linear-attention layers: a prefix hit must resume their recurrent state from a
+  // checkpoint, held in state slots [max_num_seqs, max_num_seqs + num_state_checkpoints) of the
+  // KV storage (the running requests' are [0, max_num_seqs)). With prefix caching on, a prefill
+  // chunk that stops short of the prompt ends on a block boundary and one stops at the prompt's
+  // last boundary, where the state is saved (vLLM's "align" mode); without checkpoints nothing
+  // is hit.
+  bool has_recurrent_state = false;
+  int32_t num_state_checkpoints = 0;
 };
 
 // Ok when the config can make progress on every admissible request, else why not.
@@ -146,6 +154,12 @@ class Scheduler {
   // Tokens the request may compute this step within `budget` and max_model_len: the rest of its
   // known tokens, then its drafts once it reaches its last token.
   int64_t num_to_schedule(const Request& req, int64_t budget) const;
+  // Linear-attention models with prefix caching: num_new tokens from `start` cut to end on a
+  // block boundary (see SchedulerConfig::has_recurrent_state).
+  int64_t align_to_checkpoint(const Request& req, int64_t start, int64_t num_new) const;
+  // Reserves a checkpoint for the state after this step's tokens of `req` when they end on a
+  // block boundary within the prompt, and asks the worker to save it.
+  void save_checkpoint(const Request& req, int64_t num_new, SchedulerOutput& out);
   // Frees the newest running request and requeues it at the front of the waiting queue.
   Request* preempt_newest();
   // give_back_preempted: the newest running request ends (finished, its blocks freed).

@@ -74,6 +74,15 @@ struct KvLoad {
   bool operator==(const KvLoad&) const = default;
 };
 
+// Models with linear-attention layers, prefix caching: a request's recurrent state is copied from
+// checkpoint slot `slot` into its own before the step (it resumes from a prefix hit), or from its
+// own into `slot` after the step (its tokens this step end on a block boundary worth keeping).
+struct StateCheckpointCopy {
+  RequestHandle id;
+  int32_t slot = 0;
+  bool operator==(const StateCheckpointCopy&) const = default;
+};
+
 struct SchedulerOutput {
   std::vector<NewRequestData> new_requests;
   std::vector<CachedRequestData> cached_requests;
@@ -82,7 +91,9 @@ struct SchedulerOutput {
   std::vector<RequestHandle> preempted_ids;  // preempted during this step
   std::vector<RequestHandle> finished_ids;   // finished or aborted since the previous step
   int64_t total_num_scheduled_tokens = 0;
-  std::vector<KvLoad> kv_loads;  // loads to start this step
+  std::vector<KvLoad> kv_loads;                  // loads to start this step
+  std::vector<StateCheckpointCopy> state_loads;  // before the forward pass
+  std::vector<StateCheckpointCopy> state_saves;  // after it
   bool operator==(const SchedulerOutput&) const = default;
 };
 

@@ -64,6 +64,8 @@ SchedulerOutput full_scheduler_output() {
                    .remote_blocks = {5, 6, 900000},
                    .local_blocks = {1, 2, 3},
                    .timeout_ms = 1500}};
+  out.state_loads = {{.id = 10, .slot = 70}};
+  out.state_saves = {{.id = 20, .slot = 71}, {.id = 10, .slot = 0x7fffffff}};
   return out;
 }
 
@@ -151,23 +153,23 @@ TEST(ContractCodecTest, WrongKindIsError) {
 }
 
 TEST(ContractCodecTest, FutureVersionIsError) {
-  std::string bytes = hand_made("kestrel.sched_output.v3", [](auto& p) { p.pack_array(0); });
+  std::string bytes = hand_made("kestrel.sched_output.v4", [](auto& p) { p.pack_array(0); });
   Expected<SchedulerOutput> s = decode_scheduler_output(bytes);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().message.find("v3"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("v4"), std::string::npos) << s.error().message;
 }
 
 TEST(ContractCodecTest, WrongTypeNamesTheField) {
   // SchedulerOutput whose first new request has a string id (handles are integers).
-  std::string bytes = hand_made("kestrel.sched_output.v2", [](auto& p) {
-    p.pack_array(8);
+  std::string bytes = hand_made("kestrel.sched_output.v3", [](auto& p) {
+    p.pack_array(10);
     p.pack_array(1);
     p.pack_array(5);
     p.pack(std::string("req-17"));
     for (int i = 0; i < 4; ++i) p.pack_nil();
     for (int i = 0; i < 5; ++i) p.pack_array(0);
     p.pack(0);
-    p.pack_array(0);
+    for (int i = 0; i < 3; ++i) p.pack_array(0);
   });
   Expected<SchedulerOutput> s = decode_scheduler_output(bytes);
   ASSERT_FALSE(s.ok());
@@ -176,10 +178,10 @@ TEST(ContractCodecTest, WrongTypeNamesTheField) {
 }
 
 TEST(ContractCodecTest, WrongArrayLengthAndRangeAreErrors) {
-  // A body of 7 fields instead of 8.
-  std::string short_body = hand_made("kestrel.sched_output.v2", [](auto& p) {
-    p.pack_array(7);
-    for (int i = 0; i < 7; ++i) p.pack_array(0);
+  // A body of 9 fields instead of 10.
+  std::string short_body = hand_made("kestrel.sched_output.v3", [](auto& p) {
+    p.pack_array(9);
+    for (int i = 0; i < 9; ++i) p.pack_array(0);
   });
   EXPECT_FALSE(decode_scheduler_output(short_body).ok());
   // A TokenLogprob whose token does not fit int32.
@@ -287,7 +289,7 @@ TEST(ContractCodecTest, HugeLengthsAreErrorsWithoutHugeAllocation) {
   ASSERT_FALSE(a.ok());
   EXPECT_FALSE(a.error().message.empty());
 
-  std::string nested = hand_made("kestrel.sched_output.v2", [](auto& p) { p.pack_array(8); });
+  std::string nested = hand_made("kestrel.sched_output.v3", [](auto& p) { p.pack_array(10); });
   nested += std::string("\xdd\x80\x00\x00\x00", 5);
   EXPECT_FALSE(decode_scheduler_output(nested).ok());
 

@@ -1,0 +1,57 @@
+// kv/state_checkpoints.h — prefix caching for models with linear-attention layers: which state
+// slots of the KV storage hold a checkpoint, i.e. every such layer's recurrent state right after
+// a block boundary, keyed by the chained hash of the blocks up to it (kv/block_hash.h). A prefix
+// hit can resume only where a checkpoint exists; the runner copies it into the request's own
+// state slot. Checkpoints sit apart from the block grid, so the attention block size stays small
+// (vLLM instead grows it until a block holds one state: 528 tokens for Qwen3.5, too coarse for
+// short prompts). A checkpoint reserved while a step is scheduled is written after that step's
+// forward pass, so it is found only once the step is committed. Evicted least recently used.
+// Owned by the KVCacheManager; only the engine thread touches it.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/block_hash.h"
+
+namespace kestrel {
+
+class StateCheckpoints {
+ public:
+  // Slots [first_slot, first_slot + num_slots) of the KV storage's state slots.
+  StateCheckpoints(int32_t first_slot, int32_t num_slots);
+
+  int32_t num_slots() const { return int32_t(slots_.size()); }
+  // Whether the blocks hashed `h` have a committed checkpoint.
+  bool has(const BlockHash& h) const;
+  // The committed checkpoint after the blocks hashed `h`, marked recently used.
+  std::optional<int32_t> find(const BlockHash& h);
+  // A slot to save the state after the blocks hashed `h` into, taking the least recently used
+  // one when all are taken; none when `h` already has one (the same prefix: the same state) or
+  // there are no slots.
+  std::optional<int32_t> reserve(const BlockHash& h);
+  // The reservations since the last commit become findable (their step ran) or are dropped
+  // (it failed: nothing was written).
+  void commit();
+  void abort();
+
+ private:
+  struct Entry {
+    BlockHash hash;
+    int32_t slot;
+    bool committed;
+  };
+  using Lru = std::list<Entry>;  // front: most recently used
+  void erase(Lru::iterator it);
+
+  Lru lru_;
+  std::unordered_map<BlockHash, Lru::iterator, BlockHashHasher> by_hash_;
+  std::vector<int32_t> slots_;  // all of them
+  std::vector<int32_t> free_;
+  std::vector<Lru::iterator> pending_;
+};
+
+}  // namespace kestrel

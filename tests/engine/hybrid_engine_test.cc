@@ -1,0 +1,205 @@
+// Hybrid models (Gated DeltaNet + gated attention: Qwen3-Next, Qwen3.5) through the whole engine.
+// Each running request's recurrent state lives in its own slot, so batching, chunked prefill at
+// odd sizes, waiting for a free slot and preemption all give the transformers reference's greedy
+// tokens. With prefix caching a repeated or extended prompt resumes from a state checkpoint at a
+// block boundary: the same tokens as a cold run, the cached-token count the checkpoint allows,
+// and nothing hit without checkpoints.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/mmap_file.h"
+#include "engine/engine_core.h"
+#include "engine/engine_runs.h"
+#include "engine/request_names.h"
+#include "model/loader.h"
+#include "test_paths.h"
+
+namespace kestrel {
+namespace {
+
+struct Result {
+  std::vector<int32_t> tokens;
+  int64_t num_cached_tokens = 0;
+};
+
+class HybridEngine : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const std::string dir = test::fixtures_dir() + "/models/" + GetParam();
+    LoadOptions o;
+    o.model = dir;
+    o.threads = 2;
+    auto m = load_model(o);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    lm_ = std::move(*m);
+    auto text = read_text_file(dir + "/golden.json");
+    ASSERT_TRUE(text.ok()) << text.error().message;
+    const auto j = nlohmann::json::parse(*text);
+    prompts_ = j.at("prompts").get<std::vector<std::vector<int32_t>>>();
+    greedy_ = j.at("greedy").get<std::vector<std::vector<int32_t>>>();
+    ASSERT_EQ(prompts_.size(), 3u);
+  }
+
+  SchedulerConfig config(int64_t budget, bool prefix_caching, int32_t checkpoints = 0) const {
+    SchedulerConfig c;
+    c.block_size = 4;  // several boundaries inside every prompt
+    c.num_blocks = 256;
+    c.max_model_len = 128;
+    c.max_num_seqs = 4;
+    c.max_num_batched_tokens = budget;
+    c.enable_prefix_caching = prefix_caching;
+    c.num_state_checkpoints = checkpoints;
+    return c;
+  }
+
+  void add(EngineCore& engine, const std::string& id, const std::vector<int32_t>& prompt,
+           int64_t outputs = 16) const {
+    ASSERT_TRUE(engine.add_request(test::greedy_core_request(id, prompt, outputs)).ok());
+  }
+
+  static std::map<std::string, Result> run(EngineCore& engine, int* preemptions = nullptr) {
+    std::map<std::string, Result> out;
+    for (int steps = 0; engine.has_unfinished() && steps < 2000; ++steps) {
+      auto outs = engine.step();
+      EXPECT_TRUE(outs.ok()) << (outs.ok() ? "" : outs.error().message);
+      if (!outs.ok()) break;
+      for (const EngineCoreOutput& o : *outs) {
+        Result& r = out[test::name_of(o.id)];
+        r.tokens.insert(r.tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+        r.num_cached_tokens = o.num_cached_tokens;
+      }
+      if (preemptions)
+        for (const Request* r : engine.scheduler().waiting())
+          if (r->num_output_tokens() > 0) ++*preemptions;
+    }
+    EXPECT_FALSE(engine.has_unfinished());
+    EXPECT_EQ(test::worker_requests(engine), 0u);
+    EXPECT_EQ(engine.scheduler().kv().usage(), 0.0);
+    return out;
+  }
+
+  std::unique_ptr<LoadedModel> lm_;
+  std::vector<std::vector<int32_t>> prompts_, greedy_;
+};
+
+TEST_P(HybridEngine, BatchedAndOddChunkedRunsMatchReference) {
+  for (const int64_t budget : {int64_t{256}, int64_t{7}}) {
+    EngineCore engine(*lm_->model, config(budget, false), {});
+    for (size_t p = 0; p < 3; ++p) add(engine, std::to_string(p), prompts_[p]);
+    auto results = run(engine);
+    for (size_t p = 0; p < 3; ++p)
+      EXPECT_EQ(results[std::to_string(p)].tokens, greedy_[p])
+          << "budget " << budget << " prompt " << p;
+  }
+}
+
+TEST_P(HybridEngine, RequestsWaitForAFreeStateSlot) {
+  SchedulerConfig c = config(256, false);
+  c.max_num_seqs = 1;  // one state slot: the requests run one after another, reusing it
+  EngineCore engine(*lm_->model, c, {});
+  for (size_t p = 0; p < 3; ++p) add(engine, std::to_string(p), prompts_[p]);
+  auto results = run(engine);
+  for (size_t p = 0; p < 3; ++p)
+    EXPECT_EQ(results[std::to_string(p)].tokens, greedy_[p]) << "prompt " << p;
+}
+
+TEST_P(HybridEngine, PreemptionRestartsFromAZeroState) {
+  SchedulerConfig c = config(16, false);
+  c.block_size = 16;
+  c.max_model_len = 64;
+  c.kv_groups = lm_->model->kv_cache_layout(c.block_size).groups;
+  // One request of max_model_len fits, the three together do not.
+  c.num_blocks =
+      1 + int32_t(max_blocks_per_request(c.kv_groups, c.max_model_len, c.max_num_batched_tokens));
+  ASSERT_TRUE(validate(c).ok());
+  EngineCore engine(*lm_->model, c, {});
+  for (size_t p = 0; p < 3; ++p) add(engine, std::to_string(p), prompts_[p]);
+  int preemptions = 0;
+  auto results = run(engine, &preemptions);
+  EXPECT_GT(preemptions, 0) << "the pool was meant to force preemption";
+  for (size_t p = 0; p < 3; ++p)
+    EXPECT_EQ(results[std::to_string(p)].tokens, greedy_[p]) << "prompt " << p;
+}
+
+TEST_P(HybridEngine, RepeatedPromptsResumeFromStateCheckpoints) {
+  for (const int64_t budget : {int64_t{256}, int64_t{7}}) {
+    EngineCore engine(*lm_->model, config(budget, true, 32), {});
+    for (size_t p = 0; p < 3; ++p) add(engine, "cold" + std::to_string(p), prompts_[p]);
+    auto cold = run(engine);
+    const int64_t hits_before = engine.scheduler().kv().prefix_cache_hits();
+    for (size_t p = 0; p < 3; ++p) add(engine, "warm" + std::to_string(p), prompts_[p]);
+    auto warm = run(engine);
+    int64_t cached = 0;
+    for (size_t p = 0; p < 3; ++p) {
+      const std::string n = std::to_string(p);
+      EXPECT_EQ(cold["cold" + n].tokens, greedy_[p]) << "budget " << budget << " prompt " << p;
+      EXPECT_EQ(cold["cold" + n].num_cached_tokens, 0);
+      EXPECT_EQ(warm["warm" + n].tokens, greedy_[p]) << "budget " << budget << " prompt " << p;
+      // The last boundary before the prompt's last token, whose state the cold run kept.
+      EXPECT_EQ(warm["warm" + n].num_cached_tokens, int64_t(prompts_[p].size() - 1) / 4 * 4)
+          << "budget " << budget << " prompt " << p;
+      cached += warm["warm" + n].num_cached_tokens;
+    }
+    // Those tokens were not computed again: the cache served them.
+    EXPECT_EQ(engine.scheduler().kv().prefix_cache_hits() - hits_before, cached);
+  }
+}
+
+TEST_P(HybridEngine, AnExtendedPromptResumesWhereTheFirstOneLeftItsState) {
+  std::vector<int32_t> extended = prompts_[1];
+  extended.insert(extended.end(), prompts_[0].begin(), prompts_[0].end());
+  std::vector<int32_t> reference;
+  {
+    EngineCore cold(*lm_->model, config(256, false), {});
+    add(cold, "x", extended);
+    reference = run(cold)["x"].tokens;
+  }
+  ASSERT_EQ(reference.size(), 16u);
+  EngineCore engine(*lm_->model, config(256, true, 8), {});
+  add(engine, "first", prompts_[1]);
+  run(engine);
+  add(engine, "extended", extended);
+  const Result r = run(engine)["extended"];
+  EXPECT_EQ(r.tokens, reference);
+  EXPECT_EQ(r.num_cached_tokens, int64_t(prompts_[1].size() - 1) / 4 * 4);
+}
+
+TEST_P(HybridEngine, WithoutCheckpointsNothingIsHit) {
+  EngineCore engine(*lm_->model, config(256, true, 0), {});
+  add(engine, "a", prompts_[2]);
+  run(engine);
+  add(engine, "b", prompts_[2]);
+  const Result r = run(engine)["b"];
+  EXPECT_EQ(r.tokens, greedy_[2]);
+  EXPECT_EQ(r.num_cached_tokens, 0);
+}
+
+TEST_P(HybridEngine, EvictedCheckpointsAreNotHit) {
+  // One checkpoint: the second prompt's boundaries take it over from the first's.
+  EngineCore engine(*lm_->model, config(256, true, 1), {});
+  add(engine, "a", prompts_[1]);
+  run(engine);
+  add(engine, "b", prompts_[2]);
+  run(engine);
+  // again_b first: again_a's own save would otherwise take the one checkpoint before again_b
+  // looks it up.
+  add(engine, "again_b", prompts_[2]);
+  add(engine, "again_a", prompts_[1]);
+  auto results = run(engine);
+  EXPECT_EQ(results["again_a"].tokens, greedy_[1]);
+  EXPECT_EQ(results["again_a"].num_cached_tokens, 0);
+  EXPECT_EQ(results["again_b"].tokens, greedy_[2]);
+  EXPECT_EQ(results["again_b"].num_cached_tokens, int64_t(prompts_[2].size() - 1) / 4 * 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, HybridEngine,
+                         ::testing::Values("qwen3_next_f32", "qwen3_5_f32", "qwen3_5_moe_f32",
+                                           "qwen3_5_bf16"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace kestrel
