@@ -225,6 +225,11 @@ Expected<RankModels> load_rank_models(const EngineArgs& a, const LoadOptions& lo
   KASSIGN(m.model, load_model(lo));
   KASSIGN(spec, parse_speculative_config(a.speculative_config));
   if (!spec) return m;
+  if (m.model->config.linear.enabled())
+    return make_error(
+        "--speculative-config: speculative decoding of {} is not supported yet: its "
+        "linear-attention layers' state cannot be rolled back past rejected drafts",
+        m.model->config.architecture);
   KTRY(resolve_speculative_config(*spec, m.model->model->num_mtp_modules(),
                                   m.model->config.model_type));
   if (spec->method == SpeculativeMethod::kDraftModel) {
@@ -447,11 +452,6 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
       KLOG_WARN("no tokenizer ({}); only token-id prompts will work", tok.error().message);
     }
   }
-  if (spec && mc.linear.enabled())
-    return make_error(
-        "--speculative-config: speculative decoding of {} is not supported yet: its "
-        "linear-attention layers' state cannot be rolled back past rejected drafts",
-        mc.architecture);
   if (spec) {
     if (spec->method == SpeculativeMethod::kMtp && spec->method_alias != "mtp")
       KLOG_WARN("method `{}` is deprecated and replaced with mtp.", spec->method_alias);

@@ -227,14 +227,11 @@ Expected<std::optional<SpeculativeConfig>> parse_speculative_config(std::string_
 Status resolve_speculative_config(SpeculativeConfig& c, int64_t n_predict,
                                   std::string_view model_type) {
   if (c.method != SpeculativeMethod::kMtp) return Status::Ok();
-  if (n_predict <= 0) {
-    const bool qwen = c.method_alias == "qwen3_next_mtp" || c.method_alias == "qwen3_5_mtp";
+  if (n_predict <= 0)
     return make_error(
         "{} method={}: the model ({}) has no MTP layers (num_nextn_predict_layers is 0 or their "
-        "weights are absent){}",
-        kFlag, c.method_alias, model_type,
-        qwen ? " (Qwen3.5 and Qwen3-Next are not supported yet, issue 22)" : "");
-  }
+        "weights are absent)",
+        kFlag, c.method_alias, model_type);
   if (!c.num_speculative_tokens) c.num_speculative_tokens = n_predict;
   const int64_t k = *c.num_speculative_tokens;
   if (k > n_predict && k % n_predict != 0)

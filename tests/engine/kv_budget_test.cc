@@ -103,6 +103,32 @@ TEST(KVBudget, SlidingWindowLayersNeedOnlyTheirWindow) {
   EXPECT_EQ(b->num_blocks, 674);
 }
 
+TEST(KVBudget, LinearAttentionStateSlotsArePricedFirst) {
+  KVBudgetRequest r = request();
+  r.kv_cache_memory_bytes = 1 * kGiB;
+  r.layout.state = RecurrentStateLayout{3, int64_t{1} << 20};  // 12 MiB per slot
+  r.max_num_seqs = 8;
+  r.state_checkpoints = true;
+  auto b = plan_kv_cache(r, ram(24));
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_EQ(b->num_state_slots, 8);
+  EXPECT_EQ(b->num_state_checkpoints, 8);
+  EXPECT_EQ(b->state_bytes, 16 * 12 * (int64_t{1} << 20));
+  EXPECT_EQ(b->num_blocks, (kGiB - b->state_bytes) / 368640);
+  // Without prefix caching no checkpoints; with 64 sequences the slots would take over half the
+  // budget, so fewer run at once.
+  r.state_checkpoints = false;
+  r.max_num_seqs = 64;
+  b = plan_kv_cache(r, ram(24));
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_EQ(b->num_state_checkpoints, 0);
+  EXPECT_EQ(b->num_state_slots, kGiB / 2 / (12 * (int64_t{1} << 20)));
+  EXPECT_LE(b->state_bytes, kGiB / 2);
+  // One sequence's slot must fit beside its blocks.
+  r.layout.state = RecurrentStateLayout{1, int64_t{1} << 28};  // 1 GiB
+  EXPECT_FALSE(plan_kv_cache(r, ram(24)).ok());
+}
+
 TEST(KVBudget, RejectsBadFlags) {
   KVBudgetRequest both = request();
   both.kv_cache_memory_bytes = kGiB;

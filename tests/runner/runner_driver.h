@@ -53,7 +53,9 @@ class RunnerDriver {
  public:
   RunnerDriver(LoadedModel& lm, const SchedulerConfig& config)
       : sched(config),
-        runner(*lm.model, lm.model->make_kv_cache(config.num_blocks, config.block_size)) {}
+        runner(*lm.model, lm.model->make_kv_cache(config.num_blocks, config.block_size,
+                                                  int32_t(config.max_num_seqs),
+                                                  config.num_state_checkpoints)) {}
 
   // Runs every added request to its end; the runner holds none of them afterwards.
   DriverRun run(const DraftProposer& propose = nullptr) {
