@@ -139,6 +139,20 @@ HYBRID_MOE = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32
 # MoE matmuls run), so the check that the files reproduce the model allows that much.
 RELOAD_TOLERANCE = {"qwen3_next": 1e-5, "qwen3_5_moe": 1e-5}
 
+# Gemma3 text (models.md 6): layers [sliding, full, sliding, full] with a window of 8, the two
+# RoPE bases, query_pre_attn_scalar 32 (not head_dim 16, so an engine scaling by head_dim fails),
+# GELU-tanh, four zero-centred norms per layer, tied embeddings scaled by sqrt(hidden), and a
+# final logit softcap of 30 (released checkpoints have none; set here to exercise it).
+GEMMA3 = dict(
+    {k: v for k, v in COMMON.items() if k != "hidden_act"}, num_hidden_layers=4, head_dim=16,
+    query_pre_attn_scalar=32, sliding_window=8,
+    layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                     "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+    hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6, final_logit_softcapping=30.0,
+    attn_logit_softcapping=None, tie_word_embeddings=True, attention_bias=False,
+)
+
 # base name -> (config class, config kwargs).
 MODELS = {
     "llama3": (
@@ -199,6 +213,7 @@ MODELS = {
     # Qwen3.5 text models: split in_proj_qkv / _z / _b / _a; dense SwiGLU, or MoE whose router
     # always renormalises.
     "qwen3_5": (transformers.Qwen3_5TextConfig, HYBRID),
+    "gemma3": (transformers.Gemma3TextConfig, GEMMA3),
     # Every Qwen3.5-MoE layer is MoE: two layers [linear, full], for clear bf16 routing.
     "qwen3_5_moe": (transformers.Qwen3_5MoeTextConfig,
                     dict({k: v for k, v in HYBRID.items() if k != "intermediate_size"},
@@ -232,6 +247,8 @@ FIXTURES = {
     "deepseek_v3_bf16": Fixture("deepseek_v3", torch.bfloat16),
     "deepseek_v3_nolora_f32": Fixture("deepseek_v3_nolora", torch.float32),
     "deepseek_v3_fp8": Fixture("deepseek_v3_wide", torch.float32, fp8=True),
+    "gemma3_f32": Fixture("gemma3", torch.float32),
+    "gemma3_bf16": Fixture("gemma3", torch.bfloat16),
     "qwen3_next_f32": Fixture("qwen3_next", torch.float32),
     "qwen3_next_bf16": Fixture("qwen3_next", torch.bfloat16),
     "qwen3_5_f32": Fixture("qwen3_5", torch.float32),

@@ -314,6 +314,31 @@ const json* text_config_of(const json& j) {
   return text != j.end() && text->is_object() ? &*text : nullptr;
 }
 
+// Gemma3 text (models.md 6). The 5.x rope_parameters per layer type are read by parse_config;
+// 4.x files give rope_theta and rope_local_base_freq.
+Status parse_gemma3(const FieldReader& r, ModelConfig& c) {
+  c.hidden_act = "gelu_pytorch_tanh";
+  KTRY(r.get("hidden_activation", c.hidden_act));
+  c.query_pre_attn_scalar = 256;
+  KTRY(r.get("query_pre_attn_scalar", c.query_pre_attn_scalar));
+  KTRY(r.get("final_logit_softcapping", c.final_logit_softcapping));
+  double attn_softcap = 0;
+  KTRY(r.get("attn_logit_softcapping", attn_softcap));
+  if (attn_softcap != 0)
+    return make_error("{}: attn_logit_softcapping {} is not supported (Gemma3 releases have none)",
+                      r.file(), attn_softcap);
+  if (c.rope_local_theta == 0) {
+    c.rope_local_theta = 10000.0;
+    KTRY(r.get("rope_local_base_freq", c.rope_local_theta));
+  }
+  c.scale_embeddings = true;
+  c.sandwich_norms = true;
+  c.norm_offset = true;
+  c.qk_norm = true;
+  if (!r.has("tie_word_embeddings")) c.tie_word_embeddings = true;
+  return Status::Ok();
+}
+
 Status parse_quantization(const FieldReader& r, ModelConfig& c) {
   std::string method;
   KTRY(r.get("quant_method", method));
@@ -361,6 +386,14 @@ Status parse_sliding_window(const FieldReader& r, ModelConfig& c) {
         return r.type_error("layer_types", "a list of \"full_attention\" or \"sliding_attention\"");
       sliding[i] = t == "sliding_attention";
     }
+  } else if (c.model_type == "gemma3_text") {
+    // transformers' rule without layer_types: every sliding_window_pattern-th layer is full.
+    int64_t pattern = 6;
+    KTRY(r.get("sliding_window_pattern", pattern));
+    if (pattern <= 0)
+      return make_error("{}: 'sliding_window_pattern' must be positive (got {})", r.file(),
+                        pattern);
+    for (size_t i = 0; i < sliding.size(); ++i) sliding[i] = (int64_t(i) + 1) % pattern != 0;
   } else {
     for (size_t i = 0; i < sliding.size(); ++i) sliding[i] = use && int64_t(i) >= first_layer;
   }
@@ -420,15 +453,32 @@ Expected<ModelConfig> parse_config(const std::string& text, const std::string& f
   const char* rope_key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
   if (const json* rope = r.find(rope_key)) {
     if (!rope->is_object()) return r.type_error(rope_key, "an object");
-    FieldReader rr(*rope, file, std::string(rope_key) + ".");
-    KTRY(parse_rope(rr, c));
-    KTRY(rr.get("partial_rotary_factor", partial_rotary_factor));
+    if (rope->contains("full_attention")) {
+      // Per layer type (Gemma3 in 5.x): the full layers' RoPE, and the sliding layers' base.
+      const json& full = (*rope)["full_attention"];
+      if (!full.is_object()) return r.type_error(rope_key, "an object per layer type");
+      KTRY(parse_rope(FieldReader(full, file, std::string(rope_key) + ".full_attention."), c));
+      if (const auto sl = rope->find("sliding_attention"); sl != rope->end()) {
+        if (!sl->is_object()) return r.type_error(rope_key, "an object per layer type");
+        ModelConfig local;
+        KTRY(parse_rope(FieldReader(*sl, file, std::string(rope_key) + ".sliding_attention."),
+                        local));
+        if (local.rope_scaling.type != RopeScalingType::kNone)
+          return make_error("{}: rope scaling on sliding-window layers is not supported", file);
+        c.rope_local_theta = local.rope_theta;
+      }
+    } else {
+      FieldReader rr(*rope, file, std::string(rope_key) + ".");
+      KTRY(parse_rope(rr, c));
+      KTRY(rr.get("partial_rotary_factor", partial_rotary_factor));
+    }
   }
 
   if (c.model_type == "qwen2") c.attention_bias = true;  // hard-coded q/k/v biases
   if (c.model_type == "qwen3") c.qk_norm = true;
   if (c.model_type == "qwen3_moe") KTRY(parse_qwen3_moe(r, c));
   if (c.model_type == "deepseek_v3") KTRY(parse_deepseek_v3(r, c));
+  if (c.model_type == "gemma3_text") KTRY(parse_gemma3(r, c));
   if (is_hybrid_type(c.model_type)) {
     KTRY(parse_hybrid(r, c));
     if (!partial_rotary_factor) partial_rotary_factor = 0.25;  // transformers' default here
@@ -518,8 +568,13 @@ Status ModelConfig::finalize() {
     return make_error("'rms_norm_eps' must be positive (got {})", rms_norm_eps);
   if (!(rope_theta > 0.0 && std::isfinite(rope_theta)))
     return make_error("'rope_theta' must be positive (got {})", rope_theta);
-  if (hidden_act != "silu")
-    return make_error("unsupported hidden_act '{}' (only silu is supported)", hidden_act);
+  if (hidden_act != "silu" && hidden_act != "gelu_pytorch_tanh")
+    return make_error("unsupported hidden_act '{}' (silu and gelu_pytorch_tanh are supported)",
+                      hidden_act);
+  if (query_pre_attn_scalar < 0 || final_logit_softcapping < 0 || rope_local_theta < 0)
+    return make_error(
+        "query_pre_attn_scalar, final_logit_softcapping and the local RoPE base must "
+        "not be negative");
 
   if (linear.enabled()) {
     if (mla.enabled() || !layer_sliding_window.empty())

@@ -133,6 +133,17 @@ struct ModelConfig {
   // Zero-centred RMSNorms (Qwen3-Next, Qwen3.5, Gemma): the scale is 1 + weight, multiplied in
   // f32 before one rounding (Llama's form rounds the normed row, then multiplies).
   bool norm_offset = false;
+  // Gemma3: attention scores are scaled by query_pre_attn_scalar^-0.5 (0: head_dim^-0.5);
+  // logits become c · tanh(logits / c) with c = final_logit_softcapping (0: none); the embedding
+  // rows are multiplied by sqrt(hidden_size); each block also norms its attention and FFN outputs
+  // (post_attention_layernorm, post_feedforward_layernorm; the FFN's input norm is then
+  // pre_feedforward_layernorm); sliding-window layers rotate with base rope_local_theta and no
+  // scaling (0: as the full layers).
+  double query_pre_attn_scalar = 0.0;
+  double final_logit_softcapping = 0.0;
+  bool scale_embeddings = false;
+  bool sandwich_norms = false;
+  double rope_local_theta = 0.0;
   // Where the decoder's tensors sit: "model." or, in vision-language checkpoints,
   // "model.language_model." (lm_head stays at the top).
   std::string weight_prefix = "model.";

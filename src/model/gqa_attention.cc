@@ -18,6 +18,8 @@ class GqaAttention final : public AttentionLayer {
     bias_ = c.attention_bias;
     qk_norm_ = c.qk_norm;
     gate_ = c.attn_output_gate;
+    scale_ = c.query_pre_attn_scalar > 0 ? float(1.0 / std::sqrt(c.query_pre_attn_scalar))
+                                         : 1.0f / std::sqrt(float(hd_));
     const int64_t qd = c.num_attention_heads * hd_, kvd = c.num_key_value_heads * hd_;
     const int64_t per_head = gate_ ? 2 * hd_ : hd_;  // q_proj rows per head
     // A tensor-parallel rank: its query heads' rows of q, the rows of the KV heads they read,
@@ -86,13 +88,15 @@ class GqaAttention final : public AttentionLayer {
       ctx.rms_norm(q, q_norm_.data(), T * nh_, hd_, q);
       ctx.rms_norm(k, k_norm_.data(), T * nkv_, hd_, k);
     }
-    be.rope(q, T, nh_, hd_, ctx.positions, ctx.rope);
+    // Gemma3's sliding-window layers rotate with their own base.
+    const RopeParams& rope = ctx.rope_local != nullptr && ctx.attention(layer).sliding_window > 0
+                                 ? *ctx.rope_local
+                                 : ctx.rope;
+    be.rope(q, T, nh_, hd_, ctx.positions, rope);
     const KVLayer cache = ctx.kv.layer(layer);
-    be.write_kv(cache, k, v, ctx.attention(layer),
-                &ctx.rope);  // K rotated on its way into the cache
+    be.write_kv(cache, k, v, ctx.attention(layer), &rope);  // K rotated on its way into the cache
     float* attn = ctx.scratch.get(kSlotAttnOut, T * qd);
-    be.paged_attention(q, cache, ctx.attention(layer), nh_, 1.0f / std::sqrt(float(hd_)), attn,
-                       ctx.act);
+    be.paged_attention(q, cache, ctx.attention(layer), nh_, scale_, attn, ctx.act);
     if (gate_) {
       // attn · sigmoid(gate), the sigmoid and the product each rounded as the reference's are.
       ctx.round(gate, T * qd);
@@ -112,6 +116,7 @@ class GqaAttention final : public AttentionLayer {
   int64_t H_ = 0;
   int nh_ = 0, nkv_ = 0, hd_ = 0;
   bool bias_ = false, qk_norm_ = false, gate_ = false;
+  float scale_ = 1.0f;  // of the attention scores
   Tensor q_, k_, v_, o_;
   std::vector<float> q_bias_, k_bias_, v_bias_, q_norm_, k_norm_;
 };

@@ -79,6 +79,8 @@ struct LayerContext {
   // Sequences of the batch ([S + 1] token offsets) and their linear-attention state slots.
   std::span<const int32_t> query_start_loc;
   std::span<const int32_t> state_slots;
+  // Gemma3: the RoPE of sliding-window layers (null: every layer uses `rope`).
+  const RopeParams* rope_local = nullptr;
 
   void round(float* p, int64_t n) const { be.round_to(act, p, n); }
   // RMSNorm of `rows` rows of `dim` as the model's reference rounds it (rms_norm_rows).

@@ -12,17 +12,13 @@ namespace kestrel {
 namespace fs = std::filesystem;
 
 const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> kArchs = {"LlamaForCausalLM",
-                                                  "MistralForCausalLM",
-                                                  "Qwen2ForCausalLM",
-                                                  "Qwen3ForCausalLM",
-                                                  "Qwen3MoeForCausalLM",
-                                                  "DeepseekV3ForCausalLM",
-                                                  "Qwen3NextForCausalLM",
-                                                  "Qwen3_5ForCausalLM",
-                                                  "Qwen3_5ForConditionalGeneration",
-                                                  "Qwen3_5MoeForCausalLM",
-                                                  "Qwen3_5MoeForConditionalGeneration"};
+  static const std::vector<std::string> kArchs = {
+      "LlamaForCausalLM",      "MistralForCausalLM",
+      "Qwen2ForCausalLM",      "Qwen3ForCausalLM",
+      "Qwen3MoeForCausalLM",   "DeepseekV3ForCausalLM",
+      "Gemma3ForCausalLM",     "Qwen3NextForCausalLM",
+      "Qwen3_5ForCausalLM",    "Qwen3_5ForConditionalGeneration",
+      "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration"};
   return kArchs;
 }
 

@@ -12,6 +12,7 @@ class DenseMlp final : public FfnLayer {
   // `split`: which of the plan's feature ranges this MLP's `width` features are split by.
   Status load(const LoadContext& lc, const std::string& p, int64_t width, TpSplit split) {
     H_ = lc.cfg.hidden_size;
+    gelu_ = lc.cfg.hidden_act == "gelu_pytorch_tanh";
     split_ = split;
     // A tensor-parallel rank: its features' rows of gate/up, and its hidden features' rows of
     // down (over every feature: the features are gathered). A replicated MLP (its range all of
@@ -29,6 +30,7 @@ class DenseMlp final : public FfnLayer {
   // From views into fused expert tensors (a tensor-parallel rank's rows already).
   void set(const LoadContext& lc, Tensor gate, Tensor up, Tensor down) {
     H_ = lc.cfg.hidden_size;
+    gelu_ = lc.cfg.hidden_act == "gelu_pytorch_tanh";
     split_ = TpSplit::kMoeIntermediate;
     sharded_ = lc.tp != nullptr;
     I_ = gate.rows();
@@ -47,7 +49,11 @@ class DenseMlp final : public FfnLayer {
     float* u = ctx.scratch.get(kSlotMlpUp, m * I_);
     const LinearJob gate_up[2] = {{&gate_, g}, {&up_, u}};
     ctx.be.linear_group(gate_up, h, m);
-    ctx.be.silu_mul(g, u, g, m * I_, ctx.act);  // rounds g and u first, and the product
+    if (gelu_) {
+      gelu_tanh_mul(ctx, g, u, m * I_);
+    } else {
+      ctx.be.silu_mul(g, u, g, m * I_, ctx.act);  // rounds g and u first, and the product
+    }
     if (sharded_) {
       output_projection(ctx, down_, split_, g, m, out);
     } else {
@@ -61,7 +67,24 @@ class DenseMlp final : public FfnLayer {
   }
 
  private:
+  // g = gelu_tanh(g) · u (Gemma's activation), each rounded where the reference stores it.
+  static void gelu_tanh_mul(const LayerContext& ctx, float* g, float* u, int64_t n) {
+    ctx.round(g, n);
+    ctx.round(u, n);
+    ctx.be.parallel_for(n, 4096, [&](int64_t b, int64_t e) {
+      constexpr float kSqrt2OverPi = 0.7978845608028654f;
+      for (int64_t i = b; i < e; ++i) {
+        const float x = g[i];
+        g[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+      }
+      ctx.be.round_to(ctx.act, g + b, e - b);
+      for (int64_t i = b; i < e; ++i) g[i] *= u[i];
+      ctx.be.round_to(ctx.act, g + b, e - b);
+    });
+  }
+
   int64_t H_ = 0, I_ = 0;
+  bool gelu_ = false;
   TpSplit split_ = TpSplit::kIntermediate;
   bool sharded_ = false;  // loaded as a tensor-parallel rank's rows: its outputs are gathered
   Tensor gate_, up_, down_;

@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <span>
 
 #include "base/aligned_vector.h"
@@ -12,6 +13,8 @@ namespace {
 
 struct Block {
   std::vector<float> attn_norm, ffn_norm;
+  // Gemma3's norms of the attention and FFN outputs (ModelConfig::sandwich_norms); else empty.
+  std::vector<float> post_attn_norm, post_ffn_norm;
   std::unique_ptr<AttentionLayer> attn;
   std::unique_ptr<FfnLayer> ffn;
 };
@@ -29,7 +32,16 @@ Expected<Block> load_block(const LoadContext& lc, int64_t layer) {
   const std::string p = fmt::format("{}layers.{}.", c.weight_prefix, layer);
   Block b;
   KASSIGN(b.attn_norm, load_norm(lc.src, p + "input_layernorm.weight", c.hidden_size, c));
-  KASSIGN(b.ffn_norm, load_norm(lc.src, p + "post_attention_layernorm.weight", c.hidden_size, c));
+  if (c.sandwich_norms) {
+    KASSIGN(b.post_attn_norm,
+            load_norm(lc.src, p + "post_attention_layernorm.weight", c.hidden_size, c));
+    KASSIGN(b.ffn_norm,
+            load_norm(lc.src, p + "pre_feedforward_layernorm.weight", c.hidden_size, c));
+    KASSIGN(b.post_ffn_norm,
+            load_norm(lc.src, p + "post_feedforward_layernorm.weight", c.hidden_size, c));
+  } else {
+    KASSIGN(b.ffn_norm, load_norm(lc.src, p + "post_attention_layernorm.weight", c.hidden_size, c));
+  }
   if (c.is_linear_layer(layer)) {
     KASSIGN(b.attn, load_gated_deltanet(lc, p + "linear_attn."));
   } else if (c.mla.enabled()) {
@@ -90,6 +102,13 @@ class TransformerModel final : public CausalLM {
     }
     be_.prepare_weight(lm_head_, act_);
     rope_ = make_rope_table(cfg_, src.rope_freq_divisors());
+    if (cfg_.rope_local_theta > 0) {
+      ModelConfig local = cfg_;
+      local.rope_theta = cfg_.rope_local_theta;
+      local.rope_scaling = RopeScaling{};
+      rope_local_ = make_rope_table(local);
+      rope_local_params_ = params_of(rope_local_);
+    }
     const std::string mtp = fmt::format("{}layers.{}.", m, cfg_.num_hidden_layers);
     if (cfg_.num_nextn_predict_layers > 0 && src.has(mtp + "eh_proj.weight")) {
       KTRY(load_mtp(lc, mtp));
@@ -142,6 +161,13 @@ class TransformerModel final : public CausalLM {
     const LayerContext ctx = context(fb, ab, rp, kv);
     be_.embedding(embed_, fb.token_ids.data(), T, x);
     ctx.round(x, T * H);
+    if (cfg_.scale_embeddings) {
+      // Gemma: rows × sqrt(hidden), the factor in the weights' dtype as the reference casts it.
+      float f = std::sqrt(float(H));
+      be_.round_to(act_, &f, 1);
+      for (int64_t i = 0; i < T * H; ++i) x[i] *= f;
+      ctx.round(x, T * H);
+    }
     run_blocks(ctx, blocks_, x);
     tokens_ = T;
   }
@@ -248,7 +274,8 @@ class TransformerModel final : public CausalLM {
                         experts_.get(),
                         cfg_.norm_offset,
                         fb.query_start_loc,
-                        fb.state_slots};
+                        fb.state_slots,
+                        rope_local_.rot_dim > 0 ? &rope_local_params_ : nullptr};
   }
 
   // One view of the batch per KV cache group: the group's slots, tables and window.
@@ -275,12 +302,13 @@ class TransformerModel final : public CausalLM {
     return out;
   }
 
-  RopeParams rope_params() const {
+  RopeParams rope_params() const { return params_of(rope_); }
+  RopeParams params_of(const RopeTable& t) const {
     RopeParams rp;
-    rp.inv_freq = rope_.inv_freq.data();
-    rp.rot_dim = rope_.rot_dim;
-    rp.attention_factor = rope_.attention_factor;
-    rp.interleaved = rope_.interleaved;
+    rp.inv_freq = t.inv_freq.data();
+    rp.rot_dim = t.rot_dim;
+    rp.attention_factor = t.attention_factor;
+    rp.interleaved = t.interleaved;
     rp.act = act_;
     return rp;
   }
@@ -296,8 +324,10 @@ class TransformerModel final : public CausalLM {
     for (size_t i = 0; i < blocks.size(); ++i) {
       Block& b = blocks[i];
       b.attn->forward(ctx, int(i), h, y);
+      if (!b.post_attn_norm.empty()) ctx.rms_norm(y, b.post_attn_norm.data(), T, H, y);
       add_rms_norm_rows(be_, act_, off, x, y, b.ffn_norm.data(), ctx.eps, T, H, h);
       b.ffn->forward(ctx, h, y);
+      if (!b.post_ffn_norm.empty()) ctx.rms_norm(y, b.post_ffn_norm.data(), T, H, y);
       if (i + 1 < blocks.size()) {
         add_rms_norm_rows(be_, act_, off, x, y, blocks[i + 1].attn_norm.data(), ctx.eps, T, H, h);
       } else {
@@ -319,13 +349,28 @@ class TransformerModel final : public CausalLM {
     if (!tp_group_) {
       be_.linear(w, h, R, logits);
       be_.round_to(act_, logits, R * cfg_.vocab_size);
-      return;
+    } else {
+      const int64_t mine = tp_group_->part(TpSplit::kVocab).size();
+      head_local_.resize(size_t(R * mine));
+      be_.linear(w, h, R, head_local_.data());
+      be_.round_to(act_, head_local_.data(), R * mine);
+      tp_group_->gather(TpSplit::kVocab, head_local_.data(), R, logits);
     }
-    const int64_t mine = tp_group_->part(TpSplit::kVocab).size();
-    head_local_.resize(size_t(R * mine));
-    be_.linear(w, h, R, head_local_.data());
-    be_.round_to(act_, head_local_.data(), R * mine);
-    tp_group_->gather(TpSplit::kVocab, head_local_.data(), R, logits);
+    if (cfg_.final_logit_softcapping > 0) softcap(logits, R * cfg_.vocab_size);
+  }
+
+  // Gemma's c · tanh(logits / c): the quotient, the tanh and the product each rounded as the
+  // reference computes them in the activation dtype.
+  void softcap(float* logits, int64_t n) {
+    const float c = float(cfg_.final_logit_softcapping);
+    be_.parallel_for(n, 4096, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) logits[i] /= c;
+      be_.round_to(act_, logits + b, e - b);
+      for (int64_t i = b; i < e; ++i) logits[i] = std::tanh(logits[i]);
+      be_.round_to(act_, logits + b, e - b);
+      for (int64_t i = b; i < e; ++i) logits[i] *= c;
+      be_.round_to(act_, logits + b, e - b);
+    });
   }
 
   // Rows of the last pass's residual stream through `norm`, into out [rows.size(), hidden].
@@ -369,6 +414,8 @@ class TransformerModel final : public CausalLM {
   std::vector<Block> blocks_;
   std::unique_ptr<MtpModule> mtp_;
   RopeTable rope_;
+  RopeTable rope_local_;  // Gemma3's sliding-window layers' (rot_dim 0: none)
+  RopeParams rope_local_params_;
   Scratch scratch_;
   Streams ws_;
   std::unique_ptr<TpGroup> tp_group_;        // set under tensor parallelism

@@ -124,7 +124,8 @@ TEST_P(SlidingWindowEngine, TokensDoNotDependOnBlockSizeAndWarmCacheHits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SlidingWindowEngine,
-                         ::testing::Values("mistral_f32", "mistral_bf16", "qwen2_sliding_f32"),
+                         ::testing::Values("mistral_f32", "mistral_bf16", "qwen2_sliding_f32",
+                                           "gemma3_f32"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

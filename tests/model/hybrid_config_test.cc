@@ -1,7 +1,7 @@
 // config.json of the hybrid Qwen3-Next / Qwen3.5 families: the layer pattern, the Gated DeltaNet
 // widths, the vision-language wrapper's text_config and tensor prefix, their MoE rules, the
 // errors; and the KV layout they give (attention layers in block groups, linear-attention
-// layers in state slots).
+// layers in state slots). Gemma3's sliding/full pattern, two RoPE bases and scalings too.
 #include <gtest/gtest.h>
 
 #include "model/config.h"
@@ -100,6 +100,50 @@ TEST(HybridConfig, MalformedHybridConfigsAreRefused) {
                "not a multiple of linear_num_key_heads");
   expect_error(bad(R"("linear_conv_kernel_dim": 1)"), "at least 2");
   expect_error(bad(R"("full_attention_interval": 0)"), "must be positive");
+}
+
+// Shaped like the released gemma-3-270m (transformers 4.5x keys: no layer_types, flat RoPE
+// bases).
+TEST(HybridConfig, Gemma3SlidingPatternRopeBasesAndScalings) {
+  auto c = parse_config_json(R"({
+    "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "vocab_size": 262144,
+    "hidden_size": 640, "intermediate_size": 2048, "num_hidden_layers": 12,
+    "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+    "query_pre_attn_scalar": 256, "sliding_window": 512, "sliding_window_pattern": 6,
+    "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "rope_scaling": null,
+    "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": null,
+    "attn_logit_softcapping": null, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6})");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->hidden_act, "gelu_pytorch_tanh");
+  EXPECT_TRUE(c->tie_word_embeddings && c->scale_embeddings && c->sandwich_norms);
+  EXPECT_TRUE(c->norm_offset && c->qk_norm);
+  EXPECT_EQ(c->query_pre_attn_scalar, 256);
+  EXPECT_EQ(c->final_logit_softcapping, 0);
+  EXPECT_EQ(c->rope_theta, 1e6);
+  EXPECT_EQ(c->rope_local_theta, 1e4);
+  for (int64_t l = 0; l < 12; ++l) EXPECT_EQ(c->sliding_window(l), (l + 1) % 6 == 0 ? 0 : 512) << l;
+
+  // transformers 5.x: layer_types and RoPE per layer type.
+  auto five = parse_config_json(R"({
+    "model_type": "gemma3_text", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 16, "sliding_window": 8,
+    "layer_types": ["sliding_attention", "full_attention"], "final_logit_softcapping": 30.0,
+    "max_position_embeddings": 256,
+    "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0,
+                                           "rope_theta": 1000000.0},
+                        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}})");
+  ASSERT_TRUE(five.ok()) << five.error().message;
+  EXPECT_EQ(five->sliding_window(0), 8);
+  EXPECT_EQ(five->sliding_window(1), 0);
+  EXPECT_EQ(five->rope_scaling.type, RopeScalingType::kLinear);  // the full layers'
+  EXPECT_EQ(five->rope_local_theta, 1e4);
+  EXPECT_EQ(five->final_logit_softcapping, 30.0);
+
+  auto softcapped = parse_config_json(R"({"model_type": "gemma3_text", "vocab_size": 512,
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "max_position_embeddings": 256, "attn_logit_softcapping": 50.0})");
+  ASSERT_FALSE(softcapped.ok());
+  EXPECT_NE(softcapped.error().message.find("attn_logit_softcapping"), std::string::npos);
 }
 
 }  // namespace
