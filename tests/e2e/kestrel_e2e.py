@@ -73,6 +73,18 @@ def free_port(n=1):
     raise RuntimeError(f"no {n} consecutive free ports")
 
 
+def greedy_tokens(base_url, model, prompt, n):
+    """The ids of n greedy completion tokens of prompt (token ids or text), eos ignored; for
+    servers on fixtures without a tokenizer, whose logprobs name tokens "token_id:N"."""
+    status, body = post_json(base_url, "/v1/completions", {
+        "model": model, "prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True,
+        "logprobs": 0})
+    assert status == 200, body
+    tokens = body["choices"][0]["logprobs"]["tokens"]
+    assert all(t.startswith("token_id:") for t in tokens), tokens
+    return [int(t.split(":")[1]) for t in tokens]
+
+
 class Server:
     """One `kestrel serve` process; stderr/stdout go to a temp file so a full pipe never blocks it."""
 

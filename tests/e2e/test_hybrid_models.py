@@ -12,17 +12,10 @@ import subprocess
 
 import pytest
 
-from kestrel_e2e import KESTREL_BIN, REPO, metric, post_json, scrape
+from kestrel_e2e import KESTREL_BIN, REPO, greedy_tokens, metric, scrape
 
 FIXTURES = REPO / "tests" / "fixtures" / "models"
 
-
-def greedy_tokens(base_url, model, prompt, n):
-    status, body = post_json(base_url, "/v1/completions", {
-        "model": model, "prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True,
-        "logprobs": 0})
-    assert status == 200, body
-    return [int(t.split(":")[1]) for t in body["choices"][0]["logprobs"]["tokens"]]
 
 
 @pytest.mark.parametrize("fixture", ["qwen3_next_bf16", "qwen3_5_f32", "qwen3_5_moe_bf16"])

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from kestrel_e2e import KESTREL_BIN, REPO, metric, post_json, scrape, sse_post
+from kestrel_e2e import KESTREL_BIN, REPO, greedy_tokens, metric, post_json, scrape, sse_post
 
 FIXTURES = REPO / "tests" / "fixtures" / "models"
 GUIDE_MTP = '{"num_speculative_tokens": 3, "method": "mtp"}'
@@ -18,14 +18,6 @@ NGRAM = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2
 # Repeats itself, so the n-gram proposer has spans to copy.
 COPY_PROMPT = ("Repeat the list exactly.\nred, green, blue, red, green, blue, red, green, blue, "
                "red, green, blue, red, green, blue, red, green, blue\nList:")
-
-
-def greedy_tokens(base_url, model, prompt, n):
-    status, body = post_json(base_url, "/v1/completions", {
-        "model": model, "prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True,
-        "logprobs": 0})
-    assert status == 200, body
-    return [int(t.split(":")[1]) for t in body["choices"][0]["logprobs"]["tokens"]]
 
 
 def spec_counters(base_url):

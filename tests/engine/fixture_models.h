@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/mmap_file.h"
 #include "model/loader.h"
@@ -37,6 +38,21 @@ inline std::unique_ptr<LoadedModel> load_fixture(const std::string& name, int th
   auto lm = load_model(o);
   EXPECT_TRUE(lm.ok()) << lm.error().message;
   return lm.ok() ? std::move(*lm) : nullptr;
+}
+
+// Its golden prompts and transformers' greedy continuations of them (golden.json).
+struct FixtureGolden {
+  std::vector<std::vector<int32_t>> prompts, greedy;
+};
+inline FixtureGolden read_fixture_golden(const std::string& name) {
+  FixtureGolden g;
+  auto text = read_text_file(fixture_dir(name) + "/golden.json");
+  EXPECT_TRUE(text.ok()) << name;
+  if (!text.ok()) return g;
+  const auto j = nlohmann::json::parse(*text);
+  g.prompts = j.at("prompts").get<std::vector<std::vector<int32_t>>>();
+  g.greedy = j.at("greedy").get<std::vector<std::vector<int32_t>>>();
+  return g;
 }
 
 }  // namespace kestrel::test

@@ -5,18 +5,15 @@
 // block boundary: the same tokens as a cold run, the cached-token count the checkpoint allows,
 // and nothing hit without checkpoints.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <map>
 #include <string>
 #include <vector>
 
-#include "base/mmap_file.h"
 #include "engine/engine_core.h"
 #include "engine/engine_runs.h"
+#include "engine/fixture_models.h"
 #include "engine/request_names.h"
-#include "model/loader.h"
-#include "test_paths.h"
 
 namespace kestrel {
 namespace {
@@ -29,18 +26,11 @@ struct Result {
 class HybridEngine : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    const std::string dir = test::fixtures_dir() + "/models/" + GetParam();
-    LoadOptions o;
-    o.model = dir;
-    o.threads = 2;
-    auto m = load_model(o);
-    ASSERT_TRUE(m.ok()) << m.error().message;
-    lm_ = std::move(*m);
-    auto text = read_text_file(dir + "/golden.json");
-    ASSERT_TRUE(text.ok()) << text.error().message;
-    const auto j = nlohmann::json::parse(*text);
-    prompts_ = j.at("prompts").get<std::vector<std::vector<int32_t>>>();
-    greedy_ = j.at("greedy").get<std::vector<std::vector<int32_t>>>();
+    lm_ = test::load_fixture(GetParam(), 2);
+    ASSERT_TRUE(lm_);
+    const test::FixtureGolden g = test::read_fixture_golden(GetParam());
+    prompts_ = g.prompts;
+    greedy_ = g.greedy;
     ASSERT_EQ(prompts_.size(), 3u);
   }
 
