@@ -35,25 +35,34 @@ STARTUP_TIMEOUT_S = 60
 SHUTDOWN_TIMEOUT_S = 30
 
 
-def _ephemeral_low():
+def _ephemeral_range():
     try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 _PORTS_HANDED_OUT = set()
 
 
 def free_port(n=1):
-    """The first of n consecutive ports free on loopback now. They lie below the kernel's ephemeral
-    range, so no client connection can take one between this choice and the server's bind (a server
-    derives ports from a base: KV port + rank, RPC port + DP rank), and none is handed out twice in
-    one run."""
-    top = _ephemeral_low() - n
+    """The first of n consecutive ports free on loopback now. They lie outside the kernel's
+    ephemeral range (where the machine leaves room), so no client connection can take one between
+    this choice and the server's bind (a server derives ports from a base: KV port + rank, RPC
+    port + DP rank), and none is handed out twice in one run."""
+    low, high = _ephemeral_range()
+    # Below the ephemeral range, else above it; a machine whose range covers nearly every port
+    # leaves only the bind check.
+    if low - n > 20000:
+        span = (20000, low - n)
+    elif high + 1 < 65536 - n:
+        span = (high + 1, 65536 - n)
+    else:
+        span = (1024, 65536 - n)
     rng = random.Random()
     for _ in range(1000):
-        base = rng.randrange(20000, top)
+        base = rng.randrange(*span)
         ports = range(base, base + n)
         if any(q in _PORTS_HANDED_OUT for q in ports):
             continue
