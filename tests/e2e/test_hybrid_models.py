@@ -1,8 +1,8 @@
 """Hybrid Qwen3-Next / Qwen3.5 fixtures (Gated DeltaNet + gated attention) served by `kestrel
 serve` with the Qwen3.5 guide's cache flags: concurrent greedy requests reproduce transformers'
 continuations, a repeated prompt resumes from a linear-attention state checkpoint (the prefix
-cache's hit counter moves by the tokens it skipped) with the same answer, the start-up log
-states what the state slots cost, and what these models cannot do yet (speculative decoding,
+cache's hit counter moves by the tokens it skipped) with the same answer, two
+data-parallel engines serve it together, the start-up log states what the state slots cost, and what these models cannot do yet (speculative decoding,
 tensor parallelism, KV transfer) stops serve with the reason. The fixtures have no tokenizer,
 so prompts go in as token ids."""
 
@@ -36,6 +36,21 @@ def test_greedy_matches_transformers_and_a_repeat_resumes_from_a_state_checkpoin
     assert again == want[2]
     # The 40-token prompt's state was kept after its second block: 32 tokens are not recomputed.
     assert metric(scrape(srv.base_url), "vllm:prefix_cache_hits_total") - before == 32
+
+
+def test_two_data_parallel_engines_each_keep_their_requests_states(start_server):
+    golden = json.loads((FIXTURES / "qwen3_5_f32" / "golden.json").read_text())
+    srv = start_server("--max-model-len", "256", "--data-parallel-size", "2",
+                       model_path=FIXTURES / "qwen3_5_f32")
+    prompts, want = golden["prompts"], golden["greedy"]
+    with concurrent.futures.ThreadPoolExecutor(2 * len(prompts)) as pool:
+        got = list(pool.map(lambda p: greedy_tokens(srv.base_url, srv.model, p, len(want[0])),
+                            prompts * 2))
+    assert got == want * 2
+    # Both engines served requests, each with its own state slots.
+    samples = scrape(srv.base_url)
+    done = [metric(samples, "vllm:e2e_request_latency_seconds_count", engine=e) for e in "01"]
+    assert all(d > 0 for d in done) and sum(done) == 2 * len(prompts), done
 
 
 @pytest.mark.parametrize("flags,reason", [
