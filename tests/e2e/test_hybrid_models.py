@@ -1,10 +1,10 @@
 """Hybrid Qwen3-Next / Qwen3.5 fixtures (Gated DeltaNet + gated attention) served by `kestrel
 serve` with the Qwen3.5 guide's cache flags: concurrent greedy requests reproduce transformers'
 continuations, a repeated prompt resumes from a linear-attention state checkpoint (the prefix
-cache's hit counter moves by the tokens it skipped) with the same answer, two
-data-parallel engines serve it together, the start-up log states what the state slots cost, and what these models cannot do yet (speculative decoding,
-tensor parallelism, KV transfer) stops serve with the reason. The fixtures have no tokenizer,
-so prompts go in as token ids."""
+cache's hit counter moves by the tokens it skipped) with the same answer, two data-parallel
+engines serve it together, the start-up log states what the state slots cost, and what these
+models cannot do yet (speculative decoding, tensor parallelism, KV transfer) stops serve with the
+reason. The fixtures have no tokenizer, so prompts go in as token ids."""
 
 import concurrent.futures
 import json
