@@ -209,7 +209,15 @@ int serve(ServeArgs& a) {
   ctx.ready = false;
   // What is left of the grace period lets a rank that shares its experts step on until its peers
   // have drained too.
-  e.client->shutdown(left());
+  if (!e.client->shutdown(left())) {
+    // The failure was reported when it happened; the worker processes die with this one.
+    KLOG_WARN(
+        "an engine thread still waits in a collective of the failed group; exiting without it");
+    KLOG_INFO("Application shutdown complete.");
+    spdlog::default_logger()->flush();
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
   e.client->set_step_observer(nullptr);
   KLOG_INFO("Application shutdown complete.");
   return 0;

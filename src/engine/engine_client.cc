@@ -140,7 +140,11 @@ void EngineClient::log_spec_decode(Rank& rank) {
 }
 
 EngineClient::~EngineClient() {
-  shutdown();
+  // Here a thread stuck in a failed group's collective is waited for: it ends at the timeout.
+  (void)shutdown();
+  for (auto& rank : ranks_)
+    if (rank->thread.joinable()) rank->thread.join();
+  if (output_thread_.joinable()) output_thread_.join();
 }
 
 Status EngineClient::validate(const GenerateRequest& request) const {
@@ -494,7 +498,7 @@ void EngineClient::engine_loop(Rank& rank) {
     std::lock_guard lock(out_mu_);
     ++engines_done_;
   }
-  out_cv_.notify_one();
+  out_cv_.notify_all();  // the output thread, and a shutdown waiting for the ranks
 }
 
 void EngineClient::deliver(EngineCoreOutput&& out) {
@@ -579,7 +583,7 @@ void EngineClient::finish_all(FinishReason reason, const std::string& error) {
   }
 }
 
-void EngineClient::shutdown(std::chrono::milliseconds drain) {
+bool EngineClient::shutdown(std::chrono::milliseconds drain) {
   const auto deadline = std::chrono::steady_clock::now() + drain;
   for (auto& rank : ranks_) {
     DpLockstep* ls = rank->lockstep.get();
@@ -596,9 +600,20 @@ void EngineClient::shutdown(std::chrono::milliseconds drain) {
   for (auto& rank : ranks_)
     if (rank->lockstep) rank->lockstep->leave();
   in_cv_.notify_all();
+  {
+    const auto give_up = std::chrono::steady_clock::now() + kFailedStopGrace;
+    std::unique_lock lock(out_mu_);
+    while (engines_done_ < ranks_.size()) {
+      out_cv_.wait_for(lock, std::chrono::milliseconds(20));
+      if (engines_done_ < ranks_.size() && !engine_error_.empty() &&
+          std::chrono::steady_clock::now() > give_up)
+        return false;
+    }
+  }
   for (auto& rank : ranks_)
     if (rank->thread.joinable()) rank->thread.join();
   if (output_thread_.joinable()) output_thread_.join();
+  return true;
 }
 
 }  // namespace kestrel

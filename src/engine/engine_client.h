@@ -140,7 +140,12 @@ class EngineClient {
   // Stops every thread; unfinished requests finish with "abort". Idempotent. Ranks in a
   // data-parallel lockstep first keep stepping with their peers, up to `drain`, until the group
   // is idle: the peers' requests need this rank's experts (a group shut down together drains).
-  void shutdown(std::chrono::milliseconds drain = std::chrono::milliseconds(0));
+  // Returns false, leaving the threads running, when the engine has failed and a rank thread is
+  // still inside a step kFailedStopGrace after being told to stop: it waits in a collective of
+  // the failed group, which Gloo gives up only at its timeout. The process must then end without
+  // destroying the client (whose destructor would wait for that thread).
+  bool shutdown(std::chrono::milliseconds drain = std::chrono::milliseconds(0));
+  static constexpr std::chrono::seconds kFailedStopGrace{3};
 
  private:
   using Command = std::variant<EngineRequest, RequestHandle>;  // add, or abort

@@ -48,8 +48,10 @@ Expected<std::unique_ptr<MultiprocExecutor>> MultiprocExecutor::start(
 }
 
 MultiprocExecutor::~MultiprocExecutor() {
-  if (!failure()) (void)workers_->broadcast(message(kQuit));
-  if (processes_) processes_->stop();
+  // A failed group's workers may wait in a collective that never completes: no grace for them.
+  const bool failed = failure().has_value() || !check_alive().ok();
+  if (!failed) (void)workers_->broadcast(message(kQuit));
+  if (processes_) processes_->stop(failed ? std::chrono::milliseconds(0) : kQuitGrace);
 }
 
 std::optional<std::string> MultiprocExecutor::failure() const {

@@ -34,6 +34,8 @@ class MultiprocExecutor final : public Executor {
   // How long rank 0 waits for the workers' answers to one step, once its own part is done (the
   // ranks run in lockstep, so this is a bound on a stuck worker, not on a step).
   static constexpr std::chrono::seconds kStepTimeout{60};
+  // How long the workers of a healthy group get to exit after being told to.
+  static constexpr std::chrono::milliseconds kQuitGrace{5000};
 
   // `workers` already connected (wait_for_workers). Sends them `num_blocks` and waits until each
   // has built its runner: an error says which rank failed and why. Without `processes` the

@@ -105,6 +105,10 @@ std::optional<std::string> WorkerProcesses::failure() const {
 
 Status WorkerProcesses::check() const {
   if (auto f = failure()) return make_error("{}", *f);
+  // A worker may wait in a collective with a rank of the wider group that failed (Gloo gives up
+  // only at its timeout): waiting for that worker's answer is pointless once the group aborted.
+  if (group_abort_ != nullptr && group_abort_->load())
+    return make_error("the group was aborted (another of its ranks failed or stopped)");
   return Status::Ok();
 }
 

@@ -39,7 +39,8 @@ class WorkerProcesses {
 
   // Why the group failed (a child exited while it ran), once one did.
   std::optional<std::string> failure() const;
-  // An error naming the failed rank once one has; for waits that poll.
+  // An error naming the failed rank once one has, or saying the wider group aborted once its
+  // flag is set; for waits that poll.
   Status check() const;
   const std::atomic<bool>& abort_flag() const { return failed_; }
   pid_t pid(int rank) const { return pids_[size_t(rank - 1)]; }

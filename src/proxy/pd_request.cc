@@ -292,7 +292,7 @@ class PdRequest : public std::enable_shared_from_this<PdRequest> {
       if (recomputed_pass_) {
         generated_text_ += pass_text_;
         generated_tokens_ += pass_tokens_;
-        continue_recomputed();
+        continue_recomputed(pass_tokens_);
         return;
       }
       if (!done_sent_) responder_->send_chunk(std::string(server::kSseDone));
@@ -327,8 +327,9 @@ class PdRequest : public std::enable_shared_from_this<PdRequest> {
     if (n_ == 1 && is_recomputed(answer)) {
       if (first_id_.empty() && answer.contains("id")) first_id_ = answer["id"].get<std::string>();
       generated_text_ += choice_text(choice, kind_);
-      generated_tokens_ += usage_field(answer, "completion_tokens");
-      continue_recomputed();
+      const int64_t pass_tokens = usage_field(answer, "completion_tokens");
+      generated_tokens_ += pass_tokens;
+      continue_recomputed(pass_tokens);
       return;
     }
     if (generated_tokens_ > 0 || !generated_text_.empty()) {  // stitch the passes together
@@ -345,13 +346,15 @@ class PdRequest : public std::enable_shared_from_this<PdRequest> {
     finished_ = true;
   }
 
-  // The decode gave the request back: on with the prompt plus what it generated.
-  void continue_recomputed() {
-    if (++recomputes_ > std::max(1, ctx_.settings.max_retries)) {
+  // The decode gave the request back: on with the prompt plus what it generated. A pass that
+  // generated tokens brought the request closer to its end, however often a busy decode gives
+  // it back; only passes that generated none count against the retries.
+  void continue_recomputed(int64_t pass_tokens) {
+    if (pass_tokens == 0 && ++idle_recomputes_ > std::max(1, ctx_.settings.max_retries)) {
       fail(502, "BadGatewayError",
-           fmt::format("the decode instances gave the request back {} times (stop_reason "
-                       "\"recomputed\")",
-                       recomputes_ - 1));
+           fmt::format("the decode instances gave the request back {} times without generating "
+                       "a token (stop_reason \"recomputed\")",
+                       idle_recomputes_));
       return;
     }
     auto body = continuation_body(client_body_, kind_, generated_text_, generated_tokens_);
@@ -442,7 +445,7 @@ class PdRequest : public std::enable_shared_from_this<PdRequest> {
   Json pass_body_;  // this pass's body: the client's, or a continuation
   int pass_ = 0;
   int attempts_ = 0;
-  int recomputes_ = 0;
+  int idle_recomputes_ = 0;  // passes given back without a token
   std::shared_ptr<UpstreamCall> call_;
   bool finished_ = false;
 

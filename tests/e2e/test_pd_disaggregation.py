@@ -533,6 +533,8 @@ def test_a_decode_short_of_kv_gives_requests_back_and_the_proxy_continues_them(c
         status, _, events, done, _ = sse_post(proxy.base_url, "/v1/completions", {
             **body, "stream": True, "stream_options": {"include_usage": True}}, timeout=300)
         assert status == 200 and done, events
+        errors = [e for e in events if "error" in e]
+        assert not errors, errors
         assert all(e["choices"][0].get("stop_reason") != "recomputed"
                    for e in events if e["choices"])
         return events[-1]["usage"]["completion_tokens"]

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -164,6 +166,101 @@ TEST_F(DataParallelClient, ARankThatFailsStopsEveryRankWithItsError) {
   }
   EXPECT_TRUE(two.stats().dead);
   EXPECT_FALSE(two.add_request(test::greedy_request("late", {5}, 2)).ok());
+}
+
+// A rank inside a step that does not return (as in a Gloo collective with a peer of the failed
+// group, until the collective's timeout) once it has run one step.
+class StuckExecutor final : public Executor {
+ public:
+  StuckExecutor(CausalLM& model, const SchedulerConfig& c)
+      : inner_(model, c.num_blocks, c.block_size) {}
+  Expected<RunnerOutput> execute(const SchedulerOutput& output) override {
+    if (steps_++ > 0) {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return released_; });
+    }
+    return inner_.execute(output);
+  }
+  std::optional<std::string> failure() const override { return std::nullopt; }
+  void release() {
+    {
+      std::lock_guard lock(mu_);
+      released_ = true;
+    }
+    cv_.notify_all();
+  }
+  std::atomic<int> steps_{0};
+
+ private:
+  InProcessExecutor inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;
+};
+
+TEST_F(DataParallelClient, AShutdownAfterAFailureDoesNotWaitForARankStuckInAStep) {
+  EngineClient::Options o = options(*a_->model);
+  std::atomic<bool> armed{false};
+  auto stuck = std::make_unique<StuckExecutor>(*a_->model, o.scheduler);
+  StuckExecutor* stuck_rank = stuck.get();
+  o.executors.push_back(std::move(stuck));
+  o.executors.push_back(std::make_unique<FailingExecutor>(*b_->model, o.scheduler, armed));
+  auto two = std::make_unique<EngineClient>(*a_->model, nullptr, std::move(o));
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 4; ++i) {
+    auto s = two->add_request(test::greedy_request("r" + std::to_string(i), {5, 6, 7}, 50));
+    ASSERT_TRUE(s.ok());
+    streams.push_back(*s);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (stuck_rank->steps_ < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_GE(stuck_rank->steps_, 2) << "rank 0 never reached its stuck step";
+  armed = true;
+  while (!two->stats().dead && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_TRUE(two->stats().dead);
+  // Without the bound, the shutdown would wait until the release below.
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(12));
+    stuck_rank->release();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(two->shutdown(std::chrono::milliseconds(0)));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(seconds, 0.9 * EngineClient::kFailedStopGrace.count());
+  EXPECT_LT(seconds, EngineClient::kFailedStopGrace.count() + 3.0);
+  releaser.join();
+  two.reset();  // the released rank stops; the destructor joins it
+  for (auto& s : streams) {
+    RequestOutput all;
+    while (!all.finished()) all.merge(s->next());
+    EXPECT_EQ(all.finish_reason, FinishReason::kError) << all.error;
+  }
+}
+
+// A healthy rank in a long step is waited for: nothing is cut short without a failure.
+TEST_F(DataParallelClient, AShutdownWaitsForAHealthyRanksStep) {
+  EngineClient::Options o = options(*a_->model);
+  auto stuck = std::make_unique<StuckExecutor>(*a_->model, o.scheduler);
+  StuckExecutor* stuck_rank = stuck.get();
+  o.executors.push_back(std::move(stuck));
+  o.executors.push_back(std::make_unique<InProcessExecutor>(*b_->model, o.scheduler.num_blocks,
+                                                            o.scheduler.block_size));
+  EngineClient two(*a_->model, nullptr, std::move(o));
+  auto s = two.add_request(test::greedy_request("r", {5, 6, 7}, 50));
+  ASSERT_TRUE(s.ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (stuck_rank->steps_ < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_GE(stuck_rank->steps_, 2);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(EngineClient::kFailedStopGrace + std::chrono::seconds(1));
+    stuck_rank->release();
+  });
+  EXPECT_TRUE(two.shutdown(std::chrono::milliseconds(0)));
+  releaser.join();
 }
 
 }  // namespace

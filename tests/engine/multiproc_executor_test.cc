@@ -5,13 +5,16 @@
 // hanging; a worker that cannot build its runner fails the start with its reason.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "dist/host_comm.h"
+#include "dist/shared_flag.h"
 #include "dist/shm_comm.h"
 #include "engine/engine_core.h"
 #include "engine/engine_runs.h"
@@ -103,7 +106,7 @@ std::string unique_tag() {
 
 Expected<Group> start_group(const std::string& fixture, int size, int64_t budget,
                             const std::optional<SpeculativeConfig>& spec,
-                            Fault fault = Fault::kNone) {
+                            Fault fault = Fault::kNone, std::atomic<bool>* group_abort = nullptr) {
   const std::string tag = unique_tag();
   const std::string shm = "/" + tag, endpoint = "ipc:///tmp/" + tag + ".sock";
   auto connect = [&](int rank, const std::atomic<bool>* abort) {
@@ -115,7 +118,11 @@ Expected<Group> start_group(const std::string& fixture, int size, int64_t budget
     co.abort = abort;
     return ShmComm::connect(co);
   };
-  KASSIGN(auto workers, WorkerProcesses::spawn(size - 1, [&](int rank) {
+  KASSIGN(
+      auto workers,
+      WorkerProcesses::spawn(
+          size - 1,
+          [&](int rank) {
             auto comm = connect(rank, nullptr);
             if (!comm.ok()) return 3;
             auto leader = HostCommWorker::connect(endpoint, rank);
@@ -129,10 +136,13 @@ Expected<Group> start_group(const std::string& fixture, int size, int64_t budget
               KASSIGN(auto runner, make_runner(model, scheduler_config(model, budget), spec));
               return std::unique_ptr<Executor>(std::make_unique<RunnerExecutor>(std::move(runner)));
             });
-          }));
+          },
+          group_abort));
   Group g;
   g.worker_pid = workers->pid(1);
-  KASSIGN(g.comm, connect(0, &workers->abort_flag()));
+  // Rank 0's collectives give up on the wider group's flag when there is one (as under expert
+  // parallelism), else on its own workers'.
+  KASSIGN(g.comm, connect(0, group_abort ? group_abort : &workers->abort_flag()));
   KASSIGN(g.model, load_model(load_options(fixture, 0, size, g.comm.get())));
   CausalLM& model = *g.model->model;
   SchedulerConfig c = scheduler_config(model, budget);
@@ -262,6 +272,36 @@ TEST(MultiprocExecutor, AWorkerThatDiesWhileIdleIsNoticedWithoutAStep) {
   ASSERT_TRUE(g->engine->executor().failure().has_value());
   EXPECT_NE(g->engine->executor().failure()->find("killed by signal 9"), std::string::npos)
       << *g->engine->executor().failure();
+}
+
+// A worker that waits in a collective with a failed rank of the wider group (here: stopped, so
+// alive and silent) must not hold rank 0's step for the step timeout once the group aborts,
+// nor its shutdown for the exit grace.
+TEST(MultiprocExecutor, AStepWaitingOnAStuckWorkerEndsWhenTheWiderGroupAborts) {
+  SharedFlag group_abort;
+  auto g = start_group("llama3_f32", 2, 512, std::nullopt, Fault::kNone, &group_abort.get());
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  EngineCore& e = *g->engine;
+  for (const EngineRequest& r : requests()) ASSERT_TRUE(e.add_request(r).ok());
+  ASSERT_TRUE(e.step().ok());
+  ASSERT_EQ(kill(g->worker_pid, SIGSTOP), 0);
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    group_abort.set();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto step = e.step();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  aborter.join();
+  ASSERT_FALSE(step.ok()) << "the step ran without its worker";
+  EXPECT_NE(step.error().message.find("aborted"), std::string::npos) << step.error().message;
+  EXPECT_LT(seconds, 5.0);
+  const auto stop = std::chrono::steady_clock::now();
+  g->engine.reset();  // kills the stopped worker at once
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - stop).count(), 2.0);
+  int status = 0;
+  EXPECT_EQ(waitpid(g->worker_pid, &status, WNOHANG), -1) << "the worker was not reaped";
 }
 
 TEST(MultiprocExecutor, AWorkerThatCannotBuildItsRunnerFailsTheStartWithItsReason) {

@@ -100,12 +100,13 @@ void answer_prefill(const Seen& s, Responder& out) {
   out.respond(200, "application/json", r.dump());
 }
 
-// A decode instance's answer of `text` in `tokens` tokens (streamed as the request asks; the
-// stop_reason given to the last choice).
+// A decode instance's answer of `pieces`, a token each (streamed as the request asks; the
+// stop_reason given to the last choice). One empty piece stands for no token at all.
 void answer_decode(const Seen& s, Responder& out, const std::vector<std::string>& pieces,
                    const json& stop_reason = nullptr, const std::string& id = "cmpl-d") {
   const int64_t prompt = int64_t(s.body.value("prompt", std::string()).size());
-  const int64_t tokens = int64_t(pieces.size());
+  const bool none = pieces.size() == 1 && pieces[0].empty();
+  const int64_t tokens = none ? 0 : int64_t(pieces.size());
   const json usage = {{"prompt_tokens", prompt},
                       {"completion_tokens", tokens},
                       {"total_tokens", prompt + tokens},
@@ -397,6 +398,64 @@ TEST(ProxyFlow, ARecomputedDecodeIsContinued) {
     ASSERT_EQ(ds.size(), 2u);
     EXPECT_EQ(ds[1].body["max_tokens"], 8);
     EXPECT_EQ(ds[1].request_id, ps[1].request_id);
+    proxy.stop(std::chrono::seconds(1));
+  }
+}
+
+// A busy decode may give a request back many times: each pass that generated a token moves it
+// on, so more such passes than --max-retries still finish it; passes without a token fail it
+// after --max-retries.
+TEST(ProxyFlow, RecomputesCountAgainstTheRetriesOnlyWithoutProgress) {
+  for (bool stream : {false, true}) {
+    FakeInstance p(
+        [](const Seen& s, std::shared_ptr<Responder> out, int) { answer_prefill(s, *out); });
+    FakeInstance d([](const Seen& s, std::shared_ptr<Responder> out, int call) {
+      if (call <= 6) {
+        answer_decode(s, *out, {"x"}, "recomputed");
+        return;
+      }
+      answer_decode(s, *out, {"y"});
+    });
+    ProxyOptions o = options_for({&p}, {&d});
+    o.max_retries = 3;
+    ProxyServer proxy(o);
+    ASSERT_TRUE(proxy.start().ok());
+    json request = {{"prompt", "q"}, {"max_tokens", 10}, {"stream", stream}};
+    const auto r = post(proxy.port(), "/v1/completions", request);
+    ASSERT_EQ(r.result_int(), 200) << r.body();
+    std::string text;
+    if (stream) {
+      for (const std::string& e : events_of(r.body())) {
+        if (e == "[DONE]") continue;
+        const json j = json::parse(e);
+        ASSERT_TRUE(j.contains("choices")) << e;
+        if (!j["choices"].empty()) text += j["choices"][0]["text"].get<std::string>();
+      }
+    } else {
+      text = body_of(r)["choices"][0]["text"];
+    }
+    EXPECT_EQ(text, "xxxxxxy") << stream;
+    EXPECT_EQ(d.seen().size(), 7u);
+    proxy.stop(std::chrono::seconds(1));
+  }
+  for (bool stream : {false, true}) {
+    FakeInstance p(
+        [](const Seen& s, std::shared_ptr<Responder> out, int) { answer_prefill(s, *out); });
+    FakeInstance d([](const Seen& s, std::shared_ptr<Responder> out, int) {
+      answer_decode(s, *out, {""}, "recomputed");
+    });
+    ProxyOptions o = options_for({&p}, {&d});
+    o.max_retries = 3;
+    ProxyServer proxy(o);
+    ASSERT_TRUE(proxy.start().ok());
+    const auto r = post(proxy.port(), "/v1/completions",
+                        {{"prompt", "q"}, {"max_tokens", 10}, {"stream", stream}});
+    EXPECT_EQ(d.seen().size(), 4u) << stream;  // the first pass and 3 retries
+    const std::string body = r.body();
+    EXPECT_NE(body.find("without generating a token"), std::string::npos) << body;
+    if (!stream) {
+      EXPECT_EQ(r.result_int(), 502) << body;
+    }
     proxy.stop(std::chrono::seconds(1));
   }
 }
