@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Builds Kestrel and runs the whole test suite (CTest). The default model is fetched first and the
-# run stops if it cannot be had; ctest runs with KESTREL_REQUIRE_TEST_DATA=1, so a test whose data
-# from outside the repository (the default model, ../shared) is missing fails instead of skipping.
-# (Without that variable, as when ctest is run by hand, such tests skip.)
+# Builds Kestrel and runs the whole test suite (CTest). The default model and Gemma3-270M are
+# fetched first and the run stops if either cannot be had; ctest runs with
+# KESTREL_REQUIRE_TEST_DATA=1, so a test whose data from outside the repository (the models,
+# ../shared) is missing fails instead of skipping. (Without that variable, as when ctest is run by
+# hand, such tests skip.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! bash scripts/fetch-default-model.sh; then
   echo "error: could not fetch the default model (scripts/fetch-default-model.sh); the tests need it" >&2
+  exit 1
+fi
+if ! bash scripts/fetch-gemma3.sh; then
+  echo "error: could not fetch Gemma3-270M (scripts/fetch-gemma3.sh); its real-weights tests need it" >&2
   exit 1
 fi
 bash scripts/build.sh

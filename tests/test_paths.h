@@ -26,15 +26,23 @@ inline std::string shared_dir() {
 inline std::string kestrel_binary() {
   return std::string(KESTREL_BINARY_DIR) + "/src/kestrel";
 }
-// Where scripts/fetch-default-model.sh places the default model, whether or not it is there.
-inline std::string default_model_path() {
+// Where the scripts/fetch-*.sh place a model file, whether or not it is there.
+inline std::string cached_model_path(const std::string& file) {
   std::string dir;
   if (const char* m = std::getenv("KESTREL_MODELS")) {
     dir = m;
   } else if (const char* h = std::getenv("HOME")) {
     dir = std::string(h) + "/.cache/kestrel/models";
   }
-  return dir + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  return dir + "/" + file;
+}
+// The default model (scripts/fetch-default-model.sh).
+inline std::string default_model_path() {
+  return cached_model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+// Gemma3-270M (scripts/fetch-gemma3.sh).
+inline std::string gemma3_model_path() {
+  return cached_model_path("gemma-3-270m-q4_k_m.gguf");
 }
 // KESTREL_REQUIRE_TEST_DATA set, non-empty and not "0" (scripts/test.sh, hence CI): the data
 // outside the repository must be present, so a test missing it fails instead of skipping.

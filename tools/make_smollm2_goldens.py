@@ -35,9 +35,9 @@ import subprocess
 import sys
 
 import llama_cpp
-import numpy as np
 import torch
 import transformers
+from llamacpp_greedy import llamacpp_greedy, top2_gap
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "tests" / "fixtures" / "smollm2"
@@ -60,31 +60,6 @@ def default_model_path():
                           text=True).stdout.strip()
 
 
-def last_logits(llm):
-    """The logits of the last evaluated token (logits_all=False keeps only that row)."""
-    return np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),))
-
-
-def top2_gap(logits):
-    top = np.sort(np.asarray(logits, dtype=np.float64), axis=-1)
-    return np.round(top[..., -1] - top[..., -2], 4).tolist()
-
-
-def llamacpp_greedy(llm, text):
-    """Returns (prompt ids, greedy ids, top1-top2 logit gap of each greedy step)."""
-    ids = llm.tokenize(text.encode(), add_bos=llm._model.add_bos_token(), special=True)
-    llm.reset()
-    llm.eval(ids)
-    greedy, gaps = [], []
-    for _ in range(N_GREEDY):
-        logits = last_logits(llm)
-        token = int(np.argmax(logits))
-        greedy.append(token)
-        gaps.append(top2_gap(logits))
-        llm.eval([token])
-    return ids, greedy, gaps
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=pathlib.Path, help="the Q4_1 GGUF")
@@ -96,7 +71,7 @@ def main():
                           n_threads_batch=N_THREADS, logits_all=False, seed=0, verbose=False)
     prompts, greedy_gaps = [], []
     for text in PROMPTS:
-        ids, greedy, gaps = llamacpp_greedy(llm, text)
+        ids, greedy, gaps = llamacpp_greedy(llm, text, N_GREEDY)
         prompts.append({"text": text, "ids": ids, "greedy": greedy})
         greedy_gaps.append(gaps)
         continuation = llm.detokenize(greedy).decode(errors="replace")

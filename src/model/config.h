@@ -133,6 +133,8 @@ struct ModelConfig {
   // Zero-centred RMSNorms (Qwen3-Next, Qwen3.5, Gemma): the scale is 1 + weight, multiplied in
   // f32 before one rounding (Llama's form rounds the normed row, then multiplies).
   bool norm_offset = false;
+  // The stored norm weights already hold the 1 (llama.cpp's GGUF converter adds it).
+  bool norm_weights_include_offset = false;
   // Gemma3: attention scores are scaled by query_pre_attn_scalar^-0.5 (0: head_dim^-0.5);
   // logits become c · tanh(logits / c) with c = final_logit_softcapping (0: none); the embedding
   // rows are multiplied by sqrt(hidden_size); each block also norms its attention and FFN outputs

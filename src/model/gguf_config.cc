@@ -1,7 +1,10 @@
 // ModelConfig from GGUF metadata (models.md §8.2). finalize() is left to the caller.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "model/config.h"
 #include "model/gguf.h"
@@ -21,6 +24,7 @@ constexpr ArchTraits kArchs[] = {
     {"llama", "LlamaForCausalLM", true, false, false},
     {"qwen2", "Qwen2ForCausalLM", false, true, false},
     {"qwen3", "Qwen3ForCausalLM", false, false, true},
+    {"gemma3", "Gemma3ForCausalLM", false, false, true},
 };
 
 // Reads `<arch>.<suffix>` keys with messages that name the key.
@@ -82,6 +86,48 @@ Status read_rope_scaling(const GgufFile& g, const MetaReader& m, RopeScaling* rs
   return Status::Ok();
 }
 
+// Chat formats' end-of-turn markers also end generation, as llama.cpp decides it from the
+// vocabulary: files often name only the EOS (Gemma3's declares <eos>, not <end_of_turn>).
+void add_end_of_turn_tokens(const GgufFile& g, std::vector<int64_t>& eos) {
+  static constexpr std::string_view kMarkers[] = {
+      "<|eot_id|>", "<|im_end|>", "<|end|>",         "<end_of_turn>",     "<|endoftext|>",
+      "<|eom_id|>", "<EOT>",      "<|end_of_text|>", "<end_of_utterance>"};
+  const GgufValue* tokens = g.find("tokenizer.ggml.tokens");
+  const GgufArray* arr = tokens ? tokens->as_array() : nullptr;
+  if (arr == nullptr) return;
+  for (size_t id = 0; id < arr->items.size(); ++id) {
+    const std::string* t = arr->items[id].as_string();
+    if (t == nullptr ||
+        std::find(std::begin(kMarkers), std::end(kMarkers), *t) == std::end(kMarkers))
+      continue;
+    if (std::find(eos.begin(), eos.end(), int64_t(id)) == eos.end()) eos.push_back(int64_t(id));
+  }
+}
+
+// Gemma3 (models.md 6) as llama.cpp reads it: what the converter leaves out of the metadata is
+// fixed for the family — every sixth layer global, the sliding layers' RoPE base 10000 — and
+// the norm weights are stored with Gemma's 1 already added.
+Status read_gemma3(const GgufFile& g, const MetaReader& m, ModelConfig* c) {
+  c->model_type = "gemma3_text";
+  c->hidden_act = "gelu_pytorch_tanh";
+  c->scale_embeddings = true;
+  c->sandwich_norms = true;
+  c->norm_offset = true;
+  c->norm_weights_include_offset = true;
+  c->rope_local_theta = 10000.0;
+  // Queries are scaled by head_dim^-0.5, except in the 27B (62 layers): hidden / heads.
+  c->query_pre_attn_scalar = c->num_hidden_layers == 62
+                                 ? double(c->hidden_size / c->num_attention_heads)
+                                 : double(c->head_dim > 0 ? c->head_dim : 256);
+  if (const auto cap = m.float_key("final_logit_softcapping")) c->final_logit_softcapping = *cap;
+  if (!g.find(m.key("attention.sliding_window"))) return Status::Ok();
+  KASSIGN(const int64_t window, m.required_int("attention.sliding_window"));
+  c->layer_sliding_window.assign(size_t(c->num_hidden_layers), 0);
+  for (int64_t i = 0; i < c->num_hidden_layers; ++i)
+    if ((i + 1) % 6 != 0) c->layer_sliding_window[size_t(i)] = int32_t(window);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Expected<ModelConfig> config_from_gguf(const GgufFile& g) {
@@ -92,8 +138,8 @@ Expected<ModelConfig> config_from_gguf(const GgufFile& g) {
     if (*arch == t.name) traits = &t;
   }
   if (!traits) {
-    return make_error("GGUF: architecture '{}' is not supported (supported: llama, qwen2, qwen3)",
-                      *arch);
+    return make_error(
+        "GGUF: architecture '{}' is not supported (supported: llama, qwen2, qwen3, gemma3)", *arch);
   }
 
   ModelConfig c;
@@ -159,7 +205,9 @@ Expected<ModelConfig> config_from_gguf(const GgufFile& g) {
   if (const auto eot = g.get_int("tokenizer.ggml.eot_token_id")) {
     if (c.eos_token_ids.empty() || c.eos_token_ids[0] != *eot) c.eos_token_ids.push_back(*eot);
   }
+  add_end_of_turn_tokens(g, c.eos_token_ids);
   c.bos_token_id = g.get_int("tokenizer.ggml.bos_token_id");
+  if (*arch == "gemma3") KTRY(read_gemma3(g, m, &c));
   return c;
 }
 

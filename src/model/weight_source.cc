@@ -38,13 +38,16 @@ class SafetensorsSource final : public WeightSource {
 
 class GgufSource final : public WeightSource {
  public:
-  GgufSource(const GgufFile& g, std::string path) : gguf_(g), path_(std::move(path)) {}
+  GgufSource(const GgufFile& g, std::string path)
+      : gguf_(g),
+        path_(std::move(path)),
+        arch_(g.get_string("general.architecture").value_or("")) {}
   bool has(const std::string& n) const override {
-    const std::string g = gguf_name_for(n);
+    const std::string g = gguf_name_for(n, arch_);
     return !g.empty() && gguf_.find_tensor(g) != nullptr;
   }
   Expected<Tensor> get(const std::string& n, const Shape& expected) override {
-    const std::string g = gguf_name_for(n);
+    const std::string g = gguf_name_for(n, arch_);
     if (g.empty()) return make_error("no GGUF name for tensor '{}'", n);
     KASSIGN(Tensor t, gguf_.tensor(g));
     KTRY(check_shape(g, t, expected, path_));
@@ -62,6 +65,7 @@ class GgufSource final : public WeightSource {
  private:
   const GgufFile& gguf_;
   std::string path_;
+  std::string arch_;
 };
 
 class DummySource final : public WeightSource {
@@ -105,7 +109,7 @@ class DummySource final : public WeightSource {
 
 }  // namespace
 
-std::string gguf_name_for(const std::string& hf) {
+std::string gguf_name_for(const std::string& hf, const std::string& arch) {
   static const std::map<std::string, std::string> kTop = {
       {"model.embed_tokens.weight", "token_embd.weight"},
       {"model.norm.weight", "output_norm.weight"},
@@ -127,11 +131,22 @@ std::string gguf_name_for(const std::string& hf) {
       {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},
   };
+  // Gemma3's four norms per block: its post_attention_layernorm norms the attention output, and
+  // the FFN's input norm is pre_feedforward_layernorm.
+  static const std::map<std::string, std::string> kGemma3Layer = {
+      {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+      {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+      {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+  };
   if (auto it = kTop.find(hf); it != kTop.end()) return it->second;
   static const std::regex kLayerRe(R"(model\.layers\.(\d+)\.(.+))");
   std::smatch m;
   if (std::regex_match(hf, m, kLayerRe)) {
-    if (auto it = kLayer.find(m[2].str()); it != kLayer.end())
+    const std::string name = m[2].str();
+    if (arch == "gemma3")
+      if (auto it = kGemma3Layer.find(name); it != kGemma3Layer.end())
+        return "blk." + m[1].str() + "." + it->second;
+    if (auto it = kLayer.find(name); it != kLayer.end())
       return "blk." + m[1].str() + "." + it->second;
   }
   return {};

@@ -34,7 +34,8 @@ std::unique_ptr<WeightSource> make_gguf_source(const GgufFile& gguf, std::string
 // Deterministic random weights of `dtype` (F32/F16/BF16): small uniform values, norms near one.
 std::unique_ptr<WeightSource> make_dummy_source(DType dtype, uint64_t seed);
 
-// HF tensor name → GGUF tensor name for llama/qwen2/qwen3 files (empty if unmapped).
-std::string gguf_name_for(const std::string& hf_name);
+// HF tensor name → GGUF tensor name in a file of general.architecture `arch` (llama, qwen2,
+// qwen3, gemma3); empty if unmapped.
+std::string gguf_name_for(const std::string& hf_name, const std::string& arch);
 
 }  // namespace kestrel

@@ -14,7 +14,7 @@ Expected<std::vector<float>> load_vector(WeightSource& src, const std::string& n
 Expected<std::vector<float>> load_norm(WeightSource& src, const std::string& name, int64_t n,
                                        const ModelConfig& cfg) {
   KASSIGN(std::vector<float> w, load_vector(src, name, n));
-  if (cfg.norm_offset)
+  if (cfg.norm_offset && !cfg.norm_weights_include_offset)
     for (float& v : w) v += 1.0f;
   return w;
 }

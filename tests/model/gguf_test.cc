@@ -51,6 +51,11 @@ class Builder {
   Builder& kv_u64(const std::string& key, uint64_t v) { return str(key).u32(10).u64(v); }
   Builder& kv_f32(const std::string& key, float v) { return str(key).u32(6).f32(v); }
   Builder& kv_str(const std::string& key, const std::string& v) { return str(key).u32(8).str(v); }
+  Builder& kv_str_array(const std::string& key, const std::vector<std::string>& v) {
+    str(key).u32(9).u32(8).u64(v.size());
+    for (const std::string& s : v) str(s);
+    return *this;
+  }
   Builder& tensor(const std::string& name, const std::vector<uint64_t>& ne, uint32_t type,
                   uint64_t offset) {
     str(name).u32(uint32_t(ne.size()));
@@ -530,9 +535,46 @@ TEST(GgufConfig, Qwen2DefaultsAndBias) {
   EXPECT_TRUE(c->eos_token_ids.empty());
 }
 
+// What llama.cpp fixes for the family rather than reads: every sixth layer global, the sliding
+// layers' RoPE base, query scaling by head_dim, norms stored with their 1 added.
+TEST(GgufConfig, Gemma3) {
+  auto g = parse(qwen2_file("gemma3", true, 2, [](Builder& b) {
+    b.kv_u32("gemma3.attention.sliding_window", 512).kv_u32("gemma3.attention.key_length", 16);
+  }));
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  auto c = config_from_gguf(**g);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->architecture, "Gemma3ForCausalLM");
+  EXPECT_EQ(c->model_type, "gemma3_text");
+  EXPECT_EQ(c->hidden_act, "gelu_pytorch_tanh");
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_FALSE(c->rope_interleaved);
+  EXPECT_TRUE(c->scale_embeddings);
+  EXPECT_TRUE(c->sandwich_norms);
+  EXPECT_TRUE(c->norm_offset);
+  EXPECT_TRUE(c->norm_weights_include_offset);
+  EXPECT_EQ(c->query_pre_attn_scalar, 16.0);
+  EXPECT_EQ(c->rope_local_theta, 10000.0);
+  EXPECT_EQ(c->layer_sliding_window, std::vector<int32_t>{512});  // one layer: a sliding one
+}
+
+// Files that name only the EOS still stop at their chat format's end-of-turn marker.
+TEST(GgufConfig, EndOfTurnTokensEndGeneration) {
+  auto g = parse(qwen2_file("qwen2", true, 2, [](Builder& b) {
+    b.kv_u32("tokenizer.ggml.eos_token_id", 1)
+        .kv_str_array("tokenizer.ggml.tokens",
+                      {"<pad>", "<eos>", "<end_of_turn>", "end_of_turn", "<|im_end|>", "x"});
+  }));
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  auto c = config_from_gguf(**g);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{1, 2, 4}));
+}
+
 TEST(GgufConfig, Errors) {
   expect_config_error(qwen2_file("gemma7"),
-                      "'gemma7' is not supported (supported: llama, qwen2, qwen3)");
+                      "'gemma7' is not supported (supported: llama, qwen2, qwen3, gemma3)");
   expect_config_error(qwen2_file("qwen2", false), "qwen2.attention.layer_norm_rms_epsilon");
   expect_config_error(
       qwen2_file("qwen2", true, 1, [](Builder& b) { b.kv_str("qwen2.rope.scaling.type", "ntk"); }),
@@ -591,7 +633,8 @@ TEST(GgufConfig, DefaultModel) {
   EXPECT_EQ(c->rope_dim, 64);
   EXPECT_TRUE(c->tie_word_embeddings);
   EXPECT_TRUE(c->rope_interleaved);
-  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{2}));
+  // <|im_end|>, then <|endoftext|> (an end-of-turn marker to llama.cpp too).
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{2, 0}));
   EXPECT_EQ(c->bos_token_id, 1);
   auto embd = (*g)->tensor("token_embd.weight");
   ASSERT_TRUE(embd.ok());
