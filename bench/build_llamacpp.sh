@@ -28,13 +28,15 @@ PY
   mv "$ROOT/llama_cpp_python-$VERSION/vendor/llama.cpp" "$ROOT/src"
   rm -rf "$ROOT/llama_cpp_python-$VERSION"
 fi
-# This machine's vector ISA (AVX-512 with VNNI and BF16), as a user building llama.cpp for it
-# would, but not GGML_NATIVE: on a CPU with AMX that also builds ggml's AMX matmul, which in this
-# version crashes llama-bench (SIGSEGV in ggml_backend_amx_mul_mat on the default model). No curl
-# (offline).
+# This machine's vector ISA, as a user building llama.cpp for it would: AVX2 always, AVX-512 (with
+# VNNI and BF16) where /proc/cpuinfo lists it — but not GGML_NATIVE: on a CPU with AMX that also
+# builds ggml's AMX matmul, which in this version crashes llama-bench (SIGSEGV in
+# ggml_backend_amx_mul_mat on the default model). No curl (offline).
+has() { grep -qw "$1" /proc/cpuinfo && echo ON || echo OFF; }
 cmake -S "$ROOT/src" -B "$ROOT/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
-  -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON \
-  -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
+  -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512="$(has avx512f)" \
+  -DGGML_AVX512_VNNI="$(has avx512_vnni)" -DGGML_AVX512_BF16="$(has avx512_bf16)" \
+  -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DBUILD_SHARED_LIBS=OFF >&2
 cmake --build "$ROOT/build" -j "$(nproc)" --target llama-server llama-bench llama-quantize >&2

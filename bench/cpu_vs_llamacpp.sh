@@ -2,6 +2,8 @@
 # Prompt processing (pp512) and single-stream decode (tg128) of Kestrel and llama.cpp's
 # llama-bench on the default model's Q4_1 file and on Q8_0 and F16 versions of it (made with
 # llama-quantize), same threads, alternating engines, several runs; prints each run and medians.
+# A TYPES entry that is a .gguf path benchmarks that file as it is (e.g. Gemma3-270M from
+# scripts/fetch-gemma3.sh).
 #   bash bench/cpu_vs_llamacpp.sh [THREADS] [RUNS] ["TYPES"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +14,10 @@ LLAMA_BIN=$(bash bench/build_llamacpp.sh)
 Q41=$(bash scripts/fetch-default-model.sh)
 DIR=$(dirname "$Q41")
 model_for() {
+  if [[ $1 == *.gguf ]]; then
+    echo "$1"
+    return
+  fi
   local f="$DIR/SmolLM2-135M-Instruct.$1.gguf"
   if [[ ! -s $f ]]; then
     "$LLAMA_BIN/llama-quantize" --allow-requantize "$Q41" "$f" "$1" >/dev/null 2>&1
@@ -27,6 +33,7 @@ field() { sed -E "s/.*$1: [0-9]+ tokens, ([0-9.]+) tok\/s.*/\1/" <<<"$2"; }
 
 for type in $TYPES; do
   model=$(model_for "$type")
+  type=$(basename "$type")
   kpp=(); ktg=(); lpp=(); ltg=()
   for _ in $(seq "$RUNS"); do
     # pp512: one 512-token prompt in one step. tg128: 128 decode steps after a 1-token prompt.

@@ -70,6 +70,10 @@ class KVCacheStorage {
   void copy_state(int32_t from, int32_t to) const;
   int32_t num_state_slots() const { return num_state_slots_; }
   int32_t num_state_checkpoints() const { return num_state_checkpoints_; }
+  // Whether `slot` is one of the checkpoint slots (after the running sequences' slots).
+  bool is_checkpoint(int32_t slot) const {
+    return slot >= num_state_slots_ && slot < num_state_slots_ + num_state_checkpoints_;
+  }
   size_t state_bytes() const { return state_.size() * sizeof(float); }
 
  private:

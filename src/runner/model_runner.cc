@@ -21,10 +21,10 @@ ModelRunner::ModelRunner(CausalLM& model, KVCacheStorage kv, Speculation specula
 
 Expected<int32_t> ModelRunner::state_slot(RequestHandle id, WorkerRequest& req, int64_t start,
                                           int32_t checkpoint) {
-  const int32_t first = kv_.num_state_slots(), last = first + kv_.num_state_checkpoints();
-  if (checkpoint >= 0 && (checkpoint < first || checkpoint >= last))
+  if (checkpoint >= 0 && !kv_.is_checkpoint(checkpoint))
     return make_error("request {}: state checkpoint {} is not one of slots [{}, {})", id,
-                      checkpoint, first, last);
+                      checkpoint, kv_.num_state_slots(),
+                      kv_.num_state_slots() + kv_.num_state_checkpoints());
   if (req.state_slot < 0) {
     if (start != 0 && checkpoint < 0)
       return make_error("request {} continues at position {} without its linear-attention state",
@@ -160,9 +160,7 @@ Expected<RunnerOutput> ModelRunner::run_step(const SchedulerOutput& output) {
   model_.forward_hidden(batch, kv_);
   for (const StateCheckpointCopy& save : output.state_saves) {
     const WorkerRequest* req = requests_.find(save.id);
-    const int32_t first = kv_.num_state_slots();
-    if (req == nullptr || req->state_slot < 0 || save.slot < first ||
-        save.slot >= first + kv_.num_state_checkpoints())
+    if (req == nullptr || req->state_slot < 0 || !kv_.is_checkpoint(save.slot))
       return make_error("request {}: no state to save into checkpoint {}", save.id, save.slot);
     kv_.copy_state(req->state_slot, save.slot);
   }
