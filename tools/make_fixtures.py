@@ -10,8 +10,9 @@ For each fixture NAME it writes tests/fixtures/models/NAME/:
                        "transformers", "torch"}  (+ "weight_format": "fp8_block128" for FP8)
   golden.safetensors  F32 "logits.i" = [len(prompt_i), vocab], the logits at every position of
                       one full forward of prompt i (computed in the fixture dtype, then cast);
-                      DeepSeek-V3 fixtures add F32 "mtp_logits.i" = [len(prompt_i) - 1, vocab],
-                      the multi-token-prediction layer's logits (see mtp_logits).
+                      DeepSeek-V3, Qwen3-Next and Qwen3.5 fixtures add F32 "mtp_logits.i" =
+                      [len(prompt_i) - 1, vocab], the multi-token-prediction layer's logits
+                      (see mtp_logits).
 
 Everything is seeded from the fixture's base name (the bf16 variant of a model has exactly the
 f32 weights cast to bf16, and the same prompts), so re-running reproduces the same files for
@@ -26,7 +27,8 @@ model.generate with the KV cache, argmax only, no eos stop. Prompts are random i
 MoE checkpoints are stored per expert (transformers' default on-disk format; it fuses experts
 only in memory). DeepSeek-V3 checkpoints also hold the MTP layer at index num_hidden_layers,
 which transformers neither creates nor loads: the script generates it and builds its
-reference from transformers' blocks. The FP8 fixture stores DeepSeek's 128x128 block-scaled
+reference from transformers' blocks; the same for the Qwen3-Next and Qwen3.5 fixtures' MTP
+layer, stored under mtp. (a full-attention decoder layer; transformers ignores those keys). The FP8 fixture stores DeepSeek's 128x128 block-scaled
 float8_e4m3fn weights; its goldens run transformers in f32 on the dequantized weights.
 
 Sliding-window fixtures: Mistral (window 5 in every layer) and Qwen2 with use_sliding_window
@@ -38,6 +40,7 @@ the smallest margin of a routing decision.
 """
 
 import argparse
+import copy
 import functools
 import json
 import math
@@ -56,6 +59,7 @@ import torch
 import transformers
 from transformers.masking_utils import create_causal_mask
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as deepseek_v3
+from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen3_5
 from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as qwen3_5_moe
 from transformers.models.qwen3_moe import modeling_qwen3_moe as qwen3_moe
 from transformers.models.qwen3_next import modeling_qwen3_next as qwen3_next
@@ -130,6 +134,7 @@ HYBRID = dict(
     linear_num_key_heads=2, linear_num_value_heads=4, rms_norm_eps=1e-6,
     tie_word_embeddings=False, attention_bias=False,
     rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+    mtp_num_hidden_layers=1,  # as the released configs; transformers keeps it as a plain key
 )
 HYBRID_MOE = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
                   shared_expert_intermediate_size=32)
@@ -305,7 +310,8 @@ def randomize(model, gen, embed_std):
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
             if name.endswith("embed_tokens.weight"):
                 value = embed_std * noise
-            elif name.endswith("norm.weight"):
+            elif name.endswith(("norm.weight", "pre_fc_norm_embedding.weight",
+                                "pre_fc_norm_hidden.weight")):
                 value = 1.0 + 0.1 * noise
             elif name.endswith(".bias"):
                 value = 0.1 * noise
@@ -351,12 +357,50 @@ def build_reference(base):
     return model
 
 
+# Hybrid model type -> (its decoder layer class, its RMSNorm class), for their MTP layers.
+HYBRID_MTP_CLASSES = {
+    "qwen3_next": (qwen3_next.Qwen3NextDecoderLayer, qwen3_next.Qwen3NextRMSNorm),
+    "qwen3_5_text": (qwen3_5.Qwen3_5DecoderLayer, qwen3_5.Qwen3_5RMSNorm),
+    "qwen3_5_moe_text": (qwen3_5_moe.Qwen3_5MoeDecoderLayer, qwen3_5_moe.Qwen3_5MoeRMSNorm),
+}
+
+
+def is_hybrid_mtp(config):
+    return config.model_type in HYBRID_MTP_CLASSES
+
+
 def has_mtp(config):
-    """Whether the checkpoint carries a DeepSeek-V3 multi-token-prediction layer."""
-    if config.model_type != "deepseek_v3" or config.num_nextn_predict_layers == 0:
+    """Whether the checkpoint carries a multi-token-prediction layer: DeepSeek-V3's at layer
+    index num_hidden_layers, or Qwen3-Next's / Qwen3.5's under mtp."""
+    if is_hybrid_mtp(config):
+        layers = getattr(config, "mtp_num_hidden_layers", 0)
+    elif config.model_type == "deepseek_v3":
+        layers = config.num_nextn_predict_layers
+    else:
         return False
-    assert config.num_nextn_predict_layers == 1, "one MTP layer supported"
-    return True
+    assert layers in (0, 1), "one MTP layer supported"
+    return layers == 1
+
+
+class HybridMtpModule(torch.nn.Module):
+    """Qwen3-Next's and Qwen3.5's MTP layer (models.md 5.6; vLLM's qwen3_next_mtp.py) from
+    transformers' blocks: z = fc([pre_fc_norm_embedding(Emb(t_{i+1})) |
+    pre_fc_norm_hidden(h_i)]), a full-attention decoder layer, then norm and the model's
+    lm_head. Parameter names are the checkpoint's under mtp."""
+
+    def __init__(self, config):
+        super().__init__()
+        layer_cls, norm_cls = HYBRID_MTP_CLASSES[config.model_type]
+        hidden, eps = config.hidden_size, config.rms_norm_eps
+        self.pre_fc_norm_embedding = norm_cls(hidden, eps=eps)
+        self.pre_fc_norm_hidden = norm_cls(hidden, eps=eps)
+        self.fc = torch.nn.Linear(2 * hidden, hidden, bias=False)
+        # The block is layer L of a model whose layer L is full attention.
+        extended = copy.deepcopy(config)
+        extended.layer_types = list(config.layer_types) + ["full_attention"]
+        extended.num_hidden_layers = config.num_hidden_layers + 1
+        self.layers = torch.nn.ModuleList([layer_cls(extended, config.num_hidden_layers)])
+        self.norm = norm_cls(hidden, eps=eps)
 
 
 class MtpModule(torch.nn.Module):
@@ -378,8 +422,11 @@ class MtpModule(torch.nn.Module):
 def build_mtp(base, model):
     """Builds the seeded random f32 MTP layer that goes with base's main model."""
     config = model.config
-    block = deepseek_v3.DeepseekV3DecoderLayer(config, layer_idx=config.num_hidden_layers)
-    mtp = MtpModule(config, block).to(torch.float32)
+    if is_hybrid_mtp(config):
+        mtp = HybridMtpModule(config).to(torch.float32)
+    else:
+        block = deepseek_v3.DeepseekV3DecoderLayer(config, layer_idx=config.num_hidden_layers)
+        mtp = MtpModule(config, block).to(torch.float32)
     randomize(mtp, torch.Generator().manual_seed(seed_of(base + "/mtp")), embed_std=None)
     return mtp
 
@@ -405,8 +452,11 @@ def split_experts(state):
 
 
 def mtp_checkpoint_tensors(model, mtp):
-    """The MTP layer's tensors as DeepSeek names them, at layer index num_hidden_layers,
-    including its copies of the main embedding and lm_head."""
+    """The MTP layer's tensors as the checkpoint names them: DeepSeek's at layer index
+    num_hidden_layers, including its copies of the main embedding and lm_head; the hybrid
+    models' under mtp., which share the main ones."""
+    if is_hybrid_mtp(model.config):
+        return {"mtp." + name: t for name, t in split_experts(mtp.state_dict()).items()}
     prefix = f"model.layers.{model.config.num_hidden_layers}."
     state = {name.removeprefix("block."): t for name, t in mtp.state_dict().items()}
     tensors = {prefix + name: t for name, t in split_experts(state).items()}
@@ -548,7 +598,7 @@ def load_checkpoint(path, dtype, **config_changes):
         **config_changes)
     assert not info["missing_keys"] and not info["mismatched_keys"], (path, info)
     mtp_layer = f"model.layers.{transformers.AutoConfig.from_pretrained(path).num_hidden_layers}."
-    assert all(k.startswith(mtp_layer) for k in info["unexpected_keys"]), (path, info)
+    assert all(k.startswith((mtp_layer, "mtp.")) for k in info["unexpected_keys"]), (path, info)
     assert all(p.dtype == expected_dtype(model, n, dtype) for n, p in model.named_parameters())
     return model.eval()
 
@@ -595,7 +645,7 @@ def save_checkpoint(name, staging):
             reloaded = loaded(probe).logits
         tolerance = RELOAD_TOLERANCE.get(base, 0.0)
         assert (reloaded - built_logits).abs().max().item() <= tolerance, name
-    if has_mtp(built.config):
+    if has_mtp(built.config) and not is_hybrid_mtp(built.config):
         check_mtp_files(reference, dtype)
 
 
@@ -614,6 +664,19 @@ def save_with_transformers(model, dtype, path):
     tied = {"lm_head.weight"} if model.config.tie_word_embeddings else set()
     assert expected.keys() - written.keys() == tied, path
     assert_same_tensors(written, {k: expected[k] for k in written}, path, exact_dtype=True)
+
+
+def load_hybrid_mtp(base, model, path, dtype):
+    """The hybrid model's MTP layer in dtype: rebuilt from its seed and cast as the main model
+    is, after checking that the file at path holds exactly its tensors."""
+    mtp = build_mtp(base, model)
+    cast_model(mtp, dtype)
+    tensors = read_tensors(path)
+    stored = {k: v for k, v in tensors.items() if k.startswith("mtp.")}
+    expected = mtp_checkpoint_tensors(model, mtp)
+    assert stored.keys() == expected.keys(), path
+    assert_same_tensors(stored, expected, path, exact_dtype=True)
+    return mtp.eval()
 
 
 def load_mtp(path, dtype):
@@ -701,14 +764,23 @@ def mtp_logits(model, mtp, prompt):
     ids = torch.tensor([prompt])
     hidden = model.model(ids, use_cache=False).last_hidden_state[:, :-1]
     embeds = model.model.embed_tokens(ids[:, 1:])
-    z = mtp.eh_proj(torch.cat([mtp.enorm(embeds), mtp.hnorm(hidden)], dim=-1))
+    hybrid = is_hybrid_mtp(model.config)
+    if hybrid:
+        z = mtp.fc(torch.cat([mtp.pre_fc_norm_embedding(embeds), mtp.pre_fc_norm_hidden(hidden)],
+                             dim=-1))
+    else:
+        z = mtp.eh_proj(torch.cat([mtp.enorm(embeds), mtp.hnorm(hidden)], dim=-1))
     positions = torch.arange(z.shape[1]).unsqueeze(0)
     mask = create_causal_mask(config=model.config, inputs_embeds=z, attention_mask=None,
                               cache=None, position_ids=positions)
     assert mask is not None  # eager attention applies no causal mask of its own
-    z = mtp.block(z, attention_mask=mask, position_ids=positions,
-                  position_embeddings=model.model.rotary_emb(z, positions))
-    return model.lm_head(mtp.shared_head.norm(z))[0]
+    # Qwen3.5's rotary takes mRoPE's three position rows, all equal for text.
+    rope_positions = (positions.expand(3, -1, -1) if model.config.model_type.startswith("qwen3_5")
+                      else positions)
+    block = mtp.layers[0] if hybrid else mtp.block
+    z = block(z, attention_mask=mask, position_ids=positions,
+              position_embeddings=model.model.rotary_emb(z, rope_positions))
+    return model.lm_head((mtp.norm if hybrid else mtp.shared_head.norm)(z))[0]
 
 
 def routing_margin(router, logits):
@@ -759,7 +831,11 @@ def make_fixture(name, root, staging):
     base, dtype, fp8 = FIXTURES[name]
     prompts = select_prompts(base, staging)
     model = stage_checkpoint(name, staging)
-    mtp = load_mtp(reference_dir(name, staging), dtype) if has_mtp(model.config) else None
+    mtp = None
+    if has_mtp(model.config) and is_hybrid_mtp(model.config):
+        mtp = load_hybrid_mtp(base, model, staging / name, dtype)
+    elif has_mtp(model.config):
+        mtp = load_mtp(reference_dir(name, staging), dtype)
     monitor = RoutingMonitor(model, *([mtp] if mtp else []))
     logits, greedy, all_step_logits = {}, [], []
     pos_gap, step_gap, mtp_gap, mismatches = float("inf"), float("inf"), float("inf"), 0

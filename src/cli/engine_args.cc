@@ -225,11 +225,6 @@ Expected<RankModels> load_rank_models(const EngineArgs& a, const LoadOptions& lo
   KASSIGN(m.model, load_model(lo));
   KASSIGN(spec, parse_speculative_config(a.speculative_config));
   if (!spec) return m;
-  if (m.model->config.linear.enabled())
-    return make_error(
-        "--speculative-config: speculative decoding of {} is not supported yet: its "
-        "linear-attention layers' state cannot be rolled back past rejected drafts",
-        m.model->config.architecture);
   KTRY(resolve_speculative_config(*spec, m.model->model->num_mtp_modules(),
                                   m.model->config.model_type));
   if (spec->method == SpeculativeMethod::kDraftModel) {
@@ -246,6 +241,12 @@ Expected<RankModels> load_rank_models(const EngineArgs& a, const LoadOptions& lo
     dl.dp_size = 1;
     dl.ep_comm = nullptr;
     KASSIGN(m.draft, load_model(dl));
+    if (m.draft->config.linear.enabled())
+      return make_error(
+          "--speculative-config: draft model {} has linear-attention layers, whose state the "
+          "draft model proposer does not roll back; use a draft model with attention layers "
+          "only, or method mtp",
+          m.draft->config.architecture);
   }
   return m;
 }
@@ -477,6 +478,7 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
   kr.max_num_batched_tokens = sc.max_num_batched_tokens;
   kr.max_num_seqs = sc.max_num_seqs;
   kr.state_checkpoints = sc.enable_prefix_caching;
+  if (spec) kr.state_snapshots_per_seq = spec->k();
   KASSIGN(MemoryInfo mem, read_memory_info());
   // The ranks share this host's memory; each plans with its part (its weights and its KV heads
   // are its share too). --kv-cache-memory stays per rank, as per GPU in vLLM.
@@ -486,15 +488,16 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
   sc.num_blocks = static_cast<int32_t>(e.kv.num_blocks);
   if (kr.layout.state.num_layers > 0) {
     KLOG_INFO(
-        "Linear-attention state: {} slots and {} prefix-cache checkpoints of {:.2f} MiB ({} "
-        "layers), {:.2f} GiB{}",
-        e.kv.num_state_slots, e.kv.num_state_checkpoints,
+        "Linear-attention state: {} slots, {} prefix-cache checkpoints and {} draft snapshots of "
+        "{:.2f} MiB ({} layers), {:.2f} GiB{}",
+        e.kv.num_state_slots, e.kv.num_state_checkpoints, e.kv.num_state_snapshots,
         double(kr.layout.state.bytes_per_slot()) / double(1 << 20), kr.layout.state.num_layers,
         double(e.kv.state_bytes) / double(int64_t{1} << 30), tp > 1 ? " per rank" : "");
     sc.num_state_checkpoints = int32_t(e.kv.num_state_checkpoints);
     if (e.kv.num_state_slots < sc.max_num_seqs) {
       KLOG_WARN(
-          "the linear-attention state of {} sequences (with their prefix-cache checkpoints) "
+          "the linear-attention state of {} sequences (with their prefix-cache checkpoints and "
+          "draft snapshots) "
           "would take over half the KV cache memory: "
           "at most {} run at once (raise --kv-cache-memory or lower --max-num-seqs)",
           sc.max_num_seqs, e.kv.num_state_slots);

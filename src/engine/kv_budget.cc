@@ -98,12 +98,16 @@ Expected<KVBudget> plan_kv_cache(const KVBudgetRequest& request, const MemoryInf
   const int64_t slot_bytes = request.layout.state.bytes_per_slot();
   const int64_t needed = (blocks_per_seq + 1) * bytes_per_block + slot_bytes;
   if (slot_bytes > 0) {
-    const int64_t per_seq = request.state_checkpoints ? 2 : 1;  // its slot and a checkpoint
+    // Its slot, a checkpoint, its draft snapshots.
+    const int64_t per_seq =
+        1 + (request.state_checkpoints ? 1 : 0) + request.state_snapshots_per_seq;
     out.num_state_slots = std::max<int64_t>(request.max_num_seqs, 1);
     if (out.num_state_slots * per_seq * slot_bytes > budget / 2)
       out.num_state_slots = std::max<int64_t>(budget / 2 / (per_seq * slot_bytes), 1);
     out.num_state_checkpoints = request.state_checkpoints ? out.num_state_slots : 0;
-    out.state_bytes = (out.num_state_slots + out.num_state_checkpoints) * slot_bytes;
+    out.num_state_snapshots = out.num_state_slots * request.state_snapshots_per_seq;
+    out.state_bytes =
+        (out.num_state_slots + out.num_state_checkpoints + out.num_state_snapshots) * slot_bytes;
   }
   if (budget < needed)
     return make_error(

@@ -39,6 +39,8 @@ struct KVBudgetRequest {
   // and with prefix caching as many checkpoint slots, priced before the blocks.
   int64_t max_num_seqs = 0;
   bool state_checkpoints = false;
+  // Speculative decoding: k draft snapshots per running sequence (KVCacheStorage's), priced too.
+  int64_t state_snapshots_per_seq = 0;
 };
 
 struct KVBudget {
@@ -46,11 +48,13 @@ struct KVBudget {
   int64_t bytes = 0;       // num_blocks × bytes per block
   int64_t num_tokens = 0;  // usable blocks × block size
   std::string source;      // which rule decided, for the start-up log
-  // Linear-attention state slots: max_num_seqs (and as many checkpoints with prefix caching),
+  // Linear-attention state slots: max_num_seqs (and as many checkpoints with prefix caching, and
+  // the draft snapshots under speculative decoding),
   // or fewer of each when their bytes would take more than half the budget (then at most that
   // many sequences run at once).
   int64_t num_state_slots = 0;
   int64_t num_state_checkpoints = 0;
+  int64_t num_state_snapshots = 0;  // draft snapshots, state_snapshots_per_seq per slot
   int64_t state_bytes = 0;
 };
 

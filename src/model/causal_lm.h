@@ -33,6 +33,10 @@ struct ForwardBatch {
   // sequence whose first position here is 0 starts from a zero state; one that starts later
   // continues the state the slot holds.
   std::span<const int32_t> state_slots;
+  // Per sequence ([S], or empty: none), n: its last n tokens before its final one (a decode
+  // token's drafts but the last) leave their states in the slot's draft snapshots 0..n-1
+  // (KVCacheStorage::draft_snapshot), so a rejected draft's state can be undone.
+  std::span<const int32_t> state_snapshots;
 };
 
 class CausalLM {
@@ -74,7 +78,7 @@ class CausalLM {
         num_blocks, kv_cache_dtype());
   }
 
-  // Multi-token prediction modules stored with the model (DeepSeek's num_nextn_predict_layers).
+  // Multi-token prediction modules stored with the model (num_nextn_predict_layers, loaded).
   virtual int num_mtp_modules() const { return 0; }
   // The final-normed hidden states [logits_indices.size(), hidden] of the last forward(): the
   // input an MTP module takes next to the following token.

@@ -284,6 +284,12 @@ Status parse_hybrid(const FieldReader& r, ModelConfig& c) {
   c.attn_output_gate = true;
   c.norm_offset = true;
   c.qk_norm = true;
+  // MTP layers (mtp.*): the released configs say mtp_num_hidden_layers; vLLM reads Qwen3-Next's
+  // as num_nextn_predict_layers.
+  KTRY(r.get("num_nextn_predict_layers", c.num_nextn_predict_layers));
+  KTRY(r.get("mtp_num_hidden_layers", c.num_nextn_predict_layers));
+  if (c.num_nextn_predict_layers < 0)
+    return make_error("{}: 'mtp_num_hidden_layers' must not be negative", r.file());
 
   if (c.model_type == "qwen3_5_text") return Status::Ok();
   MoeConfig& m = c.moe;

@@ -126,7 +126,8 @@ struct ModelConfig {
   MoeConfig moe;
   MlaConfig mla;
   Fp8WeightConfig fp8;
-  int64_t num_nextn_predict_layers = 0;  // MTP modules stored after the main layers
+  // MTP modules: DeepSeek's after the main layers, Qwen3-Next's and Qwen3.5's under mtp.
+  int64_t num_nextn_predict_layers = 0;
   // Qwen3-Next / Qwen3.5: q_proj holds [query | gate] per head and the attention output is
   // multiplied by sigmoid(gate) before o_proj.
   bool attn_output_gate = false;

@@ -4,7 +4,10 @@
 // Each sequence's conv inputs and recurrent matrices live in its state slot of the KV storage;
 // a sequence starting at position 0 starts from zeros. The recurrence runs token by token for
 // prefill and decode alike (transformers' chunked prefill form is an exact rewriting of it), so
-// a sequence's result does not depend on how its tokens are split into steps or batched.
+// a sequence's result does not depend on how its tokens are split into steps or batched. A
+// sequence verifying drafts also leaves the state after each of its tokens but the last in the
+// slot's draft snapshots (ForwardBatch::state_snapshots), which the runner restores from when it
+// rejects drafts: a recurrence cannot be run backwards.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -121,6 +124,16 @@ class GatedDeltaNet final : public AttentionLayer {
     }
   }
 
+  // Where sequence s's state after its token t goes besides its slot: snapshot t - (end - 1 - n)
+  // for its last n tokens before the final one; -1 for the other tokens.
+  static int32_t snapshot_of(const LayerContext& ctx, size_t s, int32_t t, int32_t end) {
+    if (ctx.state_snapshots.empty()) return -1;
+    const int32_t first_kept = end - 1 - ctx.state_snapshots[s];
+    return t >= first_kept && t < end - 1
+               ? ctx.kv.draft_snapshot(ctx.state_slots[s], t - first_kept)
+               : -1;
+  }
+
   // Sequences starting at position 0 start from a zero state.
   void reset_new_sequences(const LayerContext& ctx, int layer) const {
     const size_t S = ctx.query_start_loc.size() - 1;
@@ -155,6 +168,8 @@ class GatedDeltaNet final : public AttentionLayer {
             std::memmove(prev, prev + 1, size_t(K - 2) * sizeof(float));
             prev[K - 2] = in;
             y[int64_t(t) * cd + c] = acc;
+            if (const int32_t snap = snapshot_of(ctx, size_t(s), t, end); snap >= 0)
+              std::copy_n(prev, K - 1, ctx.kv.state(layer, snap) + c * (K - 1));
           }
         }
       }
@@ -183,8 +198,8 @@ class GatedDeltaNet final : public AttentionLayer {
         const int32_t first = ctx.query_start_loc[size_t(s)];
         const int32_t end = ctx.query_start_loc[size_t(s) + 1];
         if (first == end) continue;
-        float* M =
-            ctx.kv.state(layer, ctx.state_slots[size_t(s)]) + l_.conv_state_floats() + j * dk * dv;
+        const int64_t head_offset = l_.conv_state_floats() + j * dk * dv;
+        float* M = ctx.kv.state(layer, ctx.state_slots[size_t(s)]) + head_offset;
         for (int32_t t = first; t < end; ++t) {
           const float* yt = y + int64_t(t) * cd;
           l2_normed(yt + kh * dk, dk, q.data());
@@ -213,6 +228,8 @@ class GatedDeltaNet final : public AttentionLayer {
             }
           }
           std::copy(o.begin(), o.end(), core + int64_t(t) * vd + j * dv);
+          if (const int32_t snap = snapshot_of(ctx, size_t(s), t, end); snap >= 0)
+            std::copy_n(M, dk * dv, ctx.kv.state(layer, snap) + head_offset);
         }
       }
     });

@@ -46,20 +46,31 @@ KVMemoryView KVCacheStorage::memory() const {
   return m;
 }
 
+int32_t KVCacheStorage::num_state_entries() const {
+  return num_state_slots_ * (1 + snapshots_per_slot_) + num_state_checkpoints_;
+}
+
 float* KVCacheStorage::state(int layer, int32_t slot) const {
   const LayerPlace p = place(layer);
   KCHECK(p.group == KVCacheLayout::kStateGroup, "layer {} has no linear-attention state", layer);
-  KCHECK(slot >= 0 && slot < num_state_slots_ + num_state_checkpoints_, "state slot {} of {}", slot,
-         num_state_slots_ + num_state_checkpoints_);
+  KCHECK(slot >= 0 && slot < num_state_entries(), "state slot {} of {}", slot, num_state_entries());
   return state_.data() + (size_t(slot) * size_t(layout_.state.num_layers) + size_t(p.index)) *
                              size_t(layout_.state.floats_per_layer);
 }
 
 void KVCacheStorage::copy_state(int32_t from, int32_t to) const {
-  const int32_t n = num_state_slots_ + num_state_checkpoints_;
+  const int32_t n = num_state_entries();
   KCHECK(from >= 0 && from < n && to >= 0 && to < n, "state slots {} -> {} of {}", from, to, n);
   const size_t per = size_t(layout_.state.num_layers) * size_t(layout_.state.floats_per_layer);
   std::copy_n(state_.data() + size_t(from) * per, per, state_.data() + size_t(to) * per);
+}
+
+void KVCacheStorage::reserve_draft_snapshots(int32_t per_slot) {
+  KCHECK(snapshots_per_slot_ == 0 && per_slot >= 0, "draft snapshots reserved twice");
+  snapshots_per_slot_ = num_state_slots_ > 0 ? per_slot : 0;
+  state_.resize(size_t(num_state_entries()) * size_t(layout_.state.num_layers) *
+                    size_t(layout_.state.floats_per_layer),
+                0.0f);
 }
 
 LayerPlace KVCacheStorage::place(int layer) const {

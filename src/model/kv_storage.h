@@ -20,7 +20,10 @@ namespace kestrel {
 // [floats_per_layer] f32, so one sequence's states are contiguous. Slots [0, num_state_slots)
 // belong to one running sequence at a time (the model runner assigns them; the forward pass
 // reads and updates them); the num_state_checkpoints after them hold prefix-cache checkpoints
-// (kv/state_checkpoints.h), copied to and from those by the runner.
+// (kv/state_checkpoints.h), copied to and from those by the runner. Under speculative decoding
+// the draft snapshots follow: per running slot, the states after each token of a step but its
+// last, written by the forward pass for the sequence's drafts, so the runner can roll the state
+// back past rejected drafts (reserve_draft_snapshots).
 //
 // Attention caches: [slots][K|V][blocks, kv_heads, block_size, head_dim] (backend/ops.h's
 // kv_row_offset). Latent (MLA) caches keep one row per token that stands for both K and V:
@@ -70,6 +73,14 @@ class KVCacheStorage {
   void copy_state(int32_t from, int32_t to) const;
   int32_t num_state_slots() const { return num_state_slots_; }
   int32_t num_state_checkpoints() const { return num_state_checkpoints_; }
+  // Adds `per_slot` draft snapshots to every running slot (once, before the first step).
+  void reserve_draft_snapshots(int32_t per_slot);
+  int32_t draft_snapshots_per_slot() const { return snapshots_per_slot_; }
+  // Snapshot i of running slot `slot`: the state after the sequence's token at
+  // end - 1 - n + i of a step whose last n tokens before its final one keep theirs.
+  int32_t draft_snapshot(int32_t slot, int32_t i) const {
+    return num_state_slots_ + num_state_checkpoints_ + slot * snapshots_per_slot_ + i;
+  }
   // Whether `slot` is one of the checkpoint slots (after the running sequences' slots).
   bool is_checkpoint(int32_t slot) const {
     return slot >= num_state_slots_ && slot < num_state_slots_ + num_state_checkpoints_;
@@ -77,6 +88,9 @@ class KVCacheStorage {
   size_t state_bytes() const { return state_.size() * sizeof(float); }
 
  private:
+  // Running slots, checkpoints and draft snapshots.
+  int32_t num_state_entries() const;
+
   KVCacheLayout layout_;
   int64_t num_blocks_;
   bool latent_;
@@ -84,6 +98,7 @@ class KVCacheStorage {
   DType dtype_;
   int32_t num_state_slots_;
   int32_t num_state_checkpoints_;
+  int32_t snapshots_per_slot_ = 0;
   mutable std::vector<float> state_;  // written through state(): the forward pass owns it
 };
 

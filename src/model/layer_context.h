@@ -79,6 +79,7 @@ struct LayerContext {
   // Sequences of the batch ([S + 1] token offsets) and their linear-attention state slots.
   std::span<const int32_t> query_start_loc;
   std::span<const int32_t> state_slots;
+  std::span<const int32_t> state_snapshots;  // ForwardBatch::state_snapshots
   // Gemma3: the RoPE of sliding-window layers (null: every layer uses `rope`).
   const RopeParams* rope_local = nullptr;
 

@@ -19,17 +19,22 @@ struct Block {
   std::unique_ptr<FfnLayer> ffn;
 };
 
-// DeepSeek's multi-token-prediction module: z = eh_proj([enorm(Emb(t_{i+1})) | hnorm(h_i)]),
-// one decoder block with its own KV cache, then its own final norm and head.
+// A multi-token-prediction module: z = eh_proj([enorm(Emb(t_{i+1})) | hnorm(h_i)]), one
+// decoder block with its own KV cache, then its own final norm and head. DeepSeek's
+// (model.layers.L.{enorm, hnorm, eh_proj, shared_head}) drafts again from the block's output;
+// Qwen3-Next's and Qwen3.5's (mtp.{pre_fc_norm_embedding, pre_fc_norm_hidden, fc, norm}, the
+// block a full-attention layer, the head the model's) from that output after its norm.
 struct MtpModule {
   std::vector<float> enorm, hnorm, head_norm;
   Tensor eh_proj, head;
   Block block;
+  bool drafts_from_normed = false;
 };
 
-Expected<Block> load_block(const LoadContext& lc, int64_t layer) {
+// Layer `layer`'s block, its tensors under `p` (…layers.N.); the layer index says which
+// attention and FFN it has (an index past the hidden layers: full attention).
+Expected<Block> load_block(const LoadContext& lc, const std::string& p, int64_t layer) {
   const ModelConfig& c = lc.cfg;
-  const std::string p = fmt::format("{}layers.{}.", c.weight_prefix, layer);
   Block b;
   KASSIGN(b.attn_norm, load_norm(lc.src, p + "input_layernorm.weight", c.hidden_size, c));
   if (c.sandwich_norms) {
@@ -97,7 +102,7 @@ class TransformerModel final : public CausalLM {
     lm_head_ = vocab_rows(lm_head_);
     KASSIGN(final_norm_, load_norm(src, m + "norm.weight", H, cfg_));
     for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) {
-      KASSIGN(Block b, load_block(lc, i));
+      KASSIGN(Block b, load_block(lc, fmt::format("{}layers.{}.", m, i), i));
       blocks_.push_back(std::move(b));
     }
     be_.prepare_weight(lm_head_, act_);
@@ -112,6 +117,8 @@ class TransformerModel final : public CausalLM {
     const std::string mtp = fmt::format("{}layers.{}.", m, cfg_.num_hidden_layers);
     if (cfg_.num_nextn_predict_layers > 0 && src.has(mtp + "eh_proj.weight")) {
       KTRY(load_mtp(lc, mtp));
+    } else if (cfg_.num_nextn_predict_layers > 0 && src.has("mtp.fc.weight")) {
+      KTRY(load_qwen_mtp(lc));
     }
     return Status::Ok();
   }
@@ -191,6 +198,7 @@ class TransformerModel final : public CausalLM {
                            experts_.get(),
                            cfg_.norm_offset,
                            {},
+                           {},
                            {}};
     experts_->finish_step(ctx);
   }
@@ -221,13 +229,17 @@ class TransformerModel final : public CausalLM {
     ctx.round(x, T * H);
     run_blocks(ctx, std::span<Block>(&mtp_->block, 1), x);
     tokens_ = T;
-    if (next_hidden != nullptr)
-      for (size_t r = 0; r < fb.logits_indices.size(); ++r) {
+    const size_t R = fb.logits_indices.size();
+    if (next_hidden != nullptr && !mtp_->drafts_from_normed)
+      for (size_t r = 0; r < R; ++r) {
         const int64_t row = fb.logits_indices[r];
         KCHECK(row >= 0 && row < T, "logits index {} out of range", row);
         std::copy(x + row * H, x + (row + 1) * H, next_hidden + int64_t(r) * H);
       }
     head(fb.logits_indices, mtp_->head_norm, mtp_->head, logits);
+    // head() leaves the rows it normed in ws_.h.
+    if (next_hidden != nullptr && mtp_->drafts_from_normed)
+      std::copy_n(ws_.h.data(), R * size_t(H), next_hidden);
   }
 
  private:
@@ -254,7 +266,24 @@ class TransformerModel final : public CausalLM {
       m->head = lm_head_;
     }
     be_.prepare_weight(m->eh_proj, act_);
-    KASSIGN(m->block, load_block(lc, cfg_.num_hidden_layers));
+    KASSIGN(m->block, load_block(lc, p, cfg_.num_hidden_layers));
+    mtp_ = std::move(m);
+    return Status::Ok();
+  }
+
+  // Qwen3-Next's and Qwen3.5's module at the checkpoint's top level (mtp.*, also in the
+  // vision-language wrappers), of which the first layer is loaded.
+  Status load_qwen_mtp(const LoadContext& lc) {
+    const int64_t H = cfg_.hidden_size;
+    auto m = std::make_unique<MtpModule>();
+    KASSIGN(m->enorm, load_norm(lc.src, "mtp.pre_fc_norm_embedding.weight", H, cfg_));
+    KASSIGN(m->hnorm, load_norm(lc.src, "mtp.pre_fc_norm_hidden.weight", H, cfg_));
+    KASSIGN(m->head_norm, load_norm(lc.src, "mtp.norm.weight", H, cfg_));
+    KASSIGN(m->eh_proj, lc.src.get("mtp.fc.weight", Shape{H, 2 * H}));
+    be_.prepare_weight(m->eh_proj, act_);
+    m->head = lm_head_;
+    m->drafts_from_normed = true;
+    KASSIGN(m->block, load_block(lc, "mtp.layers.0.", cfg_.num_hidden_layers));
     mtp_ = std::move(m);
     return Status::Ok();
   }
@@ -275,6 +304,7 @@ class TransformerModel final : public CausalLM {
                         cfg_.norm_offset,
                         fb.query_start_loc,
                         fb.state_slots,
+                        fb.state_snapshots,
                         rope_local_.rot_dim > 0 ? &rope_local_params_ : nullptr};
   }
 

@@ -17,6 +17,8 @@ ModelRunner::ModelRunner(CausalLM& model, KVCacheStorage kv, Speculation specula
   // make_proposer refused a cached proposer without such a group; n-gram reads no table.
   if (const Expected<size_t> g = proposer_table_group(kv_.layout()); g.ok()) proposer_group_ = *g;
   for (int32_t s = kv_.num_state_slots() - 1; s >= 0; --s) free_state_slots_.push_back(s);
+  // A request verifying n drafts keeps the state after each of its tokens but the last: n.
+  if (spec_.proposer) kv_.reserve_draft_snapshots(int32_t(spec_.proposer->max_drafts()));
 }
 
 Expected<int32_t> ModelRunner::state_slot(RequestHandle id, WorkerRequest& req, int64_t start,
@@ -89,7 +91,11 @@ Expected<ModelRunner::Rows> ModelRunner::add_to_batch(const ScheduledTokens& wor
   if (kv_.layout().state.num_layers > 0) {
     KASSIGN(slot, state_slot(work.id, *req, start, checkpoint));
   }
-  builder_.add(tokens_, int32_t(start), req->block_ids, size_t(count), slot);
+  const int32_t snapshots = slot >= 0 ? int32_t(num_drafts) : 0;
+  if (snapshots > kv_.draft_snapshots_per_slot())
+    return make_error("request {}: {} drafts, the state keeps {} snapshots", work.id, num_drafts,
+                      kv_.draft_snapshots_per_slot());
+  builder_.add(tokens_, int32_t(start), req->block_ids, size_t(count), slot, snapshots);
   return Rows{&work, req, start, offset, first_row, count, samples};
 }
 
@@ -219,11 +225,20 @@ Expected<RunnerOutput> ModelRunner::run_step(const SchedulerOutput& output) {
     }
     std::vector<int32_t>& all = rows[k].req->all_tokens;
     all.insert(all.end(), s.tokens.begin(), s.tokens.end());
+    roll_back_state(*rows[k].req, rows[k].work->draft_token_ids.size(), s.tokens.size() - 1);
     sample_of[k] = int64_t(result.sampled.size());
     result.sampled.push_back(RequestSamples{id, std::move(s.tokens), std::move(s.logprobs), {}});
   }
   if (spec_.proposer) propose(rows, sample_of, result);
   return result;
+}
+
+void ModelRunner::roll_back_state(const WorkerRequest& req, size_t num_drafts,
+                                  size_t num_accepted) const {
+  // The state went through every draft; it should end at the last accepted one, whose state
+  // the forward pass kept as snapshot num_accepted.
+  if (req.state_slot < 0 || num_accepted >= num_drafts) return;
+  kv_.copy_state(kv_.draft_snapshot(req.state_slot, int32_t(num_accepted)), req.state_slot);
 }
 
 void ModelRunner::propose(const std::vector<Rows>& rows, const std::vector<int64_t>& sample_of,

@@ -14,7 +14,10 @@
 // preempted; the scheduler runs at most max_num_seqs requests, the number of slots. A request
 // resuming from a prefix hit gets its state from the step's checkpoint (state_loads) before the
 // forward pass; requests whose tokens end on a checkpointed boundary leave a copy after it
-// (state_saves). Only the thread that calls execute() touches it.
+// (state_saves). Under speculative decoding the forward pass keeps the states after a request's
+// drafts (KVCacheStorage's draft snapshots), and sampling restores the one after the last
+// accepted token, so rejected drafts leave nothing in the recurrent state. Only the thread that
+// calls execute() touches it.
 #pragma once
 
 #include <cstdint>
@@ -83,6 +86,9 @@ class ModelRunner {
   Expected<int32_t> state_slot(RequestHandle id, WorkerRequest& req, int64_t start,
                                int32_t checkpoint);
   void release_state_slot(RequestHandle id);
+  // After sampling a request that verified `num_drafts` drafts and kept `num_accepted`: its
+  // state back to the last kept token (linear-attention models).
+  void roll_back_state(const WorkerRequest& req, size_t num_drafts, size_t num_accepted) const;
   // Runs the proposer over the step's requests once their samples are in; `sample_of[k]` is
   // rows[k]'s entry in out.sampled (-1: it sampled nothing).
   void propose(const std::vector<Rows>& rows, const std::vector<int64_t>& sample_of,

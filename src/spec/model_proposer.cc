@@ -90,6 +90,7 @@ class ModelProposer final : public Proposer {
   }
 
   void finished(RequestHandle id) override { valid_.erase(id); }
+  int64_t max_drafts() const override { return k_; }
 
  private:
   struct Active {

@@ -30,6 +30,8 @@ class NgramProposer final : public Proposer {
     }
   }
 
+  int64_t max_drafts() const override { return k_; }
+
  private:
   int64_t min_n_, max_n_, k_, max_model_len_;
 };

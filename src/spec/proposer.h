@@ -49,6 +49,8 @@ class Proposer {
   // the others). drafts.size() == inputs.size() on return.
   virtual void propose(std::span<const ProposalInput> inputs, CausalLM& target, bool draft,
                        std::vector<std::vector<int32_t>>& drafts) = 0;
+  // k: the most drafts it returns for a request.
+  virtual int64_t max_drafts() const = 0;
   // The request is gone (the runner dropped it).
   virtual void finished(RequestHandle id) { (void)id; }
 };

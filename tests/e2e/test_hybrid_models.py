@@ -2,9 +2,9 @@
 serve` with the Qwen3.5 guide's cache flags: concurrent greedy requests reproduce transformers'
 continuations, a repeated prompt resumes from a linear-attention state checkpoint (the prefix
 cache's hit counter moves by the tokens it skipped) with the same answer, two data-parallel
-engines serve it together, the start-up log states what the state slots cost, and what these
-models cannot do yet (speculative decoding, tensor parallelism, KV transfer) stops serve with the
-reason. The fixtures have no tokenizer, so prompts go in as token ids."""
+engines serve it together, MTP speculative decoding rolls the state back past rejected drafts,
+the start-up log states what the state slots cost, and what these models cannot do yet (a hybrid
+draft model, tensor parallelism, KV transfer) stops serve with the reason. The fixtures have no tokenizer, so prompts go in as token ids."""
 
 import concurrent.futures
 import json
@@ -53,9 +53,31 @@ def test_two_data_parallel_engines_each_keep_their_requests_states(start_server)
     assert all(d > 0 for d in done) and sum(done) == 2 * len(prompts), done
 
 
+@pytest.mark.parametrize("fixture,method", [("qwen3_5_moe_bf16", "qwen3_5_mtp"),
+                                            ("qwen3_next_f32", "qwen3_next_mtp")])
+def test_mtp_drafts_keep_the_greedy_continuations(start_server, fixture, method):
+    golden = json.loads((FIXTURES / fixture / "golden.json").read_text())
+    srv = start_server("--max-model-len", "256", "--block-size", "16", "--enable-prefix-caching",
+                       "--no-disable-hybrid-kv-cache-manager", "--speculative-config",
+                       json.dumps({"method": method, "num_speculative_tokens": 3}),
+                       model_path=FIXTURES / fixture)
+    assert "draft snapshots" in srv.log()
+    prompts, want = golden["prompts"], golden["greedy"]
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        got = list(pool.map(lambda p: greedy_tokens(srv.base_url, srv.model, p, len(want[0])),
+                            prompts))
+    assert got == want
+    samples = scrape(srv.base_url)
+    drafted = metric(samples, "vllm:spec_decode_num_draft_tokens_total")
+    accepted = metric(samples, "vllm:spec_decode_num_accepted_tokens_total")
+    # The MTP layer's random weights get few drafts right: most were rolled back.
+    assert drafted > 0 and accepted < drafted, (drafted, accepted)
+
+
 @pytest.mark.parametrize("flags,reason", [
-    (["--speculative-config", '{"method": "qwen3_5_mtp", "num_speculative_tokens": 1}'],
-     "state cannot be rolled back past rejected drafts"),
+    (["--speculative-config", json.dumps({"method": "draft_model", "num_speculative_tokens": 2,
+                                          "model": str(FIXTURES / "qwen3_5_bf16")})],
+     "has linear-attention layers"),
     (["--tensor-parallel-size", "2"], "not supported for models with linear-attention layers"),
     (["--kv-transfer-config",
       '{"kv_connector": "MooncakeConnectorV1", "kv_role": "kv_producer"}'],

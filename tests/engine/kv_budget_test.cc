@@ -129,6 +129,29 @@ TEST(KVBudget, LinearAttentionStateSlotsArePricedFirst) {
   EXPECT_FALSE(plan_kv_cache(r, ram(24)).ok());
 }
 
+TEST(KVBudget, SpeculativeDecodingPricesTheDraftSnapshotsOfEachSlot) {
+  KVBudgetRequest r = request();
+  r.kv_cache_memory_bytes = 1 * kGiB;
+  r.layout.state = RecurrentStateLayout{3, int64_t{1} << 20};  // 12 MiB per slot
+  r.max_num_seqs = 8;
+  r.state_checkpoints = true;
+  r.state_snapshots_per_seq = 3;
+  auto b = plan_kv_cache(r, ram(24));
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_EQ(b->num_state_slots, 8);
+  EXPECT_EQ(b->num_state_checkpoints, 8);
+  EXPECT_EQ(b->num_state_snapshots, 24);
+  EXPECT_EQ(b->state_bytes, (8 + 8 + 24) * 12 * (int64_t{1} << 20));
+  EXPECT_EQ(b->num_blocks, (kGiB - b->state_bytes) / 368640);
+  // Five states per sequence: 8 of them would be 480 MiB, under half; 16 would not.
+  r.max_num_seqs = 16;
+  b = plan_kv_cache(r, ram(24));
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_EQ(b->num_state_slots, kGiB / 2 / (5 * 12 * (int64_t{1} << 20)));
+  EXPECT_EQ(b->num_state_snapshots, 3 * b->num_state_slots);
+  EXPECT_LE(b->state_bytes, kGiB / 2);
+}
+
 TEST(KVBudget, RejectsBadFlags) {
   KVBudgetRequest both = request();
   both.kv_cache_memory_bytes = kGiB;

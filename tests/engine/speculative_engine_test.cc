@@ -1,5 +1,6 @@
 // Speculative decoding end to end in the engine core, for every proposer (n-gram, a draft model,
-// DeepSeek-V3's MTP module) on the fixture checkpoints: greedy outputs are token for token the
+// the MTP modules of DeepSeek-V3, Qwen3-Next and Qwen3.5) on the fixture checkpoints, hybrid
+// (linear-attention) targets included: greedy outputs are token for token the
 // outputs of decoding without drafts, alone, batched, chunked, from the prefix cache, under
 // preemption and when drafting turns off and on with the batch size — and drafts were really
 // proposed and (where the proposer is good) accepted, with every block freed at the end.
@@ -80,6 +81,9 @@ class SpeculativeEngine : public ::testing::TestWithParam<SpecCase> {
     c.max_model_len = 128;
     c.max_num_batched_tokens = budget;
     c.kv_groups = target_->model->kv_cache_layout(c.block_size).groups;
+    // Hybrid targets: state checkpoints for the prefix cache, each request one slot.
+    c.max_num_seqs = 8;
+    c.num_state_checkpoints = 32;
     return c;
   }
 
@@ -397,7 +401,28 @@ INSTANTIATE_TEST_SUITE_P(
                  "llama3_f32", false},
         SpecCase{"deepseek_v3_f32", R"({"num_speculative_tokens": 1, "method": "mtp"})", "", false},
         SpecCase{"deepseek_v3_bf16", R"({"num_speculative_tokens": 3, "method": "deepseek_mtp"})",
-                 "", false}));
+                 "", false},
+        // Hybrid targets: a rejected draft must leave nothing in the recurrent state. A weak
+        // draft model rejects most drafts part-way.
+        SpecCase{"qwen3_next_f32", R"({"method": "ngram", "num_speculative_tokens": 3,
+                  "prompt_lookup_min": 1})",
+                 "", false},
+        SpecCase{"qwen3_5_f32", R"({"method": "draft_model", "model": "x",
+                  "num_speculative_tokens": 3})",
+                 "llama3_f32", false},
+        SpecCase{"qwen3_5_moe_f32", R"({"method": "draft_model", "model": "x",
+                  "num_speculative_tokens": 2})",
+                 "qwen3_f32", false},
+        SpecCase{"qwen3_5_bf16", R"({"method": "draft_model", "model": "x",
+                  "num_speculative_tokens": 2})",
+                 "llama3_bf16", false},
+        // Their MTP layers (random weights: drafts rarely right), under the guides' aliases.
+        SpecCase{"qwen3_next_f32", R"({"method": "qwen3_next_mtp", "num_speculative_tokens": 2})",
+                 "", false},
+        SpecCase{"qwen3_5_f32", R"({"method": "qwen3_5_mtp", "num_speculative_tokens": 3})", "",
+                 false},
+        SpecCase{"qwen3_5_moe_bf16", R"({"method": "mtp", "num_speculative_tokens": 1})", "",
+                 false}));
 
 }  // namespace
 }  // namespace kestrel
