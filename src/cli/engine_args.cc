@@ -218,6 +218,11 @@ Expected<std::unique_ptr<ShmComm>> connect_group(const EngineArgs& a, const Grou
   return ShmComm::connect(co);
 }
 
+// The KV plan a rank's workers build their storage with: the scheduler's numbers.
+WorkerKvPlan kv_plan(const SchedulerConfig& sc) {
+  return WorkerKvPlan{sc.num_blocks, int32_t(sc.max_num_seqs), sc.num_state_checkpoints};
+}
+
 // `spec` comes back parsed and resolved against the target.
 Expected<RankModels> load_rank_models(const EngineArgs& a, const LoadOptions& lo,
                                       std::optional<SpeculativeConfig>& spec) {
@@ -315,10 +320,12 @@ int run_tp_worker(const EngineArgs& a, const GroupNames& names, const DpGroup* e
   if (!sc.ok()) return fail(sc.error());
   const ProposerOptions po = proposer_options(spec, *sc, models->draft.get());
   CausalLM& model = *models->model->model;
-  return run_worker(**leader, [&](int32_t num_blocks) -> Expected<std::unique_ptr<Executor>> {
-    KASSIGN(Speculation s, make_speculation(spec, po, model, num_blocks));
-    auto executor = std::make_unique<InProcessExecutor>(model, num_blocks, sc->block_size,
-                                                        std::move(s), int32_t(sc->max_num_seqs));
+  return run_worker(**leader, [&](const WorkerKvPlan& plan) -> Expected<std::unique_ptr<Executor>> {
+    KASSIGN(Speculation s, make_speculation(spec, po, model, plan.num_blocks));
+    // The leader's budget decided the state slots and checkpoints (its scheduler's numbers).
+    auto executor =
+        std::make_unique<InProcessExecutor>(model, plan.num_blocks, sc->block_size, std::move(s),
+                                            plan.num_state_slots, plan.num_state_checkpoints);
     if (const auto kv = kv_instance(a)) {
       KASSIGN(auto worker, start_kv_worker(*kv, model, models->model->config,
                                            executor->runner().kv_memory(), dp_rank, rank));
@@ -568,7 +575,7 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
     KTRY(attach_kv(*runner));
     KASSIGN(auto executor,
             MultiprocExecutor::start(std::move(workers[size_t(d)]), std::move(leader),
-                                     std::move(runner), sc.num_blocks, kWorkerStartTimeout));
+                                     std::move(runner), kv_plan(sc), kWorkerStartTimeout));
     opts.executors.push_back(std::move(executor));
   }
   return prepared;
@@ -596,7 +603,7 @@ Expected<Engine> start_engine(const EngineArgs& a) {
       return make_error("data-parallel rank {} did not connect to {}: {}", d, endpoint,
                         st.message());
     auto executor = MultiprocExecutor::start(nullptr, std::move(leader), nullptr,
-                                             p.options.scheduler.num_blocks, kWorkerStartTimeout);
+                                             kv_plan(p.options.scheduler), kWorkerStartTimeout);
     if (!executor.ok())
       return make_error("data-parallel rank {} at {}: {}", d, endpoint, executor.error().message);
     KLOG_INFO("data-parallel rank {} joined from {}", d, endpoint);
@@ -638,7 +645,8 @@ int serve_headless(const EngineArgs& a) {
     }
   }
   std::vector<std::unique_ptr<Executor>>& executors = prepared->options.executors;
-  const int32_t num_blocks = prepared->options.scheduler.num_blocks;
+  const WorkerKvPlan mine = kv_plan(prepared->options.scheduler);
+  const bool state = prepared->engine.model->config.linear.enabled();
   std::vector<int> status(executors.size(), 0);
   std::vector<std::thread> threads;
   for (size_t i = 0; i < executors.size(); ++i) {
@@ -652,14 +660,24 @@ int serve_headless(const EngineArgs& a) {
         return;
       }
       KLOG_INFO("data-parallel rank {}: serving the head at {}", d, endpoint);
-      status[i] = run_worker(**head, [&](int32_t blocks) -> Expected<std::unique_ptr<Executor>> {
-        if (blocks > num_blocks)
-          return make_error(
-              "data-parallel rank {} has room for {} KV blocks, the head planned {} (give every "
-              "node the same --kv-cache-memory)",
-              d, num_blocks, blocks);
-        return std::move(executors[i]);
-      });
+      status[i] =
+          run_worker(**head, [&](const WorkerKvPlan& plan) -> Expected<std::unique_ptr<Executor>> {
+            if (plan.num_blocks > mine.num_blocks)
+              return make_error(
+                  "data-parallel rank {} has room for {} KV blocks, the head planned {} (give "
+                  "every node the same --kv-cache-memory)",
+                  d, mine.num_blocks, plan.num_blocks);
+            // The head's scheduler numbers this rank's state slots and checkpoints.
+            if (state && (plan.num_state_slots != mine.num_state_slots ||
+                          plan.num_state_checkpoints != mine.num_state_checkpoints))
+              return make_error(
+                  "data-parallel rank {} keeps {} linear-attention state slots and {} "
+                  "checkpoints, the head planned {} and {} (give every node the same "
+                  "--kv-cache-memory and --max-num-seqs)",
+                  d, mine.num_state_slots, mine.num_state_checkpoints, plan.num_state_slots,
+                  plan.num_state_checkpoints);
+            return std::move(executors[i]);
+          });
       KLOG_INFO("data-parallel rank {}: {}", d,
                 status[i] == 0 ? "the head stopped it" : "lost the head; stopping");
     });

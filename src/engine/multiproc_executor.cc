@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <exception>
+#include <optional>
 
 #include "base/logging.h"
 #include "sched/contract_codec.h"
@@ -11,7 +12,7 @@ namespace kestrel {
 namespace {
 
 // The first byte of every control message says what it is.
-constexpr char kInit = 'I';    // leader: the KV cache's block count follows
+constexpr char kInit = 'I';    // leader: the KV plan follows (blocks, state slots, checkpoints)
 constexpr char kStep = 'S';    // leader: an encoded SchedulerOutput follows
 constexpr char kQuit = 'Q';    // leader: exit
 constexpr char kReady = 'R';   // worker: its runner is built
@@ -34,10 +35,13 @@ MultiprocExecutor::MultiprocExecutor(std::unique_ptr<WorkerProcesses> processes,
 
 Expected<std::unique_ptr<MultiprocExecutor>> MultiprocExecutor::start(
     std::unique_ptr<WorkerProcesses> processes, std::unique_ptr<HostCommLeader> workers,
-    std::unique_ptr<ModelRunner> runner, int32_t num_blocks, std::chrono::milliseconds timeout) {
+    std::unique_ptr<ModelRunner> runner, const WorkerKvPlan& plan,
+    std::chrono::milliseconds timeout) {
   std::unique_ptr<MultiprocExecutor> e(
       new MultiprocExecutor(std::move(processes), std::move(workers), std::move(runner)));
-  KTRY(e->workers_->broadcast(message(kInit, std::to_string(num_blocks))));
+  KTRY(e->workers_->broadcast(message(
+      kInit,
+      fmt::format("{} {} {}", plan.num_blocks, plan.num_state_slots, plan.num_state_checkpoints))));
   KASSIGN(const std::vector<std::string> replies,
           e->workers_->gather(timeout, [&e] { return e->check_alive(); }));
   for (size_t i = 0; i < replies.size(); ++i)
@@ -154,19 +158,38 @@ std::vector<KvLoadResult> MultiprocExecutor::tally_loads(
   return done;
 }
 
-int run_worker(HostCommWorker& leader,
-               const std::function<Expected<std::unique_ptr<Executor>>(int32_t)>& make_executor) {
+namespace {
+
+// The three numbers of a kInit message's body.
+std::optional<WorkerKvPlan> parse_kv_plan(std::string_view body) {
+  WorkerKvPlan plan;
+  int32_t* fields[] = {&plan.num_blocks, &plan.num_state_slots, &plan.num_state_checkpoints};
+  const char* p = body.data();
+  const char* end = body.data() + body.size();
+  for (int32_t* f : fields) {
+    while (p < end && *p == ' ') ++p;
+    const auto r = std::from_chars(p, end, *f);
+    if (r.ec != std::errc()) return std::nullopt;
+    p = r.ptr;
+  }
+  if (p != end) return std::nullopt;
+  return plan;
+}
+
+}  // namespace
+
+int run_worker(
+    HostCommWorker& leader,
+    const std::function<Expected<std::unique_ptr<Executor>>(const WorkerKvPlan&)>& make_executor) {
   auto init = leader.receive();
   if (!init.ok() || init->empty()) return 2;
   if ((*init)[0] == kQuit) return 0;
-  int32_t num_blocks = 0;
-  const std::string_view count = std::string_view(*init).substr(1);
-  if ((*init)[0] != kInit ||
-      std::from_chars(count.data(), count.data() + count.size(), num_blocks).ec != std::errc())
-    return 2;
+  if ((*init)[0] != kInit) return 2;
+  const std::optional<WorkerKvPlan> plan = parse_kv_plan(std::string_view(*init).substr(1));
+  if (!plan) return 2;
   std::unique_ptr<Executor> executor;
   try {
-    auto made = make_executor(num_blocks);
+    auto made = make_executor(*plan);
     if (!made.ok()) {
       (void)leader.send(message(kError, made.error().message));
       return 1;

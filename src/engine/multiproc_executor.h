@@ -29,6 +29,15 @@
 
 namespace kestrel {
 
+// What the leader's KV budget decided and every rank's storage must hold the same of: the
+// block pool, and for linear-attention models the state slots (one per running request, the
+// scheduler's max_num_seqs) and prefix-cache checkpoints, whose slot ids the scheduler hands out.
+struct WorkerKvPlan {
+  int32_t num_blocks = 0;
+  int32_t num_state_slots = 0;
+  int32_t num_state_checkpoints = 0;
+};
+
 class MultiprocExecutor final : public Executor {
  public:
   // How long rank 0 waits for the workers' answers to one step, once its own part is done (the
@@ -37,13 +46,14 @@ class MultiprocExecutor final : public Executor {
   // How long the workers of a healthy group get to exit after being told to.
   static constexpr std::chrono::milliseconds kQuitGrace{5000};
 
-  // `workers` already connected (wait_for_workers). Sends them `num_blocks` and waits until each
+  // `workers` already connected (wait_for_workers). Sends them the KV plan and waits until each
   // has built its runner: an error says which rank failed and why. Without `processes` the
   // workers run elsewhere (a data-parallel rank on another host: its liveness is its connection);
   // without `runner` this process computes nothing and the first worker's answer is the step's.
   static Expected<std::unique_ptr<MultiprocExecutor>> start(
       std::unique_ptr<WorkerProcesses> processes, std::unique_ptr<HostCommLeader> workers,
-      std::unique_ptr<ModelRunner> runner, int32_t num_blocks, std::chrono::milliseconds timeout);
+      std::unique_ptr<ModelRunner> runner, const WorkerKvPlan& plan,
+      std::chrono::milliseconds timeout);
   // Tells the workers to exit and waits for them.
   ~MultiprocExecutor() override;
 
@@ -73,12 +83,13 @@ class MultiprocExecutor final : public Executor {
   std::optional<std::string> failure_;
 };
 
-// A worker's side: waits for the leader's block count, builds what runs its part of each step
-// with `make_executor(num_blocks)` (a TP worker: an InProcessExecutor of its shard; a
+// A worker's side: waits for the leader's KV plan, builds what runs its part of each step
+// with `make_executor(plan)` (a TP worker: an InProcessExecutor of its shard; a
 // data-parallel rank on another host: its own executor, a TP group there), says it is ready,
 // then runs each step the leader sends until told to stop. Returns the exit status (0: told to
 // stop).
-int run_worker(HostCommWorker& leader,
-               const std::function<Expected<std::unique_ptr<Executor>>(int32_t)>& make_executor);
+int run_worker(
+    HostCommWorker& leader,
+    const std::function<Expected<std::unique_ptr<Executor>>(const WorkerKvPlan&)>& make_executor);
 
 }  // namespace kestrel

@@ -44,6 +44,11 @@ struct MoeConfig {
   // Qwen3-Next / Qwen3.5: one shared SwiGLU of this width, scaled per token by
   // sigmoid(shared_expert_gate · x); 0: none.
   int64_t shared_expert_intermediate_size = 0;
+  // The shared SwiGLU's width, whichever of the two the model has (0: none).
+  int64_t shared_expert_width() const {
+    return num_shared_experts > 0 ? num_shared_experts * moe_intermediate_size
+                                  : shared_expert_intermediate_size;
+  }
   Router router = Router::kSoftmaxTopK;
   int64_t n_group = 1;
   int64_t topk_group = 1;
@@ -81,6 +86,7 @@ struct LinearAttentionConfig {
   // in_proj_qkv, in_proj_z, in_proj_b, in_proj_a.
   bool fused_projections = false;
   bool enabled() const { return num_value_heads > 0; }
+  int64_t value_heads_per_key_head() const { return num_value_heads / num_key_heads; }
   int64_t key_dim() const { return num_key_heads * key_head_dim; }
   int64_t value_dim() const { return num_value_heads * value_head_dim; }
   int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }

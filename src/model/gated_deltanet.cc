@@ -29,30 +29,59 @@ float softplus(float x) {
 
 class GatedDeltaNet final : public AttentionLayer {
  public:
+  // Under tensor parallelism the layer holds key heads lc.tp->linear_key_heads with their value
+  // heads: those heads' rows of every input projection, conv channels, decays and state, and
+  // its hidden rows of out_proj (the heads' outputs are gathered before it).
   Status load(const LoadContext& lc, const std::string& p) {
     const ModelConfig& c = lc.cfg;
-    l_ = c.linear;
+    const LinearAttentionConfig& whole = c.linear;
     H_ = c.hidden_size;
-    const int64_t kd = l_.key_dim(), vd = l_.value_dim(), nv = l_.num_value_heads;
+    const IndexRange g = lc.tp ? lc.tp->linear_key_heads : IndexRange{0, whole.num_key_heads};
+    const int64_t rho = whole.value_heads_per_key_head();
+    l_ = whole;
+    l_.num_key_heads = g.size();
+    l_.num_value_heads = g.size() * rho;
+    const int64_t dk = l_.key_head_dim, dv = l_.value_head_dim;
+    const int64_t kd = whole.key_dim(), vd = whole.value_dim(), nv = whole.num_value_heads;
+    // This rank's rows of a projection whose rows come `per` to a key head, from `first`.
+    auto rows = [&](int64_t first, int64_t per) {
+      return IndexRange{first + g.begin * per, first + g.end * per};
+    };
+    auto linear = [&](const std::string& name, int64_t total, IndexRange r) {
+      return load_linear(lc.src, p + name, total, H_, c, lc.store, r);
+    };
     if (l_.fused_projections) {
-      KASSIGN(qkvz_, load_linear(lc.src, p + "in_proj_qkvz", 2 * kd + 2 * vd, H_, c, lc.store));
-      KASSIGN(ba_, load_linear(lc.src, p + "in_proj_ba", 2 * nv, H_, c, lc.store));
+      // Grouped by key head: a rank's heads are one run of rows.
+      KASSIGN(qkvz_, linear("in_proj_qkvz", 2 * kd + 2 * vd, rows(0, 2 * dk + 2 * rho * dv)));
+      KASSIGN(ba_, linear("in_proj_ba", 2 * nv, rows(0, 2 * rho)));
       for (Tensor* t : {&qkvz_, &ba_}) lc.be.prepare_weight(*t, lc.act);
     } else {
-      KASSIGN(qkv_, load_linear(lc.src, p + "in_proj_qkv", l_.conv_dim(), H_, c, lc.store));
-      KASSIGN(z_, load_linear(lc.src, p + "in_proj_z", vd, H_, c, lc.store));
-      KASSIGN(b_, load_linear(lc.src, p + "in_proj_b", nv, H_, c, lc.store));
-      KASSIGN(a_, load_linear(lc.src, p + "in_proj_a", nv, H_, c, lc.store));
-      for (Tensor* t : {&qkv_, &z_, &b_, &a_}) lc.be.prepare_weight(*t, lc.act);
+      // [q | k | v]: a rank's heads are a run of rows in each part.
+      const int64_t cd = whole.conv_dim();
+      KASSIGN(q_, linear("in_proj_qkv", cd, rows(0, dk)));
+      KASSIGN(k_, linear("in_proj_qkv", cd, rows(kd, dk)));
+      KASSIGN(v_, linear("in_proj_qkv", cd, rows(2 * kd, rho * dv)));
+      KASSIGN(z_, linear("in_proj_z", vd, rows(0, rho * dv)));
+      KASSIGN(b_, linear("in_proj_b", nv, rows(0, rho)));
+      KASSIGN(a_, linear("in_proj_a", nv, rows(0, rho)));
+      for (Tensor* t : {&q_, &k_, &v_, &z_, &b_, &a_}) lc.be.prepare_weight(*t, lc.act);
     }
-    KASSIGN(out_, load_linear(lc.src, p + "out_proj", H_, vd, c, lc.store));
+    KASSIGN(out_, load_linear(lc.src, p + "out_proj", H_, vd, c, lc.store,
+                              lc.tp ? lc.tp->hidden : IndexRange{}));
     lc.be.prepare_weight(out_, lc.act);
-    KASSIGN(const Tensor conv,
-            lc.src.get(p + "conv1d.weight", Shape{l_.conv_dim(), 1, l_.conv_kernel}));
-    conv_.resize(size_t(l_.conv_dim() * l_.conv_kernel));
-    dequantize_row(conv.dtype, conv.data, conv_.data(), int64_t(conv_.size()));
-    KASSIGN(dt_bias_, load_vector(lc.src, p + "dt_bias", nv));
-    KASSIGN(decay_rate_, load_vector(lc.src, p + "A_log", nv));
+    const int64_t K = whole.conv_kernel;
+    KASSIGN(const Tensor conv, lc.src.get(p + "conv1d.weight", Shape{whole.conv_dim(), 1, K}));
+    std::vector<float> all(size_t(whole.conv_dim() * K));
+    dequantize_row(conv.dtype, conv.data, all.data(), int64_t(all.size()));
+    for (const IndexRange ch : {rows(0, dk), rows(kd, dk), rows(2 * kd, rho * dv)})
+      conv_.insert(conv_.end(), all.begin() + ch.begin * K, all.begin() + ch.end * K);
+    auto heads = [&](std::vector<float> v) {
+      return std::vector<float>(v.begin() + g.begin * rho, v.begin() + g.end * rho);
+    };
+    KASSIGN(std::vector<float> dt_bias, load_vector(lc.src, p + "dt_bias", nv));
+    KASSIGN(std::vector<float> a_log, load_vector(lc.src, p + "A_log", nv));
+    dt_bias_ = heads(std::move(dt_bias));
+    decay_rate_ = heads(std::move(a_log));
     for (float& v : decay_rate_) v = -std::exp(v);  // -exp(A_log), in f32 as the reference
     // The gated norm's weight is plain (not zero-centred).
     KASSIGN(norm_, load_vector(lc.src, p + "norm.weight", l_.value_head_dim));
@@ -73,12 +102,12 @@ class GatedDeltaNet final : public AttentionLayer {
     float* core = ctx.scratch.get(kSlotLinearOut, T * vd);
     recur(ctx, layer, y, b, a, core);
     gated_norm(ctx, core, z);
-    output_projection(ctx, out_, TpSplit::kAttention, core, T, out);
+    output_projection(ctx, out_, TpSplit::kLinearValue, core, T, out);
   }
 
   size_t weight_bytes() const override {
     size_t n = out_.nbytes();
-    for (const Tensor* t : {&qkvz_, &ba_, &qkv_, &z_, &b_, &a_})
+    for (const Tensor* t : {&qkvz_, &ba_, &q_, &k_, &v_, &z_, &b_, &a_})
       if (t->data != nullptr) n += t->nbytes();
     return n;
   }
@@ -91,9 +120,19 @@ class GatedDeltaNet final : public AttentionLayer {
     const int64_t T = ctx.num_tokens;
     const int64_t kd = l_.key_dim(), vd = l_.value_dim(), nv = l_.num_value_heads;
     if (!l_.fused_projections) {
-      const LinearJob jobs[4] = {{&qkv_, x}, {&z_, z}, {&b_, b}, {&a_, a}};
+      // q, k and v into their own rows of scratch, then side by side into x.
+      const int64_t cd = l_.conv_dim();
+      float* qkv = ctx.scratch.get(kSlotLinearConv, T * cd);
+      float *q = qkv, *k = q + T * kd, *v = k + T * kd;
+      const LinearJob jobs[6] = {{&q_, q}, {&k_, k}, {&v_, v}, {&z_, z}, {&b_, b}, {&a_, a}};
       ctx.be.linear_group(jobs, h, T);
-      ctx.round(x, T * l_.conv_dim());
+      for (int64_t t = 0; t < T; ++t) {
+        float* xt = x + t * cd;
+        std::copy_n(q + t * kd, kd, xt);
+        std::copy_n(k + t * kd, kd, xt + kd);
+        std::copy_n(v + t * vd, vd, xt + 2 * kd);
+      }
+      ctx.round(x, T * cd);
       ctx.round(z, T * vd);
       ctx.round(b, T * nv);
       ctx.round(a, T * nv);
@@ -263,10 +302,10 @@ class GatedDeltaNet final : public AttentionLayer {
     });
   }
 
-  LinearAttentionConfig l_;
+  LinearAttentionConfig l_;  // this rank's heads (all of them in one process)
   int64_t H_ = 0;
-  Tensor qkvz_, ba_;        // Qwen3-Next's grouped projections
-  Tensor qkv_, z_, b_, a_;  // Qwen3.5's flat ones
+  Tensor qkvz_, ba_;              // Qwen3-Next's grouped projections
+  Tensor q_, k_, v_, z_, b_, a_;  // Qwen3.5's flat ones (in_proj_qkv's three parts)
   Tensor out_;
   std::vector<float> conv_;        // [conv_dim, conv_kernel]
   std::vector<float> dt_bias_;     // [value heads]

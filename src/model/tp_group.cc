@@ -36,6 +36,8 @@ IndexRange tp_range(const TpShard& s, TpSplit split) {
       return s.vocab;
     case TpSplit::kExperts:
       return s.experts;
+    case TpSplit::kLinearValue:
+      return s.linear_value;
   }
   return {};
 }
@@ -49,13 +51,15 @@ int64_t TpGroup::width(TpSplit split) const {
     case TpSplit::kMoeIntermediate:
       return config_.moe.moe_intermediate_size;
     case TpSplit::kSharedIntermediate:
-      return config_.moe.num_shared_experts * config_.moe.moe_intermediate_size;
+      return config_.moe.shared_expert_width();
     case TpSplit::kHidden:
       return config_.hidden_size;
     case TpSplit::kVocab:
       return config_.vocab_size;
     case TpSplit::kExperts:
       return config_.moe.num_experts;
+    case TpSplit::kLinearValue:
+      return config_.linear.value_dim();
   }
   return 0;
 }

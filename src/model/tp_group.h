@@ -29,7 +29,8 @@ enum class TpSplit {
   kSharedIntermediate,
   kHidden,
   kVocab,
-  kExperts  // whole routed experts (expert parallelism)
+  kExperts,     // whole routed experts (expert parallelism)
+  kLinearValue  // the linear-attention layers' value features
 };
 
 // The features of `split` that `shard` holds (kAttention: in heads; kExperts: experts).

@@ -41,12 +41,6 @@ Expected<TpShard> plan_tp_shard(const ModelConfig& c, int rank, int size, bool e
   if (dp.size < 1 || dp.rank < 0 || dp.rank >= dp.size)
     return make_error("expert parallelism: data-parallel rank {} of {} is not a rank", dp.rank,
                       dp.size);
-  if (c.linear.enabled() && (size > 1 || expert_parallel))
-    return make_error(
-        "tensor and expert parallelism are not supported for models with linear-attention "
-        "layers ({}) yet; run --tensor-parallel-size 1 without --enable-expert-parallel (data "
-        "parallelism works)",
-        c.architecture);
   TpShard s;
   s.rank = rank;
   s.size = size;
@@ -99,7 +93,20 @@ Expected<TpShard> plan_tp_shard(const ModelConfig& c, int rank, int size, bool e
   } else {
     s.moe_intermediate = features(c.moe.moe_intermediate_size);
   }
-  s.shared_intermediate = features(c.moe.num_shared_experts * c.moe.moe_intermediate_size);
+  s.shared_intermediate = features(c.moe.shared_expert_width());
+  if (c.linear.enabled()) {
+    // Whole key heads per rank, each with its value heads (the recurrence mixes a key head's
+    // q and k into its value heads' state only).
+    if (c.linear.num_key_heads < size)
+      return make_error(
+          "--tensor-parallel-size {}: the model's linear-attention layers have only {} key "
+          "heads (one rank needs at least one)",
+          size, c.linear.num_key_heads);
+    s.linear_key_heads = split_range(c.linear.num_key_heads, rank, size);
+    const int64_t per_key = c.linear.value_heads_per_key_head() * c.linear.value_head_dim;
+    s.linear_value =
+        IndexRange{s.linear_key_heads.begin * per_key, s.linear_key_heads.end * per_key};
+  }
   if ((c.hidden_size + align - 1) / align < size)
     return make_error(
         "--tensor-parallel-size {}: the hidden state has {} features, fewer than one "

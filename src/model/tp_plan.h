@@ -1,7 +1,8 @@
 // model/tp_plan.h — which part of each layer a tensor-parallel rank holds (issue 20): a
-// contiguous range of attention heads with the KV heads they read, of the MLP's (and each
-// expert's) intermediate features, of the hidden features (the output projections' rows) and of
-// the vocabulary. The loader takes each linear's rows of the rank's output features; the model
+// contiguous range of attention heads with the KV heads they read, of the linear-attention
+// layers' key heads (each with its value heads and their recurrent state), of the MLP's (and
+// each expert's) intermediate features, of the hidden features (the output projections' rows) and
+// of the vocabulary. The loader takes each linear's rows of the rank's output features; the model
 // all-gathers what the next layer needs (model/tp_group.h).
 //
 // vLLM requires every count to divide by the TP size. Kestrel splits as evenly as the structure
@@ -40,9 +41,13 @@ struct TpShard {
   IndexRange kv_heads;             // the KV heads those query heads read (a replicated one: size 1)
   IndexRange intermediate;         // dense MLP features
   IndexRange moe_intermediate;     // each routed expert's features (MoE models)
-  IndexRange shared_intermediate;  // the shared experts' features, as one MLP (DeepSeek)
-  IndexRange hidden;               // the output projections' (o, down) rows
-  IndexRange vocab;                // embedding and LM-head rows
+  IndexRange shared_intermediate;  // the shared expert(s)' features, as one MLP
+  // Gated DeltaNet: the key heads with their value heads, and those value heads' features (the
+  // recurrence's output, gathered before out_proj); empty for models without such layers.
+  IndexRange linear_key_heads;
+  IndexRange linear_value;
+  IndexRange hidden;  // the output projections' (o, down) rows
+  IndexRange vocab;   // embedding and LM-head rows
   // Expert parallelism (whole_experts): the routed experts this rank holds whole — none when
   // there are more ranks than experts; otherwise every expert is split by its features.
   bool whole_experts = false;

@@ -78,6 +78,12 @@ class TransformerModel final : public CausalLM {
       rank_cfg_.num_attention_heads = tp_.shard.q_heads.size();
       rank_cfg_.num_key_value_heads = tp_.shard.kv_heads.size();
       rank_cfg_.intermediate_size = tp_.shard.intermediate.size();
+      if (cfg_.linear.enabled()) {
+        // The recurrent state a rank keeps: its key heads' and their value heads'.
+        rank_cfg_.linear.num_key_heads = tp_.shard.linear_key_heads.size();
+        rank_cfg_.linear.num_value_heads =
+            tp_.shard.linear_key_heads.size() * cfg_.linear.value_heads_per_key_head();
+      }
       tp_group_ = std::make_unique<TpGroup>(cfg_, tp_);
     }
     if (tp_.experts_sharded())

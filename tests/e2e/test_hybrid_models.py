@@ -2,9 +2,10 @@
 serve` with the Qwen3.5 guide's cache flags: concurrent greedy requests reproduce transformers'
 continuations, a repeated prompt resumes from a linear-attention state checkpoint (the prefix
 cache's hit counter moves by the tokens it skipped) with the same answer, two data-parallel
-engines serve it together, MTP speculative decoding rolls the state back past rejected drafts,
-the start-up log states what the state slots cost, and what these models cannot do yet (a hybrid
-draft model, tensor parallelism, KV transfer) stops serve with the reason. The fixtures have no tokenizer, so prompts go in as token ids."""
+engines serve it together, tensor-parallel ranks (with expert parallelism) each keep their key
+heads' states, MTP speculative decoding rolls the state back past rejected drafts, the start-up
+log states what the state slots cost, and what these models cannot do yet (a hybrid draft model,
+more ranks than key heads, KV transfer) stops serve with the reason. The fixtures have no tokenizer, so prompts go in as token ids."""
 
 import concurrent.futures
 import json
@@ -74,11 +75,35 @@ def test_mtp_drafts_keep_the_greedy_continuations(start_server, fixture, method)
     assert drafted > 0 and accepted < drafted, (drafted, accepted)
 
 
+@pytest.mark.parametrize("fixture,flags", [
+    ("qwen3_5_moe_bf16", ["--tensor-parallel-size", "2"]),
+    # The Qwen3.5 guide's single-node shape: TP with expert parallelism and MTP drafts.
+    ("qwen3_5_moe_f32", ["--tensor-parallel-size", "2", "--enable-expert-parallel",
+                         "--speculative-config", '{"method": "qwen3_5_mtp", "num_speculative_tokens": 3}']),
+    ("qwen3_next_bf16", ["--tensor-parallel-size", "2", "--distributed-executor-backend", "mp"]),
+])
+def test_tensor_parallel_ranks_each_keep_their_heads_states(start_server, fixture, flags):
+    golden = json.loads((FIXTURES / fixture / "golden.json").read_text())
+    srv = start_server("--max-model-len", "256", "--block-size", "16", "--enable-prefix-caching",
+                       "--no-disable-hybrid-kv-cache-manager", *flags,
+                       model_path=FIXTURES / fixture)
+    assert "per rank" in srv.log()  # the state slots are each rank's heads'
+    prompts, want = golden["prompts"], golden["greedy"]
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        got = list(pool.map(lambda p: greedy_tokens(srv.base_url, srv.model, p, len(want[0])),
+                            prompts * 2))
+    assert got == want * 2
+    # A repeat resumes from the checkpoint every rank kept of its heads' state.
+    before = metric(scrape(srv.base_url), "vllm:prefix_cache_hits_total")
+    assert greedy_tokens(srv.base_url, srv.model, prompts[2], len(want[2])) == want[2]
+    assert metric(scrape(srv.base_url), "vllm:prefix_cache_hits_total") - before == 32
+
+
 @pytest.mark.parametrize("flags,reason", [
     (["--speculative-config", json.dumps({"method": "draft_model", "num_speculative_tokens": 2,
                                           "model": str(FIXTURES / "qwen3_5_bf16")})],
      "has linear-attention layers"),
-    (["--tensor-parallel-size", "2"], "not supported for models with linear-attention layers"),
+    (["--tensor-parallel-size", "4"], "linear-attention layers have only 2 key heads"),
     (["--kv-transfer-config",
       '{"kv_connector": "MooncakeConnectorV1", "kv_role": "kv_producer"}'],
      "keep a recurrent state per sequence"),

@@ -118,26 +118,28 @@ Expected<Group> start_group(const std::string& fixture, int size, int64_t budget
     co.abort = abort;
     return ShmComm::connect(co);
   };
-  KASSIGN(
-      auto workers,
-      WorkerProcesses::spawn(
-          size - 1,
-          [&](int rank) {
-            auto comm = connect(rank, nullptr);
-            if (!comm.ok()) return 3;
-            auto leader = HostCommWorker::connect(endpoint, rank);
-            if (!leader.ok()) return 4;
-            auto lm = load_model(load_options(fixture, rank, size, comm->get()));
-            if (!lm.ok()) return 5;
-            CausalLM& model = *(*lm)->model;
-            return run_worker(**leader, [&](int32_t) -> Expected<std::unique_ptr<Executor>> {
-              if (fault == Fault::kRunnerFails)
-                return make_error("no memory for the KV cache (injected)");
-              KASSIGN(auto runner, make_runner(model, scheduler_config(model, budget), spec));
-              return std::unique_ptr<Executor>(std::make_unique<RunnerExecutor>(std::move(runner)));
-            });
-          },
-          group_abort));
+  KASSIGN(auto workers,
+          WorkerProcesses::spawn(
+              size - 1,
+              [&](int rank) {
+                auto comm = connect(rank, nullptr);
+                if (!comm.ok()) return 3;
+                auto leader = HostCommWorker::connect(endpoint, rank);
+                if (!leader.ok()) return 4;
+                auto lm = load_model(load_options(fixture, rank, size, comm->get()));
+                if (!lm.ok()) return 5;
+                CausalLM& model = *(*lm)->model;
+                return run_worker(
+                    **leader, [&](const WorkerKvPlan&) -> Expected<std::unique_ptr<Executor>> {
+                      if (fault == Fault::kRunnerFails)
+                        return make_error("no memory for the KV cache (injected)");
+                      KASSIGN(auto runner,
+                              make_runner(model, scheduler_config(model, budget), spec));
+                      return std::unique_ptr<Executor>(
+                          std::make_unique<RunnerExecutor>(std::move(runner)));
+                    });
+              },
+              group_abort));
   Group g;
   g.worker_pid = workers->pid(1);
   // Rank 0's collectives give up on the wider group's flag when there is one (as under expert
@@ -152,7 +154,7 @@ Expected<Group> start_group(const std::string& fixture, int size, int64_t budget
   KASSIGN(auto runner, make_runner(model, c, spec));
   KASSIGN(auto executor,
           MultiprocExecutor::start(std::move(workers), std::move(leader), std::move(runner),
-                                   c.num_blocks, milliseconds(30000)));
+                                   WorkerKvPlan{c.num_blocks}, milliseconds(30000)));
   g.engine = std::make_unique<EngineCore>(std::move(executor), c, std::vector<int32_t>{});
   return g;
 }

@@ -1,6 +1,7 @@
 // Tensor parallelism across real processes (fork, shared-memory all-gathers): GQA models split
 // over 2 or 4 ranks (query heads with their KV heads, MLP, hidden and vocabulary features),
-// Qwen3-MoE and DeepSeek-V3 (MLA heads, routed and shared experts) over 2, give every rank the
+// Qwen3-MoE and DeepSeek-V3 (MLA heads, routed and shared experts), Qwen3-Next and Qwen3.5
+// (linear-attention key heads with their state), give every rank the
 // logits of the unsplit model bit for bit, for prompts batched together, while each rank holds
 // only part of the weights; splits that cannot work are refused at load with the reason.
 #include <gtest/gtest.h>
@@ -49,7 +50,9 @@ LoadOptions options(const std::string& dir, int rank = 0, int size = 1, DeviceCo
 // Every prompt in one batch, logits of every row: [rows, vocab].
 std::vector<float> all_logits(CausalLM& model, const Prompts& p) {
   const int64_t V = model.config().vocab_size;
-  KVCacheStorage kv = model.make_kv_cache(64, kBlock);
+  // Hybrid models: prompt s keeps its recurrent state in slot s.
+  KVCacheStorage kv = model.make_kv_cache(64, kBlock, int32_t(p.ids.size()));
+  const bool state = model.config().linear.enabled();
   BatchBuilder bb(kBlock);
   std::vector<std::vector<int32_t>> tables;
   int32_t next = 1;
@@ -59,7 +62,8 @@ std::vector<float> all_logits(CausalLM& model, const Prompts& p) {
     tables.push_back(std::move(t));
   }
   for (size_t s = 0; s < p.ids.size(); ++s)
-    bb.add(p.ids[s], 0, tables[s], BatchBuilder::Logits::kAll);
+    bb.add(p.ids[s], 0, std::span<const std::vector<int32_t>>(&tables[s], 1), p.ids[s].size(),
+           state ? int32_t(s) : -1);
   std::vector<float> logits(size_t(p.rows * V));
   model.forward(bb.batch(), kv, logits.data());
   return logits;
@@ -146,6 +150,16 @@ INSTANTIATE_TEST_SUITE_P(MlaFixtures, TensorParallelForward,
                                                               "deepseek_v3_nolora_f32"),
                                             ::testing::Values(2, 4)));
 
+// Hybrid models: each rank holds whole linear-attention key heads with their value heads (their
+// projections' rows, conv channels, decays and recurrent state) and gathers the heads' outputs
+// before out_proj; the gated attention, MoE and gated shared expert split as above. Two key
+// heads per layer: two ranks.
+INSTANTIATE_TEST_SUITE_P(HybridFixtures, TensorParallelForward,
+                         ::testing::Combine(::testing::Values("qwen3_next_f32", "qwen3_next_bf16",
+                                                              "qwen3_5_f32", "qwen3_5_bf16",
+                                                              "qwen3_5_moe_f32"),
+                                            ::testing::Values(2)));
+
 // Expert parallelism: each rank holds whole experts (a contiguous range) and the ranks gather
 // their experts' rows before the combine: still the unsplit model's bits.
 class ExpertParallelForward : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
@@ -161,6 +175,9 @@ TEST_P(ExpertParallelForward, RanksAgreeAndMatchTheUnsplitModel) {
 INSTANTIATE_TEST_SUITE_P(MoeFixtures, ExpertParallelForward,
                          ::testing::Combine(::testing::Values("qwen3_moe_f32", "deepseek_v3_f32"),
                                             ::testing::Values(2, 4)));
+INSTANTIATE_TEST_SUITE_P(HybridFixtures, ExpertParallelForward,
+                         ::testing::Combine(::testing::Values("qwen3_5_moe_f32", "qwen3_next_f32"),
+                                            ::testing::Values(2)));
 
 // Refusals come before any collective, so a group that never communicates will do.
 class UnusedComm final : public DeviceComm {
@@ -194,6 +211,12 @@ TEST(TensorParallel, SplitsThatCannotWorkAreRefusedAtLoad) {
   ASSERT_FALSE(uneven.ok());
   EXPECT_NE(uneven.error().message.find("cannot be replicated evenly"), std::string::npos)
       << uneven.error().message;
+  // Two linear-attention key heads cannot go to four ranks.
+  auto heads = load_model(options(test::fixtures_dir() + "/models/qwen3_5_f32", 0, 4, &comm));
+  ASSERT_FALSE(heads.ok());
+  EXPECT_NE(heads.error().message.find("linear-attention layers have only 2 key heads"),
+            std::string::npos)
+      << heads.error().message;
 }
 
 }  // namespace

@@ -144,6 +144,34 @@ TEST(TpPlan, MlaKeepsTheLatentCacheOnEveryRank) {
   EXPECT_FALSE(plan_tp_shard(c, 0, 2, true, DataParallelPlace{2, 2}).ok());
 }
 
+// Qwen3.5-397B's Gated DeltaNet (16 key heads of 4 value heads of 128) over 8 ranks, and an
+// uneven split of 3 key heads over 2; its gated shared expert splits like a dense MLP.
+TEST(TpPlan, LinearAttentionKeyHeadsGoWholeWithTheirValueHeads) {
+  ModelConfig c = gqa(32, 2, 0, 512);
+  c.linear.num_key_heads = 16;
+  c.linear.num_value_heads = 64;
+  c.linear.key_head_dim = c.linear.value_head_dim = 128;
+  c.moe.moe_intermediate_size = 1024;
+  c.moe.shared_expert_intermediate_size = 1024;
+  for (int r = 0; r < 8; ++r) {
+    auto s = plan_tp_shard(c, r, 8);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_EQ(s->linear_key_heads, (IndexRange{2 * r, 2 * r + 2}));
+    EXPECT_EQ(s->linear_value, (IndexRange{1024 * r, 1024 * r + 1024}));
+    EXPECT_EQ(s->shared_intermediate, (IndexRange{128 * r, 128 * r + 128}));
+  }
+  c.linear.num_key_heads = 3;
+  c.linear.num_value_heads = 6;
+  auto first = plan_tp_shard(c, 0, 2), second = plan_tp_shard(c, 1, 2);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(first->linear_key_heads, (IndexRange{0, 2}));
+  EXPECT_EQ(second->linear_key_heads, (IndexRange{2, 3}));
+  EXPECT_EQ(second->linear_value, (IndexRange{512, 768}));
+  auto too_many = plan_tp_shard(c, 0, 4);
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.error().message.find("only 3 key heads"), std::string::npos);
+}
+
 TEST(TpPlan, SplitsThatCannotWorkAreRefusedWithTheReason) {
   auto more_ranks_than_heads = plan_tp_shard(gqa(2, 2, 1024, 512), 0, 4);
   ASSERT_FALSE(more_ranks_than_heads.ok());
