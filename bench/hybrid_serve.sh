@@ -4,11 +4,14 @@
 # experts of 512 features, top-8, the gated shared expert, bf16):
 #   1. decode: `kestrel bench latency` at 16 and 48 outputs after a 32-token prompt, batch 1;
 #      one decode step = the difference / 32 (docs/benchmarks.md has the bytes it reads);
+#   3. (PARTS=3) decode with the MTP layer drafting k = 3 against plain decode, alternating,
+#      the same latency runs: with dummy weights the drafts are all rejected, so this measures
+#      what a verify step costs (4 rows, the MTP passes, the state snapshots and the rollback);
 #   2. a shared-prefix workload: `kestrel bench serve`, random prompts of a 512-token shared
 #      prefix + 32 own tokens, 16 outputs, 32 requests, 4 at a time, against the server with
 #      prefix caching (state checkpoints) and without, alternating; prints mean TTFT and the
 #      server's prefix-cache hit rate (vllm:prefix_cache_hits_total / queries_total).
-#   bash bench/hybrid_serve.sh [RUNS] [BIN]   (default: 2 runs of build/src/kestrel)
+#   bash bench/hybrid_serve.sh [RUNS] [BIN]   (default: 2 runs of build/src/kestrel; PARTS=123)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-2}
@@ -21,21 +24,45 @@ trap tp_stop_server EXIT
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 metric() { curl -s "http://127.0.0.1:$PORT/metrics" | awk -v m="$1" '$1 ~ "^"m {s += $2} END {print s + 0}'; }
 
+PARTS=${PARTS:-123}
+# Seconds of one batch-1 latency run: 32-token prompt, $1 outputs, optional speculative config $2.
+latency() {
+  "$BIN" bench latency -m "$MODEL" --load-format dummy --tokenizer "$TOK" --threads 2 \
+    --input-len 32 --output-len "$1" --batch-size 1 --num-iters-warmup 1 --num-iters 3 \
+    --max-model-len 1024 --kv-cache-memory 256M ${2:+--speculative-config "$2"} 2>&1 |
+    sed -nE 's/^Avg latency: ([0-9.]+) seconds/\1/p'
+}
+step_ms() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", (b - a) / 32 * 1000}'; }
+
+if [[ $PARTS == *1* ]]; then
 echo "== 1. decode, batch 1, 32-token prompt"
 declare -A lat
 for run in $(seq "$RUNS"); do
   for o in 16 48; do
-    l=$("$BIN" bench latency -m "$MODEL" --load-format dummy --tokenizer "$TOK" --threads 2 \
-        --input-len 32 --output-len "$o" --batch-size 1 --num-iters-warmup 1 --num-iters 3 \
-        --max-model-len 1024 --kv-cache-memory 256M 2>&1 |
-        sed -nE 's/^Avg latency: ([0-9.]+) seconds/\1/p')
+    l=$(latency "$o")
     lat[$o]+="$l "
     echo "run $run, $o outputs: $l s"
   done
 done
 a=$(median ${lat[16]}) b=$(median ${lat[48]})
-echo "median: $a s (16 outputs), $b s (48 outputs): $(awk -v a="$a" -v b="$b" \
-  'BEGIN {printf "%.1f ms per decode step, %.1f tok/s", (b - a) / 32 * 1000, 32 / (b - a)}')"
+echo "median: $a s (16 outputs), $b s (48 outputs): $(step_ms "$a" "$b") ms per decode step"
+fi
+
+if [[ $PARTS == *3* ]]; then
+echo "== 3. decode with MTP drafts (k = 3, all rejected on dummy weights) against plain"
+MTP='{"method":"qwen3_5_mtp","num_speculative_tokens":3}'
+declare -A spec
+for run in $(seq "$RUNS"); do
+  for mode in plain mtp; do
+    cfg=""; [ "$mode" = mtp ] && cfg=$MTP
+    a=$(latency 16 "$cfg") b=$(latency 48 "$cfg")
+    spec[$mode]+="$(step_ms "$a" "$b") "
+    echo "run $run, $mode: $(step_ms "$a" "$b") ms per decode step"
+  done
+done
+echo "median ms per decode step: plain $(median ${spec[plain]}), mtp $(median ${spec[mtp]})"
+fi
+[[ $PARTS == *2* ]] || exit 0
 
 echo "== 2. shared 512-token prefix + 32 own tokens, 16 outputs, 32 requests, 4 at a time"
 declare -A ttft rate
