@@ -41,6 +41,9 @@ class Backend {
   // out = silu(gate)·up. With act BF16/F16, gate and up are first rounded to act, then silu(gate)
   // and the product: one pass for what the reference computes on rounded tensors.
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t n, DType act) = 0;
+  // out = gelu_tanh(gate)·up (Gemma's GELU with the tanh approximation), rounded as silu_mul.
+  virtual void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n,
+                             DType act) = 0;
   // Runs host work split in chunks of at least `grain` items on the backend's CPU threads.
   virtual void parallel_for(int64_t n, int64_t grain,
                             const std::function<void(int64_t, int64_t)>& fn) = 0;

@@ -50,7 +50,7 @@ class DenseMlp final : public FfnLayer {
     const LinearJob gate_up[2] = {{&gate_, g}, {&up_, u}};
     ctx.be.linear_group(gate_up, h, m);
     if (gelu_) {
-      gelu_tanh_mul(ctx, g, u, m * I_);
+      ctx.be.gelu_tanh_mul(g, u, g, m * I_, ctx.act);  // Gemma's activation, rounded likewise
     } else {
       ctx.be.silu_mul(g, u, g, m * I_, ctx.act);  // rounds g and u first, and the product
     }
@@ -67,22 +67,6 @@ class DenseMlp final : public FfnLayer {
   }
 
  private:
-  // g = gelu_tanh(g) · u (Gemma's activation), each rounded where the reference stores it.
-  static void gelu_tanh_mul(const LayerContext& ctx, float* g, float* u, int64_t n) {
-    ctx.round(g, n);
-    ctx.round(u, n);
-    ctx.be.parallel_for(n, 4096, [&](int64_t b, int64_t e) {
-      constexpr float kSqrt2OverPi = 0.7978845608028654f;
-      for (int64_t i = b; i < e; ++i) {
-        const float x = g[i];
-        g[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
-      }
-      ctx.be.round_to(ctx.act, g + b, e - b);
-      for (int64_t i = b; i < e; ++i) g[i] *= u[i];
-      ctx.be.round_to(ctx.act, g + b, e - b);
-    });
-  }
-
   int64_t H_ = 0, I_ = 0;
   bool gelu_ = false;
   TpSplit split_ = TpSplit::kIntermediate;

@@ -354,6 +354,31 @@ TEST_F(BackendConformance, SiluMul) {
   });
 }
 
+// gelu_tanh_mul past the parallel grain: one and two threads give the same bits, aliasing out
+// onto gate too, and each value is within 16 (1 + |2u|) ulps of 0.5 x (1 + tanh(u)) in float64
+// (e^(-2u) scales the argument's rounding by |2u|).
+TEST_F(BackendConformance, GeluTanhMul) {
+  std::mt19937 rng(7);
+  const int64_t n = 40003;
+  const std::vector<float> g = randn(size_t(n), rng, 0.0f, 4.0f), u = randn(size_t(n), rng);
+  std::vector<float> s1(size_t(n), kNaN), s2 = s1, alias = g;
+  one->gelu_tanh_mul(g.data(), u.data(), s1.data(), n, DType::F32);
+  two->gelu_tanh_mul(g.data(), u.data(), s2.data(), n, DType::F32);
+  two->gelu_tanh_mul(alias.data(), u.data(), alias.data(), n, DType::F32);
+  EXPECT_TRUE(same_bits(s1, s2));
+  EXPECT_TRUE(same_bits(alias, s2)) << "out aliasing gate";
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = g[size_t(i)];
+    const double inner = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    const double want = x / (1 + std::exp(-2 * inner)) * u[size_t(i)];  // = 0.5 x (1 + tanh)
+    const double tol = 16 * kU * (1 + 2 * std::fabs(inner)) * std::fabs(want) + 1e-37;
+    if (std::fabs(s2[size_t(i)] - want) > tol && bad++ < 3)
+      ADD_FAILURE() << "gelu_tanh_mul " << i << ": " << s2[size_t(i)] << " want " << want;
+  }
+  EXPECT_EQ(bad, 0);
+}
+
 // With bf16/f16 activations silu_mul rounds gate and up first, then silu(gate) and the product:
 // the same bits as rounding each tensor in its own pass around f32 silu and products.
 TEST_F(BackendConformance, SiluMulRoundsToTheActivationDtype) {

@@ -93,6 +93,35 @@ TEST(SiluMul, MatchesFloat64) {
   }
 }
 
+// Gemma's GELU: against float64, over both tails of the tanh and with
+// a length that leaves a partial group of eight; bf16 rounds the inputs, the GELU and the product.
+TEST(GeluTanhMul, MatchesFloat64) {
+  auto g = randn(1003, 8, 4.0f);
+  auto u = randn(1003, 9);
+  std::vector<float> out(g.size());
+  gelu_tanh_mul(g.data(), u.data(), out.data(), int64_t(g.size()));
+  // 0.5 x (1 + tanh(u)) as x / (1 + e^(-2u)): equal, and without the cancellation that makes
+  // the first form inexact in float64 too where tanh(u) is near -1.
+  auto gelu = [](double x) {
+    return x / (1.0 + std::exp(-2.0 * 0.7978845608028654 * (x + 0.044715 * x * x * x)));
+  };
+  // e^(-2u) turns the argument's f32 rounding into a relative error of about |2u| ulps (the
+  // function's own condition number there), which the bound allows.
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double x = g[i], two_u = 2 * 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    const double ref = gelu(x) * u[i];
+    EXPECT_NEAR(out[i], ref, 1e-6 * (1 + std::fabs(two_u)) * std::fabs(ref) + 1e-30) << "x = " << x;
+  }
+  std::vector<float> b(g.size());
+  gelu_tanh_mul(g.data(), u.data(), b.data(), int64_t(g.size()), DType::BF16);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const float x = round_to(DType::BF16, g[i]), y = round_to(DType::BF16, u[i]);
+    const float want = round_to(DType::BF16, round_to(DType::BF16, float(gelu(x))) * y);
+    // One bf16 step of the GELU at most, where f32's last bits decide the rounding.
+    EXPECT_NEAR(b[i], want, std::fabs(want) * 0.0079 + 1e-30) << "x = " << g[i];
+  }
+}
+
 TEST(Embedding, GathersAndDequantizesRows) {
   const int64_t V = 9, H = 64;
   auto table = randn(V * H, 7);

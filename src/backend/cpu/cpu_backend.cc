@@ -70,6 +70,12 @@ class CpuBackend final : public Backend {
         cpu::silu_mul(gate + b, up + b, out + b, e - b, act);
     });
   }
+  void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n,
+                     DType act) override {
+    pool_.parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+      cpu::gelu_tanh_mul(gate + b, up + b, out + b, e - b, act);
+    });
+  }
   void parallel_for(int64_t n, int64_t grain,
                     const std::function<void(int64_t, int64_t)>& fn) override {
     pool_.parallel_for(n, grain, fn);

@@ -23,6 +23,11 @@ void add_rms_norm(float* x, const float* y, const float* w, float eps, int64_t r
 // out[i] = silu(gate[i]) * up[i]; out may alias gate or up. With act BF16/F16:
 // r(silu(r(gate[i])) * r(up[i])), r rounding to act (round_to's bits).
 void silu_mul(const float* gate, const float* up, float* out, int64_t n, DType act = DType::F32);
+// out[i] = gelu_tanh(gate[i]) * up[i], rounded as silu_mul: 0.5 x (1 + tanh(u)) with
+// u = sqrt(2/pi) (x + 0.044715 x^3), computed as x / (1 + e^(-2u)) (the same function; no
+// cancellation where tanh(u) is near -1). One implementation for every ISA.
+void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n,
+                   DType act = DType::F32);
 // silu_mul with AVX-512 (the same bits); false, doing nothing, where this build lacks it. The
 // caller checks that the CPU has AVX-512.
 bool silu_mul_avx512(const float* gate, const float* up, float* out, int64_t n, DType act);
