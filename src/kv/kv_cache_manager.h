@@ -103,6 +103,8 @@ class KVCacheManager {
   bool checkpoints_state() const { return state_.present && checkpoints_.num_slots() > 0; }
   std::optional<int32_t> reserve_checkpoint(std::span<const BlockHash> block_hashes,
                                             int64_t num_blocks);
+  // Frees the committed checkpoint after the blocks hashed `h` (a request's superseded one).
+  void release_checkpoint(const BlockHash& h) { checkpoints_.release(h); }
   void commit_checkpoints() { checkpoints_.commit(); }
   void abort_checkpoints() { checkpoints_.abort(); }
 

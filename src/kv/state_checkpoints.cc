@@ -38,6 +38,11 @@ std::optional<int32_t> StateCheckpoints::reserve(const BlockHash& h) {
   return slot;
 }
 
+void StateCheckpoints::release(const BlockHash& h) {
+  const auto it = by_hash_.find(h);
+  if (it != by_hash_.end() && it->second->committed) erase(it->second);
+}
+
 void StateCheckpoints::commit() {
   for (const Lru::iterator it : pending_) it->committed = true;
   pending_.clear();

@@ -33,6 +33,8 @@ class StateCheckpoints {
   // one when all are taken; none when `h` already has one (the same prefix: the same state) or
   // there are no slots.
   std::optional<int32_t> reserve(const BlockHash& h);
+  // Frees the committed checkpoint after the blocks hashed `h`, if there is one.
+  void release(const BlockHash& h);
   // The reservations since the last commit become findable (their step ran) or are dropped
   // (it failed: nothing was written).
   void commit();

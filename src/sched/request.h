@@ -84,6 +84,9 @@ struct Request {
   // Chained hashes of its full blocks of all_token_ids (with cache_keys), extended as tokens
   // arrive, so a waiting request's prefix lookup hashes nothing; empty without prefix caching.
   std::vector<BlockHash> block_hashes;
+  // Linear-attention models: the state checkpoint its decoding last saved (one is kept per
+  // request, the latest: what a follow-up turn that repeats the answer resumes from).
+  std::optional<BlockHash> decode_checkpoint;
   RequestSampling sampling;
   StopRules stop;
   // Speculative tokens proposed after the last token, verified by the next step that reaches it.

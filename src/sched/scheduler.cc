@@ -109,14 +109,28 @@ int64_t Scheduler::align_to_checkpoint(const Request& req, int64_t start, int64_
   return start < last && end > last ? last - start : num_new;
 }
 
-void Scheduler::save_checkpoint(const Request& req, int64_t num_new, SchedulerOutput& out) {
-  // Boundaries a hit can resume from: never past the one before the prompt's last token.
+void Scheduler::save_checkpoint(Request& req, int64_t num_new, SchedulerOutput& out) {
   const int64_t end = req.num_computed_tokens + num_new;
-  if (!config_.enable_prefix_caching || end % config_.block_size != 0 ||
-      end > req.num_prompt_tokens() - 1)
+  if (!config_.enable_prefix_caching || end % config_.block_size != 0) return;
+  // In the prompt: every boundary before its last token (where a repeat of it can resume).
+  if (end <= req.num_prompt_tokens() - 1) {
+    if (const auto slot = kv_.reserve_checkpoint(req.block_hashes, end / config_.block_size))
+      out.state_saves.push_back(StateCheckpointCopy{req.id, *slot});
     return;
-  if (const auto slot = kv_.reserve_checkpoint(req.block_hashes, end / config_.block_size))
+  }
+  // Past it, a step ending on a boundary keeps the state there for a later prompt that repeats
+  // this one and its output (a chat's next turn), one per request: the new one replaces the
+  // last. Not a step with drafts: its state after the step is that of the accepted tokens.
+  const bool drafts = num_new > req.num_tokens() - req.num_computed_tokens;
+  const size_t blocks = size_t(end / config_.block_size);
+  if (drafts || blocks > req.block_hashes.size()) return;
+  // The old one goes first, so its slot is the one the new one takes (not another prefix's).
+  if (req.decode_checkpoint) kv_.release_checkpoint(*req.decode_checkpoint);
+  req.decode_checkpoint.reset();
+  if (const auto slot = kv_.reserve_checkpoint(req.block_hashes, int64_t(blocks))) {
     out.state_saves.push_back(StateCheckpointCopy{req.id, *slot});
+    req.decode_checkpoint = req.block_hashes[blocks - 1];
+  }
 }
 
 void Scheduler::add_to_output(Request& req, int64_t num_new, SchedulerOutput& out) {

@@ -158,8 +158,9 @@ class Scheduler {
   // block boundary (see SchedulerConfig::has_recurrent_state).
   int64_t align_to_checkpoint(const Request& req, int64_t start, int64_t num_new) const;
   // Reserves a checkpoint for the state after this step's tokens of `req` when they end on a
-  // block boundary within the prompt, and asks the worker to save it.
-  void save_checkpoint(const Request& req, int64_t num_new, SchedulerOutput& out);
+  // block boundary (before the prompt's last token; past it, one kept per request for a step
+  // without drafts), and asks the worker to save it.
+  void save_checkpoint(Request& req, int64_t num_new, SchedulerOutput& out);
   // Frees the newest running request and requeues it at the front of the waiting queue.
   Request* preempt_newest();
   // give_back_preempted: the newest running request ends (finished, its blocks freed).

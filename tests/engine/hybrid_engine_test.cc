@@ -2,8 +2,9 @@
 // Each running request's recurrent state lives in its own slot, so batching, chunked prefill at
 // odd sizes, waiting for a free slot and preemption all give the transformers reference's greedy
 // tokens. With prefix caching a repeated or extended prompt resumes from a state checkpoint at a
-// block boundary: the same tokens as a cold run, the cached-token count the checkpoint allows,
-// and nothing hit without checkpoints.
+// block boundary — also one that a request's decoding kept, for a chat's next turn: the same
+// tokens as a cold run, the cached-token count the checkpoint allows, and nothing hit without
+// checkpoints.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -158,6 +159,33 @@ TEST_P(HybridEngine, AnExtendedPromptResumesWhereTheFirstOneLeftItsState) {
   EXPECT_EQ(r.num_cached_tokens, int64_t(prompts_[1].size() - 1) / 4 * 4);
 }
 
+// A chat's next turn repeats the first turn's prompt and answer: it resumes from the state the
+// first request's decoding kept at its last block boundary, past its prompt, and gives the
+// tokens of a cold run.
+TEST_P(HybridEngine, ANextTurnResumesFromTheAnswersLastBoundary) {
+  EngineCore engine(*lm_->model, config(256, true, 16), {});
+  add(engine, "first", prompts_[1]);
+  const Result first = run(engine)["first"];
+  ASSERT_EQ(first.tokens, greedy_[1]);
+  std::vector<int32_t> next = prompts_[1];
+  next.insert(next.end(), first.tokens.begin(), first.tokens.end());
+  next.insert(next.end(), prompts_[0].begin(), prompts_[0].end());
+  std::vector<int32_t> reference;
+  {
+    EngineCore cold(*lm_->model, config(256, false), {});
+    add(cold, "x", next);
+    reference = run(cold)["x"].tokens;
+  }
+  add(engine, "next", next);
+  const Result r = run(engine)["next"];
+  EXPECT_EQ(r.tokens, reference);
+  // The first request's K/V covers all its tokens but the last sampled one (19 + 16 - 1 = 34):
+  // its last boundary is 32, past the prompt's last one (16).
+  const int64_t computed = int64_t(prompts_[1].size() + first.tokens.size()) - 1;
+  EXPECT_EQ(r.num_cached_tokens, computed / 4 * 4);
+  EXPECT_GT(r.num_cached_tokens, int64_t(prompts_[1].size()));
+}
+
 TEST_P(HybridEngine, WithoutCheckpointsNothingIsHit) {
   EngineCore engine(*lm_->model, config(256, true, 0), {});
   add(engine, "a", prompts_[2]);
@@ -169,21 +197,35 @@ TEST_P(HybridEngine, WithoutCheckpointsNothingIsHit) {
 }
 
 TEST_P(HybridEngine, EvictedCheckpointsAreNotHit) {
-  // One checkpoint: the second prompt's boundaries take it over from the first's.
-  EngineCore engine(*lm_->model, config(256, true, 1), {});
-  add(engine, "a", prompts_[1]);
+  // Two checkpoints: the second prompt's (its last boundary before its last token, and its end,
+  // 40 tokens) take them over from the first's. One output each, so that no decoding step
+  // saves one more.
+  EngineCore engine(*lm_->model, config(256, true, 2), {});
+  add(engine, "a", prompts_[1], 1);
   run(engine);
-  add(engine, "b", prompts_[2]);
+  add(engine, "b", prompts_[2], 1);
   run(engine);
   // again_b first: again_a's own save would otherwise take the one checkpoint before again_b
   // looks it up.
-  add(engine, "again_b", prompts_[2]);
-  add(engine, "again_a", prompts_[1]);
+  add(engine, "again_b", prompts_[2], 1);
+  add(engine, "again_a", prompts_[1], 1);
   auto results = run(engine);
-  EXPECT_EQ(results["again_a"].tokens, greedy_[1]);
+  EXPECT_EQ(results["again_a"].tokens, std::vector<int32_t>(1, greedy_[1][0]));
   EXPECT_EQ(results["again_a"].num_cached_tokens, 0);
-  EXPECT_EQ(results["again_b"].tokens, greedy_[2]);
+  EXPECT_EQ(results["again_b"].tokens, std::vector<int32_t>(1, greedy_[2][0]));
   EXPECT_EQ(results["again_b"].num_cached_tokens, int64_t(prompts_[2].size() - 1) / 4 * 4);
+}
+
+// Decoding keeps one checkpoint per request: a request's newer one replaces its older one, so
+// two checkpoint slots are enough for a prompt's own and the answer's latest.
+TEST_P(HybridEngine, DecodingKeepsOnlyItsLatestCheckpoint) {
+  EngineCore engine(*lm_->model, config(256, true, 2), {});
+  add(engine, "first", prompts_[2]);
+  const Result first = run(engine)["first"];
+  // The repeat resumes from the prompt's checkpoint (its boundary before the last token): the
+  // decoding's checkpoints did not evict it.
+  add(engine, "repeat", prompts_[2]);
+  EXPECT_EQ(run(engine)["repeat"].num_cached_tokens, int64_t(prompts_[2].size() - 1) / 4 * 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HybridEngine,

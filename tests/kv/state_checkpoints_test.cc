@@ -1,7 +1,7 @@
 // StateCheckpoints (the linear-attention states kept for prefix hits) and the KVCacheManager's
 // use of them: a reservation is findable only once committed and gone when aborted, the least
-// recently used committed checkpoint is taken when all are in use, and a prefix hit ends at the
-// longest prefix that has a checkpoint.
+// recently used committed checkpoint is taken when all are in use, a released one frees its
+// slot, and a prefix hit ends at the longest prefix that has a checkpoint.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -52,6 +52,24 @@ TEST(StateCheckpoints, TheLeastRecentlyUsedCommittedOneIsReused) {
   EXPECT_FALSE(c.has(h(1)));
   EXPECT_TRUE(c.has(h(3)));
   EXPECT_TRUE(c.has(h(4)));
+}
+
+// A released checkpoint frees its slot for the next reservation, whichever is least recently
+// used; a pending one (its step has not run) is not released.
+TEST(StateCheckpoints, AReleasedOneFreesItsSlot) {
+  StateCheckpoints c(0, 2);
+  const auto a = c.reserve(h(1));
+  const auto b = c.reserve(h(2));
+  c.commit();
+  c.release(h(2));
+  EXPECT_FALSE(c.has(h(2)));
+  EXPECT_EQ(c.reserve(h(3)), b);  // not a, the least recently used
+  c.release(h(3));                // pending: stays
+  c.commit();
+  EXPECT_TRUE(c.has(h(3)));
+  EXPECT_EQ(c.find(h(1)), a);
+  c.release(h(9));  // none: nothing happens
+  EXPECT_TRUE(c.has(h(1)));
 }
 
 TEST(StateCheckpoints, NoSlotsNoCheckpoints) {
