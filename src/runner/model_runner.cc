@@ -130,6 +130,16 @@ Expected<RunnerOutput> ModelRunner::execute(const SchedulerOutput& output) {
 }
 
 Expected<RunnerOutput> ModelRunner::run_step(const SchedulerOutput& output) {
+  // States the previous step left at a block boundary, before anything overwrites them.
+  for (const StateSnapshotSave& save : output.state_snapshot_saves) {
+    const WorkerRequest* req = requests_.find(save.id);
+    if (req == nullptr || req->state_slot < 0 || !kv_.is_checkpoint(save.slot) ||
+        save.snapshot >= kv_.draft_snapshots_per_slot())
+      return make_error("request {}: no state to save into checkpoint {}", save.id, save.slot);
+    kv_.copy_state(
+        save.snapshot < 0 ? req->state_slot : kv_.draft_snapshot(req->state_slot, save.snapshot),
+        save.slot);
+  }
   // A finished or preempted request's state is not needed again (a preempted one restarts
   // from position 0).
   for (const RequestHandle id : output.finished_ids) release_state_slot(id);

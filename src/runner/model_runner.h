@@ -14,7 +14,9 @@
 // preempted; the scheduler runs at most max_num_seqs requests, the number of slots. A request
 // resuming from a prefix hit gets its state from the step's checkpoint (state_loads) before the
 // forward pass; requests whose tokens end on a checkpointed boundary leave a copy after it
-// (state_saves). Under speculative decoding the forward pass keeps the states after a request's
+// (state_saves); after a step with drafts, the state it left at a boundary among the kept
+// tokens is saved from its snapshot before the next step (state_snapshot_saves). Under
+// speculative decoding the forward pass keeps the states after a request's
 // drafts (KVCacheStorage's draft snapshots), and sampling restores the one after the last
 // accepted token, so rejected drafts leave nothing in the recurrent state. Only the thread that
 // calls execute() touches it.

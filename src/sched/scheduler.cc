@@ -296,6 +296,7 @@ SchedulerOutput Scheduler::schedule() {
   published_.clear();
   out.finished_ids = std::move(finished_since_last_step_);
   finished_since_last_step_.clear();
+  take_snapshot_saves(out);
   int64_t budget = config_.max_num_batched_tokens;
   run_ready_loads();
 
@@ -404,7 +405,7 @@ std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& 
     if (found == nullptr || found->status != RequestStatus::kRunning) continue;
     if (failed.count(work.id) != 0) continue;  // the engine core ends it
     Request& req = *found;
-    const int64_t known_before = req.num_tokens();
+    const int64_t known_before = req.num_tokens(), start = req.num_computed_tokens;
     req.num_computed_tokens += work.num_tokens;
     if (req.num_computed_tokens < known_before) continue;  // a prefill chunk samples nothing
     const auto s = samples.find(work.id);
@@ -424,10 +425,47 @@ std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& 
     // inputs); the slots of rejected drafts are overwritten by the next step.
     req.num_computed_tokens = req.num_tokens() - 1;
     kv_.rollback_slots(req.id, req.num_computed_tokens);
+    if (num_drafts > 0) note_snapshot_save(req, start, work, int64_t(tokens.size()) - 1);
     if (update.finished) finish(req.id, *update.finished);
     updates.push_back(std::move(update));
   }
   return updates;
+}
+
+void Scheduler::note_snapshot_save(const Request& req, int64_t start, const ScheduledTokens& work,
+                                   int64_t num_accepted) {
+  if (!config_.enable_prefix_caching || !kv_.checkpoints_state()) return;
+  // The step ran positions [start, end): the worker kept the state after each of its last n
+  // tokens but one from first_kept on (snapshots 0..n-1), and its slot holds the state after
+  // the kept ones, [0, kept) — more than the scheduler keeps when a stop cut them.
+  const int64_t bs = config_.block_size, n = int64_t(work.draft_token_ids.size());
+  const int64_t end = start + work.num_tokens, first_kept = end - 1 - n;
+  const int64_t kept = end - n + num_accepted;
+  const int64_t boundary = std::min(kept, req.num_computed_tokens) / bs * bs;
+  if (boundary <= start || boundary < req.num_prompt_tokens() ||
+      size_t(boundary / bs) > req.block_hashes.size())
+    return;
+  int32_t snapshot = -1;
+  if (boundary < kept) {
+    if (boundary - 1 < first_kept) return;  // among the known tokens before the drafts
+    snapshot = int32_t(boundary - 1 - first_kept);
+  }
+  pending_snapshot_saves_.push_back(
+      SnapshotSave{req.id, req.block_hashes[size_t(boundary / bs) - 1], snapshot});
+}
+
+void Scheduler::take_snapshot_saves(SchedulerOutput& out) {
+  for (const SnapshotSave& s : pending_snapshot_saves_) {
+    // One decoding checkpoint per request, as save_checkpoint keeps.
+    Request* req = find_request(s.id);
+    if (req != nullptr && req->decode_checkpoint) kv_.release_checkpoint(*req->decode_checkpoint);
+    const std::optional<int32_t> slot = kv_.reserve_checkpoint(std::span(&s.hash, 1), 1);
+    if (req != nullptr) req->decode_checkpoint.reset();
+    if (!slot) continue;
+    out.state_snapshot_saves.push_back(StateSnapshotSave{s.id, *slot, s.snapshot});
+    if (req != nullptr) req->decode_checkpoint = s.hash;
+  }
+  pending_snapshot_saves_.clear();
 }
 
 void Scheduler::fail_step(const SchedulerOutput& output) {

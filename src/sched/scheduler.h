@@ -161,6 +161,12 @@ class Scheduler {
   // block boundary (before the prompt's last token; past it, one kept per request for a step
   // without drafts), and asks the worker to save it.
   void save_checkpoint(Request& req, int64_t num_new, SchedulerOutput& out);
+  // After a step with drafts: the last block boundary past the prompt that its kept tokens
+  // reached, to be saved from the state the step left there (see pending_snapshot_saves_).
+  void note_snapshot_save(const Request& req, int64_t start, const ScheduledTokens& work,
+                          int64_t num_accepted);
+  // The noted saves into this step's output (before its forward pass).
+  void take_snapshot_saves(SchedulerOutput& out);
   // Frees the newest running request and requeues it at the front of the waiting queue.
   Request* preempt_newest();
   // give_back_preempted: the newest running request ends (finished, its blocks freed).
@@ -183,6 +189,15 @@ class Scheduler {
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;  // admission order: the back is the newest
   std::vector<RequestHandle> finished_since_last_step_;
+  // Speculative decoding on linear-attention models: a step's drafts leave the state at a block
+  // boundary among its kept tokens only in the worker's draft snapshots (or its slot), and that
+  // block's hash is known only once the tokens are: the next step saves it before its forward.
+  struct SnapshotSave {
+    RequestHandle id;
+    BlockHash hash;
+    int32_t snapshot;  // -1: the request's slot
+  };
+  std::vector<SnapshotSave> pending_snapshot_saves_;
   std::vector<BlockId> published_;  // blocks the last schedule() published to the prefix cache
   std::vector<Request*> loading_;   // kWaitingForRemoteKvs, in admission order
   std::vector<Request*> ready_;     // loads decided, waiting for room in running_

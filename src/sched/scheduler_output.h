@@ -83,6 +83,16 @@ struct StateCheckpointCopy {
   bool operator==(const StateCheckpointCopy&) const = default;
 };
 
+// Speculative decoding on such models: the state a request's previous step passed at a block
+// boundary (draft snapshot `snapshot` of its slot, or -1: the slot itself) is copied into
+// checkpoint slot `slot` before this step's forward pass overwrites either.
+struct StateSnapshotSave {
+  RequestHandle id;
+  int32_t slot = 0;
+  int32_t snapshot = -1;
+  bool operator==(const StateSnapshotSave&) const = default;
+};
+
 struct SchedulerOutput {
   std::vector<NewRequestData> new_requests;
   std::vector<CachedRequestData> cached_requests;
@@ -94,6 +104,9 @@ struct SchedulerOutput {
   std::vector<KvLoad> kv_loads;                  // loads to start this step
   std::vector<StateCheckpointCopy> state_loads;  // before the forward pass
   std::vector<StateCheckpointCopy> state_saves;  // after it
+  // Before the forward pass, and before the step's finished and preempted requests give back
+  // their state slots.
+  std::vector<StateSnapshotSave> state_snapshot_saves;
   bool operator==(const SchedulerOutput&) const = default;
 };
 

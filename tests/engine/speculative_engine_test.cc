@@ -362,6 +362,71 @@ INSTANTIATE_TEST_SUITE_P(SlidingWindowOnly, SpeculativeSlidingEngine,
                                                     "prompt_lookup_min": 2})",
                                                     "", false}));
 
+// Hybrid targets whose every decoding step verifies drafts: the state at a block boundary among
+// a step's kept tokens lives only in the worker's draft snapshots (or its slot) until the next
+// step, which saves it as a checkpoint. A chat's next turn, repeating the prompt and the
+// answer, resumes inside the answer and gives a cold run's tokens.
+class SpeculativeHybridEngine : public SpeculativeEngine {};
+
+TEST_P(SpeculativeHybridEngine, ANextTurnResumesInsideTheDraftedAnswer) {
+  auto e = engine(config(), true);
+  const std::vector<int32_t>& prompt = prompts_[3];  // 26 tokens: last prompt boundary 24
+  const std::map<std::string, std::vector<int32_t>> first = [&] {
+    EXPECT_TRUE(e->add_request(test::greedy_core_request("first", prompt, 24)).ok());
+    std::map<std::string, std::vector<int32_t>> out;
+    while (e->has_unfinished()) {
+      auto outs = e->step();
+      EXPECT_TRUE(outs.ok());
+      if (!outs.ok()) break;
+      for (const EngineCoreOutput& o : *outs)
+        out[test::name_of(o.id)].insert(out[test::name_of(o.id)].end(), o.new_token_ids.begin(),
+                                        o.new_token_ids.end());
+    }
+    return out;
+  }();
+  ASSERT_EQ(first.at("first").size(), 24u);
+  EXPECT_GT(e->counters().spec_decode.num_drafts, 0);
+  std::vector<int32_t> next = prompt;
+  next.insert(next.end(), first.at("first").begin(), first.at("first").end());
+  next.insert(next.end(), prompts_[0].begin(), prompts_[0].end());
+  std::vector<int32_t> want;
+  {
+    auto cold = engine(config(), false);
+    EXPECT_TRUE(cold->add_request(test::greedy_core_request("x", next, 24)).ok());
+    while (cold->has_unfinished()) {
+      auto outs = cold->step();
+      ASSERT_TRUE(outs.ok());
+      for (const EngineCoreOutput& o : *outs)
+        want.insert(want.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    }
+  }
+  ASSERT_TRUE(e->add_request(test::greedy_core_request("next", next, 24)).ok());
+  std::vector<int32_t> got;
+  int64_t cached = 0;
+  while (e->has_unfinished()) {
+    auto outs = e->step();
+    ASSERT_TRUE(outs.ok());
+    for (const EngineCoreOutput& o : *outs) {
+      got.insert(got.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      cached = o.num_cached_tokens;
+    }
+  }
+  EXPECT_EQ(got, want);
+  // Past the prompt's own last boundary (24): a checkpoint its drafted decoding kept.
+  EXPECT_GT(cached, 24);
+  EXPECT_EQ(cached % 4, 0);
+  EXPECT_EQ(e->scheduler().kv().usage(), 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    HybridTargets, SpeculativeHybridEngine,
+    ::testing::Values(SpecCase{"qwen3_5_f32", R"({"method": "draft_model", "model": "x",
+                                "num_speculative_tokens": 3})",
+                               "llama3_f32", false},
+                      SpecCase{"qwen3_next_f32",
+                               R"({"method": "qwen3_next_mtp", "num_speculative_tokens": 2})", "",
+                               false}));
+
 TEST(SpeculativeProposers, CachedProposersNeedAFullAttentionGroup) {
   auto target = load_fixture("mistral_f32");  // sliding-window layers only
   ASSERT_NE(target, nullptr);
