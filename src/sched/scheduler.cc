@@ -124,13 +124,16 @@ void Scheduler::save_checkpoint(Request& req, int64_t num_new, SchedulerOutput& 
   const bool drafts = num_new > req.num_tokens() - req.num_computed_tokens;
   const size_t blocks = size_t(end / config_.block_size);
   if (drafts || blocks > req.block_hashes.size()) return;
-  // The old one goes first, so its slot is the one the new one takes (not another prefix's).
-  if (req.decode_checkpoint) kv_.release_checkpoint(*req.decode_checkpoint);
-  req.decode_checkpoint.reset();
-  if (const auto slot = kv_.reserve_checkpoint(req.block_hashes, int64_t(blocks))) {
+  if (const auto slot = replace_decode_checkpoint(&req, req.block_hashes[blocks - 1]))
     out.state_saves.push_back(StateCheckpointCopy{req.id, *slot});
-    req.decode_checkpoint = req.block_hashes[blocks - 1];
-  }
+}
+
+std::optional<int32_t> Scheduler::replace_decode_checkpoint(Request* req, const BlockHash& hash) {
+  // The old one goes first, so its slot is the one the new one takes (not another prefix's).
+  if (req != nullptr && req->decode_checkpoint) kv_.release_checkpoint(*req->decode_checkpoint);
+  const std::optional<int32_t> slot = kv_.reserve_checkpoint(std::span(&hash, 1), 1);
+  if (req != nullptr) req->decode_checkpoint = slot ? std::optional(hash) : std::nullopt;
+  return slot;
 }
 
 void Scheduler::add_to_output(Request& req, int64_t num_new, SchedulerOutput& out) {
@@ -455,16 +458,9 @@ void Scheduler::note_snapshot_save(const Request& req, int64_t start, const Sche
 }
 
 void Scheduler::take_snapshot_saves(SchedulerOutput& out) {
-  for (const SnapshotSave& s : pending_snapshot_saves_) {
-    // One decoding checkpoint per request, as save_checkpoint keeps.
-    Request* req = find_request(s.id);
-    if (req != nullptr && req->decode_checkpoint) kv_.release_checkpoint(*req->decode_checkpoint);
-    const std::optional<int32_t> slot = kv_.reserve_checkpoint(std::span(&s.hash, 1), 1);
-    if (req != nullptr) req->decode_checkpoint.reset();
-    if (!slot) continue;
-    out.state_snapshot_saves.push_back(StateSnapshotSave{s.id, *slot, s.snapshot});
-    if (req != nullptr) req->decode_checkpoint = s.hash;
-  }
+  for (const SnapshotSave& s : pending_snapshot_saves_)
+    if (const auto slot = replace_decode_checkpoint(find_request(s.id), s.hash))
+      out.state_snapshot_saves.push_back(StateSnapshotSave{s.id, *slot, s.snapshot});
   pending_snapshot_saves_.clear();
 }
 

@@ -165,6 +165,9 @@ class Scheduler {
   // reached, to be saved from the state the step left there (see pending_snapshot_saves_).
   void note_snapshot_save(const Request& req, int64_t start, const ScheduledTokens& work,
                           int64_t num_accepted);
+  // A checkpoint slot for the state after the blocks hashed `hash`, in place of the request's
+  // previous decoding checkpoint (one per request; `req` null: a request already gone).
+  std::optional<int32_t> replace_decode_checkpoint(Request* req, const BlockHash& hash);
   // The noted saves into this step's output (before its forward pass).
   void take_snapshot_saves(SchedulerOutput& out);
   // Frees the newest running request and requeues it at the front of the waiting queue.

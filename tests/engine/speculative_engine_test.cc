@@ -366,52 +366,39 @@ INSTANTIATE_TEST_SUITE_P(SlidingWindowOnly, SpeculativeSlidingEngine,
 // a step's kept tokens lives only in the worker's draft snapshots (or its slot) until the next
 // step, which saves it as a checkpoint. A chat's next turn, repeating the prompt and the
 // answer, resumes inside the answer and gives a cold run's tokens.
-class SpeculativeHybridEngine : public SpeculativeEngine {};
+class SpeculativeHybridEngine : public SpeculativeEngine {
+ protected:
+  // `prompt`'s 24 greedy outputs alone in `e`, and its cached-token count.
+  static std::vector<int32_t> generate(EngineCore& e, const std::string& name,
+                                       const std::vector<int32_t>& prompt, int64_t* cached) {
+    EXPECT_TRUE(e.add_request(test::greedy_core_request(name, prompt, 24)).ok());
+    std::vector<int32_t> tokens;
+    while (e.has_unfinished()) {
+      auto outs = e.step();
+      EXPECT_TRUE(outs.ok());
+      if (!outs.ok()) break;
+      for (const EngineCoreOutput& o : *outs) {
+        tokens.insert(tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+        *cached = o.num_cached_tokens;
+      }
+    }
+    return tokens;
+  }
+};
 
 TEST_P(SpeculativeHybridEngine, ANextTurnResumesInsideTheDraftedAnswer) {
   auto e = engine(config(), true);
   const std::vector<int32_t>& prompt = prompts_[3];  // 26 tokens: last prompt boundary 24
-  const std::map<std::string, std::vector<int32_t>> first = [&] {
-    EXPECT_TRUE(e->add_request(test::greedy_core_request("first", prompt, 24)).ok());
-    std::map<std::string, std::vector<int32_t>> out;
-    while (e->has_unfinished()) {
-      auto outs = e->step();
-      EXPECT_TRUE(outs.ok());
-      if (!outs.ok()) break;
-      for (const EngineCoreOutput& o : *outs)
-        out[test::name_of(o.id)].insert(out[test::name_of(o.id)].end(), o.new_token_ids.begin(),
-                                        o.new_token_ids.end());
-    }
-    return out;
-  }();
-  ASSERT_EQ(first.at("first").size(), 24u);
+  int64_t cached = 0;
+  const std::vector<int32_t> first = generate(*e, "first", prompt, &cached);
+  ASSERT_EQ(first.size(), 24u);
   EXPECT_GT(e->counters().spec_decode.num_drafts, 0);
   std::vector<int32_t> next = prompt;
-  next.insert(next.end(), first.at("first").begin(), first.at("first").end());
+  next.insert(next.end(), first.begin(), first.end());
   next.insert(next.end(), prompts_[0].begin(), prompts_[0].end());
-  std::vector<int32_t> want;
-  {
-    auto cold = engine(config(), false);
-    EXPECT_TRUE(cold->add_request(test::greedy_core_request("x", next, 24)).ok());
-    while (cold->has_unfinished()) {
-      auto outs = cold->step();
-      ASSERT_TRUE(outs.ok());
-      for (const EngineCoreOutput& o : *outs)
-        want.insert(want.end(), o.new_token_ids.begin(), o.new_token_ids.end());
-    }
-  }
-  ASSERT_TRUE(e->add_request(test::greedy_core_request("next", next, 24)).ok());
-  std::vector<int32_t> got;
-  int64_t cached = 0;
-  while (e->has_unfinished()) {
-    auto outs = e->step();
-    ASSERT_TRUE(outs.ok());
-    for (const EngineCoreOutput& o : *outs) {
-      got.insert(got.end(), o.new_token_ids.begin(), o.new_token_ids.end());
-      cached = o.num_cached_tokens;
-    }
-  }
-  EXPECT_EQ(got, want);
+  auto cold = engine(config(), false);
+  const std::vector<int32_t> want = generate(*cold, "x", next, &cached);
+  EXPECT_EQ(generate(*e, "next", next, &cached), want);
   // Past the prompt's own last boundary (24): a checkpoint its drafted decoding kept.
   EXPECT_GT(cached, 24);
   EXPECT_EQ(cached % 4, 0);

@@ -57,20 +57,25 @@ void add_rms_norm(float* x, const float* y, const float* w, float eps, int64_t r
   }
 }
 
-void silu_mul(const float* gate, const float* up, float* out, int64_t n, DType act) {
+namespace {
+
+// out = r(r(g) / (1 + e^(exponent(r(g)))) · r(u)) over eight lanes at a time, r rounding to act:
+// SiLU and GELU-tanh are both g times a logistic of g. The tail goes through the same eight
+// lanes: an element's value must not depend on where a thread's chunk (or the batch) ends.
+template <typename Exponent>
+void gated_product(const float* gate, const float* up, float* out, int64_t n, DType act,
+                   Exponent exponent) {
   const __m256 one = _mm256_set1_ps(1.0f);
   auto eight = [&](const float* g8, const float* u8, float* o8) {
     const __m256 g = simd::round_to8(act, _mm256_loadu_ps(g8));
     const __m256 u = simd::round_to8(act, _mm256_loadu_ps(u8));
-    const __m256 e = simd::exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
-    // silu(g) is rounded before the product, as the reference stores act_fn(gate) first.
+    const __m256 e = simd::exp8(exponent(g));
+    // The activation is rounded before the product, as the reference stores act_fn(gate) first.
     const __m256 s = simd::round_to8(act, _mm256_div_ps(g, _mm256_add_ps(one, e)));
     _mm256_storeu_ps(o8, simd::round_to8(act, _mm256_mul_ps(s, u)));
   };
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) eight(gate + i, up + i, out + i);
-  // The tail through the same exp8 as the rest: an element's value must not depend on where a
-  // thread's chunk (or the batch) ends.
   if (i < n) {
     float g[8] = {}, u[8] = {}, o[8];
     std::copy(gate + i, gate + n, g);
@@ -80,28 +85,20 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n, DType a
   }
 }
 
+}  // namespace
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n, DType act) {
+  gated_product(gate, up, out, n, act,
+                [](__m256 g) { return _mm256_sub_ps(_mm256_setzero_ps(), g); });
+}
+
 void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n, DType act) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 k = _mm256_set1_ps(-2.0f * 0.7978845608028654f);  // -2 sqrt(2/pi)
+  // 0.5 g (1 + tanh(v)) = g / (1 + e^(-2v)), v = sqrt(2/pi) (g + 0.044715 g^3).
+  const __m256 k = _mm256_set1_ps(-2.0f * 0.7978845608028654f);
   const __m256 c = _mm256_set1_ps(0.044715f);
-  auto eight = [&](const float* g8, const float* u8, float* o8) {
-    const __m256 g = simd::round_to8(act, _mm256_loadu_ps(g8));
-    const __m256 u = simd::round_to8(act, _mm256_loadu_ps(u8));
-    const __m256 inner = _mm256_fmadd_ps(_mm256_mul_ps(c, g), _mm256_mul_ps(g, g), g);
-    const __m256 e = simd::exp8(_mm256_mul_ps(k, inner));
-    const __m256 s = simd::round_to8(act, _mm256_div_ps(g, _mm256_add_ps(one, e)));
-    _mm256_storeu_ps(o8, simd::round_to8(act, _mm256_mul_ps(s, u)));
-  };
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) eight(gate + i, up + i, out + i);
-  // The tail as silu_mul's: through the same eight lanes.
-  if (i < n) {
-    float g[8] = {}, u[8] = {}, o[8];
-    std::copy(gate + i, gate + n, g);
-    std::copy(up + i, up + n, u);
-    eight(g, u, o);
-    std::copy(o, o + (n - i), out + i);
-  }
+  gated_product(gate, up, out, n, act, [&](__m256 g) {
+    return _mm256_mul_ps(k, _mm256_fmadd_ps(_mm256_mul_ps(c, g), _mm256_mul_ps(g, g), g));
+  });
 }
 
 void add_inplace(float* y, const float* x, int64_t n) {
