@@ -484,7 +484,8 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
   kr.max_model_len = sc.max_model_len;
   kr.max_num_batched_tokens = sc.max_num_batched_tokens;
   kr.max_num_seqs = sc.max_num_seqs;
-  kr.state_checkpoints = sc.enable_prefix_caching;
+  // A KV transfer holds each request's state in a checkpoint slot too.
+  kr.state_checkpoints = sc.enable_prefix_caching || kv.has_value();
   if (spec) kr.state_snapshots_per_seq = spec->k();
   KASSIGN(MemoryInfo mem, read_memory_info());
   // The ranks share this host's memory; each plans with its part (its weights and its KV heads
@@ -549,7 +550,7 @@ Expected<Prepared> prepare_local_ranks(const EngineArgs& a, bool always_executor
     // lease messages).
     auto attach_kv = [&](ModelRunner& runner) -> Status {
       if (!kv) return Status::Ok();
-      auto connector = make_kv_connector(*kv, dp_rank);
+      auto connector = make_kv_connector(*kv, dp_rank, kr.layout.state.num_layers > 0);
       KASSIGN(auto worker, start_kv_worker(*kv, *model.model, model.config, runner.kv_memory(),
                                            dp_rank, 0, connector->control()));
       runner.set_kv_worker(std::move(worker));

@@ -439,7 +439,10 @@ void EngineClient::engine_loop(Rank& rank) {
       st.counters = core.counters();
       st.num_speculative_tokens = options_.num_speculative_tokens;
       st.dead = !failure.empty();
-      if (const KvConnector* kv = core.kv_connector()) st.kv = kv->stats();
+      if (const KvConnector* kv = core.kv_connector()) {
+        st.kv = kv->stats();
+        st.kv.state_slots_held = s.kv().num_taken_state_slots();
+      }
       observer = step_observer_;
     }
     const int64_t step_tokens = core.counters().scheduled_tokens - tokens_before;

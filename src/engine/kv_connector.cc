@@ -6,26 +6,40 @@ namespace kestrel {
 
 KvRankInfo model_kv_rank(const CausalLM& model, const KVMemoryView& memory, int block_size,
                          std::string engine_id, uint64_t epoch, int tp_rank, int tp_size,
-                         int head_begin, int total_heads) {
+                         int head_begin, int total_heads, const LinearAttentionConfig& whole,
+                         int key_head_begin) {
   const ModelConfig& c = model.config();
   const KVCacheLayout layout = model.kv_cache_layout(block_size);
   const KVCacheSpec& g = layout.groups.at(0);
   const bool latent = g.kind == KVCacheKind::kMlaLatent;
-  const std::string compat =
+  std::string compat =
       kv_compat_key(c.model_type, c.num_hidden_layers, latent ? 1 : total_heads, g.head_dim,
                     std::string(dtype_name(model.kv_cache_dtype())), block_size, latent);
-  return describe_kv_rank(memory, std::move(engine_id), epoch, compat, tp_rank, tp_size,
-                          latent ? 0 : head_begin, latent ? 1 : head_begin + g.num_kv_heads,
-                          latent ? 1 : total_heads, latent);
+  StateRankInfo state;
+  if (layout.state.num_layers > 0) {
+    // The rank's model describes only its own key heads (c.linear), `whole` all of them.
+    const int64_t rho = whole.value_heads_per_key_head(), K1 = whole.conv_kernel - 1;
+    state.layers = int(layout.state.num_layers);
+    state.entries = memory.state_entries;
+    state.key_head_begin = key_head_begin;
+    state.key_head_end = key_head_begin + int(c.linear.num_key_heads);
+    state.total_key_heads = int(whole.num_key_heads);
+    state.qk_conv = whole.key_head_dim * K1;
+    state.v_conv = rho * whole.value_head_dim * K1;
+    state.recurrent = rho * whole.key_head_dim * whole.value_head_dim;
+    compat += fmt::format(" linear_layers={} key_heads={} value_heads={} dims={}x{} conv={}",
+                          state.layers, whole.num_key_heads, whole.num_value_heads,
+                          whole.key_head_dim, whole.value_head_dim, whole.conv_kernel);
+  }
+  KvRankInfo info = describe_kv_rank(
+      memory, std::move(engine_id), epoch, compat, tp_rank, tp_size, latent ? 0 : head_begin,
+      latent ? 1 : head_begin + g.num_kv_heads, latent ? 1 : total_heads, latent);
+  info.state = state;
+  return info;
 }
 
 std::string kv_transfer_unsupported(const CausalLM& model, int block_size) {
   const KVCacheLayout layout = model.kv_cache_layout(block_size);
-  if (layout.state.num_layers > 0)
-    return fmt::format(
-        "its {} linear-attention layers keep a recurrent state per sequence, which the transfer "
-        "does not carry yet",
-        layout.state.num_layers);
   if (layout.groups.size() != 1)
     return fmt::format(
         "its layers form {} KV cache groups (hybrid KV layouts are transferred with the hybrid "
@@ -77,6 +91,10 @@ Status KvConnector::check(const KvTransferParams& params, size_t prompt_len) con
     return make_error(
         "kv_transfer_params: the producer prefilled {} prompt tokens, this request has {}",
         r.num_prompt_tokens, prompt_len);
+  if (config_.moves_state && r.state_slot < 0)
+    return make_error(
+        "kv_transfer_params: this model's linear-attention state must come with its KV, and the "
+        "producer names no remote_state_slot");
   const int64_t needed = (int64_t(prompt_len) + config_.block_size - 1) / config_.block_size;
   if (int64_t(r.block_ids.size()) < needed)
     return make_error("kv_transfer_params: {} remote blocks for a prompt of {} blocks",
@@ -98,6 +116,7 @@ Status KvConnector::admit(RequestHandle id, const KvTransferParams& params,
   rp.port = r.port;
   rp.tp_size = r.tp_size;
   rp.blocks = r.block_ids;
+  rp.state_slot = r.state_slot;
   rp.timeout_ms = config_.transfer.load_timeout.count();
   spec.remote_prefill = std::move(rp);
   const std::chrono::milliseconds duration =
@@ -111,7 +130,7 @@ Status KvConnector::admit(RequestHandle id, const KvTransferParams& params,
 std::vector<std::pair<RequestHandle, std::string>> KvConnector::before_step(Scheduler& s) {
   std::vector<std::pair<RequestHandle, std::string>> failed;
   if (registry_)
-    for (const HeldBlocks& blocks : registry_->take_freed()) s.free_held(blocks);
+    for (const HeldKv& held : registry_->take_freed()) s.free_held(held);
   if (!client_) return failed;
   for (const ReleaseResult& r : client_->take_released()) {
     const auto it = pending_.find(RequestHandle(r.key));
@@ -174,10 +193,10 @@ void KvConnector::on_loads(Scheduler& s, const std::vector<KvLoadResult>& loads)
 
 std::unordered_map<RequestHandle, nlohmann::json> KvConnector::lease_held(Scheduler& s) {
   std::unordered_map<RequestHandle, nlohmann::json> out;
-  for (auto& [id, blocks] : s.take_held()) {
+  for (auto& [id, held] : s.take_held()) {
     const Request* req = s.request(id);
     if (!registry_ || req == nullptr) {
-      s.free_held(blocks);
+      s.free_held(held);
       continue;
     }
     HeldPrompt h;
@@ -186,10 +205,11 @@ std::unordered_map<RequestHandle, nlohmann::json> KvConnector::lease_held(Schedu
     h.port = config_.port;
     h.tp_size = config_.tp_size;
     h.block_size = config_.block_size;
-    for (const std::vector<BlockId>& g : blocks) h.block_ids.emplace_back(g.begin(), g.end());
+    for (const std::vector<BlockId>& g : held.blocks) h.block_ids.emplace_back(g.begin(), g.end());
+    h.state_slot = held.state_slot;
     h.num_prompt_tokens = req->num_prompt_tokens();
     h.last_token_id = req->output_token_ids.empty() ? -1 : req->output_token_ids.back();
-    const LeaseInfo lease = registry_->create(std::move(blocks));
+    const LeaseInfo lease = registry_->create(std::move(held));
     h.lease = lease.id;
     h.epoch = lease.epoch;
     h.lease_duration = lease.duration;

@@ -3,7 +3,8 @@
 //
 // Producer (kv_producer, kv_both): a request with do_remote_decode holds its blocks when it
 // finishes (sched/scheduler.h); lease_held() puts them under a lease (kvx/lease_registry.h) and
-// returns the kv_transfer_params its response carries. Leases that a consumer releases or lets
+// returns the kv_transfer_params its response carries (with the state slot held for a model
+// with linear-attention layers, sched/scheduler.h). Leases that a consumer releases or lets
 // expire give their blocks back at the start of the next step. Rank 0's KV server answers the
 // consumers' lease messages through control().
 //
@@ -42,13 +43,16 @@ namespace kestrel {
 
 // What a model rank's KV pool is, for the transfer handshake: the compatibility key from the
 // model (its type, layers, the whole model's KV heads, head width, cache dtype and kind, the
-// block size) and this rank's heads [head_begin, head_begin + its count) of total_heads.
+// block size, and the linear-attention layers' shape from `whole`) and this rank's heads
+// [head_begin, head_begin + its count) of total_heads; with linear-attention layers also its
+// key heads from key_head_begin and how a state slot is cut (kvx/kv_rank.h).
 KvRankInfo model_kv_rank(const CausalLM& model, const KVMemoryView& memory, int block_size,
                          std::string engine_id, uint64_t epoch, int tp_rank, int tp_size,
-                         int head_begin, int total_heads);
+                         int head_begin, int total_heads, const LinearAttentionConfig& whole = {},
+                         int key_head_begin = 0);
 
 // Why a model cannot transfer its KV (Kestrel moves one KV cache group of full attention or of
-// MLA latents); empty when it can.
+// MLA latents, with the linear-attention layers' state slot); empty when it can.
 std::string kv_transfer_unsupported(const CausalLM& model, int block_size);
 
 struct KvConnectorConfig {
@@ -59,6 +63,8 @@ struct KvConnectorConfig {
   int tp_size = 1;
   int block_size = 16;
   uint64_t epoch = 0;  // this incarnation
+  // The model has linear-attention layers: a load needs the producer's held state slot.
+  bool moves_state = false;
 };
 
 // The bounds of the transfer-time histogram's buckets, in seconds.
@@ -81,6 +87,9 @@ struct KvTransferStats {
       std::vector<int64_t>(std::size(kKvLoadSecondsBuckets), 0);
   double load_seconds_sum = 0;
   LeaseStats leases;  // the producer's
+  // Linear-attention models: checkpoint slots holding states for transfers (the engine client
+  // fills it in from the scheduler).
+  int64_t state_slots_held = 0;
 };
 
 class KvConnector {

@@ -21,7 +21,8 @@ int kv_rank_port(const KvInstance& kv, int dp_rank, int tp_rank) {
   return kv.transfer.kv_port + dp_rank * kv.tp_size + tp_rank;
 }
 
-std::unique_ptr<KvConnector> make_kv_connector(const KvInstance& kv, int dp_rank) {
+std::unique_ptr<KvConnector> make_kv_connector(const KvInstance& kv, int dp_rank,
+                                               bool moves_state) {
   KvConnectorConfig c;
   c.transfer = kv.transfer;
   c.engine_id = kv_engine_id(kv, dp_rank);
@@ -30,6 +31,7 @@ std::unique_ptr<KvConnector> make_kv_connector(const KvInstance& kv, int dp_rank
   c.tp_size = kv.tp_size;
   c.block_size = kv.block_size;
   c.epoch = kv.epoch;
+  c.moves_state = moves_state;
   return std::make_unique<KvConnector>(std::move(c));
 }
 
@@ -45,7 +47,8 @@ Expected<std::unique_ptr<KvWorker>> start_kv_worker(const KvInstance& kv, const 
   KASSIGN(const TpShard shard, plan_tp_shard(c, tp_rank, kv.tp_size, /*expert_parallel=*/true));
   KvWorkerOptions o;
   o.self = model_kv_rank(model, memory, kv.block_size, kv_engine_id(kv, dp_rank), kv.epoch, tp_rank,
-                         kv.tp_size, int(shard.kv_heads.begin), int(c.num_key_value_heads));
+                         kv.tp_size, int(shard.kv_heads.begin), int(c.num_key_value_heads),
+                         c.linear, int(shard.linear_key_heads.begin));
   o.serve = kv.transfer.produces();
   o.port = kv_rank_port(kv, dp_rank, tp_rank);
   o.control = std::move(control);

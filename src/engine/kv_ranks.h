@@ -28,8 +28,9 @@ std::string random_engine_id();
 std::string kv_engine_id(const KvInstance& kv, int dp_rank);
 int kv_rank_port(const KvInstance& kv, int dp_rank, int tp_rank);
 
-// Data-parallel rank `dp_rank`'s connector.
-std::unique_ptr<KvConnector> make_kv_connector(const KvInstance& kv, int dp_rank);
+// Data-parallel rank `dp_rank`'s connector; `moves_state`: the model has linear-attention layers.
+std::unique_ptr<KvConnector> make_kv_connector(const KvInstance& kv, int dp_rank,
+                                               bool moves_state = false);
 
 // The KV worker of TP rank `tp_rank` of data-parallel rank `dp_rank`, over its runner's pool:
 // a producer's serves its port (TP rank 0's answers the lease messages through `control`), a

@@ -39,6 +39,15 @@ struct StateCheckpointConfig {
   int32_t num_slots = 0;
 };
 
+// A finished request's KV that a remote decoder has yet to read (PD producer): its block tables
+// (one per group, detached from the manager) and, for models with linear-attention layers, the
+// checkpoint slot holding its state before its prompt's last token (-1: none).
+struct HeldKv {
+  std::vector<std::vector<BlockId>> blocks;
+  int32_t state_slot = -1;
+  bool operator==(const HeldKv&) const = default;
+};
+
 class KVCacheManager {
  public:
   // One group per spec (num_layers and shapes unused here; block_size must be block_size);
@@ -106,6 +115,11 @@ class KVCacheManager {
   // Frees the committed checkpoint after the blocks hashed `h` (a request's superseded one).
   void release_checkpoint(const BlockHash& h) { checkpoints_.release(h); }
   void commit_checkpoints() { checkpoints_.commit(); }
+  // PD disaggregation: a checkpoint slot held for one request's state in transfer (none when
+  // all are in use), until put back (kv/state_checkpoints.h).
+  std::optional<int32_t> take_state_slot() { return checkpoints_.take(); }
+  void put_back_state_slot(int32_t slot) { checkpoints_.put_back(slot); }
+  int32_t num_taken_state_slots() const { return checkpoints_.num_taken(); }
   void abort_checkpoints() { checkpoints_.abort(); }
 
   double usage() const { return pool_.usage(); }

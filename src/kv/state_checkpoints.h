@@ -5,7 +5,10 @@
 // state slot. Checkpoints sit apart from the block grid, so the attention block size stays small
 // (vLLM instead grows it until a block holds one state: 528 tokens for Qwen3.5, too coarse for
 // short prompts). A checkpoint reserved while a step is scheduled is written after that step's
-// forward pass, so it is found only once the step is committed. Evicted least recently used.
+// forward pass, so it is found only once the step is committed. Evicted least recently used, but
+// never one found since the last commit (the step being scheduled copies it into a request's
+// slot). Under PD disaggregation a slot can also be taken out of the pool altogether, to hold one
+// request's state for a transfer (a producer's prompt, a consumer's load) until it is put back.
 // Owned by the KVCacheManager; only the engine thread touches it.
 #pragma once
 
@@ -35,6 +38,12 @@ class StateCheckpoints {
   std::optional<int32_t> reserve(const BlockHash& h);
   // Frees the committed checkpoint after the blocks hashed `h`, if there is one.
   void release(const BlockHash& h);
+  // A slot out of the pool, evicting the least recently used checkpoint when none is free; none
+  // when every slot is taken, pending or found this step. It is the caller's until put_back().
+  std::optional<int32_t> take();
+  void put_back(int32_t slot);
+  // Slots taken and not put back.
+  int32_t num_taken() const { return num_taken_; }
   // The reservations since the last commit become findable (their step ran) or are dropped
   // (it failed: nothing was written).
   void commit();
@@ -45,15 +54,20 @@ class StateCheckpoints {
     BlockHash hash;
     int32_t slot;
     bool committed;
+    uint64_t found_in = 0;  // the step (step_) that last found it
   };
   using Lru = std::list<Entry>;  // front: most recently used
   void erase(Lru::iterator it);
+  // Frees the least recently used committed checkpoint not found this step; false: none.
+  bool evict();
 
   Lru lru_;
   std::unordered_map<BlockHash, Lru::iterator, BlockHashHasher> by_hash_;
   std::vector<int32_t> slots_;  // all of them
   std::vector<int32_t> free_;
   std::vector<Lru::iterator> pending_;
+  uint64_t step_ = 1;  // advanced by commit() and abort()
+  int32_t num_taken_ = 0;
 };
 
 }  // namespace kestrel

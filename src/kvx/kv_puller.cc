@@ -88,6 +88,13 @@ Expected<std::unique_ptr<KvPuller::Peer>> KvPuller::peer(const std::string& host
   if (p->info.compat != self_.compat)
     return make_error("{} holds an incompatible KV cache: [{}] here, [{}] there", key, self_.compat,
                       p->info.compat);
+  const StateRankInfo &there = p->info.state, &here = self_.state;
+  if (there.layers != here.layers || there.total_key_heads != here.total_key_heads ||
+      there.qk_conv != here.qk_conv || there.v_conv != here.v_conv ||
+      there.recurrent != here.recurrent)
+    return make_error(
+        "{} lays its linear-attention state out otherwise ({} layers, {} key heads; here {}, {})",
+        key, there.layers, there.total_key_heads, here.layers, here.total_key_heads);
   if (p->info.planes != self_.planes || p->info.total_heads != self_.total_heads ||
       p->info.head_bytes != self_.head_bytes)
     return make_error(
@@ -125,44 +132,77 @@ KvPullResult KvPuller::pull(const KvPullJob& job) {
   for (int64_t b : job.local_blocks)
     if (b < 1 || b >= memory_.num_blocks)
       return fail(fmt::format("local block {} is not a block of this pool", b));
-  if (job.local_blocks.empty()) {
+  const bool state = self_.state.layers > 0;
+  if (state && job.remote_state < 0)
+    return fail("the producer holds no linear-attention state for this request");
+  if (state && (job.local_state < 0 || job.local_state >= memory_.state_entries))
+    return fail(fmt::format("local state slot {} is not one of this rank's", job.local_state));
+  if (job.local_blocks.empty() && !state) {
     r.ok = true;
     return r;
   }
   // This rank's heads, taken from the producer ranks that hold them (the first that does, for
   // heads several ranks replicate); a latent cache from one rank, spread by this rank's index.
-  int next = self_.head_begin;
-  for (int k = 0; k < job.tp_size && next < self_.head_end; ++k) {
-    const int p = self_.latent ? (self_.tp_rank + k) % job.tp_size : k;
-    const int port = job.port + p;
+  const Status heads = cover(
+      job, self_.head_begin, self_.head_end, self_.latent ? self_.tp_rank % job.tp_size : 0,
+      [](const KvRankInfo& i) { return std::pair(i.head_begin, i.head_end); },
+      [&](Peer& peer, int h0, int h1) -> Status {
+        if (job.local_blocks.empty()) return Status::Ok();
+        bool over_ucx = false;
+        KTRY(read_heads(peer, job, h0, h1, over_ucx));
+        const int64_t bytes = int64_t(h1 - h0) * int64_t(memory_.head_bytes()) * memory_.planes *
+                              int64_t(job.local_blocks.size());
+        r.bytes += bytes;
+        if (over_ucx) r.ucx_bytes += bytes;
+        stats_.bytes_received += bytes;
+        stats_.blocks_received += int64_t(job.local_blocks.size());
+        return Status::Ok();
+      });
+  if (!heads.ok()) return fail(heads.message());
+  if (state) {
+    // And the request's state: this rank's linear-attention key heads the same way.
+    const Status st = cover(
+        job, self_.state.key_head_begin, self_.state.key_head_end, 0,
+        [](const KvRankInfo& i) { return std::pair(i.state.key_head_begin, i.state.key_head_end); },
+        [&](Peer& peer, int h0, int h1) -> Status {
+          bool over_ucx = false;
+          KTRY(read_state(peer, job, h0, h1, over_ucx));
+          int64_t floats = 0;
+          for (const StateRun& run : state_runs(self_.state, h0, h1)) floats += run.floats;
+          const int64_t bytes = floats * int64_t(sizeof(float)) * memory_.state_layers;
+          r.bytes += bytes;
+          if (over_ucx) r.ucx_bytes += bytes;
+          stats_.bytes_received += bytes;
+          return Status::Ok();
+        });
+    if (!st.ok()) return fail(st.message());
+  }
+  r.ok = true;
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return r;
+}
+
+Status KvPuller::cover(const KvPullJob& job, int begin, int end, int first, const RangeOf& range_of,
+                       const ReadPart& read) {
+  int next = begin;
+  for (int k = 0; k < job.tp_size && next < end; ++k) {
+    const int port = job.port + (first + k) % job.tp_size;
     const std::string key = job.host + ":" + std::to_string(port);
-    auto connected = peer(job.host, port, job.deadline);
-    if (!connected.ok()) return fail(connected.error().message);
-    std::unique_ptr<Peer> peer = std::move(*connected);
-    const int h0 = std::max(next, peer->info.head_begin);
-    const int h1 = std::min(self_.head_end, peer->info.head_end);
+    KASSIGN(std::unique_ptr<Peer> peer, this->peer(job.host, port, job.deadline));
+    const auto [b, e] = range_of(peer->info);
+    const int h0 = std::max(next, b), h1 = std::min(end, e);
     if (h0 != next || h1 <= h0) {  // this rank holds none of the heads still missing
       put_back(key, std::move(peer));
       continue;
     }
-    bool over_ucx = false;
-    if (Status st = read_heads(*peer, job, h0, h1, over_ucx); !st.ok())
-      return fail(fmt::format("{}: {}", key, st.message()));
-    const int64_t bytes = int64_t(h1 - h0) * int64_t(memory_.head_bytes()) * memory_.planes *
-                          int64_t(job.local_blocks.size());
-    r.bytes += bytes;
-    if (over_ucx) r.ucx_bytes += bytes;
-    stats_.bytes_received += bytes;
-    stats_.blocks_received += int64_t(job.local_blocks.size());
+    if (Status st = read(*peer, h0, h1); !st.ok()) return make_error("{}: {}", key, st.message());
     next = h1;
     put_back(key, std::move(peer));
   }
-  if (next < self_.head_end)
-    return fail(fmt::format("no rank of the producer at {}:{} (TP {}) holds KV heads [{}, {})",
-                            job.host, job.port, job.tp_size, next, self_.head_end));
-  r.ok = true;
-  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return r;
+  if (next < end)
+    return make_error("no rank of the producer at {}:{} (TP {}) holds heads [{}, {})", job.host,
+                      job.port, job.tp_size, next, end);
+  return Status::Ok();
 }
 
 Status KvPuller::read_heads(Peer& peer, const KvPullJob& job, int h0, int h1, bool& over_ucx) {
@@ -218,6 +258,68 @@ Status KvPuller::read_tcp(Peer& peer, const KvPullJob& job, int h0, int h1) {
   const int64_t bytes = int64_t(slice * pieces.size());
   if (header.value("bytes", int64_t(-1)) != bytes)
     return make_error("{} bytes announced, {} expected", header.value("bytes", int64_t(-1)), bytes);
+  return peer.conn.recv_pieces(pieces, job.deadline);
+}
+
+Status KvPuller::read_state(Peer& peer, const KvPullJob& job, int h0, int h1, bool& over_ucx) {
+  over_ucx = false;
+  if (peer.ucx && peer.ucx->state_base() != 0) {
+    const Status st = read_state_ucx(peer, job, h0, h1);
+    over_ucx = st.ok();
+    if (st.ok()) return st;
+    KLOG_WARN("KV transfer: a UCX state read from {}:{} failed ({}); this rank is read over TCP",
+              job.host, job.port + peer.info.tp_rank, st.message());
+    peer.ucx.reset();
+  }
+  return read_state_tcp(peer, job, h0, h1);
+}
+
+Status KvPuller::read_state_ucx(Peer& peer, const KvPullJob& job, int h0, int h1) {
+  const StateRankInfo& remote = peer.info.state;
+  if (job.remote_state >= remote.entries)
+    return make_error("state slot {} is not one of the producer's {}", job.remote_state,
+                      remote.entries);
+  const std::vector<StateRun> there = state_runs(remote, h0, h1);
+  const std::vector<StateRun> here = state_runs(self_.state, h0, h1);
+  const uint64_t per_layer = uint64_t(remote.floats_per_layer()) * sizeof(float);
+  std::vector<UcxRead> reads;
+  for (int32_t layer = 0; layer < memory_.state_layers; ++layer) {
+    const uint64_t layer_base =
+        peer.ucx->state_base() +
+        (uint64_t(job.remote_state) * uint64_t(remote.layers) + layer) * per_layer;
+    for (size_t i = 0; i < here.size(); ++i)
+      reads.push_back(UcxRead{
+          reinterpret_cast<uint8_t*>(memory_.state_at(job.local_state, layer) + here[i].offset),
+          layer_base + uint64_t(there[i].offset) * sizeof(float),
+          size_t(here[i].floats) * sizeof(float)});
+  }
+  KTRY(ucx_->read(*peer.ucx, reads, job.deadline));
+  int64_t bytes = 0;
+  for (const UcxRead& x : reads) bytes += int64_t(x.bytes);
+  stats_.bytes_over_ucx += bytes;
+  return Status::Ok();
+}
+
+Status KvPuller::read_state_tcp(Peer& peer, const KvPullJob& job, int h0, int h1) {
+  KTRY(peer.conn.send_message({{"op", "read_state"},
+                               {"slot", job.remote_state},
+                               {"key_head_begin", h0},
+                               {"key_head_end", h1}},
+                              job.deadline));
+  KASSIGN(const nlohmann::json header, peer.conn.recv_message(job.deadline));
+  if (header.value("op", "") != "data")
+    return make_error("{}", header.value("error", header.dump()));
+  std::vector<IoPiece> pieces;
+  int64_t bytes = 0;
+  for (int32_t layer = 0; layer < memory_.state_layers; ++layer)
+    for (const StateRun& run : state_runs(self_.state, h0, h1)) {
+      pieces.push_back(IoPiece{memory_.state_at(job.local_state, layer) + run.offset,
+                               size_t(run.floats) * sizeof(float)});
+      bytes += run.floats * int64_t(sizeof(float));
+    }
+  if (header.value("bytes", int64_t(-1)) != bytes)
+    return make_error("{} state bytes announced, {} expected", header.value("bytes", int64_t(-1)),
+                      bytes);
   return peer.conn.recv_pieces(pieces, job.deadline);
 }
 

@@ -8,7 +8,8 @@
 // per producer rank and dropped on any error; a producer that comes back under a new
 // incarnation is simply a new peer. With UCX (kvx/ucx_transport.h), a producer rank that
 // advertises it is read with one-sided UCX reads instead of its TCP stream; a UCX failure drops
-// back to TCP for that rank.
+// back to TCP for that rank. A model with linear-attention layers also reads the request's held
+// state slot into a local one, by key heads the same way.
 //
 // Owned by the model runner; submit() and take_finished() from its thread, the transfers on the
 // puller's own threads. Until a job is reported, its local blocks are being written: the caller
@@ -19,6 +20,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,6 +42,10 @@ struct KvPullJob {
   int tp_size = 1;
   std::vector<int64_t> remote_blocks;  // in token order
   std::vector<int64_t> local_blocks;   // as many, same order
+  // Linear-attention models: the producer's state slot held for the request, and the local
+  // one to fill (-1: none).
+  int32_t remote_state = -1;
+  int32_t local_state = -1;
   Deadline deadline;
 };
 
@@ -90,6 +96,17 @@ class KvPuller {
   Status read_heads(Peer& peer, const KvPullJob& job, int h0, int h1, bool& over_ucx);
   Status read_ucx(Peer& peer, const KvPullJob& job, int h0, int h1);
   Status read_tcp(Peer& peer, const KvPullJob& job, int h0, int h1);
+  // Linear-attention key heads [h0, h1) of the job's state slot, the same two ways.
+  Status read_state(Peer& peer, const KvPullJob& job, int h0, int h1, bool& over_ucx);
+  Status read_state_ucx(Peer& peer, const KvPullJob& job, int h0, int h1);
+  Status read_state_tcp(Peer& peer, const KvPullJob& job, int h0, int h1);
+  // Reads [begin, end) of a per-rank range (range_of: a producer rank's part) from the job's
+  // producer ranks in order from rank `first`, each part with `read`; errors when a part is
+  // missing or a read fails.
+  using RangeOf = std::function<std::pair<int, int>(const KvRankInfo&)>;
+  using ReadPart = std::function<Status(Peer&, int, int)>;
+  Status cover(const KvPullJob& job, int begin, int end, int first, const RangeOf& range_of,
+               const ReadPart& read);
 
   KVMemoryView memory_;
   KvRankInfo self_;

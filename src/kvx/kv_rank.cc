@@ -5,10 +5,36 @@
 namespace kestrel {
 
 nlohmann::json KvRankInfo::to_json() const {
-  return {{"engine_id", engine_id},   {"incarnation", incarnation}, {"compat", compat},
-          {"tp_rank", tp_rank},       {"tp_size", tp_size},         {"head_begin", head_begin},
-          {"head_end", head_end},     {"total_heads", total_heads}, {"planes", planes},
-          {"num_blocks", num_blocks}, {"head_bytes", head_bytes},   {"latent", latent}};
+  return {{"engine_id", engine_id},
+          {"incarnation", incarnation},
+          {"compat", compat},
+          {"tp_rank", tp_rank},
+          {"tp_size", tp_size},
+          {"head_begin", head_begin},
+          {"head_end", head_end},
+          {"total_heads", total_heads},
+          {"planes", planes},
+          {"num_blocks", num_blocks},
+          {"head_bytes", head_bytes},
+          {"latent", latent},
+          {"state",
+           {{"layers", state.layers},
+            {"entries", state.entries},
+            {"key_head_begin", state.key_head_begin},
+            {"key_head_end", state.key_head_end},
+            {"total_key_heads", state.total_key_heads},
+            {"qk_conv", state.qk_conv},
+            {"v_conv", state.v_conv},
+            {"recurrent", state.recurrent}}}};
+}
+
+std::vector<StateRun> state_runs(const StateRankInfo& s, int h0, int h1) {
+  const int64_t n = s.key_head_end - s.key_head_begin, i = h0 - s.key_head_begin, k = h1 - h0;
+  const int64_t conv = n * (2 * s.qk_conv + s.v_conv);
+  return {{i * s.qk_conv, k * s.qk_conv},
+          {n * s.qk_conv + i * s.qk_conv, k * s.qk_conv},
+          {2 * n * s.qk_conv + i * s.v_conv, k * s.v_conv},
+          {conv + i * s.recurrent, k * s.recurrent}};
 }
 
 Expected<KvRankInfo> KvRankInfo::from_json(const nlohmann::json& j) {
@@ -26,9 +52,24 @@ Expected<KvRankInfo> KvRankInfo::from_json(const nlohmann::json& j) {
     r.num_blocks = j.at("num_blocks").get<int64_t>();
     r.head_bytes = j.at("head_bytes").get<size_t>();
     r.latent = j.at("latent").get<bool>();
+    const nlohmann::json& s = j.at("state");
+    r.state.layers = s.at("layers").get<int>();
+    r.state.entries = s.at("entries").get<int32_t>();
+    r.state.key_head_begin = s.at("key_head_begin").get<int>();
+    r.state.key_head_end = s.at("key_head_end").get<int>();
+    r.state.total_key_heads = s.at("total_key_heads").get<int>();
+    r.state.qk_conv = s.at("qk_conv").get<int64_t>();
+    r.state.v_conv = s.at("v_conv").get<int64_t>();
+    r.state.recurrent = s.at("recurrent").get<int64_t>();
     if (r.head_begin < 0 || r.head_end <= r.head_begin || r.head_end > r.total_heads ||
         r.planes < 1 || r.num_blocks < 2 || r.head_bytes == 0)
       return make_error("a KV rank description with impossible numbers");
+    const StateRankInfo& st = r.state;
+    if (st.layers < 0 || (st.layers > 0 && (st.entries < 1 || st.key_head_begin < 0 ||
+                                            st.key_head_end <= st.key_head_begin ||
+                                            st.key_head_end > st.total_key_heads ||
+                                            st.qk_conv < 0 || st.v_conv < 0 || st.recurrent < 1)))
+      return make_error("a KV rank description with an impossible linear-attention state");
     return r;
   } catch (const nlohmann::json::exception& e) {
     return make_error("a malformed KV rank description: {}", e.what());

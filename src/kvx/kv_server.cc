@@ -78,6 +78,8 @@ void KvServer::serve(Conn& c) {
       sent = conn.send_message(hello, deadline_in(kIoTimeout));
     } else if (op == "read") {
       sent = send_blocks(conn, *request);
+    } else if (op == "read_state") {
+      sent = send_state(conn, *request);
     } else if (control_) {
       sent = conn.send_message(control_(*request), deadline_in(kIoTimeout));
     } else {
@@ -125,6 +127,43 @@ Status KvServer::send_blocks(TcpConn& conn, const nlohmann::json& request) {
                         deadline_in(kIoTimeout + std::chrono::milliseconds(bytes / 100000))));
   stats_.bytes_sent += bytes;
   stats_.blocks_sent += int64_t(blocks.size());
+  ++stats_.reads;
+  return Status::Ok();
+}
+
+Status KvServer::send_state(TcpConn& conn, const nlohmann::json& request) {
+  int32_t slot = 0;
+  int h0 = 0, h1 = 0;
+  try {
+    slot = request.at("slot").get<int32_t>();
+    h0 = request.at("key_head_begin").get<int>();
+    h1 = request.at("key_head_end").get<int>();
+  } catch (const nlohmann::json::exception& e) {
+    return conn.send_message(error_reply(std::string("a malformed state read: ") + e.what()),
+                             deadline_in(kIoTimeout));
+  }
+  const StateRankInfo& s = info_.state;
+  std::string bad;
+  if (s.layers == 0 || memory_.state == nullptr)
+    bad = "this rank keeps no linear-attention state";
+  else if (slot < 0 || slot >= memory_.state_entries)
+    bad = fmt::format("state slot {} is not one of this rank's {}", slot, memory_.state_entries);
+  else if (h0 < s.key_head_begin || h1 > s.key_head_end || h0 >= h1)
+    bad = fmt::format("key heads [{}, {}) are not all on this rank ([{}, {}))", h0, h1,
+                      s.key_head_begin, s.key_head_end);
+  if (!bad.empty()) return conn.send_message(error_reply(bad), deadline_in(kIoTimeout));
+  std::vector<IoPiece> pieces;
+  int64_t bytes = 0;
+  for (int32_t layer = 0; layer < memory_.state_layers; ++layer)
+    for (const StateRun& run : state_runs(s, h0, h1)) {
+      pieces.push_back(
+          IoPiece{memory_.state_at(slot, layer) + run.offset, size_t(run.floats) * sizeof(float)});
+      bytes += run.floats * int64_t(sizeof(float));
+    }
+  KTRY(conn.send_message({{"op", "data"}, {"bytes", bytes}}, deadline_in(kIoTimeout)));
+  KTRY(conn.send_pieces(pieces,
+                        deadline_in(kIoTimeout + std::chrono::milliseconds(bytes / 100000))));
+  stats_.bytes_sent += bytes;
   ++stats_.reads;
   return Status::Ok();
 }

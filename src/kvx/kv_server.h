@@ -5,10 +5,13 @@
 //                        and its UCX advertisement when it has one (kvx/ucx_transport.h)
 //   read blocks h0 h1  → a header with the byte count, then heads [h0, h1) of every listed block
 //                        of every plane, plane by plane, written straight from the KV pool
+//   read_state slot h0 h1 → a header with the byte count, then the runs of linear-attention key
+//                        heads [h0, h1) of state slot `slot`, layer by layer (kvx/kv_rank.h)
 //   anything else      → the control handler's answer (rank 0: the engine's leases), or an error
 // Reads take no lock: the blocks a consumer reads belong to finished requests that the producer
 // holds under a lease, which no forward pass writes; the consumer confirms the lease after the
-// read (a lease that lapsed meanwhile voids what it read). A connection that sends garbage or
+// read (a lease that lapsed meanwhile voids what it read). A state slot read is a held one: the
+// lease holds it with the blocks. A connection that sends garbage or
 // stalls past the I/O timeout is closed; the server itself keeps serving.
 //
 // Owns its accept thread and one thread per connection; stopped (and joined) by its destructor.
@@ -68,6 +71,7 @@ class KvServer {
   void serve(Conn& conn);
   // A read's reply: its header then the bytes, or an error reply.
   Status send_blocks(TcpConn& conn, const nlohmann::json& request);
+  Status send_state(TcpConn& conn, const nlohmann::json& request);
 
   TcpListener listener_;
   int port_;

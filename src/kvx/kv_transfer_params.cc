@@ -72,6 +72,12 @@ Expected<KvTransferParams> parse_kv_transfer_params(const json& p) {
   if (r.tp_size < 1) return bad(Error{"remote_tp_size must be at least 1"});
   r.block_size = p.value("remote_block_size", 0);
   r.num_prompt_tokens = p.value("remote_num_prompt_tokens", int64_t(-1));
+  if (p.contains("remote_state_slot") && !p["remote_state_slot"].is_null()) {
+    auto slot = need<int32_t>(p, "remote_state_slot");
+    if (!slot.ok()) return bad(slot.error());
+    if (*slot < 0) return bad(Error{"remote_state_slot must be at least 0"});
+    r.state_slot = *slot;
+  }
   auto lease = need<uint64_t>(p, "kv_lease_id");
   auto epoch = need<uint64_t>(p, "kv_lease_epoch");
   if (!lease.ok()) return bad(lease.error());
@@ -104,7 +110,8 @@ json kv_transfer_params_of(const HeldPrompt& h) {
           {"kv_lease_version", 1},
           {"kv_lease_id", h.lease},
           {"kv_lease_epoch", h.epoch},
-          {"kv_lease_duration", double(h.lease_duration.count()) / 1000.0}};
+          {"kv_lease_duration", double(h.lease_duration.count()) / 1000.0},
+          {"remote_state_slot", h.state_slot >= 0 ? json(h.state_slot) : json()}};
 }
 
 }  // namespace kestrel

@@ -2,7 +2,8 @@
 // sends a prefill instance {do_remote_decode: true} and gets back, in the response, where the
 // prompt's KV waits: Kestrel writes a superset of vLLM-Ascend's Mooncake fields (remote host,
 // port, engine id, TP size, block size, block ids per KV cache group, number of prompt tokens
-// and blocks, the last token it sampled) plus its lease (id, epoch, duration; MooncakeConnector
+// and blocks, the last token it sampled) plus, for a model with linear-attention layers, the
+// state slot it holds (remote_state_slot), and its lease (id, epoch, duration; MooncakeConnector
 // V2 advertises kv_lease_version and kv_lease_duration the same way). The proxy hands those to a
 // decode instance with do_remote_prefill: true. Parsing checks what a consumer needs and refuses
 // the rest with a reason (HTTP 400); missing optional fields are allowed. Pure functions.
@@ -30,6 +31,7 @@ struct RemotePrefillParams {
   int block_size = 0;
   std::vector<int64_t> block_ids;  // group 0, token order
   int64_t num_prompt_tokens = -1;  // -1: not given
+  int32_t state_slot = -1;         // a linear-attention model's held state (-1: none)
   uint64_t lease = 0, epoch = 0;
   std::chrono::milliseconds lease_duration{0};
 };
@@ -49,6 +51,7 @@ struct HeldPrompt {
   std::vector<std::vector<int64_t>> block_ids;  // per group
   int64_t num_prompt_tokens = 0;
   int32_t last_token_id = -1;
+  int32_t state_slot = -1;  // -1: none
   uint64_t lease = 0, epoch = 0;
   std::chrono::milliseconds lease_duration{0};
 };

@@ -60,6 +60,8 @@ void KvWorker::start_loads(const std::vector<KvLoad>& loads) {
     job.tp_size = l.tp_size;
     job.remote_blocks = l.remote_blocks;
     job.local_blocks = l.local_blocks;
+    job.remote_state = l.remote_state;
+    job.local_state = l.local_state;
     job.deadline = deadline_in(std::chrono::milliseconds(l.timeout_ms));
     puller_->submit(std::move(job));
   }

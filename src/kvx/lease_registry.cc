@@ -5,7 +5,7 @@ namespace kestrel {
 LeaseRegistry::LeaseRegistry(uint64_t epoch, std::chrono::milliseconds duration)
     : epoch_(epoch), duration_(duration) {}
 
-LeaseInfo LeaseRegistry::create(HeldBlocks blocks) {
+LeaseInfo LeaseRegistry::create(HeldKv blocks) {
   std::lock_guard lock(mu_);
   const uint64_t id = next_id_++;
   leases_.emplace(id, Lease{std::move(blocks), Clock::now() + duration_});
@@ -25,10 +25,10 @@ void LeaseRegistry::sweep(Clock::time_point now) {
   }
 }
 
-std::vector<HeldBlocks> LeaseRegistry::take_freed() {
+std::vector<HeldKv> LeaseRegistry::take_freed() {
   std::lock_guard lock(mu_);
   sweep(Clock::now());
-  std::vector<HeldBlocks> out;
+  std::vector<HeldKv> out;
   out.swap(freed_);
   return out;
 }

@@ -7,7 +7,8 @@
 // whole — never expired, released or forgotten since it was made — so the consumer knows the
 // bytes it read were the prompt's and not a reused block's; a late or repeated release is
 // answered "not whole" and changes nothing (idempotent). Expired and released leases hand their
-// blocks back to the engine thread, which frees them.
+// blocks (and a linear-attention model's held state slot) back to the engine thread, which frees
+// them.
 //
 // Thread-safe: the engine thread creates leases and collects the blocks to free; the KV server's
 // connection threads answer the control messages.
@@ -26,8 +27,6 @@
 #include "kv/kv_cache_manager.h"
 
 namespace kestrel {
-
-using HeldBlocks = std::vector<std::vector<BlockId>>;  // per KV cache group
 
 struct LeaseInfo {
   uint64_t id = 0;
@@ -48,9 +47,9 @@ class LeaseRegistry {
   LeaseRegistry(uint64_t epoch, std::chrono::milliseconds duration);
 
   // Engine thread: holds `blocks` until released or expired.
-  LeaseInfo create(HeldBlocks blocks);
+  LeaseInfo create(HeldKv blocks);
   // Engine thread: the blocks of leases released or expired since the last call.
-  std::vector<HeldBlocks> take_freed();
+  std::vector<HeldKv> take_freed();
   // When the next lease expires (Clock::time_point::max() without leases): the engine must
   // wake by then to free it.
   Clock::time_point next_expiry() const;
@@ -66,7 +65,7 @@ class LeaseRegistry {
 
  private:
   struct Lease {
-    HeldBlocks blocks;
+    HeldKv blocks;
     Clock::time_point expires;
   };
   // Under mu_: moves expired leases to freed_.
@@ -76,7 +75,7 @@ class LeaseRegistry {
   const std::chrono::milliseconds duration_;
   mutable std::mutex mu_;
   std::map<uint64_t, Lease> leases_;
-  std::vector<HeldBlocks> freed_;
+  std::vector<HeldKv> freed_;
   uint64_t next_id_ = 1;
   LeaseStats stats_;
   std::function<void()> wake_;

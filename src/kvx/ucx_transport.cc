@@ -93,9 +93,37 @@ bool ucx_available() {
   return true;
 }
 
+namespace {
+
+// One registered region's remote key, packed as hex.
+Expected<std::string> packed_rkey(ucp_context_h context, ucp_mem_h memh) {
+  void* rkey = nullptr;
+  size_t rkey_size = 0;
+  if (ucs_status_t s = ucp_rkey_pack(context, memh, &rkey, &rkey_size); s != UCS_OK)
+    return ucs_error("remote key", s);
+  std::string hex = to_hex(rkey, rkey_size);
+  ucp_rkey_buffer_release(rkey);
+  return hex;
+}
+
+Status map_memory(ucp_context_h context, void* base, uint64_t length, ucp_mem_h* memh) {
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mp.address = base;
+  mp.length = length;
+  if (ucs_status_t s = ucp_mem_map(context, &mp, memh); s != UCS_OK) {
+    *memh = nullptr;
+    return ucs_error("memory registration", s);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 struct UcxProducer::Impl {
   Worker w;
   ucp_mem_h memh = nullptr;
+  ucp_mem_h state_memh = nullptr;  // the linear-attention state slots, when there are some
   std::atomic<bool> stop{false};
   std::thread progress;
 
@@ -106,6 +134,7 @@ struct UcxProducer::Impl {
       progress.join();
     }
     if (memh != nullptr) ucp_mem_unmap(w.context, memh);
+    if (state_memh != nullptr) ucp_mem_unmap(w.context, state_memh);
     w.close();
   }
 
@@ -128,18 +157,13 @@ Expected<std::unique_ptr<UcxProducer>> UcxProducer::start(const KVMemoryView& me
   KTRY(impl->w.open(/*wakeup=*/true));
   const uint64_t length =
       uint64_t(memory.planes) * uint64_t(memory.num_blocks) * memory.block_bytes;
-  ucp_mem_map_params_t mp{};
-  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-  mp.address = memory.base;
-  mp.length = length;
-  if (ucs_status_t s = ucp_mem_map(impl->w.context, &mp, &impl->memh); s != UCS_OK)
-    return ucs_error("memory registration", s);
-  void* rkey = nullptr;
-  size_t rkey_size = 0;
-  if (ucs_status_t s = ucp_rkey_pack(impl->w.context, impl->memh, &rkey, &rkey_size); s != UCS_OK)
-    return ucs_error("remote key", s);
-  const std::string rkey_hex = to_hex(rkey, rkey_size);
-  ucp_rkey_buffer_release(rkey);
+  KTRY(map_memory(impl->w.context, memory.base, length, &impl->memh));
+  KASSIGN(const std::string rkey_hex, packed_rkey(impl->w.context, impl->memh));
+  std::string state_rkey_hex;
+  if (memory.state != nullptr) {
+    KTRY(map_memory(impl->w.context, memory.state, memory.state_bytes(), &impl->state_memh));
+    KASSIGN(state_rkey_hex, packed_rkey(impl->w.context, impl->state_memh));
+  }
   ucp_address_t* address = nullptr;
   size_t address_size = 0;
   if (ucs_status_t s = ucp_worker_get_address(impl->w.worker, &address, &address_size); s != UCS_OK)
@@ -154,6 +178,10 @@ Expected<std::unique_ptr<UcxProducer>> UcxProducer::start(const KVMemoryView& me
                               {"rkey", rkey_hex},
                               {"base", reinterpret_cast<uint64_t>(memory.base)},
                               {"length", length}};
+  if (memory.state != nullptr)
+    producer->advertisement_["state"] = {{"rkey", state_rkey_hex},
+                                         {"base", reinterpret_cast<uint64_t>(memory.state)},
+                                         {"length", uint64_t(memory.state_bytes())}};
   return producer;
 }
 
@@ -183,6 +211,8 @@ struct UcxConsumer::Remote::Impl {
   UcxConsumer::Impl* consumer = nullptr;
   ucp_ep_h ep = nullptr;
   ucp_rkey_h rkey = nullptr;
+  ucp_rkey_h state_rkey = nullptr;  // the state slots' (none: the producer has none)
+  uint64_t state_base = 0, state_length = 0;
   std::atomic<bool> failed{false};
   bool peer_errors = false;  // created with peer failure handling (a remote host)
 
@@ -192,6 +222,7 @@ struct UcxConsumer::Remote::Impl {
 
   ~Impl() {
     if (rkey != nullptr) ucp_rkey_destroy(rkey);
+    if (state_rkey != nullptr) ucp_rkey_destroy(state_rkey);
     if (ep == nullptr) return;
     ucp_request_param_t p{};
     // Forced (no flush) where a dead peer could hold the flush up; UCX allows it only with peer
@@ -215,13 +246,19 @@ Expected<std::unique_ptr<UcxConsumer>> UcxConsumer::start() {
 
 Expected<std::unique_ptr<UcxConsumer::Remote>> UcxConsumer::connect(
     const nlohmann::json& advertisement) {
-  std::string address, rkey;
-  uint64_t base = 0, length = 0;
+  std::string address, rkey, state_rkey;
+  uint64_t base = 0, length = 0, state_base = 0, state_length = 0;
   try {
     KASSIGN(address, from_hex(advertisement.at("address").get<std::string>()));
     KASSIGN(rkey, from_hex(advertisement.at("rkey").get<std::string>()));
     base = advertisement.at("base").get<uint64_t>();
     length = advertisement.at("length").get<uint64_t>();
+    if (advertisement.contains("state")) {
+      const nlohmann::json& s = advertisement["state"];
+      KASSIGN(state_rkey, from_hex(s.at("rkey").get<std::string>()));
+      state_base = s.at("base").get<uint64_t>();
+      state_length = s.at("length").get<uint64_t>();
+    }
   } catch (const nlohmann::json::exception& e) {
     return make_error("a malformed UCX advertisement: {}", e.what());
   }
@@ -231,6 +268,9 @@ Expected<std::unique_ptr<UcxConsumer::Remote>> UcxConsumer::connect(
   r.consumer = impl_.get();
   remote->base_ = base;
   remote->length_ = length;
+  remote->state_base_ = state_base;
+  r.state_base = state_base;
+  r.state_length = state_length;
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -252,22 +292,38 @@ Expected<std::unique_ptr<UcxConsumer::Remote>> UcxConsumer::connect(
     r.rkey = nullptr;
     return ucs_error("remote key", s);
   }
+  if (!state_rkey.empty())
+    if (ucs_status_t s = ucp_ep_rkey_unpack(r.ep, state_rkey.data(), &r.state_rkey); s != UCS_OK) {
+      r.state_rkey = nullptr;
+      return ucs_error("remote key", s);
+    }
   return remote;
 }
 
 Status UcxConsumer::read(Remote& remote, const std::vector<UcxRead>& reads, Deadline deadline) {
   Remote::Impl& r = *remote.impl_;
-  for (const UcxRead& x : reads)
-    if (x.remote < remote.base_ || x.bytes > remote.length_ ||
-        x.remote - remote.base_ > remote.length_ - x.bytes)
+  auto within = [](const UcxRead& x, uint64_t base, uint64_t length) {
+    return x.remote >= base && x.bytes <= length && x.remote - base <= length - x.bytes;
+  };
+  // Each read's region: the block pool, or the state slots.
+  std::vector<ucp_rkey_h> keys;
+  keys.reserve(reads.size());
+  for (const UcxRead& x : reads) {
+    if (within(x, remote.base_, remote.length_))
+      keys.push_back(r.rkey);
+    else if (r.state_rkey != nullptr && within(x, r.state_base, r.state_length))
+      keys.push_back(r.state_rkey);
+    else
       return make_error("a UCX read outside the producer's pool");
+  }
   if (r.failed.load()) return make_error("UCX: the producer's endpoint failed");
   std::vector<void*> pending;
   pending.reserve(reads.size());
   Status result = Status::Ok();
-  for (const UcxRead& x : reads) {
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const UcxRead& x = reads[i];
     ucp_request_param_t p{};
-    void* request = ucp_get_nbx(r.ep, x.local, x.bytes, x.remote, r.rkey, &p);
+    void* request = ucp_get_nbx(r.ep, x.local, x.bytes, x.remote, keys[i], &p);
     if (UCS_PTR_IS_ERR(request)) {
       result = ucs_error("read", UCS_PTR_STATUS(request));
       break;

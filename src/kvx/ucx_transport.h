@@ -32,13 +32,15 @@ bool ucx_available();
 
 class UcxProducer {
  public:
-  // Registers `memory` (the whole pool) with a new UCX context and starts the progress thread.
+  // Registers `memory` (the whole pool, and its state slots) with a new UCX context and starts
+  // the progress thread.
   static Expected<std::unique_ptr<UcxProducer>> start(const KVMemoryView& memory);
   ~UcxProducer();
   UcxProducer(const UcxProducer&) = delete;
   UcxProducer& operator=(const UcxProducer&) = delete;
   // What the hello carries: {"host": the kernel's boot id, "address": worker address, "rkey":
-  // packed remote key (both hex), "base": the pool's address, "length": its bytes}.
+  // packed remote key (both hex), "base": the pool's address, "length": its bytes, and for a
+  // model with linear-attention layers "state": {"rkey", "base", "length"} of its state slots}.
   const nlohmann::json& advertisement() const { return advertisement_; }
 
   struct Impl;
@@ -71,6 +73,8 @@ class UcxConsumer {
     Remote& operator=(const Remote&) = delete;
     uint64_t base() const { return base_; }
     uint64_t length() const { return length_; }
+    // The producer's state slots (0: it advertised none).
+    uint64_t state_base() const { return state_base_; }
 
     struct Impl;
 
@@ -78,7 +82,7 @@ class UcxConsumer {
     friend class UcxConsumer;
     Remote() = default;
     std::unique_ptr<Impl> impl_;
-    uint64_t base_ = 0, length_ = 0;
+    uint64_t base_ = 0, length_ = 0, state_base_ = 0;
   };
 
   // Connects to the producer that sent `advertisement`.

@@ -44,10 +44,12 @@ void BatchBuilder::add_table(size_t group, std::span<const int32_t> table, int32
 
 void BatchBuilder::add(std::span<const int32_t> tokens, int32_t start_pos,
                        std::span<const std::vector<int32_t>> tables, size_t num_logits,
-                       int32_t state_slot, int32_t state_snapshots) {
+                       int32_t state_slot, int32_t state_snapshots, int32_t state_hold) {
   KCHECK(num_logits <= tokens.size(), "{} logits rows for {} tokens", num_logits, tokens.size());
   KCHECK(state_snapshots >= 0 && size_t(state_snapshots) < std::max<size_t>(tokens.size(), 1),
          "{} state snapshots for {} tokens", state_snapshots, tokens.size());
+  KCHECK(state_hold < 0 || (state_slot >= 0 && state_snapshots == 0 && !tokens.empty()),
+         "a held state needs a state slot, tokens and no snapshots");
   KCHECK(tables.size() == size_t(num_groups_), "{} block tables for {} KV cache groups",
          tables.size(), num_groups_);
   for (size_t g = 0; g < tables.size(); ++g) add_table(g, tables[g], start_pos, tokens.size());
@@ -60,6 +62,7 @@ void BatchBuilder::add(std::span<const int32_t> tokens, int32_t start_pos,
   qsl_.push_back(int32_t(tokens_.size()));
   state_slots_.push_back(state_slot);
   state_snapshots_.push_back(state_snapshots);
+  state_holds_.push_back(state_hold);
 }
 
 ForwardBatch BatchBuilder::batch() const {
@@ -86,6 +89,7 @@ ForwardBatch BatchBuilder::batch() const {
   b.logits_indices = logits_indices_;
   b.state_slots = state_slots_;
   b.state_snapshots = state_snapshots_;
+  b.state_holds = state_holds_;
   return b;
 }
 
@@ -96,6 +100,7 @@ void BatchBuilder::clear() {
   qsl_.assign(1, 0);
   state_slots_.clear();
   state_snapshots_.clear();
+  state_holds_.clear();
   for (auto& s : slots_) s.clear();
   for (auto& t : tables_) t.clear();
 }

@@ -19,10 +19,11 @@ class BatchBuilder {
   // tables[g] (each must cover start_pos + tokens.size() positions), with logits for the last
   // `num_logits` tokens (a decode row and its drafts), and for models with linear-attention
   // layers its state slot (ForwardBatch::state_slots) and how many of its tokens before the
-  // last keep a state snapshot (ForwardBatch::state_snapshots).
+  // last keep a state snapshot (ForwardBatch::state_snapshots), and the slot that receives its
+  // state before its last token (ForwardBatch::state_holds; -1: none).
   void add(std::span<const int32_t> tokens, int32_t start_pos,
            std::span<const std::vector<int32_t>> tables, size_t num_logits, int32_t state_slot = -1,
-           int32_t state_snapshots = 0);
+           int32_t state_snapshots = 0, int32_t state_hold = -1);
   // One KV cache group.
   void add(std::span<const int32_t> tokens, int32_t start_pos, std::span<const int32_t> block_table,
            Logits logits);
@@ -41,7 +42,7 @@ class BatchBuilder {
   int block_size_;
   int num_groups_;
   std::vector<int32_t> tokens_, positions_, qsl_{0}, logits_indices_, state_slots_,
-      state_snapshots_;
+      state_snapshots_, state_holds_;
   std::vector<std::vector<int64_t>> slots_;                // per group, [T]
   std::vector<std::vector<std::vector<int32_t>>> tables_;  // per group, per sequence
   mutable std::vector<int64_t> flat_slots_;

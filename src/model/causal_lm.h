@@ -37,6 +37,10 @@ struct ForwardBatch {
   // token's drafts but the last) leave their states in the slot's draft snapshots 0..n-1
   // (KVCacheStorage::draft_snapshot), so a rejected draft's state can be undone.
   std::span<const int32_t> state_snapshots;
+  // Per sequence ([S], or empty: none), a state slot that receives its state before its final
+  // token here (-1: none): a PD producer's prompt, whose decode instance computes that token
+  // again from this state.
+  std::span<const int32_t> state_holds;
 };
 
 class CausalLM {

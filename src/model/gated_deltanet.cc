@@ -7,7 +7,8 @@
 // a sequence's result does not depend on how its tokens are split into steps or batched. A
 // sequence verifying drafts also leaves the state after each of its tokens but the last in the
 // slot's draft snapshots (ForwardBatch::state_snapshots), which the runner restores from when it
-// rejects drafts: a recurrence cannot be run backwards.
+// rejects drafts: a recurrence cannot be run backwards. A PD producer's prompt leaves its state
+// before its last token in a held slot (ForwardBatch::state_holds) for the decode instance.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -173,6 +174,12 @@ class GatedDeltaNet final : public AttentionLayer {
                : -1;
   }
 
+  // Where sequence s's state before its final token goes besides its slot (ForwardBatch::
+  // state_holds), -1: nowhere. A single-token sequence holds the state it starts from.
+  static int32_t hold_of(const LayerContext& ctx, size_t s) {
+    return ctx.state_holds.empty() ? -1 : ctx.state_holds[s];
+  }
+
   // Sequences starting at position 0 start from a zero state.
   void reset_new_sequences(const LayerContext& ctx, int layer) const {
     const size_t S = ctx.query_start_loc.size() - 1;
@@ -197,10 +204,13 @@ class GatedDeltaNet final : public AttentionLayer {
         const int32_t end = ctx.query_start_loc[size_t(s) + 1];
         if (first == end) continue;
         float* state = ctx.kv.state(layer, ctx.state_slots[size_t(s)]);
+        const int32_t hold = hold_of(ctx, size_t(s));
         for (int64_t c = c0; c < c1; ++c) {
           float* prev = state + c * (K - 1);
           const float* w = conv_.data() + c * K;
           for (int32_t t = first; t < end; ++t) {
+            if (hold >= 0 && t == end - 1)
+              std::copy_n(prev, K - 1, ctx.kv.state(layer, hold) + c * (K - 1));
             const float in = x[int64_t(t) * cd + c];
             float acc = w[K - 1] * in;
             for (int64_t i = 0; i < K - 1; ++i) acc += w[i] * prev[i];
@@ -239,7 +249,10 @@ class GatedDeltaNet final : public AttentionLayer {
         if (first == end) continue;
         const int64_t head_offset = l_.conv_state_floats() + j * dk * dv;
         float* M = ctx.kv.state(layer, ctx.state_slots[size_t(s)]) + head_offset;
+        const int32_t hold = hold_of(ctx, size_t(s));
         for (int32_t t = first; t < end; ++t) {
+          if (hold >= 0 && t == end - 1)
+            std::copy_n(M, dk * dv, ctx.kv.state(layer, hold) + head_offset);
           const float* yt = y + int64_t(t) * cd;
           l2_normed(yt + kh * dk, dk, q.data());
           for (float& e : q) e /= sqrt_dk;

@@ -43,6 +43,12 @@ KVMemoryView KVCacheStorage::memory() const {
   m.planes = layout_.layers_per_block * (latent_ ? 1 : 2);
   m.heads = latent_ ? 1 : g.num_kv_heads;
   m.block_bytes = dtype_bytes(dtype_, int64_t(g.block_size) * g.num_kv_heads * g.head_dim);
+  if (layout_.state.num_layers > 0 && !state_.empty()) {
+    m.state = state_.data();
+    m.state_entries = num_state_entries();
+    m.state_layers = int32_t(layout_.state.num_layers);
+    m.state_floats_per_layer = layout_.state.floats_per_layer;
+  }
   return m;
 }
 

@@ -32,7 +32,9 @@ namespace kestrel {
 
 // The storage's bytes as a KV transfer moves them: `planes` planes (K and V of each slot, or one
 // per slot for a latent cache) of `num_blocks` blocks, each block `block_bytes` long and cut into
-// `heads` equal head slices (one for a latent cache).
+// `heads` equal head slices (one for a latent cache); and for models with linear-attention
+// layers their states: `state_entries` slots of `state_layers` layers of
+// `state_floats_per_layer` f32 values (null `state`: none).
 struct KVMemoryView {
   uint8_t* base = nullptr;
   int64_t num_blocks = 0;
@@ -44,6 +46,18 @@ struct KVMemoryView {
   uint8_t* at(int plane, int64_t block, int head = 0) const {
     return base + (size_t(plane) * size_t(num_blocks) + size_t(block)) * block_bytes +
            size_t(head) * head_bytes();
+  }
+  float* state = nullptr;
+  int32_t state_entries = 0;
+  int32_t state_layers = 0;
+  int64_t state_floats_per_layer = 0;
+  // Layer `layer`'s state in slot `slot`.
+  float* state_at(int32_t slot, int32_t layer) const {
+    return state + (int64_t(slot) * state_layers + layer) * state_floats_per_layer;
+  }
+  size_t state_bytes() const {
+    return size_t(state_entries) * size_t(state_layers) * size_t(state_floats_per_layer) *
+           sizeof(float);
   }
 };
 class KVCacheStorage {

@@ -80,6 +80,7 @@ struct LayerContext {
   std::span<const int32_t> query_start_loc;
   std::span<const int32_t> state_slots;
   std::span<const int32_t> state_snapshots;  // ForwardBatch::state_snapshots
+  std::span<const int32_t> state_holds;      // ForwardBatch::state_holds
   // Gemma3: the RoPE of sliding-window layers (null: every layer uses `rope`).
   const RopeParams* rope_local = nullptr;
 

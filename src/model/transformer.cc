@@ -205,6 +205,7 @@ class TransformerModel final : public CausalLM {
                            cfg_.norm_offset,
                            {},
                            {},
+                           {},
                            {}};
     experts_->finish_step(ctx);
   }
@@ -311,6 +312,7 @@ class TransformerModel final : public CausalLM {
                         fb.query_start_loc,
                         fb.state_slots,
                         fb.state_snapshots,
+                        fb.state_holds,
                         rope_local_.rot_dim > 0 ? &rope_local_params_ : nullptr};
   }
 

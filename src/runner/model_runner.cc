@@ -49,7 +49,8 @@ void ModelRunner::release_state_slot(RequestHandle id) {
 }
 
 Expected<ModelRunner::Rows> ModelRunner::add_to_batch(const ScheduledTokens& work, int64_t offset,
-                                                      int64_t first_row, int32_t checkpoint) {
+                                                      int64_t first_row, int32_t checkpoint,
+                                                      int32_t hold) {
   WorkerRequest* req = requests_.find(work.id);
   if (req == nullptr) return make_error("scheduled request {} is unknown to the worker", work.id);
   const int64_t num_drafts = static_cast<int64_t>(work.draft_token_ids.size());
@@ -95,7 +96,9 @@ Expected<ModelRunner::Rows> ModelRunner::add_to_batch(const ScheduledTokens& wor
   if (snapshots > kv_.draft_snapshots_per_slot())
     return make_error("request {}: {} drafts, the state keeps {} snapshots", work.id, num_drafts,
                       kv_.draft_snapshots_per_slot());
-  builder_.add(tokens_, int32_t(start), req->block_ids, size_t(count), slot, snapshots);
+  if (hold >= 0 && (slot < 0 || !kv_.is_checkpoint(hold) || num_drafts > 0))
+    return make_error("request {}: no state to hold in slot {}", work.id, hold);
+  builder_.add(tokens_, int32_t(start), req->block_ids, size_t(count), slot, snapshots, hold);
   return Rows{&work, req, start, offset, first_row, count, samples};
 }
 
@@ -153,6 +156,8 @@ Expected<RunnerOutput> ModelRunner::run_step(const SchedulerOutput& output) {
   for (const TokenMask& m : output.token_masks) masks[m.id] = &m;
   std::unordered_map<RequestHandle, int32_t> loads;
   for (const StateCheckpointCopy& l : output.state_loads) loads[l.id] = l.slot;
+  std::unordered_map<RequestHandle, int32_t> holds;
+  for (const StateCheckpointCopy& h : output.state_holds) holds[h.id] = h.slot;
   builder_.clear();
   std::vector<Rows> rows;
   int64_t num_rows = 0, num_batch_tokens = 0;
@@ -164,8 +169,10 @@ Expected<RunnerOutput> ModelRunner::run_step(const SchedulerOutput& output) {
       return make_error("request {}: {} token masks for {} drafts", work.id, m->second->num_rows,
                         work.draft_token_ids.size());
     const auto load = loads.find(work.id);
-    KASSIGN(Rows r, add_to_batch(work, num_batch_tokens, num_rows,
-                                 load == loads.end() ? -1 : load->second));
+    const auto hold = holds.find(work.id);
+    KASSIGN(Rows r,
+            add_to_batch(work, num_batch_tokens, num_rows, load == loads.end() ? -1 : load->second,
+                         hold == holds.end() ? -1 : hold->second));
     num_rows += r.count;
     num_batch_tokens += work.num_tokens;
     rows.push_back(r);

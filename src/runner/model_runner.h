@@ -78,9 +78,10 @@ class ModelRunner {
   };
 
   // Checks `work` against the request's state and adds its tokens to the batch; `checkpoint`
-  // (-1: none) is the state it resumes from.
+  // (-1: none) is the state it resumes from, `hold` (-1: none) the checkpoint slot that receives
+  // its state before its last token here (SchedulerOutput::state_holds).
   Expected<Rows> add_to_batch(const ScheduledTokens& work, int64_t offset, int64_t first_row,
-                              int32_t checkpoint);
+                              int32_t checkpoint, int32_t hold);
   void score_prompt(const Rows& r, const ForwardBatch& batch, RunnerOutput& out);
   // The request's state slot, taken from the free ones if it holds none (with `checkpoint`'s
   // state copied in when it is not -1); an error when it continues past position 0 without a

@@ -20,7 +20,7 @@
 namespace kestrel {
 namespace {
 
-constexpr const char* kSchedulerOutputTag = "kestrel.sched_output.v4";
+constexpr const char* kSchedulerOutputTag = "kestrel.sched_output.v5";
 constexpr const char* kRunnerOutputTag = "kestrel.runner_output.v3";
 
 // Each struct is listed once, in declaration order, and both directions walk that list, so the
@@ -62,11 +62,12 @@ KDESCRIBE(TokenMask, KFIELD(id), KFIELD(bits), KFIELD(num_rows))
 KDESCRIBE(StateCheckpointCopy, KFIELD(id), KFIELD(slot))
 KDESCRIBE(StateSnapshotSave, KFIELD(id), KFIELD(slot), KFIELD(snapshot))
 KDESCRIBE(KvLoad, KFIELD(load_id), KFIELD(id), KFIELD(host), KFIELD(port), KFIELD(tp_size),
-          KFIELD(remote_blocks), KFIELD(local_blocks), KFIELD(timeout_ms))
+          KFIELD(remote_blocks), KFIELD(local_blocks), KFIELD(remote_state), KFIELD(local_state),
+          KFIELD(timeout_ms))
 KDESCRIBE(SchedulerOutput, KFIELD(new_requests), KFIELD(cached_requests), KFIELD(scheduled),
           KFIELD(token_masks), KFIELD(preempted_ids), KFIELD(finished_ids),
           KFIELD(total_num_scheduled_tokens), KFIELD(kv_loads), KFIELD(state_loads),
-          KFIELD(state_saves), KFIELD(state_snapshot_saves))
+          KFIELD(state_saves), KFIELD(state_snapshot_saves), KFIELD(state_holds))
 KDESCRIBE(TokenLogprob, KFIELD(token), KFIELD(logprob))
 KDESCRIBE(TokenLogprobs, KFIELD(token), KFIELD(logprob), KFIELD(rank), KFIELD(top))
 KDESCRIBE(RequestSamples, KFIELD(id), KFIELD(tokens), KFIELD(logprobs), KFIELD(draft_token_ids))

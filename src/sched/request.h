@@ -30,6 +30,7 @@ struct RemotePrefill {
   int32_t port = 0;
   int32_t tp_size = 1;
   std::vector<int64_t> blocks;
+  int32_t state_slot = -1;     // linear-attention models: the producer's held state slot
   int64_t timeout_ms = 30000;  // for the load, then the request recomputes or fails
 };
 
@@ -104,6 +105,12 @@ struct Request {
   uint64_t kv_load_id = 0;        // its load (kWaitingForRemoteKvs)
   bool kv_load_reported = false;  // the workers are done writing its blocks
   int64_t kv_hit_tokens = 0;      // its local prefix hit when the load started
+  // Linear-attention models under PD, checkpoint slots taken for the request's state before
+  // its prompt's last token (kv/state_checkpoints.h take()): a producer's, written by the step
+  // that reaches that token and leased with its blocks; a consumer's, written by its load and
+  // copied into its own state slot by the step it resumes with.
+  int32_t held_state = -1;
+  int32_t loaded_state = -1;
 
   int64_t num_tokens() const { return static_cast<int64_t>(all_token_ids.size()); }
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }

@@ -65,6 +65,12 @@ Status Scheduler::add_request(RequestSpec spec) {
   if (spec.prompt.empty()) return make_error("request {}: empty prompt", id);
   if (spec.max_tokens < 1)
     return make_error("request {}: max_tokens must be >= 1, got {}", id, spec.max_tokens);
+  if ((spec.remote_decode || spec.remote_prefill) && config_.has_recurrent_state &&
+      config_.num_state_checkpoints == 0)
+    return make_error(
+        "request {}: a KV transfer of this model moves its linear-attention state, and this "
+        "instance keeps no state slot for one",
+        id);
   const int64_t len = static_cast<int64_t>(spec.prompt.size());
   if (len >= config_.max_model_len) {
     return make_error("request {}: prompt of {} tokens does not fit max_model_len {}", id, len,
@@ -187,6 +193,9 @@ Request* Scheduler::preempt_newest() {
   Request* victim = running_.back();
   running_.pop_back();
   kv_.free(victim->id);
+  // A loaded state not yet copied is not needed any more (it starts again from position 0); a
+  // held one stays, written already or by its next pass.
+  if (victim->loaded_state >= 0) kv_.put_back_state_slot(std::exchange(victim->loaded_state, -1));
   victim->num_computed_tokens = 0;
   victim->status = RequestStatus::kPreempted;
   victim->resumed = victim->known_to_worker;
@@ -199,6 +208,7 @@ Request* Scheduler::give_back_newest() {
   Request* victim = running_.back();
   running_.pop_back();
   kv_.free(victim->id);
+  put_back_states(*victim);
   victim->status = RequestStatus::kFinishedStopped;
   finished_since_last_step_.push_back(victim->id);
   given_back_.push_back(victim->id);
@@ -208,10 +218,18 @@ Request* Scheduler::give_back_newest() {
 
 bool Scheduler::admit_remote(Request& req, SchedulerOutput& out) {
   ComputedBlocks hit;
-  if (config_.enable_prefix_caching && req.read_prefix_cache)
+  std::optional<int32_t> state;
+  if (config_.has_recurrent_state) {
+    state = kv_.take_state_slot();
+    if (!state) return false;
+  } else if (config_.enable_prefix_caching && req.read_prefix_cache) {
     hit = kv_.get_computed_blocks(req.all_token_ids, req.block_hashes);
+  }
   const int64_t prompt = req.num_prompt_tokens();
-  if (!kv_.allocate_slots(req.id, prompt - hit.num_tokens, hit)) return false;
+  if (!kv_.allocate_slots(req.id, prompt - hit.num_tokens, hit)) {
+    if (state) kv_.put_back_state_slot(*state);
+    return false;
+  }
   waiting_.pop_front();
   const RemotePrefill& remote = *req.remote_prefill;
   // Only what the local prefix cache lacks: the blocks from the hit to the prompt's last.
@@ -228,6 +246,11 @@ bool Scheduler::admit_remote(Request& req, SchedulerOutput& out) {
   load.port = remote.port;
   load.tp_size = remote.tp_size;
   load.timeout_ms = remote.timeout_ms;
+  if (state) {
+    load.remote_state = remote.state_slot;
+    load.local_state = *state;
+    req.loaded_state = *state;
+  }
   for (int64_t i = first; i < last; ++i) {
     load.remote_blocks.push_back(remote.blocks[size_t(i)]);
     load.local_blocks.push_back(table[size_t(i)]);
@@ -251,19 +274,37 @@ void Scheduler::run_ready_loads() {
   }
 }
 
-std::vector<std::pair<RequestHandle, std::vector<std::vector<BlockId>>>> Scheduler::take_held() {
-  std::vector<std::pair<RequestHandle, std::vector<std::vector<BlockId>>>> out;
+std::vector<std::pair<RequestHandle, HeldKv>> Scheduler::take_held() {
+  std::vector<std::pair<RequestHandle, HeldKv>> out;
   out.swap(held_);
   return out;
 }
 
-void Scheduler::free_held(const std::vector<std::vector<BlockId>>& blocks) {
-  kv_.free_detached(blocks);
+void Scheduler::free_held(const HeldKv& held) {
+  kv_.free_detached(held.blocks);
+  if (held.state_slot >= 0) kv_.put_back_state_slot(held.state_slot);
+}
+
+void Scheduler::transfer_state(Request& req, int64_t num_new, SchedulerOutput& out) {
+  if (req.loaded_state >= 0) {
+    out.state_loads.push_back(StateCheckpointCopy{req.id, req.loaded_state});
+    copied_states_.push_back(std::exchange(req.loaded_state, -1));
+  }
+  // Only a step that ends at the prompt's last token has that token last (a recompute after
+  // preemption may run past it; the state held then is still the one written first).
+  if (req.held_state >= 0 && req.num_computed_tokens < req.num_prompt_tokens() &&
+      req.num_computed_tokens + num_new == req.num_prompt_tokens())
+    out.state_holds.push_back(StateCheckpointCopy{req.id, req.held_state});
+}
+
+void Scheduler::put_back_states(Request& req) {
+  for (int32_t* slot : {&req.held_state, &req.loaded_state})
+    if (*slot >= 0) kv_.put_back_state_slot(std::exchange(*slot, -1));
 }
 
 std::optional<RequestHandle> Scheduler::kv_load_reported(uint64_t load_id) {
   if (const auto orphan = orphan_loads_.find(load_id); orphan != orphan_loads_.end()) {
-    kv_.free_detached(orphan->second);
+    free_held(orphan->second);
     orphan_loads_.erase(orphan);
     return std::nullopt;
   }
@@ -286,6 +327,7 @@ void Scheduler::kv_load_decided(RequestHandle id, bool loaded, bool recompute) {
   }
   loading_.erase(std::find(loading_.begin(), loading_.end(), req));
   req->remote_prefill.reset();
+  if (!loaded) put_back_states(*req);  // its workers are done writing the slot
   // A loaded prompt continues from its last token (its logits give the first output); a load
   // given up prefills what the local prefix cache did not have.
   req->num_computed_tokens = loaded ? req->num_prompt_tokens() - 1 : req->kv_hit_tokens;
@@ -297,6 +339,8 @@ void Scheduler::kv_load_decided(RequestHandle id, bool loaded, bool recompute) {
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   published_.clear();
+  for (const int32_t slot : copied_states_) kv_.put_back_state_slot(slot);
+  copied_states_.clear();
   out.finished_ids = std::move(finished_since_last_step_);
   finished_since_last_step_.clear();
   take_snapshot_saves(out);
@@ -322,6 +366,7 @@ SchedulerOutput Scheduler::schedule() {
       if (victim == req) break;
     }
     if (!scheduled) break;
+    transfer_state(*req, num_new, out);
     save_checkpoint(*req, num_new, out);
     add_to_output(*req, num_new, out);
     publish_blocks(*req, num_new);
@@ -344,6 +389,11 @@ SchedulerOutput Scheduler::schedule() {
     const int64_t remaining = req->num_tokens() - hit.num_tokens;
     if (!config_.enable_chunked_prefill && remaining > budget) break;
     const int64_t num_new = align_to_checkpoint(*req, hit.num_tokens, std::min(remaining, budget));
+    if (holds_state(*req) && req->held_state < 0) {
+      const std::optional<int32_t> slot = kv_.take_state_slot();
+      if (!slot) break;  // every one holds a state: leases end, and give them back
+      req->held_state = *slot;
+    }
     if (!kv_.allocate_slots(req->id, num_new, hit, config_.num_lookahead_tokens)) break;
     waiting_.pop_front();
     if (req->status == RequestStatus::kWaiting) req->num_cached_tokens = hit.num_tokens;
@@ -352,6 +402,7 @@ SchedulerOutput Scheduler::schedule() {
     running_.push_back(req);
     if (hit.state_checkpoint >= 0)
       out.state_loads.push_back(StateCheckpointCopy{req->id, hit.state_checkpoint});
+    transfer_state(*req, num_new, out);
     save_checkpoint(*req, num_new, out);
     add_to_output(*req, num_new, out);
     publish_blocks(*req, num_new);
@@ -491,13 +542,15 @@ void Scheduler::finish(RequestHandle id, RequestStatus status) {
   remove_from_queues(req);
   if (req->status == RequestStatus::kWaitingForRemoteKvs && !req->kv_load_reported) {
     // The workers may still be writing its blocks: they go with the load until it reports.
-    orphan_loads_.emplace(req->kv_load_id, kv_.detach(id));
+    orphan_loads_.emplace(req->kv_load_id,
+                          HeldKv{kv_.detach(id), std::exchange(req->loaded_state, -1)});
   } else if (req->remote_decode && (status == RequestStatus::kFinishedLength ||
                                     status == RequestStatus::kFinishedStopped)) {
-    held_.emplace_back(id, kv_.detach(id));
+    held_.emplace_back(id, HeldKv{kv_.detach(id), std::exchange(req->held_state, -1)});
   } else {
     kv_.free(id);
   }
+  put_back_states(*req);
   req->status = status;
   finished_since_last_step_.push_back(id);
 }

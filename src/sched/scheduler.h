@@ -14,6 +14,13 @@
 // engine decides the load good (kv_load_decided), or prefills locally what it lacks if not.
 // Its blocks are never freed while a load writes them: a request that ends mid-load leaves them
 // with the load until the workers report it (kv_load_reported).
+//
+// Models with linear-attention layers move the request's recurrent state as well, as it stands
+// before the prompt's last token (the token the consumer computes again): the producer takes a
+// checkpoint slot for it at admission, the step that reaches that token leaves the state there
+// (SchedulerOutput::state_holds), and the slot is held with the blocks; the consumer's load
+// fills a checkpoint slot of its own, copied into the request's slot by its first step. Such a
+// consumer does not start from its local prefix cache: the state comes whole from the producer.
 #pragma once
 
 #include <cstdint>
@@ -109,8 +116,8 @@ class Scheduler {
   void fail_step(const SchedulerOutput& output);
 
   // Producer: requests finished since the last call whose blocks are held, and the blocks.
-  std::vector<std::pair<RequestHandle, std::vector<std::vector<BlockId>>>> take_held();
-  void free_held(const std::vector<std::vector<BlockId>>& blocks);
+  std::vector<std::pair<RequestHandle, HeldKv>> take_held();
+  void free_held(const HeldKv& held);
   // Consumer: the workers finished load `load_id` (whatever its outcome): its blocks are no
   // longer written. Returns the request still waiting on it (to be decided), or none when it
   // ended meanwhile (its blocks are freed now).
@@ -185,6 +192,14 @@ class Scheduler {
   bool admit_remote(Request& req, SchedulerOutput& out);
   // Moves loaded (or given-up) requests that are ready into running_, while there is room.
   void run_ready_loads();
+  // Linear-attention models under PD: whether the request (a producer's) keeps its state for a
+  // transfer, and the state copies its step of num_new tokens makes (see Request::held_state).
+  bool holds_state(const Request& req) const {
+    return req.remote_decode && config_.has_recurrent_state;
+  }
+  void transfer_state(Request& req, int64_t num_new, SchedulerOutput& out);
+  // Gives back the request's transfer state slots that no step or load uses any more.
+  void put_back_states(Request& req);
 
   SchedulerConfig config_;
   KVCacheManager kv_;
@@ -205,8 +220,11 @@ class Scheduler {
   std::vector<Request*> loading_;   // kWaitingForRemoteKvs, in admission order
   std::vector<Request*> ready_;     // loads decided, waiting for room in running_
   // Loads whose request ended while the workers wrote its blocks: the blocks, until reported.
-  std::unordered_map<uint64_t, std::vector<std::vector<BlockId>>> orphan_loads_;
-  std::vector<std::pair<RequestHandle, std::vector<std::vector<BlockId>>>> held_;
+  std::unordered_map<uint64_t, HeldKv> orphan_loads_;
+  std::vector<std::pair<RequestHandle, HeldKv>> held_;
+  // Consumers' loaded states copied into their requests' slots by the last step: free again at
+  // the next schedule().
+  std::vector<int32_t> copied_states_;
   uint64_t next_load_id_ = 1;
   int64_t next_arrival_ = 0;
   int64_t num_preemptions_ = 0;

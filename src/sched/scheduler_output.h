@@ -70,6 +70,10 @@ struct KvLoad {
   int32_t tp_size = 1;
   std::vector<int64_t> remote_blocks;
   std::vector<int64_t> local_blocks;
+  // Linear-attention models: the producer's state slot held for the request, and the local
+  // checkpoint slot the load fills (kv/state_checkpoints.h take()).
+  int32_t remote_state = -1;
+  int32_t local_state = -1;
   int64_t timeout_ms = 30000;
   bool operator==(const KvLoad&) const = default;
 };
@@ -107,6 +111,10 @@ struct SchedulerOutput {
   // Before the forward pass, and before the step's finished and preempted requests give back
   // their state slots.
   std::vector<StateSnapshotSave> state_snapshot_saves;
+  // PD producers of such models: requests whose step ends at their prompt's last token, whose
+  // state before that token goes into checkpoint slot `slot` during the forward pass (their
+  // decode instance computes that token again from it).
+  std::vector<StateCheckpointCopy> state_holds;
   bool operator==(const SchedulerOutput&) const = default;
 };
 

@@ -406,9 +406,14 @@ void render_kv_transfer(const std::vector<EngineStats>& ranks, const std::string
   Counter expired("kestrel:kv_transfer_leases_expired",
                   "Prompt KV leases that lapsed without the decode instance's heartbeat.",
                   kLabelNames);
+  Gauge states("kestrel:kv_transfer_state_slots_held",
+               "Linear-attention state slots held for KV transfers (prompts a decode instance has "
+               "yet to read, loads in flight).",
+               kLabelNames);
   for (const EngineStats& r : ranks) {
     const std::vector<std::string> base = {model, std::to_string(r.engine_index)};
     const KvTransferStats& k = r.kv;
+    states.set(base, double(k.state_slots_held));
     loads.inc(base, double(k.loads));
     failures.inc(base, double(k.load_failures));
     recomputes.inc(base, double(k.recomputes));
@@ -424,7 +429,7 @@ void render_kv_transfer(const std::vector<EngineStats>& ranks, const std::string
   }
   for (const MetricFamily* f : std::initializer_list<const MetricFamily*>{
            &loads, &failures, &recomputes, &bytes, &ucx_bytes, &blocks, &pending, &seconds, &leases,
-           &leased, &released, &expired})
+           &leased, &released, &expired, &states})
     f->render(out);
 }
 

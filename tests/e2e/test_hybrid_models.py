@@ -104,9 +104,6 @@ def test_tensor_parallel_ranks_each_keep_their_heads_states(start_server, fixtur
                                           "model": str(FIXTURES / "qwen3_5_bf16")})],
      "has linear-attention layers"),
     (["--tensor-parallel-size", "4"], "linear-attention layers have only 2 key heads"),
-    (["--kv-transfer-config",
-      '{"kv_connector": "MooncakeConnectorV1", "kv_role": "kv_producer"}'],
-     "keep a recurrent state per sequence"),
 ])
 def test_what_hybrid_models_cannot_do_yet_stops_serve_with_the_reason(flags, reason):
     r = subprocess.run([str(KESTREL_BIN), "serve", str(FIXTURES / "qwen3_5_f32"), "--port", "0",

@@ -4,7 +4,8 @@
 Through the proxy, greedy answers equal colocated serving (the same server without
 kv_transfer_params) on the default model, streamed and not, completions and chat, under concurrent
 load; also 2P1D, a prefill TP group of 2 feeding a TP-1 decode (and the reverse), the MoE and MLA
-fixtures, a prefill instance in another network namespace, and the UCX transport. A decode-side prefix hit loads only
+fixtures, the hybrid fixtures (their linear-attention state moves too, between unequal TP sizes),
+a prefill instance in another network namespace, and the UCX transport. A decode-side prefix hit loads only
 the blocks it lacks.
 
 Faults, each checked for no wrong answer and no leaked block on either side (the KV usage gauges
@@ -154,13 +155,14 @@ def chat_text(base_url, content, stream, n=20):
 
 
 def drained(*servers, timeout=15):
-    """Every server's KV blocks come back: no KV in use, no lease held, no load pending."""
+    """Every server's KV blocks come back: no KV in use, no lease held, no load pending, no
+    linear-attention state slot held for a transfer."""
     def clean():
         for s in servers:
             samples = scrape(s.base_url)
             for name in ("vllm:kv_cache_usage_perc", "kestrel:kv_transfer_leases_active",
                          "kestrel:kv_transfer_loads_pending", "vllm:num_requests_running",
-                         "vllm:num_requests_waiting"):
+                         "vllm:num_requests_waiting", "kestrel:kv_transfer_state_slots_held"):
                 if metric(samples, name):
                     return False
         return True
@@ -281,13 +283,16 @@ def test_ucx_transport_carries_the_blocks(cluster, prefill_tp):
     assert drained(p, d)
 
 
-@pytest.mark.parametrize("fixture", ["qwen3_moe_f32", "deepseek_v3_f32"])
-def test_moe_and_mla_fixtures(cluster, fixture):
+FIXTURE_FLAGS = ["--max-model-len", "256", "--kv-cache-memory", "64M"]
+
+
+def golden_through_a_pair(cluster, fixture, prefill_flags=(), decode_flags=()):
+    """1P1D through the proxy on a fixture: its golden prompts, concurrently, give its greedy
+    tokens, and the decode loaded each one. Returns the two servers."""
     path = FIXTURES / fixture
     golden = json.loads((path / "golden.json").read_text())
-    flags = ["--max-model-len", "256", "--kv-cache-memory", "64M"]
-    p = cluster.serve(*flags, *kv_flags("kv_producer"), model_path=path)
-    d = cluster.serve(*flags, *kv_flags("kv_consumer"), model_path=path)
+    p = cluster.serve(*FIXTURE_FLAGS, *prefill_flags, model_path=path)
+    d = cluster.serve(*FIXTURE_FLAGS, *decode_flags, model_path=path)
     proxy = cluster.proxy([p], [d])
     n = len(golden["greedy"][0])
     with concurrent.futures.ThreadPoolExecutor(len(golden["prompts"])) as pool:
@@ -295,6 +300,14 @@ def test_moe_and_mla_fixtures(cluster, fixture):
                             golden["prompts"]))
     assert got == golden["greedy"]
     assert counter(d, "kestrel:kv_transfer_loads_total") == len(golden["prompts"])
+    assert counter(d, "kestrel:kv_transfer_load_failures_total") == 0
+    return p, d
+
+
+@pytest.mark.parametrize("fixture", ["qwen3_moe_f32", "deepseek_v3_f32"])
+def test_moe_and_mla_fixtures(cluster, fixture):
+    p, d = golden_through_a_pair(cluster, fixture, kv_flags("kv_producer"),
+                                 kv_flags("kv_consumer"))
     assert drained(p, d)
 
 
@@ -366,6 +379,60 @@ def _healthy(base_url):
         return False
 
 
+@pytest.mark.parametrize("fixture,prefill_flags,decode_flags,transport", [
+    ("qwen3_5_f32", [], [], "tcp"),
+    ("qwen3_next_f32", ["--tensor-parallel-size", "2"], [], "tcp"),
+    ("qwen3_5_moe_f32", [], ["--tensor-parallel-size", "2"], "tcp"),
+    # Prefill chunks of 6 (prompts of 7, 19 and 40 tokens end in chunks of 1, 3 and 4), no
+    # prefix cache on the decode side.
+    ("qwen3_5_f32", ["--max-num-batched-tokens", "6"], ["--no-enable-prefix-caching"], "tcp"),
+    ("qwen3_5_f32", ["--tensor-parallel-size", "2"], [], "ucx"),
+])
+def test_hybrid_models_move_their_linear_attention_state(cluster, fixture, prefill_flags,
+                                                         decode_flags, transport):
+    """Qwen3.5 / Qwen3-Next: the decode instance continues from the producer's recurrent state
+    (as it stood before the prompt's last token) besides the attention layers' blocks, re-cut
+    between TP sizes by key head: greedy tokens equal transformers'."""
+    p, d = golden_through_a_pair(
+        cluster, fixture, [*prefill_flags, *kv_flags("kv_producer", kv_transport=transport)],
+        [*decode_flags, *kv_flags("kv_consumer", kv_transport=transport)])
+    if transport == "ucx":  # the state slots too, not only the blocks
+        assert counter(d, "kestrel:kv_transfer_ucx_bytes_total") == counter(
+            d, "kestrel:kv_transfer_bytes_total")
+    assert drained(p, d)
+
+
+def test_a_hybrid_models_held_state_comes_back_on_every_exit(cluster):
+    """The producer's state slot goes with the lease (back when it lapses); a consumer refuses
+    params without one (400, the lease released); a failed load gives the consumer's slot back
+    and recomputes to the right answer."""
+    path = FIXTURES / "qwen3_5_f32"
+    golden = json.loads((path / "golden.json").read_text())
+    prompt, want = golden["prompts"][1], golden["greedy"][1]
+    p = cluster.serve(*FIXTURE_FLAGS, *kv_flags("kv_producer", kv_lease_duration=1),
+                      model_path=path)
+    d = cluster.serve(*FIXTURE_FLAGS, *kv_flags("kv_consumer"), model_path=path)
+    params = prefill_params(p, prompt)
+    assert isinstance(params["remote_state_slot"], int)
+    assert counter(p, "kestrel:kv_transfer_state_slots_held") == 1
+    assert wait_for(lambda: counter(p, "kestrel:kv_transfer_leases_expired_total") == 1, 10)
+    assert wait_for(lambda: counter(p, "kestrel:kv_transfer_state_slots_held") == 0, 5)
+    # The lapsed lease: the load is refused by the producer, the decode recomputes.
+    status, answer = decode_with(d, prompt, params, len(want), logprobs=0,
+                                 return_tokens_as_token_ids=True)
+    assert status == 200, answer
+    assert tokens_of(answer) == want
+    assert counter(d, "kestrel:kv_transfer_recomputes_total") == 1
+    # No state slot named: refused before admission, and the producer's lease released.
+    fresh = prefill_params(p, prompt)
+    del fresh["remote_state_slot"]
+    status, answer = decode_with(d, prompt, fresh, len(want))
+    assert status == 400, answer
+    assert "remote_state_slot" in answer["error"]["message"]
+    assert wait_for(lambda: counter(p, "kestrel:kv_transfer_leases_released_total") == 1, 5)
+    assert drained(p, d)
+
+
 # ---------------------------------------------------------------------------------------------
 # Faults: no wrong answer, no leaked block, a clean error or a successful retry.
 
@@ -381,10 +448,10 @@ def prefill_params(p, prompt):
     return params
 
 
-def decode_with(d, prompt, params, n=24):
+def decode_with(d, prompt, params, n=24, **extra):
     return post_json(d.base_url, "/v1/completions", {
         "prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True,
-        "kv_transfer_params": params}, timeout=120)
+        "kv_transfer_params": params, **extra}, timeout=120)
 
 
 def test_killing_the_decode_under_load_leaks_nothing_on_the_prefill(cluster):

@@ -41,6 +41,7 @@ TEST(StateCheckpoints, TheLeastRecentlyUsedCommittedOneIsReused) {
   const auto b = c.reserve(h(2));
   c.commit();
   EXPECT_EQ(c.find(h(1)), a);  // h(2) is now the least recently used
+  c.commit();                  // (a step later: found ones are kept for their step)
   const auto d = c.reserve(h(3));
   EXPECT_EQ(d, b);
   EXPECT_FALSE(c.has(h(2)));
@@ -52,6 +53,51 @@ TEST(StateCheckpoints, TheLeastRecentlyUsedCommittedOneIsReused) {
   EXPECT_FALSE(c.has(h(1)));
   EXPECT_TRUE(c.has(h(3)));
   EXPECT_TRUE(c.has(h(4)));
+}
+
+// A checkpoint found while a step is scheduled is that step's to copy from: neither a
+// reservation nor a take evicts it before the step is committed (or aborted).
+TEST(StateCheckpoints, OneFoundThisStepIsNotEvictedUntilTheStepEnds) {
+  StateCheckpoints c(0, 1);
+  const auto a = c.reserve(h(1));
+  c.commit();
+  EXPECT_EQ(c.find(h(1)), a);
+  EXPECT_FALSE(c.reserve(h(2)).has_value());
+  EXPECT_FALSE(c.take().has_value());
+  EXPECT_TRUE(c.has(h(1)));
+  c.abort();
+  EXPECT_EQ(c.take(), a);
+  EXPECT_FALSE(c.has(h(1)));
+}
+
+// A taken slot leaves the pool (for a request's state under a KV transfer): never evicted or
+// reserved until put back, and a take evicts the least recently used checkpoint when none is
+// free.
+TEST(StateCheckpoints, TakenSlotsLeaveThePoolUntilPutBack) {
+  StateCheckpoints c(10, 3);
+  const auto a = c.take();
+  ASSERT_TRUE(a.has_value());
+  EXPECT_GE(*a, 10);
+  EXPECT_LT(*a, 13);
+  const auto b = c.reserve(h(1));
+  const auto d = c.reserve(h(2));
+  c.commit();
+  EXPECT_EQ(c.num_taken(), 1);
+  EXPECT_NE(*b, *a);
+  EXPECT_NE(*d, *a);
+  EXPECT_EQ(c.reserve(h(3)), b);  // evicts h(1), never the taken slot
+  c.commit();
+  EXPECT_FALSE(c.has(h(1)));
+  EXPECT_EQ(c.take(), d);  // h(2) was the least recently used left
+  EXPECT_FALSE(c.has(h(2)));
+  EXPECT_EQ(c.num_taken(), 2);
+  c.commit();
+  // Slot b holds h(3) now; with a and d taken, one more take evicts it, and then none is left.
+  EXPECT_EQ(c.take(), b);
+  EXPECT_FALSE(c.take().has_value());
+  c.put_back(*a);
+  EXPECT_EQ(c.num_taken(), 2);
+  EXPECT_EQ(c.reserve(h(4)), a);
 }
 
 // A released checkpoint frees its slot for the next reservation, whichever is least recently

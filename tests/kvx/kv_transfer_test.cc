@@ -4,7 +4,9 @@
 // each side — one producer rank, two that split the heads, four that replicate them, a latent
 // cache read whole — and nothing else changes; an incompatible producer is refused at the
 // handshake naming both keys; a producer that dies mid-pull, or never answers, fails the job by
-// its deadline instead of hanging it; bad reads get an error and the server keeps serving.
+// its deadline instead of hanging it; bad reads get an error and the server keeps serving. A
+// linear-attention state slot is read by key head into the consumer's slot across TP splits, over
+// TCP and UCX, and a missing or foreign slot fails the job.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -33,6 +35,30 @@ struct Pool {
     view.heads = heads;
     view.block_bytes = size_t(heads) * head_bytes;
   }
+  // Linear-attention state slots laid out as `s` says, each value naming its slot, layer, part
+  // (q, k, v conv, recurrent), key head and index.
+  void add_state(const StateRankInfo& s) {
+    state.assign(size_t(s.entries) * size_t(s.layers) * size_t(s.floats_per_layer()), -1.0f);
+    view.state = state.data();
+    view.state_entries = s.entries;
+    view.state_layers = s.layers;
+    view.state_floats_per_layer = s.floats_per_layer();
+    for (int32_t slot = 0; slot < s.entries; ++slot) fill_slot(s, slot, slot);
+  }
+  // Slot `slot` gets the values of slot `as`.
+  void fill_slot(const StateRankInfo& s, int32_t slot, int32_t as) {
+    for (int layer = 0; layer < s.layers; ++layer)
+      for (int h = s.key_head_begin; h < s.key_head_end; ++h) {
+        const std::vector<StateRun> runs = state_runs(s, h, h + 1);
+        for (size_t part = 0; part < runs.size(); ++part)
+          for (int64_t i = 0; i < runs[part].floats; ++i)
+            view.state_at(slot, layer)[runs[part].offset + i] = state_value(as, layer, part, h, i);
+      }
+  }
+  static float state_value(int32_t slot, int layer, size_t part, int head, int64_t i) {
+    return float(slot * 100000 + layer * 10000 + int(part) * 1000 + head * 100 + i);
+  }
+  std::vector<float> state;
 };
 
 constexpr int kPlanes = 6;
@@ -82,11 +108,13 @@ KvPullJob job(int port, int tp_size, std::vector<int64_t> remote, std::vector<in
   return j;
 }
 
-// Producer ranks on consecutive ports from a free one; rank r holds heads[r] of total_heads.
+// Producer ranks on consecutive ports from a free one; rank r holds heads[r] of total_heads
+// (and its pool's linear-attention state as states[r] describes, when given).
 // With `ucx`, each rank also registers its pool with UCX (kept there) and advertises it.
 std::vector<std::unique_ptr<KvServer>> start_ranks(
     const std::vector<Pool*>& pools, const std::vector<std::pair<int, int>>& heads,
-    int total_heads = kHeads, std::vector<std::unique_ptr<UcxProducer>>* ucx = nullptr) {
+    int total_heads = kHeads, std::vector<std::unique_ptr<UcxProducer>>* ucx = nullptr,
+    const std::vector<StateRankInfo>& states = {}) {
   if (ucx != nullptr)
     for (Pool* pool : pools) {
       auto producer = UcxProducer::start(pool->view);
@@ -101,10 +129,11 @@ std::vector<std::unique_ptr<KvServer>> start_ranks(
     probe->close();
     std::vector<std::unique_ptr<KvServer>> servers;
     for (size_t r = 0; r < pools.size(); ++r) {
-      auto s = KvServer::start("127.0.0.1", base + int(r), pools[r]->view,
-                               rank_info(pools[r]->view, int(r), int(pools.size()), heads[r].first,
-                                         heads[r].second, false, kCompat, total_heads),
-                               {}, ucx ? (*ucx)[r]->advertisement() : nlohmann::json());
+      KvRankInfo info = rank_info(pools[r]->view, int(r), int(pools.size()), heads[r].first,
+                                  heads[r].second, false, kCompat, total_heads);
+      if (!states.empty()) info.state = states[r];
+      auto s = KvServer::start("127.0.0.1", base + int(r), pools[r]->view, info, {},
+                               ucx ? (*ucx)[r]->advertisement() : nlohmann::json());
       if (!s.ok()) break;
       servers.push_back(std::move(*s));
     }
@@ -367,6 +396,150 @@ TEST(KvTransferUcx, ReadsOutsideTheProducersPoolAreRefused) {
   ASSERT_TRUE(inside.ok()) << inside.message();
   EXPECT_EQ(std::memcmp(into.data(), p.bytes.data() + p.bytes.size() - 2 * kHeadBytes, into.size()),
             0);
+}
+
+// Linear-attention states (kvx/kv_rank.h): 4 key heads of 2 layers, runs of 3 (q and k conv),
+// 5 (v conv) and 7 (recurrent) values per key head; a rank holds key heads [h0, h1).
+StateRankInfo state_rank(int h0, int h1, int32_t entries) {
+  return StateRankInfo{2, entries, h0, h1, 4, 3, 5, 7};
+}
+
+TEST(KvTransferState, RunsFollowTheLayersLayout) {
+  const StateRankInfo s = state_rank(2, 4, 1);
+  EXPECT_EQ(s.floats_per_layer(), 2 * (3 + 3 + 5 + 7));
+  const std::vector<StateRun> runs = state_runs(s, 3, 4);
+  ASSERT_EQ(runs.size(), 4u);
+  // [q of heads 2, 3 | k of 2, 3 | v of 2, 3 | recurrent of 2, 3]: head 3's part of each.
+  EXPECT_EQ(runs[0].offset, 3);
+  EXPECT_EQ(runs[1].offset, 6 + 3);
+  EXPECT_EQ(runs[2].offset, 12 + 5);
+  EXPECT_EQ(runs[3].offset, 22 + 7);
+  EXPECT_EQ(runs[3].floats, 7);
+  const std::vector<StateRun> both = state_runs(s, 2, 4);
+  EXPECT_EQ(both[2].offset, 12);
+  EXPECT_EQ(both[2].floats, 10);
+}
+
+// Whether slot `slot` of `pool` holds the values of remote slot `as` for its key heads.
+bool state_is(const Pool& pool, const StateRankInfo& s, int32_t slot, int32_t as) {
+  Pool want(1, 2, 1, 8, 0);
+  want.add_state(s);
+  want.fill_slot(s, slot, as);
+  const size_t per = size_t(s.layers) * size_t(s.floats_per_layer());
+  return std::equal(pool.state.begin() + std::ptrdiff_t(size_t(slot) * per),
+                    pool.state.begin() + std::ptrdiff_t(size_t(slot + 1) * per),
+                    want.state.begin() + std::ptrdiff_t(size_t(slot) * per));
+}
+
+// A consumer rank of `pool` with heads [h0, h1) and state `st` pulls one block and the state
+// slot `remote_state` into its slot `local_state`.
+KvPullResult pull_state(const Pool& pool, int tp_rank, int tp_size, int h0, int h1,
+                        const StateRankInfo& st, int port, int producer_tp, int64_t remote_block,
+                        int64_t local_block, int32_t remote_state, int32_t local_state,
+                        std::unique_ptr<UcxConsumer> ucx = nullptr) {
+  KvRankInfo self = rank_info(pool.view, tp_rank, tp_size, h0, h1);
+  self.state = st;
+  KvPuller puller(pool.view, self, 2, std::move(ucx));
+  KvPullJob j = job(port, producer_tp, {remote_block}, {local_block});
+  j.remote_state = remote_state;
+  j.local_state = local_state;
+  puller.submit(j);
+  return wait_one(puller);
+}
+
+TEST(KvTransferState, AStateSlotIsRecutByKeyHeadBetweenTpSizes) {
+  // Two producer ranks of two key heads each, one consumer rank of all four.
+  Pool p0(kPlanes, 10, 2, kHeadBytes, 81), p1(kPlanes, 10, 2, kHeadBytes, 82);
+  const StateRankInfo s0 = state_rank(0, 2, 6), s1 = state_rank(2, 4, 6);
+  p0.add_state(s0);
+  p1.add_state(s1);
+  auto servers = start_ranks({&p0, &p1}, {{0, 2}, {2, 4}}, kHeads, nullptr, {s0, s1});
+  ASSERT_EQ(servers.size(), 2u);
+  Pool d(kPlanes, 10, kHeads, kHeadBytes, 83);
+  const StateRankInfo whole = state_rank(0, 4, 3);
+  d.add_state(whole);
+  const KvPullResult r =
+      pull_state(d, 0, 1, 0, kHeads, whole, servers[0]->port(), 2, 4, 2, /*remote_state=*/5, 1);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_TRUE(state_is(d, whole, 1, 5));
+  EXPECT_TRUE(state_is(d, whole, 0, 0));  // the other slots are untouched
+  EXPECT_TRUE(state_is(d, whole, 2, 2));
+  EXPECT_EQ(r.bytes, int64_t(kPlanes * kHeads * kHeadBytes) +
+                         int64_t(2 * whole.floats_per_layer() * sizeof(float)));
+
+  // The reverse: one producer rank of all four, two consumer ranks of two.
+  Pool p(kPlanes, 10, kHeads, kHeadBytes, 84);
+  const StateRankInfo ps = state_rank(0, 4, 4);
+  p.add_state(ps);
+  auto one = start_ranks({&p}, {{0, kHeads}}, kHeads, nullptr, {ps});
+  ASSERT_EQ(one.size(), 1u);
+  for (int rank = 0; rank < 2; ++rank) {
+    Pool half(kPlanes, 10, 2, kHeadBytes, uint32_t(85 + rank));
+    const StateRankInfo hs = state_rank(2 * rank, 2 * rank + 2, 2);
+    half.add_state(hs);
+    const KvPullResult hr =
+        pull_state(half, rank, 2, 2 * rank, 2 * rank + 2, hs, one[0]->port(), 1, 3, 1, 3, 0);
+    ASSERT_TRUE(hr.ok) << hr.error;
+    EXPECT_TRUE(state_is(half, hs, 0, 3)) << "rank " << rank;
+    EXPECT_TRUE(state_is(half, hs, 1, 1)) << "rank " << rank;
+  }
+}
+
+TEST(KvTransferState, AMissingOrForeignStateSlotFailsTheJob) {
+  Pool p(kPlanes, 10, kHeads, kHeadBytes, 91), d(kPlanes, 10, kHeads, kHeadBytes, 92);
+  const StateRankInfo s = state_rank(0, 4, 2);
+  p.add_state(s);
+  d.add_state(s);
+  auto servers = start_ranks({&p}, {{0, kHeads}}, kHeads, nullptr, {s});
+  ASSERT_EQ(servers.size(), 1u);
+  KvRankInfo self = rank_info(d.view, 0, 1, 0, kHeads);
+  self.state = s;
+  KvPuller puller(d.view, self);
+  KvPullJob none = job(servers[0]->port(), 1, {2}, {3});
+  none.local_state = 0;  // the producer named no slot
+  puller.submit(none);
+  KvPullResult r = wait_one(puller);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("no linear-attention state"), std::string::npos) << r.error;
+  KvPullJob foreign = job(servers[0]->port(), 1, {2}, {3});
+  foreign.remote_state = 9;  // not one of the producer's two
+  foreign.local_state = 1;
+  puller.submit(foreign);
+  r = wait_one(puller);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("state slot 9"), std::string::npos) << r.error;
+  EXPECT_TRUE(state_is(d, s, 1, 1));  // nothing landed
+  // A producer without linear-attention layers is refused at the handshake.
+  Pool plain(kPlanes, 10, kHeads, kHeadBytes, 93);
+  auto other = start_ranks({&plain}, {{0, kHeads}});
+  ASSERT_EQ(other.size(), 1u);
+  KvPullJob j = job(other[0]->port(), 1, {2}, {3});
+  j.remote_state = 0;
+  j.local_state = 1;
+  puller.submit(j);
+  r = wait_one(puller);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("linear-attention state out otherwise"), std::string::npos) << r.error;
+}
+
+TEST(KvTransferUcx, AStateSlotIsReadOneSided) {
+  if (!ucx_available()) GTEST_SKIP() << "built without libucx-dev";
+  Pool p0(kPlanes, 10, 2, kHeadBytes, 94), p1(kPlanes, 10, 2, kHeadBytes, 95);
+  const StateRankInfo s0 = state_rank(0, 2, 4), s1 = state_rank(2, 4, 4);
+  p0.add_state(s0);
+  p1.add_state(s1);
+  std::vector<std::unique_ptr<UcxProducer>> ucx;
+  auto servers = start_ranks({&p0, &p1}, {{0, 2}, {2, 4}}, kHeads, &ucx, {s0, s1});
+  ASSERT_EQ(servers.size(), 2u);
+  Pool d(kPlanes, 10, kHeads, kHeadBytes, 96);
+  const StateRankInfo whole = state_rank(0, 4, 2);
+  d.add_state(whole);
+  const KvPullResult r =
+      pull_state(d, 0, 1, 0, kHeads, whole, servers[0]->port(), 2, 6, 5, 3, 0, ucx_consumer());
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_TRUE(state_is(d, whole, 0, 3));
+  EXPECT_EQ(r.ucx_bytes, r.bytes);
+  EXPECT_EQ(servers[0]->stats().reads.load() + servers[1]->stats().reads.load(), 0);
 }
 
 }  // namespace

@@ -53,7 +53,7 @@ ReleaseResult wait_release(LeaseClient& c, milliseconds limit = milliseconds(100
 
 TEST(Leases, AReleaseIsWholeOnceAndFreesTheBlocksOnce) {
   Producer p(11, milliseconds(30000));
-  const LeaseInfo info = p.registry.create({{3, 4, 5}});
+  const LeaseInfo info = p.registry.create(HeldKv{{{3, 4, 5}}});
   EXPECT_EQ(info.epoch, 11u);
   LeaseClient client;
   client.watch(1, p.lease_for(info));
@@ -63,7 +63,7 @@ TEST(Leases, AReleaseIsWholeOnceAndFreesTheBlocksOnce) {
   EXPECT_TRUE(r.whole) << r.error;
   auto freed = p.registry.take_freed();
   ASSERT_EQ(freed.size(), 1u);
-  EXPECT_EQ(freed[0], (HeldBlocks{{3, 4, 5}}));
+  EXPECT_EQ(freed[0], (HeldKv{{{3, 4, 5}}}));
   // Again (a duplicate from a retrying consumer): not whole, nothing freed twice.
   client.watch(2, p.lease_for(info));
   client.release(2);
@@ -79,15 +79,15 @@ TEST(Leases, AReleaseIsWholeOnceAndFreesTheBlocksOnce) {
 
 TEST(Leases, HeartbeatsKeepAShortLeaseAliveAndWithoutThemItExpires) {
   Producer p(12, milliseconds(300));
-  const LeaseInfo kept = p.registry.create({{1}});
-  const LeaseInfo lapsed = p.registry.create({{2}});
+  const LeaseInfo kept = p.registry.create(HeldKv{{{1}}});
+  const LeaseInfo lapsed = p.registry.create(HeldKv{{{2}}});
   LeaseClient client;
   client.watch(1, p.lease_for(kept));
   std::this_thread::sleep_for(milliseconds(900));  // three lease durations
   // The unwatched one is gone: its blocks came back.
   auto freed = p.registry.take_freed();
   ASSERT_EQ(freed.size(), 1u);
-  EXPECT_EQ(freed[0], (HeldBlocks{{2}}));
+  EXPECT_EQ(freed[0], (HeldKv{{{2}}}));
   EXPECT_EQ(p.registry.stats().expired, 1);
   client.release(1);
   const ReleaseResult r = wait_release(client);
@@ -100,7 +100,7 @@ TEST(Leases, HeartbeatsKeepAShortLeaseAliveAndWithoutThemItExpires) {
 
 TEST(Leases, AnotherEpochIsAnotherPeer) {
   Producer p(13, milliseconds(30000));
-  const LeaseInfo info = p.registry.create({{1}});
+  const LeaseInfo info = p.registry.create(HeldKv{{{1}}});
   LeaseClient client;
   RemoteLease stale = p.lease_for(info);
   stale.epoch = 99;  // the lease of an earlier incarnation at the same address

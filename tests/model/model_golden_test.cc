@@ -209,6 +209,49 @@ TEST_P(ModelGolden, BatchedChunkedAndSingleRunsAgree) {
   EXPECT_LE(max_rel_err(chunked, single[2], V), 1e-5);
 }
 
+// A PD producer's hold (ForwardBatch::state_holds): the state before a sequence's last token of
+// the step lands in the hold slot, bit for bit the state a run that stops one token earlier
+// leaves, whether that step has many tokens or only the last one.
+TEST(HybridStateHold, TheHeldStateIsTheStateBeforeTheLastToken) {
+  for (const char* name : {"qwen3_5_f32", "qwen3_next_f32", "qwen3_5_moe_bf16"}) {
+    const std::string dir = test::fixtures_dir() + "/models/" + name;
+    auto lm = load(dir);
+    ASSERT_TRUE(lm);
+    const std::vector<int32_t> prompt = read_golden(dir).prompts[2];
+    const size_t n = prompt.size();
+    GroupedCache c(*lm, 32);
+    const std::span<const int32_t> all(prompt), head(prompt.data(), n - 1);
+    auto run = [&](std::span<const int32_t> tokens, int32_t start, std::vector<int32_t> table,
+                   int32_t slot, int32_t hold) {
+      BatchBuilder bb = c.builder();
+      bb.add(tokens, start, c.tables(table), 1, slot, 0, hold);
+      std::vector<float> logits(size_t(lm->config.vocab_size));
+      lm->model->forward(bb.batch(), c.kv, logits.data());
+    };
+    auto same_state = [&](int32_t a, int32_t b) {
+      int layers = 0;
+      for (int i = 0; i < int(lm->config.num_hidden_layers); ++i) {
+        if (c.kv.place(i).group != KVCacheLayout::kStateGroup) continue;
+        ++layers;
+        const int64_t f = c.kv.layout().state.floats_per_layer;
+        if (!std::equal(c.kv.state(i, a), c.kv.state(i, a) + f, c.kv.state(i, b))) return false;
+      }
+      return layers > 0;
+    };
+    run(head, 0, {0, 1, 2}, 1, -1);  // the reference: one token short
+    run(all, 0, {3, 4, 5}, 0, 3);    // the whole prompt, holding into slot 3
+    EXPECT_TRUE(same_state(3, 1)) << name << ": a step of " << n << " tokens";
+    EXPECT_FALSE(same_state(0, 1)) << name;  // the slot itself went one token further
+    // A step of the last token alone holds the state it starts from.
+    run(head, 0, {6, 7, 8}, 2, -1);
+    for (int i = 0; i < int(lm->config.num_hidden_layers); ++i)
+      if (c.kv.place(i).group == KVCacheLayout::kStateGroup)
+        std::fill_n(c.kv.state(i, 3), c.kv.layout().state.floats_per_layer, 7.0f);
+    run(all.subspan(n - 1), int32_t(n - 1), {6, 7, 8}, 2, 3);
+    EXPECT_TRUE(same_state(3, 1)) << name << ": a step of one token";
+  }
+}
+
 std::vector<std::string> fixture_names() {
   std::vector<std::string> names;
   const std::string root = test::fixtures_dir() + "/models";

@@ -63,10 +63,13 @@ SchedulerOutput full_scheduler_output() {
                    .tp_size = 8,
                    .remote_blocks = {5, 6, 900000},
                    .local_blocks = {1, 2, 3},
+                   .remote_state = 130,
+                   .local_state = 66,
                    .timeout_ms = 1500}};
   out.state_loads = {{.id = 10, .slot = 70}};
   out.state_saves = {{.id = 20, .slot = 71}, {.id = 10, .slot = 0x7fffffff}};
   out.state_snapshot_saves = {{.id = 20, .slot = 72, .snapshot = 2}, {.id = 10, .slot = 5}};
+  out.state_holds = {{.id = 40, .slot = 73}};
   return out;
 }
 
@@ -154,23 +157,23 @@ TEST(ContractCodecTest, WrongKindIsError) {
 }
 
 TEST(ContractCodecTest, FutureVersionIsError) {
-  std::string bytes = hand_made("kestrel.sched_output.v5", [](auto& p) { p.pack_array(0); });
+  std::string bytes = hand_made("kestrel.sched_output.v6", [](auto& p) { p.pack_array(0); });
   Expected<SchedulerOutput> s = decode_scheduler_output(bytes);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().message.find("v5"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("v6"), std::string::npos) << s.error().message;
 }
 
 TEST(ContractCodecTest, WrongTypeNamesTheField) {
   // SchedulerOutput whose first new request has a string id (handles are integers).
-  std::string bytes = hand_made("kestrel.sched_output.v4", [](auto& p) {
-    p.pack_array(11);
+  std::string bytes = hand_made("kestrel.sched_output.v5", [](auto& p) {
+    p.pack_array(12);
     p.pack_array(1);
     p.pack_array(5);
     p.pack(std::string("req-17"));
     for (int i = 0; i < 4; ++i) p.pack_nil();
     for (int i = 0; i < 5; ++i) p.pack_array(0);
     p.pack(0);
-    for (int i = 0; i < 4; ++i) p.pack_array(0);
+    for (int i = 0; i < 5; ++i) p.pack_array(0);
   });
   Expected<SchedulerOutput> s = decode_scheduler_output(bytes);
   ASSERT_FALSE(s.ok());
@@ -179,10 +182,10 @@ TEST(ContractCodecTest, WrongTypeNamesTheField) {
 }
 
 TEST(ContractCodecTest, WrongArrayLengthAndRangeAreErrors) {
-  // A body of 10 fields instead of 11.
-  std::string short_body = hand_made("kestrel.sched_output.v4", [](auto& p) {
-    p.pack_array(10);
-    for (int i = 0; i < 10; ++i) p.pack_array(0);
+  // A body of 11 fields instead of 12.
+  std::string short_body = hand_made("kestrel.sched_output.v5", [](auto& p) {
+    p.pack_array(11);
+    for (int i = 0; i < 11; ++i) p.pack_array(0);
   });
   EXPECT_FALSE(decode_scheduler_output(short_body).ok());
   // A TokenLogprob whose token does not fit int32.
@@ -290,7 +293,7 @@ TEST(ContractCodecTest, HugeLengthsAreErrorsWithoutHugeAllocation) {
   ASSERT_FALSE(a.ok());
   EXPECT_FALSE(a.error().message.empty());
 
-  std::string nested = hand_made("kestrel.sched_output.v4", [](auto& p) { p.pack_array(11); });
+  std::string nested = hand_made("kestrel.sched_output.v5", [](auto& p) { p.pack_array(12); });
   nested += std::string("\xdd\x80\x00\x00\x00", 5);
   EXPECT_FALSE(decode_scheduler_output(nested).ok());
 

@@ -4,7 +4,11 @@
 // only what its local prefix hit lacks, is never computed while loading, continues from its last
 // prompt token once loaded (the same outputs as a local run), prefills locally when the load is
 // given up (recompute) or ends when it fails; a request that ends mid-load leaves its blocks with
-// the load until the workers report it; loads are bounded like running requests.
+// the load until the workers report it; loads are bounded like running requests. Models with
+// linear-attention layers: the producer holds the state before the prompt's last token in a
+// checkpoint slot leased with the blocks (waiting for one when all are held), the consumer loads
+// it into one of its own, copied in when the request resumes, and every exit gives the slots
+// back.
 #include <gtest/gtest.h>
 
 #include "fake_runner.h"
@@ -39,8 +43,9 @@ TEST(SchedulerRemoteKv, AProducerHoldsAFinishedRequestsBlocksUntilFreed) {
   auto held = h.s.take_held();
   ASSERT_EQ(held.size(), 1u);
   EXPECT_EQ(held[0].first, 1u);
-  ASSERT_EQ(held[0].second.size(), 1u);
-  EXPECT_EQ(held[0].second[0].size(), 3u);  // 10 tokens (+1 sampled) in blocks of 4
+  ASSERT_EQ(held[0].second.blocks.size(), 1u);
+  EXPECT_EQ(held[0].second.blocks[0].size(), 3u);  // 10 tokens (+1 sampled) in blocks of 4
+  EXPECT_EQ(held[0].second.state_slot, -1);        // no linear-attention state
   EXPECT_EQ(used_blocks(h.s), 3);
   EXPECT_TRUE(h.s.take_held().empty());
   // The handle serves a new request meanwhile (after the worker has dropped the old one).
@@ -158,6 +163,136 @@ TEST(SchedulerRemoteKv, LoadsAreBoundedAndWaitForBlocks) {
   EXPECT_EQ(h.s.num_loading(), 2u);
   EXPECT_EQ(h.s.num_waiting(), 3u);
   EXPECT_TRUE(h.step().out.kv_loads.empty());
+}
+
+// Linear-attention models: the recurrent state moves with the blocks.
+SchedulerConfig hybrid_config(int32_t checkpoints = 2) {
+  SchedulerConfig c = small_config();
+  c.has_recurrent_state = true;
+  c.num_state_checkpoints = checkpoints;
+  return c;
+}
+
+int32_t first_checkpoint(const SchedulerConfig& c) {
+  return int32_t(c.max_num_seqs);
+}
+
+TEST(SchedulerRemoteKvHybrid, AProducerHoldsTheStateBeforeThePromptsLastTokenWithItsBlocks) {
+  SchedulerConfig c = hybrid_config();
+  c.max_num_batched_tokens = 6;  // 11 tokens: chunks of 6 and 5
+  c.enable_prefix_caching = false;
+  Harness h(c);
+  RequestSpec r = spec(1, make_prompt(11, 1), 1);
+  r.remote_decode = true;
+  ASSERT_TRUE(h.s.add_request(r).ok());
+  const StepResult first = h.step();
+  EXPECT_TRUE(first.out.state_holds.empty());      // this chunk stops short of the prompt's end
+  EXPECT_EQ(h.s.kv().num_taken_state_slots(), 1);  // taken at admission
+  const StepResult last = h.step();
+  ASSERT_EQ(last.out.state_holds.size(), 1u);
+  const int32_t slot = last.out.state_holds[0].slot;
+  EXPECT_EQ(last.out.state_holds[0].id, 1u);
+  EXPECT_GE(slot, first_checkpoint(c));
+  ASSERT_EQ(h.s.request(1)->status, RequestStatus::kFinishedLength);
+  auto held = h.s.take_held();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].second.state_slot, slot);
+  EXPECT_EQ(h.s.kv().num_taken_state_slots(), 1);  // held with the blocks
+  h.s.free_held(held[0].second);
+  EXPECT_EQ(h.s.kv().num_taken_state_slots(), 0);
+  EXPECT_EQ(used_blocks(h.s), 0);
+  // Aborted before its end: the slot comes back at once.
+  RequestSpec a = spec(2, make_prompt(11, 2), 1);
+  a.remote_decode = true;
+  ASSERT_TRUE(h.s.add_request(a).ok());
+  h.step();
+  EXPECT_EQ(h.s.kv().num_taken_state_slots(), 1);
+  h.s.abort(2);
+  EXPECT_EQ(h.s.kv().num_taken_state_slots(), 0);
+}
+
+TEST(SchedulerRemoteKvHybrid, ProducersWaitForAFreeSlotAndNoSlotsIsAnError) {
+  SchedulerConfig c = hybrid_config(1);
+  c.enable_prefix_caching = false;
+  Harness h(c);
+  for (RequestHandle id = 1; id <= 2; ++id) {
+    RequestSpec r = spec(id, make_prompt(5, int32_t(id)), 1);
+    r.remote_decode = true;
+    ASSERT_TRUE(h.s.add_request(r).ok());
+  }
+  h.step();
+  auto held = h.s.take_held();
+  ASSERT_EQ(held.size(), 1u);  // the second waits: the one slot is held
+  EXPECT_EQ(h.s.num_waiting(), 1u);
+  h.step();
+  EXPECT_EQ(h.s.num_waiting(), 1u);
+  h.s.free_held(held[0].second);
+  h.step();
+  EXPECT_EQ(h.s.take_held().size(), 1u);
+  Harness none(hybrid_config(0));
+  RequestSpec r = spec(3, make_prompt(5, 3), 1);
+  r.remote_decode = true;
+  const Status st = none.s.add_request(r);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("no state slot"), std::string::npos) << st.message();
+}
+
+TEST(SchedulerRemoteKvHybrid, AConsumerLoadsTheStateAndCopiesItWhenItResumes) {
+  SchedulerConfig c = hybrid_config();
+  Harness h(c);
+  const std::vector<int32_t> prompt = make_prompt(14, 5);
+  // A local run of the same prompt: no prefix hit for a load of this model (the state comes
+  // whole from the producer).
+  ASSERT_TRUE(h.s.add_request(spec(9, prompt, 1)).ok());
+  h.run_to_completion();
+  RequestSpec r = remote(1, prompt, 5);
+  r.remote_prefill->state_slot = 42;
+  ASSERT_TRUE(h.s.add_request(r).ok());
+  const StepResult admitted = h.step();
+  ASSERT_EQ(admitted.out.kv_loads.size(), 1u);
+  const KvLoad load = admitted.out.kv_loads[0];
+  EXPECT_EQ(load.remote_blocks.size(), 4u);  // every block of the prompt
+  EXPECT_EQ(load.remote_state, 42);
+  EXPECT_GE(load.local_state, first_checkpoint(c));
+  EXPECT_EQ(h.s.kv().num_taken_state_slots(), 1);
+  ASSERT_TRUE(h.s.kv_load_reported(load.load_id).has_value());
+  h.w.load(load, prompt, 0);
+  h.s.kv_load_decided(1, /*loaded=*/true, /*recompute=*/true);
+  const StepResult resumed = h.step();
+  ASSERT_NE(find(resumed.out, 1), nullptr);
+  EXPECT_EQ(find(resumed.out, 1)->num_tokens, 1);  // the prompt's last token, from the state
+  EXPECT_EQ(resumed.out.state_loads, (std::vector<StateCheckpointCopy>{{1, load.local_state}}));
+  EXPECT_EQ(h.s.kv().num_taken_state_slots(), 1);  // until that step has run
+  h.step();
+  EXPECT_EQ(h.s.kv().num_taken_state_slots(), 0);
+  h.run_to_completion();
+  EXPECT_EQ(h.s.request(1)->output_token_ids, reference_outputs(prompt, 5));
+}
+
+TEST(SchedulerRemoteKvHybrid, AFailedOrAbandonedLoadGivesTheStateSlotBack) {
+  Harness h(hybrid_config());
+  RequestSpec a = remote(1, make_prompt(9, 6), 3), b = remote(2, make_prompt(9, 7), 3);
+  a.remote_prefill->state_slot = b.remote_prefill->state_slot = 3;
+  ASSERT_TRUE(h.s.add_request(a).ok());
+  ASSERT_TRUE(h.s.add_request(b).ok());
+  const StepResult r = h.step();
+  ASSERT_EQ(r.out.kv_loads.size(), 2u);
+  EXPECT_EQ(h.s.kv().num_taken_state_slots(), 2);
+  // Recompute: the slot is free at once, and the whole prompt runs here from position 0.
+  ASSERT_TRUE(h.s.kv_load_reported(r.out.kv_loads[0].load_id).has_value());
+  h.s.kv_load_decided(1, /*loaded=*/false, /*recompute=*/true);
+  EXPECT_EQ(h.s.kv().num_taken_state_slots(), 1);
+  const StepResult next = h.step();
+  ASSERT_NE(find(next.out, 1), nullptr);
+  EXPECT_EQ(start_of(next.out, 1), 0);
+  EXPECT_TRUE(next.out.state_loads.empty());
+  // Aborted mid-load: the slot goes with the load until the workers report it.
+  h.s.abort(2);
+  EXPECT_EQ(h.s.kv().num_taken_state_slots(), 1);
+  EXPECT_EQ(h.s.kv_load_reported(r.out.kv_loads[1].load_id), std::nullopt);
+  EXPECT_EQ(h.s.kv().num_taken_state_slots(), 0);
+  h.run_to_completion();
+  EXPECT_EQ(used_blocks(h.s), 0);
 }
 
 }  // namespace

@@ -483,6 +483,7 @@ TEST(MetricsServer, KvTransferFamiliesOnlyWithAConnector) {
         (kKvLoadSecondsBuckets[b] >= 0.004) + (kKvLoadSecondsBuckets[b] >= 0.02);
   k.load_seconds_sum = 60.024;
   k.leases = LeaseStats{1, 7, 5, 1};
+  k.state_slots_held = 3;
   const std::string text = metrics.render({stats});
   const Exposition e = parse_exposition(text);
   ASSERT_EQ(e.error, "") << text;
@@ -507,6 +508,8 @@ TEST(MetricsServer, KvTransferFamiliesOnlyWithAConnector) {
   EXPECT_EQ(e.value("kestrel:kv_transfer_leases_created_total", kBase), 7);
   EXPECT_EQ(e.value("kestrel:kv_transfer_leases_released_total", kBase), 5);
   EXPECT_EQ(e.value("kestrel:kv_transfer_leases_expired_total", kBase), 1);
+  EXPECT_EQ(e.types.at("kestrel:kv_transfer_state_slots_held"), "gauge");
+  EXPECT_EQ(e.value("kestrel:kv_transfer_state_slots_held", kBase), 3);
 }
 
 TEST(MetricsServer, BucketBoundsFollowVllm) {
