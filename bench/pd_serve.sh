@@ -11,21 +11,7 @@ RUNS=${1:-3}
 BIN=${2:-build/src/kestrel}
 MODEL=$(bash scripts/fetch-default-model.sh)
 source bench/thirdparty_lib.sh
-PIDS=()
-stop_all() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  PIDS=()
-}
-trap stop_all EXIT
-wait_up() {  # URL
-  for _ in $(seq 240); do
-    curl -sf "$1" >/dev/null 2>&1 && return 0
-    sleep 0.25
-  done
-  echo "not up: $1" >&2
-  return 1
-}
+trap tp_stop_all EXIT
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 COMMON=(--max-model-len 2048 --kv-cache-memory 1G --max-num-seqs 16)
 bench() {  # PORT SEED
@@ -42,27 +28,24 @@ for run in $(seq "$RUNS"); do
     if [[ $mode == colocated ]]; then
       port=$(tp_free_port)
       taskset -c 0,1 "$BIN" serve "$MODEL" --port "$port" -t 2 "${COMMON[@]}" 2>/dev/null &
-      PIDS+=($!)
-      wait_up "http://127.0.0.1:$port/health"
+      TP_PIDS+=($!)
+      tp_wait_up "http://127.0.0.1:$port/health"
     else
       pp=$(tp_free_port) dp=$(tp_free_port) port=$(tp_free_port)
       taskset -c 0 "$BIN" serve "$MODEL" --port "$pp" -t 1 "${COMMON[@]}" --kv-transfer-config \
         "{\"kv_connector\":\"MooncakeConnectorV1\",\"kv_role\":\"kv_producer\",\"kv_port\":\"$(tp_free_port)\"}" \
         2>/dev/null &
-      PIDS+=($!)
+      TP_PIDS+=($!)
       taskset -c 1 "$BIN" serve "$MODEL" --port "$dp" -t 1 "${COMMON[@]}" --kv-transfer-config \
         "{\"kv_connector\":\"MooncakeConnectorV1\",\"kv_role\":\"kv_consumer\",\"kv_port\":\"$(tp_free_port)\"}" \
         2>/dev/null &
-      PIDS+=($!)
-      wait_up "http://127.0.0.1:$pp/health"
-      wait_up "http://127.0.0.1:$dp/health"
-      "$BIN" proxy --host 127.0.0.1 --port "$port" --prefiller-hosts 127.0.0.1 --prefiller-ports \
-        "$pp" --decoder-hosts 127.0.0.1 --decoder-ports "$dp" 2>/dev/null &
-      PIDS+=($!)
-      wait_up "http://127.0.0.1:$port/healthcheck"
+      TP_PIDS+=($!)
+      tp_wait_up "http://127.0.0.1:$pp/health"
+      tp_wait_up "http://127.0.0.1:$dp/health"
+      tp_start_proxy "$port" "$pp" "$dp"
     fi
     out=$(bench "$port" "$run")
-    stop_all
+    tp_stop_all
     grep -q "Successful requests: *48" <<<"$out" || { echo "$out"; exit 1; }
     a=$(field "$out" "Mean TTFT \(ms\):") b=$(field "$out" "Mean TPOT \(ms\):")
     c=$(field "$out" "Output token throughput \(tok/s\):")

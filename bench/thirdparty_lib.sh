@@ -2,7 +2,8 @@
 # Shared by bench/aisbench.sh, bench/evalscope.sh and bench/guidellm.sh (sourced, not run): a
 # virtualenv per tool, `kestrel serve` on a free port (or a running server's --base-url), the HF
 # tokenizer directory the tools want (made from the GGUF), and a trap that stops the server by pid.
-# bench/serve_vs_vllm.sh uses only the free port and the stop.
+# bench/serve_vs_vllm.sh uses only the free port and the stop; bench/pd_serve.sh and
+# bench/pd_hybrid_transfer.sh the free port and the pid list.
 #
 # Environment, all optional:
 #   KESTREL_BIN        kestrel binary (default build/src/kestrel)
@@ -138,4 +139,29 @@ tp_host_port() {  # prints "HOST PORT" of BASE_URL
   local hp=${BASE_URL#*://}
   hp=${hp%%/*}
   echo "${hp%:*} ${hp##*:}"
+}
+
+# Several background processes (the PD scripts): each one's pid goes into TP_PIDS, tp_stop_all
+# stops them all by pid; tp_wait_up URL waits (60 s at most) until it answers.
+TP_PIDS=()
+tp_stop_all() {
+  for pid in "${TP_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${TP_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  TP_PIDS=()
+}
+tp_wait_up() {
+  for _ in $(seq 240); do
+    curl -sf "$1" >/dev/null 2>&1 && return 0
+    sleep 0.25
+  done
+  echo "not up: $1" >&2
+  return 1
+}
+# `kestrel proxy` (the scripts' $BIN) on PORT in front of one prefill and one decode instance on
+# loopback, recorded in TP_PIDS; returns once it answers.
+tp_start_proxy() {  # PORT PREFILL_PORT DECODE_PORT
+  "$BIN" proxy --host 127.0.0.1 --port "$1" --prefiller-hosts 127.0.0.1 --prefiller-ports "$2" \
+    --decoder-hosts 127.0.0.1 --decoder-ports "$3" 2>/dev/null &
+  TP_PIDS+=($!)
+  tp_wait_up "http://127.0.0.1:$1/healthcheck"
 }

@@ -6,7 +6,8 @@
 // linear/q4_1_packed/1536x576/M:1/threads:2. Types: f16, bf16, q4_0, q4_1, q8_0, q4_k, q6_k,
 // q4_0/q4_1/q8_0 with a packed copy ("_packed", only where packed_weights_supported(); batches
 // on AMX where packed_amx_active()), q4_1/q8_0 packed with AMX switched off ("_vnni"), and fp8
-// (F8_E4M3 with DeepSeek-V3's 128x128 block scales; random finite codes).
+// (F8_E4M3 with DeepSeek-V3's 128x128 block scales; random finite codes), and w8a8 (I8 weights
+// with a scale per row and activations quantized per token: msModelSlim's W8A8_DYNAMIC).
 // f16/bf16 with float panels ("_packed", float_panels.h; same bytes per call as unpacked), and
 // bf16 as AMX bf16 tiles with bf16 activations ("bf16_amx", bf16_tiles.h; where the CPU has it).
 // Shapes: SmolLM2-135M's projections (576x576, 1536x576, 576x1536) and LM head (49152x576), and a
@@ -53,7 +54,7 @@ struct MatShape {
 struct Weight {
   HostBuffer data;
   std::unique_ptr<uint8_t[]> packed;
-  std::vector<float> block_scale;  // fp8 only
+  std::vector<float> block_scale;  // fp8: per 128x128 block; w8a8: per row
   Tensor tensor;
   size_t bytes_per_call = 0;  // what one linear() call reads from the weight
 };
@@ -77,6 +78,20 @@ void fill_fp8(Weight& w, const MatShape& shape, std::minstd_rand& rng) {
   w.bytes_per_call = w.tensor.nbytes() + w.block_scale.size() * sizeof(float);
 }
 
+// Random int8 codes and a scale per row (read per call too).
+void fill_int8(Weight& w, const MatShape& shape, std::minstd_rand& rng) {
+  std::uniform_int_distribution<int> code(-127, 127);
+  auto* dst = static_cast<int8_t*>(w.data.data());
+  for (int64_t i = 0; i < shape.n * shape.k; ++i) dst[i] = int8_t(code(rng));
+  std::uniform_real_distribution<float> scale(1e-3f, 1e-2f);
+  w.block_scale.resize(size_t(shape.n));
+  for (float& s : w.block_scale) s = scale(rng);
+  w.tensor.block_scale = w.block_scale.data();
+  w.tensor.scale_block_rows = 1;
+  w.tensor.scale_block_cols = shape.k;
+  w.bytes_per_call = w.tensor.nbytes() + w.block_scale.size() * sizeof(float);
+}
+
 std::unique_ptr<Weight> make_weight(const WeightType& type, const MatShape& shape) {
   auto w = std::make_unique<Weight>();
   w->data = HostBuffer(type.dtype, {shape.n, shape.k});
@@ -87,6 +102,10 @@ std::unique_ptr<Weight> make_weight(const WeightType& type, const MatShape& shap
   auto* dst = static_cast<uint8_t*>(w->data.data());
   if (type.dtype == DType::F8_E4M3) {
     fill_fp8(*w, shape, rng);
+    return w;
+  }
+  if (type.dtype == DType::I8) {
+    fill_int8(*w, shape, rng);
     return w;
   }
   for (int64_t r = 0; r < shape.n; ++r) {
@@ -166,6 +185,7 @@ void register_all() {
       {"q4_k", DType::Q4_K, false},
       {"q6_k", DType::Q6_K, false},
       {"fp8", DType::F8_E4M3, false},
+      {"w8a8", DType::I8, false},
   };
   const MatShape shapes[] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}, {4096, 4096}};
   for (const WeightType& type : types) {

@@ -191,6 +191,7 @@ LoadOptions load_options(const EngineArgs& a, int rank, DeviceComm* comm, int dp
   lo.dtype = a.dtype;
   lo.kv_cache_dtype = a.kv_cache_dtype;
   lo.quant_compute = a.quant_compute;
+  lo.quantization = a.quantization;
   const bool shared = a.tensor_parallel_size > 1 || a.local_data_parallel_ranks() > 1;
   lo.threads = shared ? threads_per_rank(a) : a.threads;
   lo.pin_threads = a.pin_threads;
@@ -237,6 +238,7 @@ Expected<RankModels> load_rank_models(const EngineArgs& a, const LoadOptions& lo
     dl.model = spec->draft_model;
     dl.load_format = "auto";
     dl.kv_cache_dtype = "auto";
+    dl.quantization = "";  // the draft checkpoint says
     dl.shared_backend = &m.model->model->backend();
     dl.tp_rank = 0;  // every rank runs the whole draft model
     dl.tp_size = 1;

@@ -26,6 +26,7 @@ struct EngineArgs {
   std::string dtype = "auto";
   std::string kv_cache_dtype = "auto";
   std::string quant_compute = "int8";
+  std::string quantization;  // --quantization; empty: read from the checkpoint
   int threads = 0;
   bool pin_threads = false;
   uint64_t seed = 0;

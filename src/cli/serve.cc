@@ -107,7 +107,7 @@ int serve(ServeArgs& a) {
     return 1;
   }
   Engine& e = *started;
-  if (a.quantization == "fp8" && !e.model->config.fp8.enabled) {
+  if (a.engine.quantization == "fp8" && !e.model->config.fp8.enabled) {
     KLOG_ERROR(
         "--quantization fp8: {} is not an FP8 block-quantized checkpoint (config.json has no fp8 "
         "quantization_config); quantizing bf16 weights to FP8 at load is not supported",

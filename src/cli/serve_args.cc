@@ -403,12 +403,11 @@ void check_parallel(const ServeArgs& a, Findings& f) {
 }
 
 void check_quantization(const ServeArgs& a, Findings& f) {
-  const std::string& q = a.quantization;
+  const std::string& q = a.engine.quantization;
   if (q.empty()) return;
   if (q == "ascend") {
-    f.refuse(
-        "--quantization ascend: Ascend msModelSlim checkpoints (W8A8, W4A8) are not supported "
-        "yet");
+    // Accepted: the loader reads the checkpoint's quant_model_description.json and refuses the
+    // types it does not run, naming them.
   } else if (q == "deepseek_v4_fp8") {
     f.refuse("--quantization deepseek_v4_fp8: DeepSeek-V4 FP8 checkpoints are not supported yet");
   } else if (q == "fp8") {
@@ -417,8 +416,8 @@ void check_quantization(const ServeArgs& a, Findings& f) {
   } else {
     f.refuse(fmt::format(
         "--quantization {}: not supported (Kestrel reads a GGUF file's quantization from the "
-        "file, and FP8 block-quantized checkpoints from config.json; planned: ascend, "
-        "deepseek_v4_fp8)",
+        "file, FP8 block-quantized checkpoints from config.json, and msModelSlim ones with "
+        "--quantization ascend; planned: deepseek_v4_fp8)",
         q));
   }
 }
@@ -693,8 +692,9 @@ void add_serve_args(CLI::App& app, ServeArgs& a) {
       ->check(CLI::Range(1, 1024));
 
   // §3–§6: quantization, PD, platform options (--speculative-config is an engine flag).
-  app.add_option("--quantization", a.quantization,
-                 "empty: from the checkpoint (ascend, fp8 are planned)");
+  app.add_option("--quantization", a.engine.quantization,
+                 "empty: from the checkpoint; ascend (msModelSlim W8A8 / W8A8_DYNAMIC), fp8 "
+                 "(DeepSeek's block FP8)");
   app.add_option("--kv-transfer-config", a.kv_transfer_config,
                  "JSON object: prefill/decode disaggregation (kv_connector, kv_role, kv_port, "
                  "engine_id, kv_load_failure_policy, kv_connector_extra_config)");

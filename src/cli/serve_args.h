@@ -53,7 +53,6 @@ struct ServeArgs {
   ParallelArgs parallel;
   std::string model_option;  // --model as given (finalize moves it to engine.model)
   std::string tokenizer_mode = "auto";
-  std::string quantization;  // empty: read from the checkpoint
   bool trust_remote_code = false;
   std::string safetensors_load_strategy = "lazy";
   bool disable_hybrid_kv_cache_manager = false;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,6 +11,8 @@
 #include "base/status.h"
 
 namespace kestrel {
+
+struct ModelSlimDescription;
 
 enum class RopeScalingType { kNone, kLinear, kDynamic, kLlama3, kYarn };
 
@@ -132,6 +135,9 @@ struct ModelConfig {
   MoeConfig moe;
   MlaConfig mla;
   Fp8WeightConfig fp8;
+  // An msModelSlim checkpoint's description of its quantized tensors (model/modelslim.h), set by
+  // the loader; null for other checkpoints.
+  std::shared_ptr<const ModelSlimDescription> modelslim;
   // MTP modules: DeepSeek's after the main layers, Qwen3-Next's and Qwen3.5's under mtp.
   int64_t num_nextn_predict_layers = 0;
   // Qwen3-Next / Qwen3.5: q_proj holds [query | gate] per head and the attention output is

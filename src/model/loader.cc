@@ -5,6 +5,7 @@
 
 #include "base/logging.h"
 #include "base/mmap_file.h"
+#include "model/modelslim.h"
 #include "model/safetensors.h"
 #include "model/transformer.h"
 
@@ -58,6 +59,36 @@ Status load_generation_defaults(const std::string& dir, LoadedModel& lm) {
   return Status::Ok();
 }
 
+// --quantization against the checkpoint: an msModelSlim one (its description file) is served
+// as vLLM-Ascend's `ascend` method, with or without the flag; the flag without the file is an
+// error, as there.
+Status read_quantization(const LoadOptions& o, bool no_checkpoint_dir, ModelConfig& c) {
+  std::optional<ModelSlimDescription> desc;
+  if (!no_checkpoint_dir) {
+    KASSIGN(desc, read_modelslim_description(o.model));
+  }
+  if (o.quantization == "ascend" && !desc)
+    return make_error(
+        "--quantization ascend: '{}' has no {} (msModelSlim's description of the quantized "
+        "tensors)",
+        o.model, kModelSlimDescriptionFile);
+  if (!desc) return Status::Ok();
+  if (!o.quantization.empty() && o.quantization != "ascend")
+    return make_error(
+        "--quantization {}: '{}' is an msModelSlim checkpoint ({}); serve it with --quantization "
+        "ascend, or without the flag",
+        o.quantization, o.model, kModelSlimDescriptionFile);
+  KTRY(check_modelslim(*desc));
+  KLOG_INFO("msModelSlim checkpoint ({}{}, {} tensors described): --quantization ascend{}",
+            desc->model_quant_type.empty() ? "no model_quant_type" : desc->model_quant_type,
+            desc->version.empty() ? "" : ", version " + desc->version, desc->types.size(),
+            o.quantization.empty() ? " (implied)" : "");
+  if (desc->quarot)
+    KLOG_INFO("QuaRot: its rotations are folded into the weights, nothing is applied at inference");
+  c.modelslim = std::make_shared<const ModelSlimDescription>(std::move(*desc));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Expected<ModelConfig> read_model_config(const std::string& model, const std::string& load_format) {
@@ -105,6 +136,7 @@ Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
                       list);
   }
 
+  KTRY(read_quantization(o, gguf || dummy, lm->config));
   KASSIGN(const DType act_dtype, model_dtype(o, lm->config));
   KASSIGN(const DType cache_dtype, kv_dtype(o, act_dtype, gguf));
   if (dummy) {

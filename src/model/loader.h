@@ -30,6 +30,9 @@ struct LoadOptions {
   // Quantized weights: int8 (activations quantized per block, as llama.cpp) | f32 (weight
   // blocks dequantized against f32 activations, as a dequantized reference computes).
   std::string quant_compute = "int8";
+  // --quantization: empty (the checkpoint says), ascend (an msModelSlim checkpoint, which must
+  // have its quant_model_description.json), fp8 (DeepSeek's block-quantized FP8).
+  std::string quantization;
   // Run on this backend (another model's: a draft model shares its target's threads) instead of
   // a new one; threads, pin_threads and quant_compute are then the backend's.
   Backend* shared_backend = nullptr;

@@ -167,7 +167,9 @@ Expected<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::open_dir
   ck->dir_ = dir;
   const fs::path root(dir);
 
-  const fs::path index_path = root / "model.safetensors.index.json";
+  // msModelSlim names its shards quant_model_weights-*.safetensors.
+  fs::path index_path = root / "model.safetensors.index.json";
+  if (!fs::exists(index_path, ec)) index_path = root / "quant_model_weights.safetensors.index.json";
   if (fs::exists(index_path, ec)) {
     KASSIGN(std::string text, read_text_file(index_path.string()));
     auto index = parse_json(text.data(), text.data() + text.size());

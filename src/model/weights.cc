@@ -1,5 +1,8 @@
 #include "model/weights.h"
 
+#include <cstring>
+
+#include "model/modelslim.h"
 #include "tensor/quant_formats.h"
 
 namespace kestrel {
@@ -19,14 +22,98 @@ Expected<std::vector<float>> load_norm(WeightSource& src, const std::string& nam
   return w;
 }
 
+namespace {
+
+// A per-row vector ([rows] or [rows, 1]) of any float dtype as f32.
+Expected<const float*> row_vector(WeightSource& src, const std::string& name, int64_t rows,
+                                  WeightStore& store) {
+  Expected<Tensor> column = src.get(name, Shape{rows, 1});
+  Tensor t;
+  if (column.ok()) {
+    t = *column;
+  } else {
+    KASSIGN(t, src.get(name, Shape{rows}));
+  }
+  std::vector<float>& out = store.f32.emplace_back(size_t(rows));
+  dequantize_row(t.dtype, t.data, out.data(), rows);
+  return out.data();
+}
+
+// One value of a [1] tensor of any float dtype.
+Expected<float> scalar(WeightSource& src, const std::string& name) {
+  KASSIGN(const Tensor t, src.get(name, Shape{1}));
+  float v = 0.0f;
+  dequantize_row(t.dtype, t.data, &v, 1);
+  return v;
+}
+
+// msModelSlim's W8A8_DYNAMIC and W8A8 (model/modelslim.h): the int8 weight, one scale per row
+// and the activation scheme (Tensor::act_scale), rows `shard` of them.
+Expected<Tensor> load_int8_linear(WeightSource& src, const std::string& prefix,
+                                  const std::string& type, int64_t rows, int64_t cols,
+                                  WeightStore& store, IndexRange shard) {
+  KASSIGN(Tensor w, src.get(prefix + ".weight", Shape{rows, cols}));
+  if (w.dtype != DType::I8)
+    return make_error("{}.weight: {} weights are int8, this one is {}", prefix, type,
+                      dtype_name(w.dtype));
+  const float* scale = nullptr;
+  if (type == "W8A8_DYNAMIC") {
+    KASSIGN(scale, row_vector(src, prefix + ".weight_scale", rows, store));
+    if (src.has(prefix + ".weight_offset")) {
+      KASSIGN(const float* offset, row_vector(src, prefix + ".weight_offset", rows, store));
+      for (int64_t r = 0; r < rows; ++r)
+        if (offset[r] != 0.0f)
+          return make_error("{}.weight_offset: asymmetric int8 weights are not supported", prefix);
+    }
+  } else {
+    KASSIGN(w.act_scale, scalar(src, prefix + ".input_scale"));
+    KASSIGN(w.act_offset, scalar(src, prefix + ".input_offset"));
+    if (!(w.act_scale > 0.0f))
+      return make_error("{}.input_scale: {} is not a positive scale", prefix, w.act_scale);
+    // deq_scale: f32, or (f16 models) int64 holding the f32 bit pattern.
+    KASSIGN(const Tensor deq, src.get(prefix + ".deq_scale", Shape{rows}));
+    std::vector<float>& d = store.f32.emplace_back(size_t(rows));
+    if (deq.dtype == DType::I64) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint32_t bits = uint32_t(deq.as<int64_t>()[r]);
+        std::memcpy(&d[size_t(r)], &bits, sizeof bits);
+      }
+    } else {
+      dequantize_row(deq.dtype, deq.data, d.data(), rows);
+    }
+    scale = d.data();
+    KASSIGN(const Tensor bias, src.get(prefix + ".quant_bias", Shape{rows}));
+    if (bias.dtype != DType::I32)
+      return make_error("{}.quant_bias: int32 expected, got {}", prefix, dtype_name(bias.dtype));
+    w.row_bias = bias.as<int32_t>() + shard.begin;
+  }
+  w.data = w.row(shard.begin);
+  w.shape = Shape{shard.size(), cols};
+  w.block_scale = scale + shard.begin;
+  w.scale_block_rows = 1;
+  w.scale_block_cols = cols;
+  return w;
+}
+
+}  // namespace
+
 Expected<Tensor> load_linear(WeightSource& src, const std::string& prefix, int64_t rows,
                              int64_t cols, const ModelConfig& cfg, WeightStore& store,
                              IndexRange shard) {
-  KASSIGN(Tensor w, src.get(prefix + ".weight", Shape{rows, cols}));
   if (shard.size() == 0) shard = IndexRange{0, rows};
   if (shard.begin < 0 || shard.end > rows)
     return make_error("{}.weight: rows [{}, {}) of a tensor of {}", prefix, shard.begin, shard.end,
                       rows);
+  if (cfg.modelslim) {
+    const std::string type = cfg.modelslim->layer_type(prefix);
+    if (type == "W8A8" || type == "W8A8_DYNAMIC")
+      return load_int8_linear(src, prefix, type, rows, cols, store, shard);
+    if (type != "FLOAT")
+      return make_error("{}: msModelSlim type {} is not supported", prefix, type);
+  }
+  KASSIGN(Tensor w, src.get(prefix + ".weight", Shape{rows, cols}));
+  if (w.dtype == DType::I8)
+    return make_error("{}.weight is int8 but nothing describes its quantization", prefix);
   if (w.dtype != DType::F8_E4M3) {
     w.data = w.row(shard.begin);
     w.shape = Shape{shard.size(), cols};

@@ -64,6 +64,12 @@ struct Tensor {
   // + c / scale_block_cols]. nullptr: every scale is 1.
   const float* block_scale = nullptr;
   int64_t scale_block_rows = 0, scale_block_cols = 0;
+  // I8 weights (msModelSlim W8A8 and W8A8_DYNAMIC, backend/cpu/int8_matmul.h): block_scale has
+  // one scale per row (scale_block_rows 1, scale_block_cols the row). act_scale 0: activations
+  // are quantized per token, symmetric; otherwise per tensor, code = round(x / act_scale +
+  // act_offset), and row_bias (one int32 per row, or null) is added to the integer sums.
+  float act_scale = 0.0f, act_offset = 0.0f;
+  const int32_t* row_bias = nullptr;
 
   int64_t numel() const { return shape.numel(); }
   size_t nbytes() const { return dtype_bytes(dtype, numel()); }

@@ -196,23 +196,7 @@ TEST_F(Fp8LinearTest, WithoutBlockScaleEveryScaleIsOne) {
 TEST_F(Fp8LinearTest, RowsDoNotDependOnBatch) {
   const int64_t m = 17, n = 70, k = 1000;
   const Fp8Weights w(n, k, 128, 128, 500);
-  const auto x = randn(m * k, 501);
-  ThreadPool pool(2);
-  for (const auto& isa : available_isas()) {
-    set_linear_isa(isa.c_str());
-    std::vector<float> all(size_t(m * n)), part(size_t(m * n));
-    linear(w.tensor(), x.data(), m, all.data(), pool);
-    for (int64_t i = 0; i < m; ++i) {
-      std::vector<float> one(static_cast<size_t>(n));
-      linear(w.tensor(), x.data() + i * k, 1, one.data(), pool);
-      EXPECT_EQ(std::memcmp(one.data(), all.data() + i * n, size_t(n) * sizeof(float)), 0)
-          << isa << " row " << i;
-    }
-    // A batch that starts elsewhere puts each row at another place in its tile.
-    linear(w.tensor(), x.data() + 3 * k, m - 3, part.data(), pool);
-    EXPECT_EQ(std::memcmp(part.data(), all.data() + 3 * n, size_t((m - 3) * n) * sizeof(float)), 0)
-        << isa;
-  }
+  expect_rows_do_not_depend_on_batch(w.tensor(), randn(m * k, 501), m);
 }
 
 TEST_F(Fp8LinearTest, ThreadCountDoesNotChangeResults) {

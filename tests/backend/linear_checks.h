@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <string>
@@ -61,6 +62,29 @@ inline std::vector<std::string> available_isas() {
   }
   set_linear_isa("auto");
   return out;
+}
+
+// Batch invariance on every ISA: each of the m rows of x gives the same bits alone as in the
+// batch, and a batch that starts three rows later (each row elsewhere in its tile) too.
+inline void expect_rows_do_not_depend_on_batch(const Tensor& w, const std::vector<float>& x,
+                                               int64_t m) {
+  const int64_t n = w.rows(), k = w.cols();
+  ThreadPool pool(2);
+  for (const auto& isa : available_isas()) {
+    set_linear_isa(isa.c_str());
+    std::vector<float> all(size_t(m * n)), part(size_t(m * n));
+    linear(w, x.data(), m, all.data(), pool);
+    for (int64_t i = 0; i < m; ++i) {
+      std::vector<float> one(static_cast<size_t>(n));
+      linear(w, x.data() + i * k, 1, one.data(), pool);
+      EXPECT_EQ(std::memcmp(one.data(), all.data() + i * n, size_t(n) * sizeof(float)), 0)
+          << isa << " row " << i;
+    }
+    linear(w, x.data() + 3 * k, m - 3, part.data(), pool);
+    EXPECT_EQ(std::memcmp(part.data(), all.data() + 3 * n, size_t((m - 3) * n) * sizeof(float)), 0)
+        << isa;
+  }
+  set_linear_isa("auto");
 }
 
 // Counts outputs with |got - want| > bound and describes the first.

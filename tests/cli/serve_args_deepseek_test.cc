@@ -28,7 +28,7 @@ constexpr const char* kDs3Single = R"sh(@MODEL@ \
 
 TEST_F(ServeArgsTest, DeepSeekV31SingleNode) {
   const Outcome o = serve(kDs3Single);
-  EXPECT_EQ(refusals(o), (Lines{kAscend}));
+  EXPECT_EQ(refusals(o), (Lines{}));
   const ServeArgs& a = *o.args;
   EXPECT_EQ(a.port, 8015);
   EXPECT_EQ(a.engine.seed, 1024u);
@@ -66,7 +66,7 @@ TEST_F(ServeArgsTest, DeepSeekV31MultiNode) {
 --gpu-memory-utilization 0.92 \
 --speculative-config '{"num_speculative_tokens": 3, "method": "mtp"}' \
 --compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}')sh");
-  EXPECT_EQ(refusals(node0), (Lines{kAscend}));
+  EXPECT_EQ(refusals(node0), (Lines{}));
   EXPECT_EQ(node0.args->parallel.data_parallel_address, "10.0.0.1");
   EXPECT_EQ(node0.args->parallel.data_parallel_rpc_port, 13389);
   // The head runs ranks 0 and 1 and waits for 2 and 3 at 10.0.0.1:13391 and :13392.
@@ -98,7 +98,7 @@ TEST_F(ServeArgsTest, DeepSeekV31MultiNode) {
 --gpu-memory-utilization 0.92 \
 --speculative-config '{"num_speculative_tokens": 3, "method": "mtp"}' \
 --compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}')sh");
-  EXPECT_EQ(refusals(node1), (Lines{kAscend}));
+  EXPECT_EQ(refusals(node1), (Lines{}));
   EXPECT_EQ(node1.args->engine.data_parallel_first, 2);
   EXPECT_EQ(node1.args->engine.data_parallel_count, 2);
   EXPECT_EQ(node1.args->engine.data_parallel_remote, 0);
@@ -149,14 +149,14 @@ TEST_F(ServeArgsTest, DeepSeekV31PdPrefill) {
     return s;
   };
   const Outcome p0 = serve(with("0", "30000"));
-  EXPECT_EQ(refusals(p0), (Lines{kAscend}));
+  EXPECT_EQ(refusals(p0), (Lines{}));
   ASSERT_TRUE(p0.args->engine.kv.has_value());
   EXPECT_EQ(p0.args->engine.kv->transfer.role, KvRole::kProducer);
   EXPECT_EQ(p0.args->engine.kv->transfer.prefill->tp_size, 8);
   EXPECT_FALSE(p0.args->engine.give_back_preempted);
   EXPECT_TRUE(has_note(*p0.args, "--enforce-eager"));
   const Outcome p1 = serve(with("1", "30100"));
-  EXPECT_EQ(refusals(p1), (Lines{kAscend}));
+  EXPECT_EQ(refusals(p1), (Lines{}));
 }
 
 TEST_F(ServeArgsTest, DeepSeekV31PdDecode) {
@@ -199,9 +199,9 @@ TEST_F(ServeArgsTest, DeepSeekV31PdDecode) {
   std::string d0 = decode, d1 = decode;
   d0.replace(d0.find("RANK"), 4, "0");
   d1.replace(d1.find("RANK"), 4, "16");
-  EXPECT_EQ(refusals(serve(d0)), (Lines{kAscend}));
+  EXPECT_EQ(refusals(serve(d0)), (Lines{}));
   const Outcome o = serve(d1);
-  EXPECT_EQ(refusals(o), (Lines{kAscend}));
+  EXPECT_EQ(refusals(o), (Lines{}));
   // The recompute scheduler on a decode instance: requests it has no blocks for go back.
   ASSERT_TRUE(o.args->engine.kv.has_value());
   EXPECT_EQ(o.args->engine.kv->transfer.role, KvRole::kConsumer);
@@ -248,7 +248,7 @@ TEST_F(ServeArgsTest, DeepSeekV41SingleNode) {
         "enable_flashcomm1":true,
         "enable_shared_expert_dp":true
     }')sh");
-  EXPECT_EQ(refusals(o), (Lines{kAscend, kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
+  EXPECT_EQ(refusals(o), (Lines{kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
   EXPECT_EQ(o.args->engine.block_size, 128);
   EXPECT_EQ(o.args->engine.max_model_len, 150000);
   // Experts over all 16 ranks, as vLLM shards them: nothing to warn about.
@@ -302,8 +302,7 @@ TEST_F(ServeArgsTest, DeepSeekV41PdPrefill) {
             "decode":{"dp_size":8,"tp_size":2}
         }
     }')sh");
-  EXPECT_EQ(refusals(o),
-            (Lines{kAscend, kDspark, kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
+  EXPECT_EQ(refusals(o), (Lines{kDspark, kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
   EXPECT_EQ(o.args->engine.max_model_len, 1048576);
 }
 
@@ -356,8 +355,7 @@ TEST_F(ServeArgsTest, DeepSeekV41PdDecode) {
         "multistream_overlap_shared_expert":true,
         "recompute_scheduler_enable":true
     }')sh");
-  EXPECT_EQ(refusals(o), (Lines{kAscend, kDspark, kTokenizerV41, kToolV41,
-                                kReasoningV41, kEngram}));
+  EXPECT_EQ(refusals(o), (Lines{kDspark, kTokenizerV41, kToolV41, kReasoningV41, kEngram}));
 }
 
 // §5.3, A2 multi-node: node 0 ("${HEADLESS_ARGS[@]}" empty) and node 1 (--headless
@@ -393,10 +391,8 @@ TEST_F(ServeArgsTest, DeepSeekV41MultiNode) {
   std::string node0 = cmd, node1 = cmd;
   node0.replace(node0.find("HEADLESS_ARGS"), 13, "");
   node1.replace(node1.find("HEADLESS_ARGS"), 13, "--headless --data-parallel-start-rank 1");
-  EXPECT_EQ(refusals(serve(node0)),
-            (Lines{kAscend, kDspark, kTokenizerV41, kToolV41, kReasoningV41}));
-  EXPECT_EQ(refusals(serve(node1)),
-            (Lines{kAscend, kDspark, kTokenizerV41, kToolV41, kReasoningV41}));
+  EXPECT_EQ(refusals(serve(node0)), (Lines{kDspark, kTokenizerV41, kToolV41, kReasoningV41}));
+  EXPECT_EQ(refusals(serve(node1)), (Lines{kDspark, kTokenizerV41, kToolV41, kReasoningV41}));
 }
 
 // §12.1, bounded-replay validation (the VLLM_USE_V2_MODEL_RUNNER=1 prefix is an environment

@@ -351,10 +351,12 @@ TEST_F(ServeArgsTest, PrecisionAndFormatValues) {
                   "bfloat16 or float16)"});
   EXPECT_EQ(refusals(serve("@MODEL@ --quantization awq")),
             Lines{"--quantization awq: not supported (Kestrel reads a GGUF file's quantization "
-                  "from the file, and FP8 block-quantized checkpoints from config.json; planned: "
-                  "ascend, deepseek_v4_fp8)"});
+                  "from the file, FP8 block-quantized checkpoints from config.json, and "
+                  "msModelSlim ones with --quantization ascend; planned: deepseek_v4_fp8)"});
   // FP8 block checkpoints are read; serve checks the checkpoint after loading it.
-  EXPECT_EQ(accepted("@MODEL@ --quantization fp8").args->quantization, "fp8");
+  EXPECT_EQ(accepted("@MODEL@ --quantization fp8").args->engine.quantization, "fp8");
+  // msModelSlim's: the loader reads the description file and refuses what it cannot run.
+  EXPECT_EQ(accepted("@MODEL@ --quantization ascend").args->engine.quantization, "ascend");
   EXPECT_EQ(refusals(serve("@MODEL@ --tokenizer-mode mistral")),
             Lines{"--tokenizer-mode mistral: not supported (auto, hf)"});
   EXPECT_TRUE(has_note(*accepted("@MODEL@ --safetensors-load-strategy eager").args,

@@ -21,6 +21,7 @@ constexpr int kBlock = 16;
 
 struct Golden {
   std::string dtype;
+  std::string quant_type;  // an msModelSlim fixture's (tools/make_modelslim_fixtures.py)
   std::vector<std::vector<int32_t>> prompts, greedy;
   std::vector<std::vector<float>> logits;  // [prompt] -> [len * vocab]
 };
@@ -31,6 +32,7 @@ Golden read_golden(const std::string& dir) {
   EXPECT_TRUE(text.ok());
   auto j = nlohmann::json::parse(*text);
   g.dtype = j.at("dtype").get<std::string>();
+  g.quant_type = j.value("quant_type", std::string());
   g.prompts = j.at("prompts").get<std::vector<std::vector<int32_t>>>();
   g.greedy = j.at("greedy").get<std::vector<std::vector<int32_t>>>();
   auto st = SafetensorsFile::open(dir + "/golden.safetensors");
@@ -129,7 +131,12 @@ TEST_P(ModelGolden, LogitsMatchReference) {
   auto lm = load(dir());
   ASSERT_TRUE(lm);
   Golden g = read_golden(dir());
-  const double tol = g.dtype == "float32" ? 1e-4 : 2e-2;
+  // Quantized activations are a step function of their input: where an input sits within
+  // f32's rounding of a code boundary, Kestrel's f32 forward and the float64 reference pick
+  // neighbouring codes (the generator counts such inputs), moving that linear's output by up to
+  // one code's share. The linear itself matches float64 within f32 rounding
+  // (backend/int8_matmul_test.cc).
+  const double tol = !g.quant_type.empty() ? 1e-2 : g.dtype == "float32" ? 1e-4 : 2e-2;
   const int64_t V = lm->config.vocab_size;
   GroupedCache kv(*lm, 16);
   for (size_t p = 0; p < g.prompts.size(); ++p) {
@@ -270,7 +277,8 @@ TEST(ModelFixtures, AllExpectedArchitecturesPresent) {
   for (const char* want :
        {"llama3_f32", "llama3_bf16", "mistral_f32", "mistral_bf16", "qwen2_f32", "qwen2_bf16",
         "qwen2_sliding_f32", "qwen3_f32", "qwen3_bf16", "qwen3_next_f32", "qwen3_next_bf16",
-        "qwen3_5_f32", "qwen3_5_bf16", "qwen3_5_moe_f32", "qwen3_5_moe_bf16"})
+        "qwen3_5_f32", "qwen3_5_bf16", "qwen3_5_moe_f32", "qwen3_5_moe_bf16", "qwen3_w8a8_dynamic",
+        "qwen3_w8a8", "qwen3_moe_w8a8_dynamic"})
     EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
 }
 

@@ -11,6 +11,7 @@
 #include "backend/cpu/bf16_tiles.h"
 #include "backend/cpu/float_panels.h"
 #include "backend/cpu/fp8_matmul.h"
+#include "backend/cpu/int8_matmul.h"
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/packed_matmul.h"
 #include "base/status.h"
@@ -317,7 +318,10 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
   constexpr int kMaxJobs = 8;
   KCHECK(jobs.size() <= kMaxJobs, "linear_group: at most {} weights", kMaxJobs);
   Prepared prep[kMaxJobs];
-  Fp8Weight fp8[kMaxJobs];  // codes set: an FP8 job, whose kernel reads its rows as Fp8Row
+  Fp8Weight fp8[kMaxJobs];   // codes set: an FP8 job, whose kernel reads its rows as Fp8Row
+  bool int8[kMaxJobs] = {};  // an I8 job: its kernel reads its rows as Int8Row
+  // I8 jobs' activations, quantized per job (each weight has its own scheme).
+  thread_local std::vector<uint8_t> int8_scratch[kMaxJobs];
   thread_local std::vector<uint8_t> scratch[kNumQuantFormats];
   bool quantized[kNumQuantFormats] = {};
   PackedActivations packed_x;
@@ -356,6 +360,22 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       const Fp8Kernels& fk = fp8_kernels(isa_name(isa));
       p.plan = {fk.dot, ActFormat::kF32, fk.tile_rows};
       fp8[i] = fp8_weight(w);
+    }
+    if (w.dtype == DType::I8) {
+      // The sums of q + 128 codes must fit int32 (int8_matmul_avx512.cc).
+      KCHECK(k <= (int64_t(1) << 16), "linear: an int8 weight of {} columns", k);
+      const Int8Kernels& ik = int8_kernels(isa_name(isa));
+      p.plan = {ik.dot, ActFormat::kF32, ik.tile_rows};
+      int8[i] = true;
+      p.x_stride = int8_activation_row_bytes(k);
+      uint8_t* q = cache_aligned(int8_scratch[i], size_t(std::max<int64_t>(m, 0)) * p.x_stride);
+      p.x = q;
+      const size_t stride = p.x_stride;
+      pool.parallel_for(m, kMinQuantElemsPerThread / std::max<int64_t>(k, 1) + 1,
+                        [&](int64_t r0, int64_t r1) {
+                          for (int64_t r = r0; r < r1; ++r)
+                            quantize_int8_row(w, x + r * k, k, q + r * stride);
+                        });
     }
     const bool panels = p.gemm != nullptr || p.fgemm != nullptr || p.bgemm != nullptr;
     KCHECK(p.plan.fn != nullptr || p.plan.rows_fn != nullptr || panels,
@@ -480,6 +500,9 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
             float* out = y + m0 * p.n + j;
             if (fp8[i].codes != nullptr) {
               const Fp8Row row = fp8[i].row(j);
+              p.plan.fn(&row, xt, p.x_stride, nx, k, out, p.n);
+            } else if (int8[i]) {
+              const Int8Row row = int8_row(*jobs[i].w, j);
               p.plan.fn(&row, xt, p.x_stride, nx, k, out, p.n);
             } else {
               p.plan.fn(wb + size_t(j) * p.row_bytes, xt, p.x_stride, nx, k, out, p.n);

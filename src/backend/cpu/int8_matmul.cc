@@ -1,0 +1,79 @@
+// Portable int8 kernel (the reference for the SIMD one), activation quantization, kernel choice.
+#include "backend/cpu/int8_matmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/status.h"
+
+namespace kestrel::cpu {
+namespace {
+
+const uint8_t* codes_of(const void* x, size_t xs, int r) {
+  return static_cast<const uint8_t*>(x) + size_t(r) * xs + kInt8ActHeaderBytes;
+}
+float scale_of(const void* x, size_t xs, int r) {
+  float a;
+  std::memcpy(&a, static_cast<const uint8_t*>(x) + size_t(r) * xs, sizeof a);
+  return a;
+}
+
+struct Int8Dot {
+  template <int NX>
+  static void run(const void* w, const void* x, size_t xs, int64_t k, float* out, int64_t os) {
+    const Int8Row& row = *static_cast<const Int8Row*>(w);
+    for (int r = 0; r < NX; ++r) {
+      const uint8_t* q = codes_of(x, xs, r);
+      int32_t acc = row.bias;
+      for (int64_t i = 0; i < k; ++i) acc += (int32_t(q[i]) - 128) * int32_t(row.codes[i]);
+      out[r * os] = float(acc) * scale_of(x, xs, r) * row.scale;
+    }
+  }
+};
+
+constexpr Int8Kernels kScalarInt8Kernels = {dispatch_tile<Int8Dot>, kMaxTileRows};
+
+}  // namespace
+
+size_t int8_activation_row_bytes(int64_t k) {
+  return kInt8ActHeaderBytes + (size_t(k) + 63) / 64 * 64;
+}
+
+void quantize_int8_row(const Tensor& w, const float* x, int64_t k, uint8_t* dst) {
+  float a = 1.0f;
+  uint8_t* q = dst + kInt8ActHeaderBytes;
+  if (w.act_scale == 0.0f) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(x[i]));
+    a = amax / 127.0f;
+    // round() as torch rounds: half to even (the default rounding mode).
+    for (int64_t i = 0; i < k; ++i)
+      q[i] = uint8_t(int(a > 0.0f ? std::nearbyint(x[i] / a) : 0.0f) + 128);
+  } else {
+    for (int64_t i = 0; i < k; ++i) {
+      const float v = std::nearbyint(x[i] / w.act_scale + w.act_offset);
+      q[i] = uint8_t(int(std::clamp(v, -128.0f, 127.0f)) + 128);
+    }
+  }
+  std::memcpy(dst, &a, sizeof a);
+  std::memset(q + k, 0, int8_activation_row_bytes(k) - kInt8ActHeaderBytes - size_t(k));
+}
+
+Int8Row int8_row(const Tensor& w, int64_t j) {
+  KCHECK(w.dtype == DType::I8 && w.block_scale != nullptr && w.scale_block_rows == 1,
+         "int8_row: an I8 weight needs one scale per row");
+  return {static_cast<const int8_t*>(w.data) + j * w.cols(), w.block_scale[j],
+          w.row_bias != nullptr ? w.row_bias[j] : 0};
+}
+
+const Int8Kernels& scalar_int8_kernels() {
+  return kScalarInt8Kernels;
+}
+
+const Int8Kernels& int8_kernels(std::string_view isa) {
+  const Int8Kernels* k = isa == "avx512" ? avx512_int8_kernels() : nullptr;
+  return k != nullptr ? *k : scalar_int8_kernels();
+}
+
+}  // namespace kestrel::cpu

@@ -1,0 +1,47 @@
+// backend/cpu/int8_matmul.h — the linear() kernels for I8 weights with one scale per output row
+// (msModelSlim's W8A8_DYNAMIC and W8A8, see Tensor::act_scale): int8 activations times int8
+// weights summed exactly in int32 over the whole row, then one float epilogue per output,
+//   y[m][n] = float(Σ_k q_x[m][k] · w[n][k] + bias[n]) · a[m] · s_w[n],
+// with per-token activations a[m] = max|x[m]| / 127, q_x = round(x / a) and bias 0, or per
+// tensor a = 1, q_x = clamp(round(x / act_scale + act_offset), -128, 127), bias = row_bias and
+// s_w the checkpoint's deq_scale. An integer sum has no order, so no output depends on the batch,
+// the tile or the thread split, and every ISA gives the same bits.
+//
+// A kernel has the DotFn contract of matmul_kernels.h, except that `w` points to an Int8Row.
+// Activation rows are int8_activation_row_bytes(k) apart: the row's a (f32) in a 64-byte header,
+// then its k codes stored as q + 128 (u8, VNNI's unsigned operand), zero-padded to 64 bytes.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "backend/cpu/matmul_kernels.h"
+#include "tensor/tensor.h"
+
+namespace kestrel::cpu {
+
+struct Int8Row {
+  const int8_t* codes;
+  float scale;   // s_w[n]
+  int32_t bias;  // added to the integer sum
+};
+
+constexpr size_t kInt8ActHeaderBytes = 64;
+size_t int8_activation_row_bytes(int64_t k);
+// One activation row of `w`'s scheme (its act_scale, act_offset) into `dst`.
+void quantize_int8_row(const Tensor& w, const float* x, int64_t k, uint8_t* dst);
+// Weight row j of an I8 tensor with its scale and bias.
+Int8Row int8_row(const Tensor& w, int64_t j);
+
+struct Int8Kernels {
+  DotFn dot;      // w: const Int8Row*; x: int8_activation rows
+  int tile_rows;  // activation rows per call, at most kMaxWideTileRows
+};
+
+const Int8Kernels& scalar_int8_kernels();
+// nullptr when this build has no such code; callers check CPU support themselves.
+const Int8Kernels* avx512_int8_kernels();
+// The kernels of an ISA named as linear_isa() names it, scalar where the ISA has none.
+const Int8Kernels& int8_kernels(std::string_view isa);
+
+}  // namespace kestrel::cpu

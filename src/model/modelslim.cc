@@ -1,0 +1,87 @@
+#include "model/modelslim.h"
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "base/mmap_file.h"
+
+namespace kestrel {
+
+namespace {
+
+// Global keys of the description; every other string entry names a tensor.
+bool is_global_key(const std::string& k) {
+  return k == "version" || k == "model_quant_type" || k == "group_size" || k == "metadata" ||
+         k == "optional" || k == "kv_cache_type" || k == "kv_quant_type" || k == "fa_quant_type" ||
+         k == "indexer_quant_type";
+}
+
+bool runs(const std::string& type) {
+  return type == "FLOAT" || type == "W8A8" || type == "W8A8_DYNAMIC";
+}
+
+}  // namespace
+
+std::string ModelSlimDescription::layer_type(const std::string& prefix) const {
+  std::string name = prefix + ".weight";
+  if (const size_t at = name.find("shared_head."); at != std::string::npos) name.erase(at, 12);
+  const auto it = types.find(name);
+  return it == types.end() ? "FLOAT" : it->second;
+}
+
+Expected<std::optional<ModelSlimDescription>> read_modelslim_description(const std::string& dir) {
+  const std::filesystem::path path = std::filesystem::path(dir) / kModelSlimDescriptionFile;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return std::optional<ModelSlimDescription>();
+  KASSIGN(const std::string text, read_text_file(path.string()));
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return make_error("{}: not a JSON object", path.string());
+  ModelSlimDescription d;
+  try {
+    d.version = j.value("version", std::string());
+    d.model_quant_type = j.value("model_quant_type", std::string());
+    d.group_size = j.value("group_size", int64_t(0));
+    d.kv_cache_type = j.value("kv_cache_type", j.value("kv_quant_type", std::string()));
+    if (j.contains("metadata") && j["metadata"].is_object() && j["metadata"].contains("quarot")) {
+      d.quarot = true;
+      // Online rotations (applied before o_proj / down_proj at inference) have no consumer here,
+      // nor in vLLM-Ascend.
+      for (const auto& [kind, v] : j["metadata"]["quarot"].items())
+        if (v.is_object() && v.contains("layers") && !v["layers"].empty())
+          return make_error(
+              "{}: metadata.quarot.{} asks for online rotations at inference, which Kestrel does "
+              "not apply (offline QuaRot checkpoints need none)",
+              path.string(), kind);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return make_error("{}: {}", path.string(), e.what());
+  }
+  for (const auto& [key, v] : j.items()) {
+    if (is_global_key(key)) continue;
+    if (!v.is_string())
+      return make_error("{}: the type of '{}' is not a string", path.string(), key);
+    d.types[key] = v.get<std::string>();
+  }
+  return std::optional<ModelSlimDescription>(std::move(d));
+}
+
+Status check_modelslim(const ModelSlimDescription& d) {
+  if (!d.kv_cache_type.empty())
+    return make_error(
+        "msModelSlim checkpoint: kv_cache_type {} (a quantized KV cache) is not supported yet",
+        d.kv_cache_type);
+  for (const auto& [name, type] : d.types) {
+    // Side tensors of a quantized layer carry its type too; only C8 KV scales are another kind.
+    if (!runs(type))
+      return make_error("msModelSlim checkpoint: type {} (tensor {}) is not supported", type, name);
+    if (type == "W8A8_DYNAMIC" && d.group_size > 0)
+      return make_error(
+          "msModelSlim checkpoint: W8A8_DYNAMIC with group_size {} (tensor {}): only per-channel "
+          "weight scales are supported",
+          d.group_size, name);
+  }
+  return Status::Ok();
+}
+
+}  // namespace kestrel

@@ -1,0 +1,38 @@
+// model/modelslim.h — msModelSlim's quantized checkpoints, as vLLM-Ascend's `--quantization
+// ascend` reads them (../shared/docs/reference/specdec-quant.md §2): quant_model_description.json
+// beside config.json gives every saved tensor's quantization type ("W8A8", "W8A8_DYNAMIC",
+// "FLOAT", ...), the weights are in quant_model_weights*.safetensors. A layer's type is its
+// weight's; an MTP layer's `shared_head.` is not part of its name here. Plain data and pure
+// functions; the loader reads it once and the layers' load_linear() consults it.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+
+namespace kestrel {
+
+struct ModelSlimDescription {
+  std::string version;
+  std::string model_quant_type;
+  int64_t group_size = 0;  // 0: per channel
+  std::string kv_cache_type;
+  bool quarot = false;                       // metadata.quarot: rotations folded into the weights
+  std::map<std::string, std::string> types;  // tensor name → type
+
+  // The type of the layer whose weight is `prefix + ".weight"`; FLOAT when it is not listed.
+  std::string layer_type(const std::string& prefix) const;
+};
+
+inline constexpr const char* kModelSlimDescriptionFile = "quant_model_description.json";
+
+// The description in directory `dir`; none when it has no such file. Errors name the file.
+Expected<std::optional<ModelSlimDescription>> read_modelslim_description(const std::string& dir);
+
+// Refuses, naming the type and a tensor of it, what Kestrel does not run: any type but FLOAT,
+// W8A8 and W8A8_DYNAMIC (per channel), a KV cache type, and QuaRot's online rotations.
+Status check_modelslim(const ModelSlimDescription& d);
+
+}  // namespace kestrel

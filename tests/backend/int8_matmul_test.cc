@@ -1,0 +1,149 @@
+// I8 weights with one scale per row (msModelSlim W8A8_DYNAMIC and W8A8): linear() against a
+// float64 evaluation of the same quantized math (the activation codes recomputed here from the
+// scheme's definition), on every ISA this CPU has; every ISA gives the same bits, a row's output
+// does not depend on its batch, and a static scheme's codes clamp to [-128, 127].
+#include "backend/cpu/int8_matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "backend/linear_checks.h"
+
+namespace kestrel::cpu {
+namespace {
+
+struct Int8Weights {
+  int64_t n, k;
+  std::vector<int8_t> codes;
+  std::vector<float> scale;
+  std::vector<int32_t> bias;
+  float act_scale = 0.0f, act_offset = 0.0f;  // 0: per-token dynamic
+  Int8Weights(int64_t n, int64_t k, uint32_t seed, bool static_act = false) : n(n), k(k) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> code(-128, 127);
+    std::uniform_real_distribution<float> s(0.001f, 0.02f);
+    for (int64_t i = 0; i < n * k; ++i) codes.push_back(int8_t(code(rng)));
+    for (int64_t j = 0; j < n; ++j) scale.push_back(s(rng));
+    if (static_act) {
+      std::uniform_int_distribution<int32_t> b(-50000, 50000);
+      for (int64_t j = 0; j < n; ++j) bias.push_back(b(rng));
+      act_scale = 0.02f;
+      act_offset = 3.0f;
+    }
+  }
+  Tensor tensor() const {
+    Tensor t{codes.data(), DType::I8, Shape{n, k}};
+    t.block_scale = scale.data();
+    t.scale_block_rows = 1;
+    t.scale_block_cols = k;
+    t.act_scale = act_scale;
+    t.act_offset = act_offset;
+    t.row_bias = bias.empty() ? nullptr : bias.data();
+    return t;
+  }
+};
+
+// The scheme's math in float64 from its definition: per token a = max|x| / 127 and q =
+// round-half-even(x / a), or q = clamp(round(x / s + offset)) with a = 1; y = (Σ q·w + bias)·a·s_w.
+// The codes come from f32 x / a as the kernel computes it (a code is an integer either way).
+std::vector<double> reference(const Int8Weights& w, const std::vector<float>& x, int64_t m) {
+  std::vector<double> y;
+  for (int64_t r = 0; r < m; ++r) {
+    const float* xr = x.data() + r * w.k;
+    float a = 1.0f;
+    std::vector<double> q(size_t(w.k));
+    if (w.act_scale == 0.0f) {
+      float amax = 0.0f;
+      for (int64_t i = 0; i < w.k; ++i) amax = std::max(amax, std::fabs(xr[i]));
+      a = amax / 127.0f;
+      for (int64_t i = 0; i < w.k; ++i) q[size_t(i)] = std::nearbyint(xr[i] / a);
+    } else {
+      for (int64_t i = 0; i < w.k; ++i)
+        q[size_t(i)] =
+            std::clamp(double(std::nearbyint(xr[i] / w.act_scale + w.act_offset)), -128.0, 127.0);
+    }
+    for (int64_t j = 0; j < w.n; ++j) {
+      double sum = w.bias.empty() ? 0.0 : w.bias[size_t(j)];
+      for (int64_t i = 0; i < w.k; ++i) sum += q[size_t(i)] * w.codes[size_t(j * w.k + i)];
+      y.push_back(sum * double(a) * double(w.scale[size_t(j)]));
+    }
+  }
+  return y;
+}
+
+class Int8LinearTest : public ::testing::Test {
+ protected:
+  void TearDown() override { set_linear_isa("auto"); }
+};
+
+TEST_F(Int8LinearTest, MatchesFloat64OfTheSameQuantizedMathOnEveryIsa) {
+  ThreadPool pool(2);
+  uint32_t seed = 10;
+  for (bool static_act : {false, true})
+    for (int64_t k : {5, 64, 200, 1000})
+      for (int64_t n : {1, 37}) {
+        const Int8Weights w(n, k, seed++, static_act);
+        for (int64_t m : {1, 3, 9, 17}) {
+          const auto x = randn(m * k, seed++);
+          const std::vector<double> want = reference(w, x, m);
+          std::vector<double> bound;
+          // The sum is exact; the two float products round twice (and float(sum) once).
+          for (double v : want) bound.push_back(4e-7 * std::fabs(v) + 1e-30);
+          std::vector<float> first;
+          for (const auto& isa : available_isas()) {
+            SCOPED_TRACE(testing::Message() << isa << " static " << static_act << " M=" << m
+                                            << " N=" << n << " K=" << k);
+            set_linear_isa(isa.c_str());
+            std::vector<float> y(size_t(m * n), -1.0f);
+            linear(w.tensor(), x.data(), m, y.data(), pool);
+            Mismatches bad;
+            bad.check(y, want, bound, "vs float64");
+            EXPECT_EQ(bad.count, 0) << bad.first;
+            if (first.empty()) first = y;
+            EXPECT_EQ(std::memcmp(first.data(), y.data(), y.size() * sizeof(float)), 0)
+                << "another ISA's bits";
+          }
+        }
+      }
+}
+
+TEST_F(Int8LinearTest, RowsDoNotDependOnBatch) {
+  const Int8Weights w(70, 300, 90);
+  expect_rows_do_not_depend_on_batch(w.tensor(), randn(19 * 300, 91), 19);
+}
+
+TEST(Int8Activations, DynamicAndStaticCodes) {
+  Int8Weights w(1, 6, 1);
+  const float x[6] = {0.5f, -2.54f, 1.27f, 0.0f, 2.54f, -0.01f};
+  std::vector<uint8_t> row(int8_activation_row_bytes(6));
+  quantize_int8_row(w.tensor(), x, 6, row.data());
+  float a;
+  std::memcpy(&a, row.data(), sizeof a);
+  EXPECT_FLOAT_EQ(a, 2.54f / 127.0f);
+  const uint8_t* q = row.data() + kInt8ActHeaderBytes;
+  const int want[6] = {25, -127, 64, 0, 127, 0};  // 0.5 / 0.02 = 25, 1.27 / 0.02 = 63.5 -> 64
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(int(q[i]) - 128, want[i]) << i;
+  // Static: round(x / 0.01 + 3), clamped.
+  w.act_scale = 0.01f;
+  w.act_offset = 3.0f;
+  quantize_int8_row(w.tensor(), x, 6, row.data());
+  std::memcpy(&a, row.data(), sizeof a);
+  EXPECT_EQ(a, 1.0f);
+  const int want_static[6] = {53, -128, 127, 3, 127, 2};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(int(q[i]) - 128, want_static[i]) << i;
+  // An all-zero row: codes 0, scale 0, no NaN.
+  const float zeros[6] = {};
+  w.act_scale = 0.0f;
+  quantize_int8_row(w.tensor(), zeros, 6, row.data());
+  std::memcpy(&a, row.data(), sizeof a);
+  EXPECT_EQ(a, 0.0f);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(int(q[i]), 128);
+}
+
+}  // namespace
+}  // namespace kestrel::cpu

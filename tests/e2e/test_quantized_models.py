@@ -1,0 +1,43 @@
+"""msModelSlim checkpoints (`--quantization ascend`) served by `kestrel serve`: the W8A8_DYNAMIC,
+W8A8 and MoE W8A8_DYNAMIC fixtures (tools/make_modelslim_fixtures.py) reproduce their goldens'
+greedy continuations under concurrent requests, also on two tensor-parallel ranks (each holding
+its rows of the int8 weights and their scales) and without the flag (the description file is
+recognised); the flag on a checkpoint without that file stops serve with the reason."""
+
+import concurrent.futures
+import json
+import subprocess
+
+import pytest
+
+from kestrel_e2e import KESTREL_BIN, REPO, greedy_tokens
+
+FIXTURES = REPO / "tests" / "fixtures" / "models"
+
+
+@pytest.mark.parametrize("fixture,flags", [
+    ("qwen3_w8a8_dynamic", ["--quantization", "ascend"]),
+    ("qwen3_w8a8", ["--quantization", "ascend"]),
+    ("qwen3_moe_w8a8_dynamic", ["--quantization", "ascend"]),
+    ("qwen3_w8a8_dynamic", ["--quantization", "ascend", "--tensor-parallel-size", "2"]),
+    ("qwen3_moe_w8a8_dynamic", ["--tensor-parallel-size", "2"]),
+    ("qwen3_w8a8", ["--tensor-parallel-size", "2"]),
+    ("qwen3_w8a8", []),
+])
+def test_greedy_matches_the_quantized_goldens(start_server, fixture, flags):
+    golden = json.loads((FIXTURES / fixture / "golden.json").read_text())
+    srv = start_server("--max-model-len", "256", *flags, model_path=FIXTURES / fixture)
+    prompts, want = golden["prompts"], golden["greedy"]
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        got = list(pool.map(lambda p: greedy_tokens(srv.base_url, srv.model, p, len(want[0])),
+                            prompts))
+    assert got == want
+    assert "msModelSlim checkpoint (" in srv.log()
+
+
+def test_the_ascend_flag_without_a_description_stops_serve():
+    r = subprocess.run([str(KESTREL_BIN), "serve", str(FIXTURES / "qwen3_f32"), "--port", "0",
+                        "--threads", "1", "--max-model-len", "256", "--quantization", "ascend"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "has no quant_model_description.json" in r.stderr + r.stdout, r.stderr + r.stdout
