@@ -7,6 +7,10 @@ evaluation of the same quantized math.
   W8A8_DYNAMIC: every linear of the decoder layers (experts included, routers kept FLOAT) gets
     int8 weights with per-row symmetric scales (weight_scale [N, 1], weight_offset [N, 1] zeros);
     activations are quantized per token at run time.
+  W4A8_DYNAMIC (the routed experts; the rest as W8A8_DYNAMIC): int4 weights with per-row scales
+    max|w| / 7, two per byte along the output rows (row 2r in the low nibble of byte (r, c), 2r + 1
+    in the high one), and scale_bias = 8 * scale * sum(w) per row ([N, 1] for gate and up, [N, 16]
+    per column chunk for down), the term vLLM-Ascend hands the NPU's int4 kernel.
   W8A8: the same weights with static per-tensor asymmetric activations calibrated on the
     fixture's prompts (input_scale, input_offset), deq_scale = input_scale * weight scale and
     quant_bias = -input_offset * sum(w) (no float bias).
@@ -33,6 +37,8 @@ FIXTURES = {
     "qwen3_w8a8_dynamic": ("qwen3_f32", "W8A8_DYNAMIC"),
     "qwen3_w8a8": ("qwen3_f32", "W8A8"),
     "qwen3_moe_w8a8_dynamic": ("qwen3_moe_f32", "W8A8_DYNAMIC"),
+    # msModelSlim's w4a8 recipe: the routed experts W4A8_DYNAMIC, the other linears W8A8_DYNAMIC.
+    "qwen3_moe_w4a8_dynamic": ("qwen3_moe_f32", "W4A8_DYNAMIC"),
 }
 
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -44,12 +50,26 @@ def quantized_layer(name):
         name.split(".")[-2] in LINEARS
 
 
-def quantize_weight(w):
-    """Per-row symmetric int8: scale = max|w| / 127 (f32), codes = round(w / scale)."""
-    scale = (np.abs(w).max(axis=1, keepdims=True) / 127.0).astype(np.float32)
+def quantize_weight(w, levels=127):
+    """Per-row symmetric: scale = max|w| / levels (f32), codes = round(w / scale) (127: int8,
+    7: int4)."""
+    scale = (np.abs(w).max(axis=1, keepdims=True) / levels).astype(np.float32)
     scale[scale == 0] = 1.0
-    codes = np.clip(np.round(w / scale), -127, 127).astype(np.int8)
+    codes = np.clip(np.round(w / scale), -levels - 1, levels).astype(np.int8)
     return codes, scale
+
+
+def pack_int4_rows(codes):
+    """Two int4 per byte along the output rows: row 2r in the low nibble, 2r + 1 in the high."""
+    low = codes[0::2].astype(np.uint8) & 0xF
+    high = (codes[1::2].astype(np.uint8) & 0xF) << 4
+    return (low | high).view(np.int8)
+
+
+def scale_bias(codes, scale, chunks):
+    """8 * scale * sum(w) per row, split over `chunks` equal column chunks ([N, chunks])."""
+    parts = np.array_split(codes.astype(np.float64), chunks, axis=1)
+    return np.stack([8.0 * scale[:, 0] * p.sum(axis=1) for p in parts], axis=1).astype(np.float32)
 
 
 class QuantLinear(torch.nn.Module):
@@ -132,9 +152,20 @@ def make(name, root):
             types[key] = "FLOAT"
             continue
         prefix = key[: -len(".weight")]
-        codes, scale = quantize_weight(value.astype(np.float32))
+        layer_type = qtype
+        if qtype == "W4A8_DYNAMIC" and ".experts." not in prefix:
+            layer_type = "W8A8_DYNAMIC"
+        codes, scale = quantize_weight(value.astype(np.float32),
+                                       7 if layer_type == "W4A8_DYNAMIC" else 127)
         saved[key] = codes
-        if qtype == "W8A8_DYNAMIC":
+        if layer_type == "W4A8_DYNAMIC":
+            saved[key] = pack_int4_rows(codes)
+            saved[prefix + ".weight_scale"] = scale
+            saved[prefix + ".weight_offset"] = np.zeros_like(scale)
+            saved[prefix + ".scale_bias"] = scale_bias(
+                codes, scale, 16 if prefix.endswith("down_proj") else 1)
+            static = None
+        elif layer_type == "W8A8_DYNAMIC":
             saved[prefix + ".weight_scale"] = scale
             saved[prefix + ".weight_offset"] = np.zeros_like(scale)
             static = None
@@ -152,7 +183,7 @@ def make(name, root):
                       torch.tensor(qb, dtype=torch.float64))
         for k in saved:
             if k.startswith(prefix + ".") and k not in types:
-                types[k] = qtype
+                types[k] = layer_type
         module = QuantLinear(codes, scale, static)
         if ".experts." in prefix:
             experts_prefix, e, proj = prefix.rsplit(".", 2)
@@ -171,7 +202,9 @@ def make(name, root):
     for f in ("config.json", "generation_config.json"):
         shutil.copy(src / f, out / f)
     save_file(saved, str(out / "quant_model_weights.safetensors"))
-    description = {"version": "1.0.0", "model_quant_type": qtype, "group_size": 0, **types}
+    # The writer's model_quant_type leaves W4A8_DYNAMIC out of its priority list.
+    model_type = "W8A8_DYNAMIC" if qtype == "W4A8_DYNAMIC" else qtype
+    description = {"version": "1.0.0", "model_quant_type": model_type, "group_size": 0, **types}
     (out / "quant_model_description.json").write_text(json.dumps(description, indent=1) + "\n")
 
     logits, greedy = {}, []

@@ -1,5 +1,6 @@
 #include "model/modelslim.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -18,7 +19,7 @@ bool is_global_key(const std::string& k) {
 }
 
 bool runs(const std::string& type) {
-  return type == "FLOAT" || type == "W8A8" || type == "W8A8_DYNAMIC";
+  return type == "FLOAT" || type == "W8A8" || type == "W8A8_DYNAMIC" || type == "W4A8_DYNAMIC";
 }
 
 }  // namespace
@@ -75,11 +76,39 @@ Status check_modelslim(const ModelSlimDescription& d) {
     // Side tensors of a quantized layer carry its type too; only C8 KV scales are another kind.
     if (!runs(type))
       return make_error("msModelSlim checkpoint: type {} (tensor {}) is not supported", type, name);
-    if (type == "W8A8_DYNAMIC" && d.group_size > 0)
+    if ((type == "W8A8_DYNAMIC" || type == "W4A8_DYNAMIC") && d.group_size > 0)
       return make_error(
-          "msModelSlim checkpoint: W8A8_DYNAMIC with group_size {} (tensor {}): only per-channel "
-          "weight scales are supported",
-          d.group_size, name);
+          "msModelSlim checkpoint: {} with group_size {} (tensor {}): only per-channel weight "
+          "scales are supported",
+          type, d.group_size, name);
+  }
+  return Status::Ok();
+}
+
+void unpack_w4a8_rows(const int8_t* packed, int64_t rows, int64_t cols, int8_t* out) {
+  for (int64_t r = 0; r < rows / 2; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const auto b = uint8_t(packed[r * cols + c]);
+      // Sign-extend each nibble: shift it to the top of an int8, then arithmetically back.
+      out[(2 * r) * cols + c] = int8_t(int8_t(uint8_t(b << 4)) >> 4);
+      out[(2 * r + 1) * cols + c] = int8_t(int8_t(b) >> 4);
+    }
+}
+
+Status check_w4a8_scale_bias(const int8_t* w, const float* scale, const float* scale_bias,
+                             int64_t rows, int64_t cols, int64_t chunks) {
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t sum = 0;
+    for (int64_t c = 0; c < cols; ++c) sum += w[r * cols + c];
+    double stored = 0, magnitude = 0;
+    for (int64_t j = 0; j < chunks; ++j) stored += scale_bias[r * chunks + j];
+    for (int64_t c = 0; c < cols; ++c) magnitude += std::fabs(double(w[r * cols + c]));
+    const double want = 8.0 * double(scale[r]) * double(sum);
+    // Float rounding of the writer's per-chunk sums, relative to the terms' size.
+    const double tol = 1e-5 * 8.0 * double(scale[r]) * (magnitude + 1.0);
+    if (std::fabs(stored - want) > tol)
+      return make_error("scale_bias of row {} is {}, the unpacked weights give {}", r, stored,
+                        want);
   }
   return Status::Ok();
 }

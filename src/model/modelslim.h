@@ -32,7 +32,20 @@ inline constexpr const char* kModelSlimDescriptionFile = "quant_model_descriptio
 Expected<std::optional<ModelSlimDescription>> read_modelslim_description(const std::string& dir);
 
 // Refuses, naming the type and a tensor of it, what Kestrel does not run: any type but FLOAT,
-// W8A8 and W8A8_DYNAMIC (per channel), a KV cache type, and QuaRot's online rotations.
+// W8A8, W8A8_DYNAMIC and W4A8_DYNAMIC (per channel), a KV cache type, and QuaRot's online
+// rotations.
 Status check_modelslim(const ModelSlimDescription& d);
+
+// W4A8_DYNAMIC weights as msModelSlim packs them: [rows / 2, cols] bytes, byte (r, c) holding
+// rows 2r (low nibble) and 2r + 1 (high nibble) of column c as two's-complement int4. Widened to
+// int8 [rows, cols] (rows even).
+void unpack_w4a8_rows(const int8_t* packed, int64_t rows, int64_t cols, int8_t* out);
+
+// The `scale_bias` msModelSlim stores beside W4A8_DYNAMIC weights (a term for the NPU's int4
+// kernel, which Kestrel's exact int32 sum does not need): per row, summed over its `chunks`
+// columns ([rows, chunks], 1 or 16), it is 8 · scale[r] · Σ_c w[r][c]. Checking it confirms the
+// unpacking; an error names the first row that disagrees beyond float rounding.
+Status check_w4a8_scale_bias(const int8_t* w, const float* scale, const float* scale_bias,
+                             int64_t rows, int64_t cols, int64_t chunks);
 
 }  // namespace kestrel

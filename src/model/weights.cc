@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "base/logging.h"
 #include "model/modelslim.h"
 #include "tensor/quant_formats.h"
 
@@ -24,16 +25,17 @@ Expected<std::vector<float>> load_norm(WeightSource& src, const std::string& nam
 
 namespace {
 
-// A per-row vector ([rows] or [rows, 1]) of any float dtype as f32.
+// The tensor in shape `a`, or else in shape `b` (that one's error when neither fits).
+Expected<Tensor> get_either(WeightSource& src, const std::string& name, const Shape& a,
+                            const Shape& b) {
+  if (Expected<Tensor> t = src.get(name, a); t.ok()) return t;
+  return src.get(name, b);
+}
+
+// A per-row vector ([rows, 1] or [rows]) of any float dtype as f32.
 Expected<const float*> row_vector(WeightSource& src, const std::string& name, int64_t rows,
                                   WeightStore& store) {
-  Expected<Tensor> column = src.get(name, Shape{rows, 1});
-  Tensor t;
-  if (column.ok()) {
-    t = *column;
-  } else {
-    KASSIGN(t, src.get(name, Shape{rows}));
-  }
+  KASSIGN(const Tensor t, get_either(src, name, Shape{rows, 1}, Shape{rows}));
   std::vector<float>& out = store.f32.emplace_back(size_t(rows));
   dequantize_row(t.dtype, t.data, out.data(), rows);
   return out.data();
@@ -47,23 +49,47 @@ Expected<float> scalar(WeightSource& src, const std::string& name) {
   return v;
 }
 
-// msModelSlim's W8A8_DYNAMIC and W8A8 (model/modelslim.h): the int8 weight, one scale per row
-// and the activation scheme (Tensor::act_scale), rows `shard` of them.
+// msModelSlim's W8A8_DYNAMIC, W4A8_DYNAMIC and W8A8 (model/modelslim.h): the int8 weight (int4
+// widened), one scale per row and the activation scheme (Tensor::act_scale), rows `shard` of
+// them.
 Expected<Tensor> load_int8_linear(WeightSource& src, const std::string& prefix,
                                   const std::string& type, int64_t rows, int64_t cols,
                                   WeightStore& store, IndexRange shard) {
-  KASSIGN(Tensor w, src.get(prefix + ".weight", Shape{rows, cols}));
+  const bool int4 = type == "W4A8_DYNAMIC";
+  if (int4 && rows % 2 != 0)
+    return make_error("{}.weight: W4A8_DYNAMIC packs two rows per byte; {} rows", prefix, rows);
+  KASSIGN(Tensor w, src.get(prefix + ".weight", Shape{int4 ? rows / 2 : rows, cols}));
   if (w.dtype != DType::I8)
     return make_error("{}.weight: {} weights are int8, this one is {}", prefix, type,
                       dtype_name(w.dtype));
   const float* scale = nullptr;
-  if (type == "W8A8_DYNAMIC") {
+  if (int4) {
+    // Widened to int8 (the exact int32 kernel runs them as they are): twice the bytes of the
+    // packed file, which a packed int4 kernel would save.
+    std::vector<int8_t>& wide = store.i8.emplace_back(size_t(rows * cols));
+    unpack_w4a8_rows(w.as<int8_t>(), rows, cols, wide.data());
+    w.data = wide.data();
+    w.shape = Shape{rows, cols};
+  }
+  if (type == "W8A8_DYNAMIC" || int4) {
     KASSIGN(scale, row_vector(src, prefix + ".weight_scale", rows, store));
     if (src.has(prefix + ".weight_offset")) {
       KASSIGN(const float* offset, row_vector(src, prefix + ".weight_offset", rows, store));
       for (int64_t r = 0; r < rows; ++r)
         if (offset[r] != 0.0f)
           return make_error("{}.weight_offset: asymmetric int8 weights are not supported", prefix);
+    }
+    if (int4 && src.has(prefix + ".scale_bias")) {
+      // [rows, 16] for row-parallel layers (one term per TP chunk of the columns), else [rows, 1].
+      KASSIGN(const Tensor sb,
+              get_either(src, prefix + ".scale_bias", Shape{rows, 16}, Shape{rows, 1}));
+      std::vector<float> bias(size_t(sb.numel()));
+      dequantize_row(sb.dtype, sb.data, bias.data(), sb.numel());
+      if (Status st =
+              check_w4a8_scale_bias(w.as<int8_t>(), scale, bias.data(), rows, cols, sb.cols());
+          !st.ok())
+        KLOG_WARN("{}: {} (it is not used: the int32 sum needs no such term)", prefix,
+                  st.message());
     }
   } else {
     KASSIGN(w.act_scale, scalar(src, prefix + ".input_scale"));
@@ -106,7 +132,7 @@ Expected<Tensor> load_linear(WeightSource& src, const std::string& prefix, int64
                       rows);
   if (cfg.modelslim) {
     const std::string type = cfg.modelslim->layer_type(prefix);
-    if (type == "W8A8" || type == "W8A8_DYNAMIC")
+    if (type == "W8A8" || type == "W8A8_DYNAMIC" || type == "W4A8_DYNAMIC")
       return load_int8_linear(src, prefix, type, rows, cols, store, shard);
     if (type != "FLOAT")
       return make_error("{}: msModelSlim type {} is not supported", prefix, type);

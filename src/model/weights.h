@@ -19,15 +19,19 @@ Expected<std::vector<float>> load_vector(WeightSource& src, const std::string& n
 Expected<std::vector<float>> load_norm(WeightSource& src, const std::string& name, int64_t n,
                                        const ModelConfig& cfg);
 
-// Owns what loading had to convert (FP8 scales stored as bf16, dequantized matrices).
+// Owns what loading had to convert (FP8 scales stored as bf16, dequantized matrices, int4
+// weights widened to int8).
 struct WeightStore {
   std::deque<std::vector<float>> f32;
+  std::deque<std::vector<int8_t>> i8;
 };
 
 // `prefix + ".weight"` of shape [rows, cols] (the whole tensor's), or the rows `shard` of it (a
 // tensor-parallel rank's output features, model/tp_plan.h; empty: all rows) as a view. An
 // F8_E4M3 weight gets its block scales from `prefix + ".weight_scale_inv"` ([ceil(rows / br),
-// ceil(cols / bc)], the config's block size); its shard must start on a scale block.
+// ceil(cols / bc)], the config's block size); its shard must start on a scale block. In an
+// msModelSlim checkpoint (cfg.modelslim) the layer's type decides: W8A8_DYNAMIC, W4A8_DYNAMIC
+// and W8A8 give an I8 weight with its per-row scales and activation scheme (Tensor::act_scale).
 Expected<Tensor> load_linear(WeightSource& src, const std::string& prefix, int64_t rows,
                              int64_t cols, const ModelConfig& cfg, WeightStore& store,
                              IndexRange shard = {});

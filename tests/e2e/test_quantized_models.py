@@ -1,5 +1,5 @@
 """msModelSlim checkpoints (`--quantization ascend`) served by `kestrel serve`: the W8A8_DYNAMIC,
-W8A8 and MoE W8A8_DYNAMIC fixtures (tools/make_modelslim_fixtures.py) reproduce their goldens'
+W8A8, MoE W8A8_DYNAMIC and MoE W4A8_DYNAMIC (int4 experts) fixtures (tools/make_modelslim_fixtures.py) reproduce their goldens'
 greedy continuations under concurrent requests, also on two tensor-parallel ranks (each holding
 its rows of the int8 weights and their scales) and without the flag (the description file is
 recognised); the flag on a checkpoint without that file stops serve with the reason."""
@@ -21,6 +21,8 @@ FIXTURES = REPO / "tests" / "fixtures" / "models"
     ("qwen3_moe_w8a8_dynamic", ["--quantization", "ascend"]),
     ("qwen3_w8a8_dynamic", ["--quantization", "ascend", "--tensor-parallel-size", "2"]),
     ("qwen3_moe_w8a8_dynamic", ["--tensor-parallel-size", "2"]),
+    ("qwen3_moe_w4a8_dynamic", ["--quantization", "ascend"]),
+    ("qwen3_moe_w4a8_dynamic", ["--tensor-parallel-size", "2"]),
     ("qwen3_w8a8", ["--tensor-parallel-size", "2"]),
     ("qwen3_w8a8", []),
 ])
@@ -33,6 +35,8 @@ def test_greedy_matches_the_quantized_goldens(start_server, fixture, flags):
                             prompts))
     assert got == want
     assert "msModelSlim checkpoint (" in srv.log()
+    # The int4 experts' scale_bias agrees with the unpacked weights (else the loader warns).
+    assert "scale_bias" not in srv.log()
 
 
 def test_the_ascend_flag_without_a_description_stops_serve():
