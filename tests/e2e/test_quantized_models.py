@@ -1,8 +1,10 @@
 """msModelSlim checkpoints (`--quantization ascend`) served by `kestrel serve`: the W8A8_DYNAMIC,
-W8A8, MoE W8A8_DYNAMIC and MoE W4A8_DYNAMIC (int4 experts) fixtures (tools/make_modelslim_fixtures.py) reproduce their goldens'
-greedy continuations under concurrent requests, also on two tensor-parallel ranks (each holding
-its rows of the int8 weights and their scales) and without the flag (the description file is
-recognised); the flag on a checkpoint without that file stops serve with the reason."""
+W8A8, MoE W8A8_DYNAMIC and MoE W4A8_DYNAMIC (int4 experts) fixtures
+(tools/make_modelslim_fixtures.py) reproduce their goldens' greedy continuations under
+concurrent requests, also on two tensor-parallel ranks (each holding its rows of the int8
+weights and their scales) and without the flag (the description file is recognised); the flag
+on a checkpoint without that file stops serve with the reason; and what `kestrel quantize`
+writes serves the same tokens."""
 
 import concurrent.futures
 import json
@@ -45,3 +47,21 @@ def test_the_ascend_flag_without_a_description_stops_serve():
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert "has no quant_model_description.json" in r.stderr + r.stdout, r.stderr + r.stdout
+
+
+def test_kestrel_quantize_writes_what_serve_reads(start_server, tmp_path):
+    """`kestrel quantize` on the f32 fixture, then `kestrel serve` on its output: the
+    W8A8_DYNAMIC fixture's greedy continuations (the same bytes, made in numpy)."""
+    out = tmp_path / "w8a8"
+    r = subprocess.run([str(KESTREL_BIN), "quantize", str(FIXTURES / "qwen3_f32"), "-o", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "14 weights quantized to int8" in r.stdout, r.stdout
+    golden = json.loads((FIXTURES / "qwen3_w8a8_dynamic" / "golden.json").read_text())
+    srv = start_server("--max-model-len", "256", model_path=out)
+    got = [greedy_tokens(srv.base_url, srv.model, p, len(golden["greedy"][0]))
+           for p in golden["prompts"]]
+    assert got == golden["greedy"]
+    again = subprocess.run([str(KESTREL_BIN), "quantize", str(FIXTURES / "qwen3_f32"), "-o",
+                            str(out)], capture_output=True, text=True, timeout=60)
+    assert again.returncode != 0 and "not empty" in again.stderr

@@ -1,0 +1,39 @@
+// model/quantize.h — `kestrel quantize` (issue 23): a float safetensors checkpoint (f32, f16 or
+// bf16) becomes an msModelSlim-format W8A8_DYNAMIC one that `kestrel serve` (and vLLM-Ascend's
+// `--quantization ascend`) reads: quant_model_description.json, quant_model_weights.safetensors,
+// and the directory's other *.json, *.py, *.txt, *.jinja and tokenizer files, config.json
+// without a quantization_config (as msModelSlim's writer leaves it). The decoder layers'
+// attention and MLP projections (the routed and shared experts' too) get int8 weights with one
+// symmetric scale per row; everything else stays as it is, typed FLOAT. Pure file work: no
+// model is built.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+
+namespace kestrel {
+
+struct QuantizeOptions {
+  std::string input;   // a model directory of safetensors
+  std::string output;  // created (it must not exist or be empty)
+};
+
+struct QuantizeReport {
+  int64_t quantized = 0;  // weights made int8
+  int64_t kept = 0;       // tensors kept as they were
+  uint64_t bytes_in = 0, bytes_out = 0;
+};
+
+Expected<QuantizeReport> quantize_checkpoint(const QuantizeOptions& options);
+
+// Whether the writer quantizes this tensor: a 2-D `*_proj.weight` of q, k, v, o, gate, up or
+// down under model.layers. (MTP layers included, linear-attention projections not).
+bool quantized_by_writer(const std::string& name);
+
+// Per row: scale = max|w| / 127 (1 for a row of zeros), code = round-half-even(w / scale),
+// within ±127 — the same f32 arithmetic as tools/make_modelslim_fixtures.py.
+void quantize_int8_rows(const float* w, int64_t rows, int64_t cols, int8_t* codes, float* scales);
+
+}  // namespace kestrel

@@ -1,0 +1,139 @@
+// `kestrel quantize` (model/quantize.h): quantizing the f32 Qwen3 fixture reproduces the
+// committed W8A8_DYNAMIC fixture tensor for tensor and byte for byte (tools/make_modelslim_
+// fixtures.py does the same math in numpy), so it serves the same logits; a bf16 checkpoint
+// quantizes too; what it cannot convert is refused with the reason.
+#include "model/quantize.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/batch_builder.h"
+#include "model/loader.h"
+#include "model/modelslim.h"
+#include "model/safetensors.h"
+#include "test_paths.h"
+
+namespace kestrel {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fixture(const std::string& name) {
+  return test::fixtures_dir() + "/models/" + name;
+}
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("quantize_test_" + std::to_string(::getpid()));
+  TempDir() { fs::remove_all(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);
+}
+
+std::vector<float> logits_of(const std::string& dir, const std::vector<int32_t>& prompt) {
+  LoadOptions o;
+  o.threads = 2;
+  o.model = dir;
+  auto lm = load_model(o);
+  EXPECT_TRUE(lm.ok()) << (lm.ok() ? "" : lm.error().message);
+  if (!lm.ok()) return {};
+  KVCacheStorage kv = (*lm)->model->make_kv_cache(8, 16);
+  BatchBuilder bb(16, kv.num_groups());
+  std::vector<int32_t> table = {1, 2, 3};
+  bb.add(prompt, 0, std::span<const int32_t>(table), prompt.size());
+  std::vector<float> out(prompt.size() * size_t((*lm)->config.vocab_size));
+  (*lm)->model->forward(bb.batch(), kv, out.data());
+  return out;
+}
+
+TEST(Quantize, ReproducesTheW8A8DynamicFixtureByteForByte) {
+  TempDir out;
+  auto r = quantize_checkpoint({fixture("qwen3_f32"), out.path.string()});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->quantized, 14);  // 2 layers x 7 projections
+  const std::string want_dir = fixture("qwen3_w8a8_dynamic");
+  auto got = SafetensorsFile::open((out.path / "quant_model_weights.safetensors").string());
+  auto want = SafetensorsFile::open(want_dir + "/quant_model_weights.safetensors");
+  ASSERT_TRUE(got.ok() && want.ok());
+  ASSERT_EQ((*got)->entries().size(), (*want)->entries().size());
+  for (const SafetensorsEntry& e : (*want)->entries()) {
+    SCOPED_TRACE(e.name);
+    auto a = (*got)->tensor(e.name);
+    auto b = (*want)->tensor(e.name);
+    ASSERT_TRUE(a.ok()) << a.error().message;
+    EXPECT_EQ(a->dtype, b->dtype);
+    EXPECT_EQ(a->shape.ndim, b->shape.ndim);
+    ASSERT_EQ(a->nbytes(), b->nbytes());
+    EXPECT_EQ(std::memcmp(a->data, b->data, a->nbytes()), 0);
+  }
+  const nlohmann::json d = read_json(out.path / kModelSlimDescriptionFile);
+  const nlohmann::json w = read_json(fs::path(want_dir) / kModelSlimDescriptionFile);
+  EXPECT_EQ(d, w);
+  EXPECT_EQ(read_json(out.path / "config.json"), read_json(fs::path(want_dir) / "config.json"));
+  EXPECT_TRUE(fs::exists(out.path / "generation_config.json"));
+  const std::vector<int32_t> prompt = {405, 336, 471, 54, 123, 52, 191};
+  const std::vector<float> mine = logits_of(out.path.string(), prompt),
+                           theirs = logits_of(want_dir, prompt);
+  ASSERT_FALSE(theirs.empty());
+  EXPECT_EQ(mine, theirs);
+}
+
+// A bf16 checkpoint: its FLOAT tensors stay bf16, the projections become int8, and the result
+// stays within 5 % of each logit row's largest value of the bf16 model's goldens.
+TEST(Quantize, ABf16CheckpointQuantizesAndServesNearItsLogits) {
+  TempDir out;
+  auto r = quantize_checkpoint({fixture("qwen3_bf16"), out.path.string()});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_LT(r->bytes_out, r->bytes_in);
+  auto st = SafetensorsFile::open((out.path / "quant_model_weights.safetensors").string());
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ((*st)->tensor("model.embed_tokens.weight")->dtype, DType::BF16);
+  EXPECT_EQ((*st)->tensor("model.layers.1.mlp.down_proj.weight")->dtype, DType::I8);
+  const nlohmann::json golden = read_json(fs::path(fixture("qwen3_bf16")) / "golden.json");
+  const auto prompt = golden.at("prompts")[0].get<std::vector<int32_t>>();
+  auto ref = SafetensorsFile::open(fixture("qwen3_bf16") + "/golden.safetensors");
+  ASSERT_TRUE(ref.ok());
+  const Tensor want = *(*ref)->tensor("logits.0");
+  const std::vector<float> got = logits_of(out.path.string(), prompt);
+  ASSERT_EQ(got.size(), size_t(want.numel()));
+  const int64_t V = want.cols();
+  for (int64_t row = 0; row < want.rows(); ++row) {
+    double diff = 0, mag = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      const double b = want.as<float>()[row * V + i];
+      diff = std::max(diff, std::fabs(got[size_t(row * V + i)] - b));
+      mag = std::max(mag, std::fabs(b));
+    }
+    EXPECT_LE(diff / mag, 0.05) << "position " << row;
+  }
+}
+
+TEST(Quantize, RefusesWhatItCannotConvert) {
+  TempDir out;
+  auto why = [&](const std::string& model) {
+    fs::remove_all(out.path);
+    auto r = quantize_checkpoint({model, out.path.string()});
+    return r.ok() ? std::string() : r.error().message;
+  };
+  EXPECT_NE(why(fixture("qwen3_w8a8_dynamic")).find("already an msModelSlim"), std::string::npos);
+  EXPECT_NE(why(fixture("deepseek_v3_fp8")).find("FP8"), std::string::npos);
+  EXPECT_NE(why(fixture("deepseek_v3_f32")).find("multi-head latent attention"), std::string::npos);
+  EXPECT_NE(why("/nonexistent").find("not a model directory"), std::string::npos);
+  fs::create_directories(out.path);
+  std::ofstream(out.path / "keep") << "x";
+  auto r = quantize_checkpoint({fixture("qwen3_f32"), out.path.string()});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("not empty"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kestrel
