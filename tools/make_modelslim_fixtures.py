@@ -15,6 +15,11 @@ evaluation of the same quantized math.
     fixture's prompts (input_scale, input_offset), deq_scale = input_scale * weight scale and
     quant_bias = -input_offset * sum(w) (no float bias).
 
+Compressed-tensors fixtures hold the same codes and scales in that format instead (config.json's
+quantization_config, one config group: int8 channel weights with weight_scale [N, 1], and token
+dynamic or tensor static activations with input_scale and input_zero_point), so they share their
+msModelSlim twins' math and goldens.
+
 The golden logits and greedy tokens come from the source fixture's transformers model in float64
 with each quantized linear replaced by its integer math (torch.round rounds half to even, as
 Kestrel's code rounding does). golden.json also records the float model's greedy tokens.
@@ -39,6 +44,9 @@ FIXTURES = {
     "qwen3_moe_w8a8_dynamic": ("qwen3_moe_f32", "W8A8_DYNAMIC"),
     # msModelSlim's w4a8 recipe: the routed experts W4A8_DYNAMIC, the other linears W8A8_DYNAMIC.
     "qwen3_moe_w4a8_dynamic": ("qwen3_moe_f32", "W4A8_DYNAMIC"),
+    # The same quantizations as compressed-tensors checkpoints (llm-compressor's int8 W8A8).
+    "qwen3_ct_w8a8_dynamic": ("qwen3_f32", "W8A8_DYNAMIC", "compressed-tensors"),
+    "qwen3_ct_w8a8_static": ("qwen3_f32", "W8A8", "compressed-tensors"),
 }
 
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -137,15 +145,41 @@ def replace(model, name, module):
     setattr(model.get_submodule(parent), child, module)
 
 
+def compressed_tensors(saved, types, qtype, scales):
+    """The msModelSlim tensors of `saved` in compressed-tensors' names (with the weights' row
+    `scales`, which msModelSlim's static layout folds into deq_scale), and the config group."""
+    out = {f"{prefix}.weight_scale": scale for prefix, scale in scales.items()}
+    for key, value in saved.items():
+        if types[key] == "FLOAT":
+            out[key] = value
+        elif key.endswith((".weight", ".weight_scale", ".input_scale")):
+            out[key] = value
+        elif key.endswith(".input_offset"):
+            out[key[: -len("input_offset")] + "input_zero_point"] = value.astype(np.int32)
+    dynamic = qtype == "W8A8_DYNAMIC"
+    config = {
+        "quant_method": "compressed-tensors", "format": "int-quantized",
+        "quantization_status": "compressed", "ignore": ["lm_head"], "kv_cache_scheme": None,
+        "config_groups": {"group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel",
+                        "dynamic": False},
+            "input_activations": {"num_bits": 8, "type": "int", "symmetric": dynamic,
+                                  "strategy": "token" if dynamic else "tensor",
+                                  "dynamic": dynamic}}}}
+    return out, config
+
+
 def make(name, root):
-    source, qtype = FIXTURES[name]
+    source, qtype, *layout = FIXTURES[name]
+    layout = layout[0] if layout else "modelslim"
     src, out = root / source, root / name
     golden = json.loads((src / "golden.json").read_text())
     tensors = load_file(str(src / "model.safetensors"))
     model = mf.load_checkpoint(str(src), torch.float64)
     ranges = calibrate(model, golden["prompts"]) if qtype == "W8A8" else {}
 
-    saved, types, expert_modules = {}, {}, {}
+    saved, types, expert_modules, row_scales = {}, {}, {}, {}
     for key, value in tensors.items():
         if not quantized_layer(key):
             saved[key] = value
@@ -158,6 +192,7 @@ def make(name, root):
         codes, scale = quantize_weight(value.astype(np.float32),
                                        7 if layer_type == "W4A8_DYNAMIC" else 127)
         saved[key] = codes
+        row_scales[prefix] = scale
         if layer_type == "W4A8_DYNAMIC":
             saved[key] = pack_int4_rows(codes)
             saved[prefix + ".weight_scale"] = scale
@@ -199,13 +234,22 @@ def make(name, root):
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    for f in ("config.json", "generation_config.json"):
-        shutil.copy(src / f, out / f)
-    save_file(saved, str(out / "quant_model_weights.safetensors"))
-    # The writer's model_quant_type leaves W4A8_DYNAMIC out of its priority list.
-    model_type = "W8A8_DYNAMIC" if qtype == "W4A8_DYNAMIC" else qtype
-    description = {"version": "1.0.0", "model_quant_type": model_type, "group_size": 0, **types}
-    (out / "quant_model_description.json").write_text(json.dumps(description, indent=1) + "\n")
+    shutil.copy(src / "generation_config.json", out / "generation_config.json")
+    if layout == "compressed-tensors":
+        tensors_out, quant_config = compressed_tensors(saved, types, qtype, row_scales)
+        save_file(tensors_out, str(out / "model.safetensors"))
+        config = json.loads((src / "config.json").read_text())
+        config["quantization_config"] = quant_config
+        (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    else:
+        shutil.copy(src / "config.json", out / "config.json")
+        save_file(saved, str(out / "quant_model_weights.safetensors"))
+        # The writer's model_quant_type leaves W4A8_DYNAMIC out of its priority list.
+        model_type = "W8A8_DYNAMIC" if qtype == "W4A8_DYNAMIC" else qtype
+        description = {"version": "1.0.0", "model_quant_type": model_type, "group_size": 0,
+                       **types}
+        (out / "quant_model_description.json").write_text(json.dumps(description, indent=1) +
+                                                          "\n")
 
     logits, greedy = {}, []
     with torch.no_grad():
@@ -215,6 +259,7 @@ def make(name, root):
     save_file(logits, str(out / "golden.safetensors"))
     agree = sum(a == b for g, f in zip(greedy, golden["greedy"]) for a, b in zip(g, f))
     record = {"name": name, "dtype": "float32", "source": source, "quant_type": qtype,
+              "format": layout,
               "prompts": golden["prompts"], "greedy": greedy, "float_greedy": golden["greedy"],
               "greedy_agreement_with_float": f"{agree}/{sum(len(g) for g in greedy)}",
               "torch": torch.__version__}

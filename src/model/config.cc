@@ -345,12 +345,54 @@ Status parse_gemma3(const FieldReader& r, ModelConfig& c) {
   return Status::Ok();
 }
 
-Status parse_quantization(const FieldReader& r, ModelConfig& c) {
+// compressed-tensors' one config group of int8 W8A8 (../shared/docs/reference/specdec-quant.md
+// §2.9); anything else is refused naming the field.
+Status parse_compressed_tensors(const json& q, const std::string& file, ModelConfig& c) {
+  auto refuse = [&](const std::string& what) {
+    return make_error(
+        "{}: compressed-tensors {} is not supported (int8 W8A8 is: int-quantized, "
+        "8-bit symmetric channel or tensor weights, 8-bit token or tensor "
+        "activations)",
+        file, what);
+  };
+  const std::string format = q.value("format", std::string());
+  if (format != "int-quantized") return refuse("format '" + format + "'");
+  if (q.contains("kv_cache_scheme") && !q["kv_cache_scheme"].is_null())
+    return refuse("kv_cache_scheme (a quantized KV cache)");
+  const json* groups = q.contains("config_groups") ? &q["config_groups"] : nullptr;
+  if (groups == nullptr || !groups->is_object() || groups->size() != 1)
+    return refuse("config_groups other than one group");
+  const json& g = groups->begin().value();
+  auto args = [&](const char* key) -> const json* {
+    return g.contains(key) && g[key].is_object() ? &g[key] : nullptr;
+  };
+  const json* w = args("weights");
+  const json* a = args("input_activations");
+  if (w == nullptr || a == nullptr) return refuse("a group without weights and input_activations");
+  auto is8 = [](const json& x) {
+    return x.value("num_bits", 0) == 8 && x.value("type", std::string("int")) == "int";
+  };
+  const std::string ws = w->value("strategy", std::string()),
+                    as = a->value("strategy", std::string());
+  if (!is8(*w) || !w->value("symmetric", true) || (ws != "channel" && ws != "tensor"))
+    return refuse("weights (" + w->dump() + ")");
+  if (!is8(*a) || (as != "token" && as != "tensor") ||
+      (as == "token") != a->value("dynamic", false) ||
+      (as == "token" && !a->value("symmetric", true)))
+    return refuse("input_activations (" + a->dump() + ")");
+  c.compressed_tensors = {true, as == "token"};
+  return Status::Ok();
+}
+
+Status parse_quantization(const FieldReader& r, ModelConfig& c, const json& q) {
   std::string method;
   KTRY(r.get("quant_method", method));
+  if (method == "compressed-tensors") return parse_compressed_tensors(q, r.file(), c);
   if (method != "fp8")
-    return make_error("{}: quantization method '{}' is not supported (fp8 block-quantized is)",
-                      r.file(), method);
+    return make_error(
+        "{}: quantization method '{}' is not supported (fp8 block-quantized and compressed-tensors "
+        "int8 are)",
+        r.file(), method);
   std::string fmt = "e4m3";
   KTRY(r.get("fmt", fmt));
   if (fmt != "e4m3")
@@ -492,7 +534,7 @@ Expected<ModelConfig> parse_config(const std::string& text, const std::string& f
   KTRY(parse_sliding_window(r, c));
   if (const json* q = r.find("quantization_config")) {
     if (!q->is_object()) return r.type_error("quantization_config", "an object");
-    KTRY(parse_quantization(FieldReader(*q, file, "quantization_config."), c));
+    KTRY(parse_quantization(FieldReader(*q, file, "quantization_config."), c, *q));
   }
 
   if (partial_rotary_factor) {

@@ -108,6 +108,16 @@ struct Fp8WeightConfig {
   int64_t block_cols = 128;
 };
 
+// compressed-tensors int8 W8A8 (llm-compressor's checkpoints, quant_method "compressed-tensors",
+// format "int-quantized"): int8 weights with a symmetric scale per row (or one per tensor) and
+// int8 activations, per token (dynamic) or per tensor (static, input_scale and an optional
+// input_zero_point). Which linears: those whose weight is stored int8 (the rest, `ignore`d, keep
+// their float weights).
+struct CompressedTensorsConfig {
+  bool enabled = false;
+  bool dynamic_activations = true;  // per token; false: static per tensor
+};
+
 struct ModelConfig {
   std::string architecture;  // e.g. "LlamaForCausalLM"
   std::string model_type;    // e.g. "llama", "qwen2", "qwen3"
@@ -138,6 +148,7 @@ struct ModelConfig {
   // An msModelSlim checkpoint's description of its quantized tensors (model/modelslim.h), set by
   // the loader; null for other checkpoints.
   std::shared_ptr<const ModelSlimDescription> modelslim;
+  CompressedTensorsConfig compressed_tensors;
   // MTP modules: DeepSeek's after the main layers, Qwen3-Next's and Qwen3.5's under mtp.
   int64_t num_nextn_predict_layers = 0;
   // Qwen3-Next / Qwen3.5: q_proj holds [query | gate] per head and the attention output is

@@ -121,6 +121,49 @@ Expected<Tensor> load_int8_linear(WeightSource& src, const std::string& prefix,
   return w;
 }
 
+// compressed-tensors int8 (ModelConfig::compressed_tensors): weight_scale per row ([rows, 1]) or
+// per tensor ([1]); static activations fold their scale into the row scales and their zero
+// point into an int32 row bias: s_x · s_w · Σ (q − zp) · w = (s_x · s_w) · (Σ q · w − zp · Σ w).
+Expected<Tensor> load_compressed_int8(WeightSource& src, const std::string& prefix, Tensor w,
+                                      const ModelConfig& cfg, WeightStore& store,
+                                      IndexRange shard) {
+  const int64_t rows = w.rows(), cols = w.cols();
+  std::vector<float>& scale = store.f32.emplace_back(size_t(rows));
+  KASSIGN(const Tensor s, get_either(src, prefix + ".weight_scale", Shape{rows, 1}, Shape{1}));
+  if (s.numel() == 1) {
+    float v = 0.0f;
+    dequantize_row(s.dtype, s.data, &v, 1);
+    std::fill(scale.begin(), scale.end(), v);
+  } else {
+    dequantize_row(s.dtype, s.data, scale.data(), rows);
+  }
+  if (!cfg.compressed_tensors.dynamic_activations) {
+    KASSIGN(w.act_scale, scalar(src, prefix + ".input_scale"));
+    if (!(w.act_scale > 0.0f))
+      return make_error("{}.input_scale: {} is not a positive scale", prefix, w.act_scale);
+    for (float& v : scale) v *= w.act_scale;
+    if (src.has(prefix + ".input_zero_point")) {
+      KASSIGN(w.act_offset, scalar(src, prefix + ".input_zero_point"));
+    }
+    if (w.act_offset != 0.0f) {
+      std::vector<int32_t>& bias = store.i32.emplace_back(size_t(rows));
+      const auto zp = int32_t(w.act_offset);
+      for (int64_t r = 0; r < rows; ++r) {
+        int32_t sum = 0;
+        for (int64_t c = 0; c < cols; ++c) sum += w.as<int8_t>()[r * cols + c];
+        bias[size_t(r)] = -zp * sum;
+      }
+      w.row_bias = bias.data() + shard.begin;
+    }
+  }
+  w.data = w.row(shard.begin);
+  w.shape = Shape{shard.size(), cols};
+  w.block_scale = scale.data() + shard.begin;
+  w.scale_block_rows = 1;
+  w.scale_block_cols = cols;
+  return w;
+}
+
 }  // namespace
 
 Expected<Tensor> load_linear(WeightSource& src, const std::string& prefix, int64_t rows,
@@ -138,6 +181,8 @@ Expected<Tensor> load_linear(WeightSource& src, const std::string& prefix, int64
       return make_error("{}: msModelSlim type {} is not supported", prefix, type);
   }
   KASSIGN(Tensor w, src.get(prefix + ".weight", Shape{rows, cols}));
+  if (w.dtype == DType::I8 && cfg.compressed_tensors.enabled)
+    return load_compressed_int8(src, prefix, w, cfg, store, shard);
   if (w.dtype == DType::I8)
     return make_error("{}.weight is int8 but nothing describes its quantization", prefix);
   if (w.dtype != DType::F8_E4M3) {

@@ -24,6 +24,7 @@ Expected<std::vector<float>> load_norm(WeightSource& src, const std::string& nam
 struct WeightStore {
   std::deque<std::vector<float>> f32;
   std::deque<std::vector<int8_t>> i8;
+  std::deque<std::vector<int32_t>> i32;
 };
 
 // `prefix + ".weight"` of shape [rows, cols] (the whole tensor's), or the rows `shard` of it (a

@@ -343,6 +343,11 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) dst[i] = float(c[i]);
       return;
     }
+    case DType::I32: {
+      const auto* c = static_cast<const int32_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = float(c[i]);
+      return;
+    }
     case DType::Q4_0:
       return dequant_q4_0(static_cast<const BlockQ4_0*>(src), dst, nb);
     case DType::Q4_1:

@@ -1,0 +1,91 @@
+// compressed-tensors int8 W8A8 checkpoints (ModelConfig::compressed_tensors): the token-dynamic
+// and tensor-static fixtures hold the same codes and scales as their msModelSlim twins, so they
+// give bit-identical logits; config groups other than int8 W8A8 are refused naming the field.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/batch_builder.h"
+#include "model/config.h"
+#include "model/loader.h"
+#include "test_paths.h"
+
+namespace kestrel {
+namespace {
+
+std::string fixture(const std::string& name) {
+  return test::fixtures_dir() + "/models/" + name;
+}
+
+std::vector<float> logits_of(const std::string& dir, const std::vector<int32_t>& prompt) {
+  LoadOptions o;
+  o.threads = 2;
+  o.model = dir;
+  auto lm = load_model(o);
+  EXPECT_TRUE(lm.ok()) << (lm.ok() ? "" : lm.error().message);
+  if (!lm.ok()) return {};
+  KVCacheStorage kv = (*lm)->model->make_kv_cache(8, 16);
+  BatchBuilder bb(16, kv.num_groups());
+  std::vector<int32_t> table = {1, 2, 3};
+  bb.add(prompt, 0, std::span<const int32_t>(table), prompt.size());
+  std::vector<float> out(prompt.size() * size_t((*lm)->config.vocab_size));
+  (*lm)->model->forward(bb.batch(), kv, out.data());
+  return out;
+}
+
+TEST(CompressedTensors, FixturesGiveTheirMsModelSlimTwinsLogitsBitForBit) {
+  const std::vector<int32_t> prompt = {258, 286, 374, 349, 173, 117, 441, 47, 488, 248, 182};
+  for (const auto& [ct, twin] : {std::pair{"qwen3_ct_w8a8_dynamic", "qwen3_w8a8_dynamic"},
+                                 std::pair{"qwen3_ct_w8a8_static", "qwen3_w8a8"}}) {
+    SCOPED_TRACE(ct);
+    const std::vector<float> a = logits_of(fixture(ct), prompt),
+                             b = logits_of(fixture(twin), prompt);
+    ASSERT_FALSE(a.empty());
+    EXPECT_EQ(a, b);
+  }
+}
+
+// config.json with `quantization_config` replaced by `q`.
+Expected<ModelConfig> with_quantization(const nlohmann::json& q) {
+  std::ifstream in(fixture("qwen3_ct_w8a8_dynamic") + "/config.json");
+  nlohmann::json c = nlohmann::json::parse(in);
+  c["quantization_config"] = q;
+  return parse_config_json(c.dump());
+}
+
+TEST(CompressedTensors, OnlyInt8W8A8IsAccepted) {
+  std::ifstream in(fixture("qwen3_ct_w8a8_dynamic") + "/config.json");
+  const nlohmann::json good = nlohmann::json::parse(in)["quantization_config"];
+  auto ok = with_quantization(good);
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_TRUE(ok->compressed_tensors.enabled);
+  EXPECT_TRUE(ok->compressed_tensors.dynamic_activations);
+  auto refused = [&](auto edit) {
+    nlohmann::json q = good;
+    edit(q);
+    auto r = with_quantization(q);
+    return r.ok() ? std::string() : r.error().message;
+  };
+  EXPECT_NE(refused([](auto& q) { q["format"] = "pack-quantized"; }).find("pack-quantized"),
+            std::string::npos);
+  EXPECT_NE(refused([](auto& q) {
+              q["kv_cache_scheme"] = {{"num_bits", 8}};
+            }).find("kv_cache"),
+            std::string::npos);
+  EXPECT_NE(refused([](auto& q) {
+              q["config_groups"]["group_0"]["weights"]["num_bits"] = 4;
+            }).find("weights"),
+            std::string::npos);
+  EXPECT_NE(refused([](auto& q) {
+              q["config_groups"]["group_0"]["input_activations"]["strategy"] = "group";
+            }).find("input_activations"),
+            std::string::npos);
+  EXPECT_NE(refused([](auto& q) {
+              q["config_groups"]["group_1"] = q["config_groups"]["group_0"];
+            }).find("one group"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kestrel
