@@ -9,38 +9,18 @@
 #include "model/batch_builder.h"
 #include "model/config.h"
 #include "model/loader.h"
-#include "test_paths.h"
+#include "prompt_logits.h"
 
 namespace kestrel {
 namespace {
-
-std::string fixture(const std::string& name) {
-  return test::fixtures_dir() + "/models/" + name;
-}
-
-std::vector<float> logits_of(const std::string& dir, const std::vector<int32_t>& prompt) {
-  LoadOptions o;
-  o.threads = 2;
-  o.model = dir;
-  auto lm = load_model(o);
-  EXPECT_TRUE(lm.ok()) << (lm.ok() ? "" : lm.error().message);
-  if (!lm.ok()) return {};
-  KVCacheStorage kv = (*lm)->model->make_kv_cache(8, 16);
-  BatchBuilder bb(16, kv.num_groups());
-  std::vector<int32_t> table = {1, 2, 3};
-  bb.add(prompt, 0, std::span<const int32_t>(table), prompt.size());
-  std::vector<float> out(prompt.size() * size_t((*lm)->config.vocab_size));
-  (*lm)->model->forward(bb.batch(), kv, out.data());
-  return out;
-}
 
 TEST(CompressedTensors, FixturesGiveTheirMsModelSlimTwinsLogitsBitForBit) {
   const std::vector<int32_t> prompt = {258, 286, 374, 349, 173, 117, 441, 47, 488, 248, 182};
   for (const auto& [ct, twin] : {std::pair{"qwen3_ct_w8a8_dynamic", "qwen3_w8a8_dynamic"},
                                  std::pair{"qwen3_ct_w8a8_static", "qwen3_w8a8"}}) {
     SCOPED_TRACE(ct);
-    const std::vector<float> a = logits_of(fixture(ct), prompt),
-                             b = logits_of(fixture(twin), prompt);
+    const std::vector<float> a = prompt_logits(fixture(ct), prompt),
+                             b = prompt_logits(fixture(twin), prompt);
     ASSERT_FALSE(a.empty());
     EXPECT_EQ(a, b);
   }

@@ -274,12 +274,27 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelGolden, ::testing::ValuesIn(fixture_name
 
 TEST(ModelFixtures, AllExpectedArchitecturesPresent) {
   auto names = fixture_names();
-  for (const char* want :
-       {"llama3_f32", "llama3_bf16", "mistral_f32", "mistral_bf16", "qwen2_f32", "qwen2_bf16",
-        "qwen2_sliding_f32", "qwen3_f32", "qwen3_bf16", "qwen3_next_f32", "qwen3_next_bf16",
-        "qwen3_5_f32", "qwen3_5_bf16", "qwen3_5_moe_f32", "qwen3_5_moe_bf16", "qwen3_w8a8_dynamic",
-        "qwen3_w8a8", "qwen3_moe_w8a8_dynamic", "qwen3_moe_w4a8_dynamic",
-        "qwen3_ct_w8a8_dynamic", "qwen3_ct_w8a8_static"})
+  for (const char* want : {"llama3_f32",
+                           "llama3_bf16",
+                           "mistral_f32",
+                           "mistral_bf16",
+                           "qwen2_f32",
+                           "qwen2_bf16",
+                           "qwen2_sliding_f32",
+                           "qwen3_f32",
+                           "qwen3_bf16",
+                           "qwen3_next_f32",
+                           "qwen3_next_bf16",
+                           "qwen3_5_f32",
+                           "qwen3_5_bf16",
+                           "qwen3_5_moe_f32",
+                           "qwen3_5_moe_bf16",
+                           "qwen3_w8a8_dynamic",
+                           "qwen3_w8a8",
+                           "qwen3_moe_w8a8_dynamic",
+                           "qwen3_moe_w4a8_dynamic",
+                           "qwen3_ct_w8a8_dynamic",
+                           "qwen3_ct_w8a8_static"})
     EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
 }
 

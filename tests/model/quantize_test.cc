@@ -17,16 +17,12 @@
 #include "model/loader.h"
 #include "model/modelslim.h"
 #include "model/safetensors.h"
-#include "test_paths.h"
+#include "prompt_logits.h"
 
 namespace kestrel {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string fixture(const std::string& name) {
-  return test::fixtures_dir() + "/models/" + name;
-}
 
 struct TempDir {
   fs::path path = fs::temp_directory_path() / ("quantize_test_" + std::to_string(::getpid()));
@@ -37,22 +33,6 @@ struct TempDir {
 nlohmann::json read_json(const fs::path& p) {
   std::ifstream in(p);
   return nlohmann::json::parse(in);
-}
-
-std::vector<float> logits_of(const std::string& dir, const std::vector<int32_t>& prompt) {
-  LoadOptions o;
-  o.threads = 2;
-  o.model = dir;
-  auto lm = load_model(o);
-  EXPECT_TRUE(lm.ok()) << (lm.ok() ? "" : lm.error().message);
-  if (!lm.ok()) return {};
-  KVCacheStorage kv = (*lm)->model->make_kv_cache(8, 16);
-  BatchBuilder bb(16, kv.num_groups());
-  std::vector<int32_t> table = {1, 2, 3};
-  bb.add(prompt, 0, std::span<const int32_t>(table), prompt.size());
-  std::vector<float> out(prompt.size() * size_t((*lm)->config.vocab_size));
-  (*lm)->model->forward(bb.batch(), kv, out.data());
-  return out;
 }
 
 TEST(Quantize, ReproducesTheW8A8DynamicFixtureByteForByte) {
@@ -81,8 +61,8 @@ TEST(Quantize, ReproducesTheW8A8DynamicFixtureByteForByte) {
   EXPECT_EQ(read_json(out.path / "config.json"), read_json(fs::path(want_dir) / "config.json"));
   EXPECT_TRUE(fs::exists(out.path / "generation_config.json"));
   const std::vector<int32_t> prompt = {405, 336, 471, 54, 123, 52, 191};
-  const std::vector<float> mine = logits_of(out.path.string(), prompt),
-                           theirs = logits_of(want_dir, prompt);
+  const std::vector<float> mine = prompt_logits(out.path.string(), prompt),
+                           theirs = prompt_logits(want_dir, prompt);
   ASSERT_FALSE(theirs.empty());
   EXPECT_EQ(mine, theirs);
 }
@@ -103,7 +83,7 @@ TEST(Quantize, ABf16CheckpointQuantizesAndServesNearItsLogits) {
   auto ref = SafetensorsFile::open(fixture("qwen3_bf16") + "/golden.safetensors");
   ASSERT_TRUE(ref.ok());
   const Tensor want = *(*ref)->tensor("logits.0");
-  const std::vector<float> got = logits_of(out.path.string(), prompt);
+  const std::vector<float> got = prompt_logits(out.path.string(), prompt);
   ASSERT_EQ(got.size(), size_t(want.numel()));
   const int64_t V = want.cols();
   for (int64_t row = 0; row < want.rows(); ++row) {
