@@ -7,7 +7,8 @@
 // q4_0/q4_1/q8_0 with a packed copy ("_packed", only where packed_weights_supported(); batches
 // on AMX where packed_amx_active()), q4_1/q8_0 packed with AMX switched off ("_vnni"), and fp8
 // (F8_E4M3 with DeepSeek-V3's 128x128 block scales; random finite codes), and w8a8 (I8 weights
-// with a scale per row and activations quantized per token: msModelSlim's W8A8_DYNAMIC).
+// with a scale per row and activations quantized per token: msModelSlim's W8A8_DYNAMIC; "_packed":
+// the panel GEMM of int8_matmul.h).
 // f16/bf16 with float panels ("_packed", float_panels.h; same bytes per call as unpacked), and
 // bf16 as AMX bf16 tiles with bf16 activations ("bf16_amx", bf16_tiles.h; where the CPU has it).
 // Shapes: SmolLM2-135M's projections (576x576, 1536x576, 576x1536) and LM head (49152x576), and a
@@ -29,6 +30,7 @@
 
 #include "backend/cpu/bf16_tiles.h"
 #include "backend/cpu/float_panels.h"
+#include "backend/cpu/int8_matmul.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/packed_matmul.h"
 #include "base/thread_pool.h"
@@ -106,6 +108,10 @@ std::unique_ptr<Weight> make_weight(const WeightType& type, const MatShape& shap
   }
   if (type.dtype == DType::I8) {
     fill_int8(*w, shape, rng);
+    if (type.packed) {
+      w->packed = pack_int8_weight(w->tensor);
+      w->tensor.packed = w->packed.get();
+    }
     return w;
   }
   for (int64_t r = 0; r < shape.n; ++r) {
@@ -186,6 +192,7 @@ void register_all() {
       {"q6_k", DType::Q6_K, false},
       {"fp8", DType::F8_E4M3, false},
       {"w8a8", DType::I8, false},
+      {"w8a8_packed", DType::I8, true},
   };
   const MatShape shapes[] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}, {4096, 4096}};
   for (const WeightType& type : types) {

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -36,8 +37,11 @@ struct Int8Weights {
       act_offset = 3.0f;
     }
   }
+  std::shared_ptr<uint8_t[]> packed;  // pack(): the packed GEMM's copy
+  void pack() { packed = pack_int8_weight(tensor()); }
   Tensor tensor() const {
     Tensor t{codes.data(), DType::I8, Shape{n, k}};
+    t.packed = packed.get();
     t.block_scale = scale.data();
     t.scale_block_rows = 1;
     t.scale_block_cols = k;
@@ -81,40 +85,47 @@ class Int8LinearTest : public ::testing::Test {
   void TearDown() override { set_linear_isa("auto"); }
 };
 
+// With `packed`, the weights carry the packed GEMM's copy (AVX-512 runs it; the other ISAs read
+// the plain rows): the same float64 agreement and the same bits on every ISA.
 TEST_F(Int8LinearTest, MatchesFloat64OfTheSameQuantizedMathOnEveryIsa) {
   ThreadPool pool(2);
   uint32_t seed = 10;
-  for (bool static_act : {false, true})
-    for (int64_t k : {5, 64, 200, 1000})
-      for (int64_t n : {1, 37}) {
-        const Int8Weights w(n, k, seed++, static_act);
-        for (int64_t m : {1, 3, 9, 17}) {
-          const auto x = randn(m * k, seed++);
-          const std::vector<double> want = reference(w, x, m);
-          std::vector<double> bound;
-          // The sum is exact; the two float products round twice (and float(sum) once).
-          for (double v : want) bound.push_back(4e-7 * std::fabs(v) + 1e-30);
-          std::vector<float> first;
-          for (const auto& isa : available_isas()) {
-            SCOPED_TRACE(testing::Message() << isa << " static " << static_act << " M=" << m
-                                            << " N=" << n << " K=" << k);
-            set_linear_isa(isa.c_str());
-            std::vector<float> y(size_t(m * n), -1.0f);
-            linear(w.tensor(), x.data(), m, y.data(), pool);
-            Mismatches bad;
-            bad.check(y, want, bound, "vs float64");
-            EXPECT_EQ(bad.count, 0) << bad.first;
-            if (first.empty()) first = y;
-            EXPECT_EQ(std::memcmp(first.data(), y.data(), y.size() * sizeof(float)), 0)
-                << "another ISA's bits";
+  for (bool packed : {false, true})
+    for (bool static_act : {false, true})
+      for (int64_t k : {5, 64, 200, 1000})
+        for (int64_t n : {1, 37}) {
+          Int8Weights w(n, k, seed++, static_act);
+          if (packed) w.pack();
+          for (int64_t m : {1, 3, 9, 17}) {
+            const auto x = randn(m * k, seed++);
+            const std::vector<double> want = reference(w, x, m);
+            std::vector<double> bound;
+            // The sum is exact; the two float products round twice (and float(sum) once).
+            for (double v : want) bound.push_back(4e-7 * std::fabs(v) + 1e-30);
+            std::vector<float> first;
+            for (const auto& isa : available_isas()) {
+              SCOPED_TRACE(testing::Message()
+                           << isa << " packed " << packed << " static " << static_act << " M=" << m
+                           << " N=" << n << " K=" << k);
+              set_linear_isa(isa.c_str());
+              std::vector<float> y(size_t(m * n), -1.0f);
+              linear(w.tensor(), x.data(), m, y.data(), pool);
+              Mismatches bad;
+              bad.check(y, want, bound, "vs float64");
+              EXPECT_EQ(bad.count, 0) << bad.first;
+              if (first.empty()) first = y;
+              EXPECT_EQ(std::memcmp(first.data(), y.data(), y.size() * sizeof(float)), 0)
+                  << "another ISA's bits";
+            }
           }
         }
-      }
 }
 
 TEST_F(Int8LinearTest, RowsDoNotDependOnBatch) {
-  const Int8Weights w(70, 300, 90);
+  Int8Weights w(70, 300, 90);
   expect_rows_do_not_depend_on_batch(w.tensor(), randn(19 * 300, 91), 19);
+  w.pack();
+  expect_rows_do_not_depend_on_batch(w.tensor(), randn(19 * 300, 92), 19);
 }
 
 TEST(Int8Activations, DynamicAndStaticCodes) {

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/bf16_tiles.h"
 #include "backend/cpu/float_panels.h"
+#include "backend/cpu/int8_matmul.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/mla_attention.h"
 #include "backend/cpu/moe_routing.h"
@@ -39,6 +40,8 @@ class CpuBackend final : public Backend {
       packed_.push_back(cpu::pack_float_weight(w));
     } else if (quant_compute_ == QuantCompute::kInt8 && cpu::packable(w)) {
       packed_.push_back(cpu::pack_weight(w));
+    } else if (w.dtype == DType::I8 && w.shape.ndim == 2 && cpu::avx512_int8_gemm() != nullptr) {
+      packed_.push_back(cpu::pack_int8_weight(w));
     } else {
       return;
     }

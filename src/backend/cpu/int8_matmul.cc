@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/packed_matmul.h"
 #include "base/status.h"
 
 namespace kestrel::cpu {
@@ -58,6 +59,34 @@ void quantize_int8_row(const Tensor& w, const float* x, int64_t k, uint8_t* dst)
   }
   std::memcpy(dst, &a, sizeof a);
   std::memset(q + k, 0, int8_activation_row_bytes(k) - kInt8ActHeaderBytes - size_t(k));
+}
+
+size_t int8_packed_panel_bytes(int64_t k) {
+  return 64 + size_t((k + 31) / 32) * 32 * kPanelRows;
+}
+
+std::unique_ptr<uint8_t[]> pack_int8_weight(const Tensor& w) {
+  KCHECK(w.dtype == DType::I8 && w.shape.ndim == 2, "pack_int8_weight: a 2-D I8 weight");
+  const int64_t n = w.rows(), k = w.cols(), panels = (n + kPanelRows - 1) / kPanelRows;
+  const size_t panel_bytes = int8_packed_panel_bytes(k);
+  auto out = std::make_unique<uint8_t[]>(size_t(panels) * panel_bytes);
+  std::memset(out.get(), 0, size_t(panels) * panel_bytes);
+  const auto* codes = static_cast<const int8_t*>(w.data);
+  for (int64_t p = 0; p < panels; ++p) {
+    uint8_t* panel = out.get() + size_t(p) * panel_bytes;
+    for (int64_t r = 0; r < kPanelRows && p * kPanelRows + r < n; ++r) {
+      const int8_t* row = codes + (p * kPanelRows + r) * k;
+      int32_t sum = 0;
+      for (int64_t c = 0; c < k; ++c) {
+        sum += row[c];
+        const int64_t b = c / 32, e = c % 32;
+        panel[64 + size_t(b) * 32 * kPanelRows + size_t(e / 4) * 64 + size_t(4 * r + e % 4)] =
+            uint8_t(row[c]);
+      }
+      std::memcpy(panel + 4 * r, &sum, sizeof sum);
+    }
+  }
+  return out;
 }
 
 Int8Row int8_row(const Tensor& w, int64_t j) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 #include "backend/cpu/matmul_kernels.h"
@@ -37,6 +38,32 @@ struct Int8Kernels {
   DotFn dot;      // w: const Int8Row*; x: int8_activation rows
   int tile_rows;  // activation rows per call, at most kMaxWideTileRows
 };
+
+// The GEMM for batches (AVX-512 VNNI): I8 weights packed into panels of kPanelRows rows, each
+// block of 32 columns as 8 quad rows of 64 bytes (quad row q: bytes 4n..4n+3 are columns
+// 4q..4q+3 of the panel's row n, as packed_matmul.h lays out Q8_0), after a 64-byte vector of the
+// rows' column sums (int32, for the +128 of the activation codes). Columns are padded to a
+// multiple of 32 and a last partial panel with zero rows. One dpbusd per quad row per activation
+// row, the integer sums kept across every block, the same epilogue as the row kernels: the same
+// bits.
+size_t int8_packed_panel_bytes(int64_t k);
+std::unique_ptr<uint8_t[]> pack_int8_weight(const Tensor& w);
+
+struct Int8Gemm {
+  const uint8_t* w;  // packed panels
+  int64_t n, k;
+  const uint8_t* x;  // m activation rows, x_stride apart (int8_activation_row_bytes)
+  size_t x_stride;
+  int64_t m;
+  float* y;
+  int64_t y_stride;
+  const float* scale;   // [n]
+  const int32_t* bias;  // [n] or null
+};
+// Computes panels [p0, p1) for every activation row.
+using Int8GemmFn = void (*)(const Int8Gemm& g, int64_t p0, int64_t p1);
+// nullptr when this build has no such code.
+Int8GemmFn avx512_int8_gemm();
 
 const Int8Kernels& scalar_int8_kernels();
 // nullptr when this build has no such code; callers check CPU support themselves.

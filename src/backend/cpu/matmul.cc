@@ -313,6 +313,7 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
     PackedGemmFn gemm = nullptr;  // where set (or fgemm), a packed job: its units are panels
     FloatGemmFn fgemm = nullptr;
     Bf16GemmFn bgemm = nullptr;
+    Int8GemmFn igemm = nullptr;  // a packed I8 job
     int64_t units = 0;
   };
   constexpr int kMaxJobs = 8;
@@ -367,6 +368,11 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       const Int8Kernels& ik = int8_kernels(isa_name(isa));
       p.plan = {ik.dot, ActFormat::kF32, ik.tile_rows};
       int8[i] = true;
+      if (w.packed != nullptr && isa == Isa::kAvx512 && avx512_int8_gemm() != nullptr) {
+        p.igemm = avx512_int8_gemm();
+        p.w = static_cast<const uint8_t*>(w.packed);
+        any_packed = true;
+      }
       p.x_stride = int8_activation_row_bytes(k);
       uint8_t* q = cache_aligned(int8_scratch[i], size_t(std::max<int64_t>(m, 0)) * p.x_stride);
       p.x = q;
@@ -377,7 +383,8 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
                             quantize_int8_row(w, x + r * k, k, q + r * stride);
                         });
     }
-    const bool panels = p.gemm != nullptr || p.fgemm != nullptr || p.bgemm != nullptr;
+    const bool panels =
+        p.gemm != nullptr || p.fgemm != nullptr || p.bgemm != nullptr || p.igemm != nullptr;
     KCHECK(p.plan.fn != nullptr || p.plan.rows_fn != nullptr || panels,
            "linear: unsupported weight dtype {}", info.name);
     p.units = panels ? packed_panels(p.n) : p.n;
@@ -470,6 +477,12 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       if (p.fgemm != nullptr) {
         const FloatGemm g{jobs[i].w->dtype, p.w, p.n, k, x, m, y, p.n, xt};
         p.fgemm(g, n0, n1);
+        continue;
+      }
+      if (p.igemm != nullptr) {
+        const Tensor& w = *jobs[i].w;
+        const Int8Gemm g{p.w, p.n, k, p.x, p.x_stride, m, y, p.n, w.block_scale, w.row_bias};
+        p.igemm(g, n0, n1);
         continue;
       }
       const uint8_t* wb = p.w;
