@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Issue 23's W8A8 against bf16 on a 4096-wide dense shape (bench/configs/llama_4096_4layer: Llama-3
+# 8B's widths, 4 layers, the default model's 49152-token vocabulary): a random bf16 checkpoint
+# (bench/random_checkpoint.py), `kestrel quantize` of it into msModelSlim W8A8_DYNAMIC, then
+# `kestrel bench latency` on both, alternating: prefill (a 512-token prompt, 1 output) and decode
+# (batch 1 after a 32-token prompt, 16 against 48 outputs: one step = the difference / 32).
+#   bash bench/w8a8_vs_bf16.sh [RUNS] [BIN] [WORK_DIR]   (default: 2 runs, build/src/kestrel,
+#   /tmp/kestrel-w8a8-bench; the checkpoints are 2.0 and 1.2 GB)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${1:-2}
+BIN=${2:-build/src/kestrel}
+WORK=${3:-/tmp/kestrel-w8a8-bench}
+TOK=$(bash scripts/fetch-default-model.sh)  # its 49152-token vocabulary is the config's
+BF16=$WORK/bf16 W8A8=$WORK/w8a8
+[ -f "$BF16/model.safetensors" ] || python3 bench/random_checkpoint.py bench/configs/llama_4096_4layer "$BF16"
+[ -f "$W8A8/quant_model_weights.safetensors" ] || "$BIN" quantize "$BF16" -o "$W8A8"
+# Without prefix caching: every iteration repeats the same prompt, which would otherwise hit.
+latency() {  # MODEL INPUT OUTPUT
+  "$BIN" bench latency -m "$1" --tokenizer "$TOK" --threads 2 --input-len "$2" --output-len "$3" \
+    --batch-size 1 --num-iters-warmup 1 --num-iters 3 --max-model-len 1024 \
+    --kv-cache-memory 256M --no-enable-prefix-caching 2>&1 |
+    sed -nE 's/^Avg latency: ([0-9.]+) seconds/\1/p'
+}
+for run in $(seq "$RUNS"); do
+  for name in bf16 w8a8; do
+    model=$BF16; [ "$name" = w8a8 ] && model=$W8A8
+    p=$(latency "$model" 512 1) a=$(latency "$model" 32 16) b=$(latency "$model" 32 48)
+    awk -v r="$run" -v n="$name" -v p="$p" -v a="$a" -v b="$b" 'BEGIN {
+      s = (b - a) / 32; printf "run %s, %s: prefill 512 tokens %.3f s (%.0f tok/s), decode step %.1f ms (%.1f tok/s)\n",
+        r, n, p, 512 / p, s * 1000, 1 / s }'
+  done
+done
