@@ -102,6 +102,7 @@ const Int8Kernels& scalar_int8_kernels() {
 
 const Int8Kernels& int8_kernels(std::string_view isa) {
   const Int8Kernels* k = isa == "avx512" ? avx512_int8_kernels() : nullptr;
+  if (k == nullptr && (isa == "avx512" || isa == "avx2")) k = avx2_int8_kernels();
   return k != nullptr ? *k : scalar_int8_kernels();
 }
 

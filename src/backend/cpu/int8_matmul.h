@@ -67,8 +67,10 @@ Int8GemmFn avx512_int8_gemm();
 
 const Int8Kernels& scalar_int8_kernels();
 // nullptr when this build has no such code; callers check CPU support themselves.
+const Int8Kernels* avx2_int8_kernels();
 const Int8Kernels* avx512_int8_kernels();
-// The kernels of an ISA named as linear_isa() names it, scalar where the ISA has none.
+// The kernels of an ISA named as linear_isa() names it, falling back to narrower ones this build
+// lacks (AVX-512 VNNI, AVX2, scalar).
 const Int8Kernels& int8_kernels(std::string_view isa);
 
 }  // namespace kestrel::cpu
