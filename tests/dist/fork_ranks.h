@@ -1,7 +1,7 @@
 // Runs a group's ranks as real processes for the dist tests: body(rank) in `size` forked
-// children, each one's exit status back (0 = its checks passed, -1 = killed after `limit`), and a
-// shared anonymous mapping the children can leave results in for the parent to compare, and the
-// data each rank contributes.
+// children, each one's exit status back (0 = its checks passed, -1 = killed after `limit`, 100 +
+// the signal that killed it), and a shared anonymous mapping the children can leave results in
+// for the parent to compare, and the data each rank contributes.
 #pragma once
 
 #include <signal.h>
@@ -23,7 +23,12 @@ inline std::vector<int> run_ranks(int size, const std::function<int(int)>& body,
   std::vector<pid_t> pids;
   for (int r = 0; r < size; ++r) {
     const pid_t pid = fork();
-    if (pid == 0) _exit(body(r));
+    if (pid == 0) {
+      // As `kestrel` itself (cli/main.cc): a write to a peer that is gone is an error, not a
+      // SIGPIPE that kills the rank (a Gloo rank writing to one that exited).
+      signal(SIGPIPE, SIG_IGN);
+      _exit(body(r));
+    }
     pids.push_back(pid);
   }
   std::vector<int> status(size_t(size), -1);
