@@ -49,6 +49,17 @@ Expected<float> scalar(WeightSource& src, const std::string& name) {
   return v;
 }
 
+// Rows `shard` of an I8 weight with one scale per row (`scale`, the whole tensor's).
+Tensor int8_rows(Tensor w, const float* scale, IndexRange shard) {
+  const int64_t cols = w.cols();
+  w.data = w.row(shard.begin);
+  w.shape = Shape{shard.size(), cols};
+  w.block_scale = scale + shard.begin;
+  w.scale_block_rows = 1;
+  w.scale_block_cols = cols;
+  return w;
+}
+
 // msModelSlim's W8A8_DYNAMIC, W4A8_DYNAMIC and W8A8 (model/modelslim.h): the int8 weight (int4
 // widened), one scale per row and the activation scheme (Tensor::act_scale), rows `shard` of
 // them.
@@ -113,12 +124,7 @@ Expected<Tensor> load_int8_linear(WeightSource& src, const std::string& prefix,
       return make_error("{}.quant_bias: int32 expected, got {}", prefix, dtype_name(bias.dtype));
     w.row_bias = bias.as<int32_t>() + shard.begin;
   }
-  w.data = w.row(shard.begin);
-  w.shape = Shape{shard.size(), cols};
-  w.block_scale = scale + shard.begin;
-  w.scale_block_rows = 1;
-  w.scale_block_cols = cols;
-  return w;
+  return int8_rows(w, scale, shard);
 }
 
 // compressed-tensors int8 (ModelConfig::compressed_tensors): weight_scale per row ([rows, 1]) or
@@ -156,12 +162,7 @@ Expected<Tensor> load_compressed_int8(WeightSource& src, const std::string& pref
       w.row_bias = bias.data() + shard.begin;
     }
   }
-  w.data = w.row(shard.begin);
-  w.shape = Shape{shard.size(), cols};
-  w.block_scale = scale.data() + shard.begin;
-  w.scale_block_rows = 1;
-  w.scale_block_cols = cols;
-  return w;
+  return int8_rows(w, scale.data(), shard);
 }
 
 }  // namespace
