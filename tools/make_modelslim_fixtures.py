@@ -20,6 +20,22 @@ quantization_config, one config group: int8 channel weights with weight_scale [N
 dynamic or tensor static activations with input_scale and input_zero_point), so they share their
 msModelSlim twins' math and goldens.
 
+Fixtures with a quantized KV cache add its scales and quantize the cached K (after RoPE) and V
+in the goldens' attention, as Kestrel's cache stores and reads them (specdec-quant.md §2.7,
+§2.8, §3):
+  C8 (msModelSlim's w8a8c8): kv_cache_type "C8"; self_attn.{k,v}_proj.kv_cache_scale and
+    .kv_cache_offset [total_kv_heads * head_dim] f32, typed "C8", calibrated per channel on the
+    prompts as msModelSlim's asymmetric min-max (scale = (max - min) / 255, offset =
+    round(-128 - min / scale)); cached q = clamp(round(x / scale + offset), -128, 127).
+  MXFP8 (kv_cache_type K_DYNAMIC_V_STATIC_MXFP8_PER_CHANNEL, served with --kv-cache-dtype
+    mxfp8): K rows as E4M3 codes under one E8M0 scale per 32 values (floor(log2 amax) - 8);
+    V as E4M3 under static per-channel E8M0 bytes in self_attn.v_proj.kv_cache_scale
+    ([channels, 1] uint8, the same rule over the prompts; channel 0 of layer 0 stored as 0,
+    which reads as 127 = 1.0) with zero kv_cache_offset.
+  FP8 (compressed-tensors kv_cache_scheme, float 8-bit attn_head; served with --kv-cache-dtype
+    fp8): self_attn.k_scale and v_scale [num_kv_heads] = max|x| / 448 per head over the prompts;
+    cached x = e4m3(x / scale) * scale, saturating.
+
 The golden logits and greedy tokens come from the source fixture's transformers model in float64
 with each quantized linear replaced by its integer math (torch.round rounds half to even, as
 Kestrel's code rounding does). golden.json also records the float model's greedy tokens.
@@ -47,7 +63,14 @@ FIXTURES = {
     # The same quantizations as compressed-tensors checkpoints (llm-compressor's int8 W8A8).
     "qwen3_ct_w8a8_dynamic": ("qwen3_f32", "W8A8_DYNAMIC", "compressed-tensors"),
     "qwen3_ct_w8a8_static": ("qwen3_f32", "W8A8", "compressed-tensors"),
+    # The same weights with a quantized KV cache.
+    "qwen3_w8a8c8": ("qwen3_f32", "W8A8_DYNAMIC", "modelslim", "C8"),
+    "qwen3_w8a8_mxfp8kv": ("qwen3_f32", "W8A8_DYNAMIC", "modelslim", "MXFP8"),
+    "qwen3_ct_w8a8_fp8kv": ("qwen3_f32", "W8A8_DYNAMIC", "compressed-tensors", "FP8"),
 }
+
+MXFP8_MARKER = "K_DYNAMIC_V_STATIC_MXFP8_PER_CHANNEL"
+E4M3_MAX = 448.0
 
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -140,6 +163,87 @@ def calibrate(model, prompts):
     return ranges
 
 
+def e4m3(x):
+    """x rounded to the nearest E4M3 value (ties to even), saturating at +-448."""
+    return x.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float32).to(torch.float8_e4m3fn).to(x.dtype)
+
+
+def e8m0_exponent(amax):
+    """The OCP MX shared exponent of E4M3 elements: floor(log2 amax) - 8, in [-127, 127]
+    (an all-zero group takes f32's smallest normal as its max)."""
+    m = torch.clamp(amax, min=2.0 ** -126)
+    return torch.clamp(torch.floor(torch.log2(m)) - 8, -127, 127)
+
+
+class KvCache:
+    """The cached K and V of each attention layer as the fixture's KV cache stores them: `kind`
+    None (recording per-channel ranges for calibration), "C8", "MXFP8" or "FP8". Tensors are
+    [batch, kv_heads, tokens, head_dim]; scales are per layer, [kv_heads, 1, head_dim] (per
+    channel) or [kv_heads, 1, 1] (per head)."""
+
+    def __init__(self):
+        self.kind, self.ranges, self.scales = None, {}, {}
+
+    def __call__(self, module, query, key, value, *args, **kwargs):
+        layer = module.layer_idx
+        if self.kind is None:
+            for which, x in (("k", key), ("v", value)):
+                lo, hi = x.amin(dim=(0, 2)), x.amax(dim=(0, 2))  # [kv_heads, head_dim]
+                old = self.ranges.get((layer, which))
+                self.ranges[(layer, which)] = (lo, hi) if old is None else (
+                    torch.minimum(old[0], lo), torch.maximum(old[1], hi))
+        else:
+            key, value = self.quantize(layer, "k", key), self.quantize(layer, "v", value)
+        return eager_attention(module, query, key, value, *args, **kwargs)
+
+    def quantize(self, layer, which, x):
+        s = self.scales.get((layer, which))
+        if self.kind == "C8":
+            scale, offset = s
+            q = torch.clamp(torch.round(x / scale + offset), -128, 127)
+            return (q - offset) * scale
+        if self.kind == "MXFP8" and which == "k":
+            groups = x.unflatten(-1, (-1, 32))
+            step = torch.exp2(e8m0_exponent(groups.abs().amax(dim=-1, keepdim=True)))
+            return (e4m3(groups / step) * step).flatten(-2)
+        return e4m3(x / s) * s
+
+    def calibrate(self, kind):
+        """Sets the scales from the recorded ranges; returns the checkpoint tensors."""
+        self.kind, out = kind, {}
+        for (layer, which), (lo, hi) in sorted(self.ranges.items()):
+            p = f"model.layers.{layer}.self_attn."
+            if kind == "C8":
+                scale = torch.clamp((hi - lo) / 255.0, min=1e-6).float()
+                offset = torch.round(-128.0 - lo / scale).float()
+                self.scales[(layer, which)] = (scale[:, None, :].double(),
+                                               offset[:, None, :].double())
+                out[p + f"{which}_proj.kv_cache_scale"] = scale.flatten().numpy()
+                out[p + f"{which}_proj.kv_cache_offset"] = offset.flatten().numpy()
+            elif kind == "MXFP8":
+                if which == "k":
+                    continue  # K's scales are each row's own
+                e = e8m0_exponent(torch.maximum(hi.abs(), lo.abs()))
+                stored = (e + 127).to(torch.uint8)
+                if layer == 0:
+                    stored[0, 0] = 0  # a stored 0 reads as 127
+                read = torch.where(stored == 0, torch.tensor(127, dtype=torch.uint8), stored)
+                self.scales[(layer, which)] = torch.exp2(read.double() - 127)[:, None, :]
+                out[p + "v_proj.kv_cache_scale"] = stored.flatten()[:, None].numpy()
+                out[p + "v_proj.kv_cache_offset"] = np.zeros(stored.numel(), np.float32)
+            else:
+                amax = torch.maximum(hi.abs(), lo.abs()).amax(dim=-1)  # per KV head
+                scale = (amax / E4M3_MAX).float()
+                self.scales[(layer, which)] = scale[:, None, None].double()
+                out[p + f"{which}_scale"] = scale.numpy()
+        return out
+
+
+def eager_attention(*args, **kwargs):
+    from transformers.models.qwen3 import modeling_qwen3
+    return modeling_qwen3.eager_attention_forward(*args, **kwargs)
+
+
 def replace(model, name, module):
     parent, _, child = name.rpartition(".")
     setattr(model.get_submodule(parent), child, module)
@@ -171,8 +275,9 @@ def compressed_tensors(saved, types, qtype, scales):
 
 
 def make(name, root):
-    source, qtype, *layout = FIXTURES[name]
-    layout = layout[0] if layout else "modelslim"
+    source, qtype, *rest = FIXTURES[name]
+    layout = rest[0] if rest else "modelslim"
+    kv_kind = rest[1] if len(rest) > 1 else None
     src, out = root / source, root / name
     golden = json.loads((src / "golden.json").read_text())
     tensors = load_file(str(src / "model.safetensors"))
@@ -231,23 +336,45 @@ def make(name, root):
                     per_expert[e]["down_proj"]) for e in range(len(per_expert))]
         replace(model, experts_prefix, QuantExperts(modules, fused.act_fn))
 
+    kv_tensors, kv_cache = {}, None
+    if kv_kind:
+        # Recorded on the quantized-weight model's own K and V, the values the cache will hold.
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, eager_mask
+        kv_cache = KvCache()
+        AttentionInterface.register("kestrel_kv_cache", kv_cache)
+        AttentionMaskInterface.register("kestrel_kv_cache", eager_mask)  # eager's float mask
+        model.set_attn_implementation("kestrel_kv_cache")
+        with torch.no_grad():
+            for p in golden["prompts"]:
+                model(torch.tensor([p]))
+        kv_tensors = kv_cache.calibrate(kv_kind)
+
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     shutil.copy(src / "generation_config.json", out / "generation_config.json")
     if layout == "compressed-tensors":
         tensors_out, quant_config = compressed_tensors(saved, types, qtype, row_scales)
-        save_file(tensors_out, str(out / "model.safetensors"))
+        if kv_kind == "FP8":
+            quant_config["kv_cache_scheme"] = {"num_bits": 8, "type": "float",
+                                               "strategy": "attn_head", "dynamic": False,
+                                               "symmetric": True}
+        save_file({**tensors_out, **kv_tensors}, str(out / "model.safetensors"))
         config = json.loads((src / "config.json").read_text())
         config["quantization_config"] = quant_config
         (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     else:
         shutil.copy(src / "config.json", out / "config.json")
-        save_file(saved, str(out / "quant_model_weights.safetensors"))
+        save_file({**saved, **kv_tensors}, str(out / "quant_model_weights.safetensors"))
         # The writer's model_quant_type leaves W4A8_DYNAMIC out of its priority list.
         model_type = "W8A8_DYNAMIC" if qtype == "W4A8_DYNAMIC" else qtype
         description = {"version": "1.0.0", "model_quant_type": model_type, "group_size": 0,
                        **types}
+        if kv_kind:
+            marker = "C8" if kv_kind == "C8" else MXFP8_MARKER
+            description["kv_cache_type"] = marker
+            description.update({k: marker for k in kv_tensors})
         (out / "quant_model_description.json").write_text(json.dumps(description, indent=1) +
                                                           "\n")
 
@@ -263,6 +390,9 @@ def make(name, root):
               "prompts": golden["prompts"], "greedy": greedy, "float_greedy": golden["greedy"],
               "greedy_agreement_with_float": f"{agree}/{sum(len(g) for g in greedy)}",
               "torch": torch.__version__}
+    if kv_kind:  # the --kv-cache-dtype that serves the fixture's cache
+        record["kv_cache"] = kv_kind
+        record["kv_cache_dtype"] = {"C8": "auto", "MXFP8": "mxfp8", "FP8": "fp8"}[kv_kind]
     (out / "golden.json").write_text(json.dumps(record) + "\n")
     print(f"{name}: greedy agrees with {source} on {record['greedy_agreement_with_float']}")
 

@@ -42,28 +42,44 @@ struct RopeParams {
 struct KVLayer {
   void* k = nullptr;
   void* v = nullptr;
-  DType dtype = DType::F32;  // F32, F16 or BF16
+  // F32, F16, BF16, or a quantized cache (backend/cpu/cache_rows.h): F8_E4M3 / F8_E5M2
+  // (--kv-cache-dtype fp8*), I8 (C8) or MXFP8 (E4M3 K with per-32 scales in each row, E4M3 V
+  // with v_scale).
+  DType dtype = DType::F32;
   int64_t num_blocks = 0;
   int block_size = 16;
   int num_kv_heads = 0;
   int head_dim = 0;
+  // A quantized cache's per-channel dequantization, [num_kv_heads · head_dim] each (null: scale
+  // 1, offset 0): x = (code − offset) · scale. The layer's owner keeps them alive.
+  const float* k_scale = nullptr;
+  const float* k_offset = nullptr;
+  const float* v_scale = nullptr;
+  const float* v_offset = nullptr;
 };
 
-// Where slot `slot` (block · block_size + row) of head `head` starts, in elements from k or v.
-inline int64_t kv_row_offset(const KVLayer& c, int64_t slot, int head) {
+// Whether a KV cache of `t` holds codes with scales rather than values (FP8, C8 int8, MXFP8).
+inline bool quantized_kv_cache(DType t) {
+  return t == DType::F8_E4M3 || t == DType::F8_E5M2 || t == DType::I8 || t == DType::MXFP8;
+}
+
+// Where slot `slot` (block · block_size + row) of head `head` starts, in rows (of head_dim
+// values) from k or v.
+inline int64_t kv_row_index(const KVLayer& c, int64_t slot, int head) {
   const int64_t block = slot / c.block_size, row = slot % c.block_size;
-  return ((block * c.num_kv_heads + head) * c.block_size + row) * c.head_dim;
+  return (block * c.num_kv_heads + head) * c.block_size + row;
 }
 
 // One layer's MLA cache of latents: [num_blocks, block_size, latent_dim + rope_dim], each row
 // [c | kpe] (the normalized latent and the roped shared key), paged like KVLayer.
 struct MlaCacheLayer {
   void* data = nullptr;
-  DType dtype = DType::F32;  // F32, F16 or BF16
+  DType dtype = DType::F32;  // F32, F16, BF16, or F8_E4M3 / F8_E5M2 codes of x / scale
   int64_t num_blocks = 0;
   int block_size = 16;
   int latent_dim = 0;
   int rope_dim = 0;
+  float scale = 1.0f;  // an FP8 cache's per-tensor scale
 };
 
 // The attention view of a flat batch of tokens from several sequences.

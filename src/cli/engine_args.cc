@@ -60,7 +60,11 @@ void add_engine_args(CLI::App& app, EngineArgs& a, bool model_required) {
   app.add_option("--load-format", a.load_format, "auto | safetensors | gguf | dummy");
   app.add_option("--dtype", a.dtype,
                  "activation (and dummy weight) dtype: auto | float32 | bfloat16 | float16");
-  app.add_option("--kv-cache-dtype", a.kv_cache_dtype, "auto | fp32 | bf16 | fp16");
+  app.add_option("--kv-cache-dtype", a.kv_cache_dtype,
+                 "auto | fp32 | bf16 | fp16 | fp8 (= fp8_e4m3) | fp8_e5m2 | mxfp8 | int8 (an "
+                 "msModelSlim C8 checkpoint's, which auto picks)");
+  app.add_flag("--calculate-kv-scales", a.calculate_kv_scales,
+               "fp8 KV caches without scales in the checkpoint: set them from the first batch");
   app.add_option("--quant-compute", a.quant_compute,
                  "quantized weights: int8 (activations quantized per block, as llama.cpp) | f32 "
                  "(blocks dequantized against f32 activations)");
@@ -190,6 +194,7 @@ LoadOptions load_options(const EngineArgs& a, int rank, DeviceComm* comm, int dp
   lo.load_format = a.load_format;
   lo.dtype = a.dtype;
   lo.kv_cache_dtype = a.kv_cache_dtype;
+  lo.calculate_kv_scales = a.calculate_kv_scales;
   lo.quant_compute = a.quant_compute;
   lo.quantization = a.quantization;
   const bool shared = a.tensor_parallel_size > 1 || a.local_data_parallel_ranks() > 1;

@@ -25,6 +25,7 @@ struct EngineArgs {
   std::string load_format = "auto";
   std::string dtype = "auto";
   std::string kv_cache_dtype = "auto";
+  bool calculate_kv_scales = false;
   std::string quant_compute = "int8";
   std::string quantization;  // --quantization; empty: read from the checkpoint
   int threads = 0;

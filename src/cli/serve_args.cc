@@ -303,16 +303,14 @@ void check_engine_core(ServeArgs& a, Findings& f) {
                                           "bf16", "float", "float32", "fp32"};
   if (!contains(kDtypes, e.dtype))
     f.refuse(fmt::format("--dtype {}: not supported (auto, float16, bfloat16, float32)", e.dtype));
-  constexpr std::string_view kKvDtypes[] = {"auto", "float16", "fp16", "bfloat16",
-                                            "bf16", "float32", "fp32"};
-  if (e.kv_cache_dtype == "mxfp8" || e.kv_cache_dtype.starts_with("fp8")) {
+  constexpr std::string_view kKvDtypes[] = {"auto",     "float16",  "fp16",  "bfloat16",
+                                            "bf16",     "float32",  "fp32",  "fp8",
+                                            "fp8_e4m3", "fp8_e5m2", "mxfp8", "int8"};
+  if (!contains(kKvDtypes, e.kv_cache_dtype))
     f.refuse(fmt::format(
-        "--kv-cache-dtype {}: FP8 KV cache is not supported yet (use auto, bfloat16 or float16)",
+        "--kv-cache-dtype {}: not supported (auto, bfloat16, float16, float32, fp8, fp8_e4m3, "
+        "fp8_e5m2, mxfp8, int8)",
         e.kv_cache_dtype));
-  } else if (!contains(kKvDtypes, e.kv_cache_dtype)) {
-    f.refuse(fmt::format("--kv-cache-dtype {}: not supported (auto, bfloat16, float16, float32)",
-                         e.kv_cache_dtype));
-  }
   constexpr std::string_view kLoadFormats[] = {"auto", "safetensors", "gguf", "dummy"};
   if (!contains(kLoadFormats, e.load_format))
     f.refuse(fmt::format("--load-format {}: not supported (auto, safetensors, gguf, dummy)",
@@ -452,6 +450,11 @@ void check_kv_transfer(ServeArgs& a, Findings& f) {
     f.refuse(parsed.error().message);
     return;
   }
+  if (a.engine.calculate_kv_scales)
+    f.refuse(fmt::format(
+        "--calculate-kv-scales with {}: each instance would set its own scales from its own "
+        "first batch and read the other's blocks with them; give the scales in the checkpoint",
+        kFlag));
   if (parsed->produces() && parsed->role != KvRole::kBoth)
     check_kv_layout(a, parsed->prefill, "prefill", f);
   if (parsed->consumes() && parsed->role != KvRole::kBoth)

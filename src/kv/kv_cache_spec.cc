@@ -7,13 +7,12 @@ namespace kestrel {
 int64_t KVCacheSpec::bytes_per_block() const {
   // K and V are stored separately except for MLA, whose latent stands for both.
   const int64_t planes = kind == KVCacheKind::kMlaLatent ? 1 : 2;
-  return planes * num_layers * int64_t{block_size} * num_kv_heads * head_dim * dtype_bytes;
+  return planes * num_layers * int64_t{block_size} * num_kv_heads * row_bytes;
 }
 
 bool KVCacheSpec::same_layer_as(const KVCacheSpec& o) const {
   return kind == o.kind && block_size == o.block_size && num_kv_heads == o.num_kv_heads &&
-         head_dim == o.head_dim && dtype_bytes == o.dtype_bytes &&
-         sliding_window == o.sliding_window;
+         head_dim == o.head_dim && row_bytes == o.row_bytes && sliding_window == o.sliding_window;
 }
 
 int64_t KVCacheLayout::bytes_per_block() const {
@@ -63,12 +62,11 @@ Expected<KVCacheLayout> plan_kv_cache_layout(std::span<const KVCacheSpec> per_la
       continue;
     }
     if (s.num_layers != 1 || s.block_size <= 0 || s.num_kv_heads <= 0 || s.head_dim <= 0 ||
-        s.dtype_bytes <= 0 || (s.kind == KVCacheKind::kSlidingWindow && s.sliding_window <= 0))
+        s.row_bytes <= 0 || (s.kind == KVCacheKind::kSlidingWindow && s.sliding_window <= 0))
       return make_error(
-          "KV cache layer {}: layers {}, block size {}, kv heads {}, head dim {}, dtype bytes "
-          "{}, sliding window {} are not a layer's cache",
-          i, s.num_layers, s.block_size, s.num_kv_heads, s.head_dim, s.dtype_bytes,
-          s.sliding_window);
+          "KV cache layer {}: layers {}, block size {}, kv heads {}, head dim {}, row bytes {}, "
+          "sliding window {} are not a layer's cache",
+          i, s.num_layers, s.block_size, s.num_kv_heads, s.head_dim, s.row_bytes, s.sliding_window);
     if (s.block_size != first_paged.block_size)
       return make_error("KV cache layer {}: block size {} differs from the first layer's {}", i,
                         s.block_size, first_paged.block_size);

@@ -28,7 +28,7 @@ struct KVCacheSpec {
   int32_t block_size = 16;  // tokens per block
   int32_t num_kv_heads = 1;
   int32_t head_dim = 1;
-  int32_t dtype_bytes = 2;
+  int32_t row_bytes = 2;  // one token's row of one KV head: head_dim values in the cache's format
   // kSlidingWindow: a query at position p attends to keys p - sliding_window < j <= p.
   int32_t sliding_window = 0;
   // kLinearAttentionState: f32 values of one sequence's state in this layer.

@@ -357,8 +357,17 @@ Status parse_compressed_tensors(const json& q, const std::string& file, ModelCon
   };
   const std::string format = q.value("format", std::string());
   if (format != "int-quantized") return refuse("format '" + format + "'");
-  if (q.contains("kv_cache_scheme") && !q["kv_cache_scheme"].is_null())
-    return refuse("kv_cache_scheme (a quantized KV cache)");
+  bool fp8_kv = false;
+  if (q.contains("kv_cache_scheme") && !q["kv_cache_scheme"].is_null()) {
+    const json& kv = q["kv_cache_scheme"];
+    const std::string strategy = kv.is_object() ? kv.value("strategy", std::string()) : "";
+    if (!kv.is_object() || kv.value("num_bits", 0) != 8 ||
+        kv.value("type", std::string()) != "float" || kv.value("dynamic", false) ||
+        !kv.value("symmetric", true) || (strategy != "tensor" && strategy != "attn_head"))
+      return refuse("kv_cache_scheme (" + kv.dump() +
+                    "; 8-bit float static symmetric per tensor or attn_head is)");
+    fp8_kv = true;
+  }
   const json* groups = q.contains("config_groups") ? &q["config_groups"] : nullptr;
   if (groups == nullptr || !groups->is_object() || groups->size() != 1)
     return refuse("config_groups other than one group");
@@ -380,7 +389,7 @@ Status parse_compressed_tensors(const json& q, const std::string& file, ModelCon
       (as == "token") != a->value("dynamic", false) ||
       (as == "token" && !a->value("symmetric", true)))
     return refuse("input_activations (" + a->dump() + ")");
-  c.compressed_tensors = {true, as == "token"};
+  c.compressed_tensors = {true, as == "token", fp8_kv};
   return Status::Ok();
 }
 

@@ -113,9 +113,12 @@ struct Fp8WeightConfig {
 // int8 activations, per token (dynamic) or per tensor (static, input_scale and an optional
 // input_zero_point). Which linears: those whose weight is stored int8 (the rest, `ignore`d, keep
 // their float weights).
+// A kv_cache_scheme of 8-bit float, static, symmetric, per tensor or per attention head says the
+// checkpoint carries self_attn.k_scale / v_scale for an FP8 KV cache (--kv-cache-dtype fp8).
 struct CompressedTensorsConfig {
   bool enabled = false;
   bool dynamic_activations = true;  // per token; false: static per tensor
+  bool fp8_kv_scales = false;       // kv_cache_scheme
 };
 
 struct ModelConfig {

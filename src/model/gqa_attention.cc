@@ -53,6 +53,7 @@ class GqaAttention final : public AttentionLayer {
       KASSIGN(k_norm_, load_norm(lc.src, p + "k_norm.weight", hd_, c));
     }
     for (Tensor* t : {&q_, &k_, &v_, &o_}) lc.be.prepare_weight(*t, lc.act);
+    KASSIGN(kv_scales_, KvLayerScales::load(lc.src, lc.kv, p, kv, c.num_key_value_heads, hd_));
     return Status::Ok();
   }
 
@@ -93,7 +94,11 @@ class GqaAttention final : public AttentionLayer {
                                  ? *ctx.rope_local
                                  : ctx.rope;
     be.rope(q, T, nh_, hd_, ctx.positions, rope);
-    const KVLayer cache = ctx.kv.layer(layer);
+    // Before RoPE: rotation moves a pair's magnitude between its two values, within the headroom
+    // calibration leaves.
+    kv_scales_.calibrate(k, v, T, kvd);
+    KVLayer cache = ctx.kv.layer(layer);
+    kv_scales_.apply(cache);
     be.write_kv(cache, k, v, ctx.attention(layer), &rope);  // K rotated on its way into the cache
     float* attn = ctx.scratch.get(kSlotAttnOut, T * qd);
     be.paged_attention(q, cache, ctx.attention(layer), nh_, scale_, attn, ctx.act);
@@ -119,6 +124,7 @@ class GqaAttention final : public AttentionLayer {
   float scale_ = 1.0f;  // of the attention scores
   Tensor q_, k_, v_, o_;
   std::vector<float> q_bias_, k_bias_, v_bias_, q_norm_, k_norm_;
+  KvLayerScales kv_scales_;
 };
 
 }  // namespace

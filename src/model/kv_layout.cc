@@ -7,7 +7,6 @@ namespace kestrel {
 KVCacheSpec layer_kv_cache_spec(const ModelConfig& c, DType dtype, int block_size, int64_t layer) {
   KVCacheSpec s;
   s.block_size = block_size;
-  s.dtype_bytes = int32_t(dtype_bytes(dtype, 1));
   if (c.is_linear_layer(layer)) {
     s.kind = KVCacheKind::kLinearAttentionState;
     s.state_floats = c.linear.state_floats();
@@ -17,10 +16,12 @@ KVCacheSpec layer_kv_cache_spec(const ModelConfig& c, DType dtype, int block_siz
     s.kind = KVCacheKind::kMlaLatent;
     s.num_kv_heads = 1;
     s.head_dim = int32_t(c.mla.cache_width());
+    s.row_bytes = int32_t(dtype_bytes(dtype, s.head_dim));
     return s;
   }
   s.num_kv_heads = int32_t(c.num_key_value_heads);
   s.head_dim = int32_t(c.head_dim);
+  s.row_bytes = int32_t(dtype_bytes(dtype, s.head_dim));
   if (const int32_t w = c.sliding_window(layer); w > 0) {
     s.kind = KVCacheKind::kSlidingWindow;
     s.sliding_window = w;

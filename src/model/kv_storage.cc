@@ -31,7 +31,7 @@ KVCacheStorage::KVCacheStorage(KVCacheLayout layout, int64_t num_blocks, DType d
   for (const KVCacheSpec& g : layout_.groups)
     KCHECK(g.block_size == first.block_size && g.num_kv_heads == first.num_kv_heads &&
                g.head_dim == first.head_dim && (g.kind == KVCacheKind::kMlaLatent) == latent_ &&
-               size_t(g.dtype_bytes) == dtype_bytes(dtype, 1),
+               size_t(g.row_bytes) == dtype_bytes(dtype, g.head_dim),
            "KV cache groups of different layer shapes cannot share one storage");
 }
 

@@ -26,7 +26,7 @@ namespace kestrel {
 // back past rejected drafts (reserve_draft_snapshots).
 //
 // Attention caches: [slots][K|V][blocks, kv_heads, block_size, head_dim] (backend/ops.h's
-// kv_row_offset). Latent (MLA) caches keep one row per token that stands for both K and V:
+// kv_row_index). Latent (MLA) caches keep one row per token that stands for both K and V:
 // [slots][blocks, block_size, head_dim] with head_dim = kv_lora_rank + rope width and
 // num_kv_heads = 1.
 

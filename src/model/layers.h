@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "model/kv_scales.h"
 #include "model/layer_context.h"
 #include "model/weights.h"
 
@@ -45,6 +46,7 @@ struct LoadContext {
   const TpShard* tp = nullptr;
   // Expert parallelism: MoE layers register with it (in load order) to run their experts.
   ExpertExchange* exchange = nullptr;
+  KvCacheQuant kv;  // the KV cache's format, whose scales attention layers load
 };
 
 // Grouped-query attention with optional q/k/v biases and per-head q/k RMSNorm.

@@ -40,15 +40,73 @@ Expected<DType> model_dtype(const LoadOptions& o, const ModelConfig& cfg) {
   return make_error("unsupported --dtype '{}' (use auto, float32, bfloat16 or float16)", d);
 }
 
-Expected<DType> kv_dtype(const LoadOptions& o, DType act, bool gguf) {
-  const std::string& d = o.kv_cache_dtype;
-  if (d == "auto") return gguf && act == DType::F32 ? DType::F16 : act;
-  if (d == "float32" || d == "fp32") return DType::F32;
-  if (d == "bfloat16" || d == "bf16") return DType::BF16;
-  if (d == "float16" || d == "fp16") return DType::F16;
-  if (d == "fp8" || d == "fp8_e4m3" || d == "fp8_e5m2")
-    return make_error("--kv-cache-dtype {} is not supported on the CPU backend yet", d);
-  return make_error("unsupported --kv-cache-dtype '{}' (use auto, fp32, bf16 or fp16)", d);
+// The cache's element type as --kv-cache-dtype names it; nullopt for auto.
+Expected<std::optional<DType>> named_kv_dtype(const std::string& d) {
+  if (d == "auto") return std::optional<DType>();
+  if (d == "float32" || d == "fp32") return std::optional(DType::F32);
+  if (d == "bfloat16" || d == "bf16") return std::optional(DType::BF16);
+  if (d == "float16" || d == "fp16") return std::optional(DType::F16);
+  if (d == "fp8" || d == "fp8_e4m3") return std::optional(DType::F8_E4M3);
+  if (d == "fp8_e5m2") return std::optional(DType::F8_E5M2);
+  if (d == "mxfp8") return std::optional(DType::MXFP8);
+  if (d == "int8") return std::optional(DType::I8);
+  return make_error(
+      "unsupported --kv-cache-dtype '{}' (use auto, fp32, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2, "
+      "mxfp8 or int8)",
+      d);
+}
+
+// --kv-cache-dtype against the checkpoint: msModelSlim's kv_cache_type says which static scales
+// it carries (C8: int8 with scales and offsets; the MXFP8 marker: V's E8M0 scales).
+Expected<KvCacheQuant> kv_cache_quant(const LoadOptions& o, DType act, bool gguf,
+                                      const ModelConfig& c) {
+  const std::string marker = c.modelslim ? c.modelslim->kv_cache_type : "";
+  const bool c8 = marker == kModelSlimC8, mx_v = marker == kModelSlimMxfp8Kv;
+  KASSIGN(const std::optional<DType> named, named_kv_dtype(o.kv_cache_dtype));
+  KvCacheQuant q;
+  q.dtype = named ? *named : c8 ? DType::I8 : gguf && act == DType::F32 ? DType::F16 : act;
+  const std::string flag = "--kv-cache-dtype " + o.kv_cache_dtype;
+  if (q.dtype == DType::I8 && !c8)
+    return make_error(
+        "{}: an int8 cache takes its static scales from an msModelSlim C8 checkpoint "
+        "(kv_cache_type C8); '{}' has none (use fp8 for a scaled 8-bit cache)",
+        flag, o.model);
+  if (c8 && (q.dtype == DType::F8_E4M3 || q.dtype == DType::F8_E5M2 || q.dtype == DType::MXFP8))
+    return make_error(
+        "{}: '{}' is a C8 checkpoint, whose KV scales are int8 ones; serve it with "
+        "--kv-cache-dtype auto (int8) or a float cache",
+        flag, o.model);
+  if (c.mla.enabled() && (q.dtype == DType::I8 || q.dtype == DType::MXFP8))
+    return make_error(
+        "{}: an MLA model's latent cache is one row per token with a per-tensor scale; it "
+        "takes fp8, fp8_e4m3 or fp8_e5m2, not {}",
+        flag, q.dtype == DType::I8 ? "C8 int8" : "mxfp8");
+  if (q.dtype == DType::MXFP8 && c.head_dim % 32 != 0)
+    return make_error("{}: head_dim {} is not a multiple of MXFP8's 32-value scale groups", flag,
+                      c.head_dim);
+  if (o.calculate_kv_scales) {
+    if (q.dtype == DType::I8 || q.dtype == DType::MXFP8)
+      return make_error(
+          "--calculate-kv-scales: the {} cache's scales are the checkpoint's (or each row's); "
+          "only fp8 caches calculate theirs",
+          dtype_name(q.dtype));
+    q.calculate_scales = q.dtype == DType::F8_E4M3 || q.dtype == DType::F8_E5M2;
+    if (!q.calculate_scales)
+      KLOG_INFO("--calculate-kv-scales: a {} cache has no scales; the flag does nothing",
+                dtype_name(q.dtype));
+  }
+  q.static_v_scales = mx_v && q.dtype == DType::MXFP8;
+  if ((c8 && q.dtype != DType::I8) || (mx_v && !q.static_v_scales))
+    KLOG_INFO("the checkpoint's {} KV scales are not used by a {} cache", marker,
+              dtype_name(q.dtype));
+  // As vLLM: a compressed-tensors kv_cache_scheme's scales serve --kv-cache-dtype fp8; auto keeps
+  // the model's dtype.
+  if (c.compressed_tensors.fp8_kv_scales && q.dtype != DType::F8_E4M3 && q.dtype != DType::F8_E5M2)
+    KLOG_INFO(
+        "the checkpoint's kv_cache_scheme (FP8 k_scale/v_scale) is not used by a {} cache; "
+        "--kv-cache-dtype fp8 uses it",
+        dtype_name(q.dtype));
+  return q;
 }
 
 Status load_generation_defaults(const std::string& dir, LoadedModel& lm) {
@@ -138,7 +196,7 @@ Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
 
   KTRY(read_quantization(o, gguf || dummy, lm->config));
   KASSIGN(const DType act_dtype, model_dtype(o, lm->config));
-  KASSIGN(const DType cache_dtype, kv_dtype(o, act_dtype, gguf));
+  KASSIGN(const KvCacheQuant kv, kv_cache_quant(o, act_dtype, gguf, lm->config));
   if (dummy) {
     // Dummy weights default to bf16, the dtype big checkpoints ship in.
     const DType wt =
@@ -173,11 +231,10 @@ Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
           "expert parallelism over {} data-parallel ranks: rank {} has no communicator", o.dp_size,
           o.dp_rank);
   }
-  KASSIGN(lm->model,
-          build_transformer(lm->config, act_dtype, cache_dtype, *lm->weights, backend, tp));
+  KASSIGN(lm->model, build_transformer(lm->config, act_dtype, kv, *lm->weights, backend, tp));
   KLOG_INFO("loaded {} ({}) from {} on {}, {} activations, {} KV cache", lm->config.architecture,
             lm->config.model_type, lm->weights->describe(), backend.name(), dtype_name(act_dtype),
-            dtype_name(cache_dtype));
+            dtype_name(kv.dtype));
   return lm;
 }
 

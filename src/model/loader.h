@@ -21,12 +21,14 @@ struct LoadOptions {
   // Activation precision (and dummy weights' dtype): auto = the config's torch_dtype
   // (f32 if none) | float32 | bfloat16 | float16.
   std::string dtype = "auto";
-  // KV cache storage: auto (the activation dtype; f16 for GGUF files, as llama.cpp) | float32 |
-  // fp32 | bfloat16 | bf16 | float16 | fp16.
+  // KV cache storage: auto (the activation dtype; f16 for GGUF files, as llama.cpp; int8 for an
+  // msModelSlim C8 checkpoint) | float32 | fp32 | bfloat16 | bf16 | float16 | fp16 | fp8 |
+  // fp8_e4m3 | fp8_e5m2 | mxfp8 | int8 (model/kv_scales.h).
   std::string kv_cache_dtype = "auto";
-  uint64_t seed = 0;         // dummy weights
-  int threads = 0;           // compute threads, 0 = all cores
-  bool pin_threads = false;  // bind each compute thread to one CPU (ThreadPool)
+  bool calculate_kv_scales = false;  // FP8 caches without checkpoint scales: from the first batch
+  uint64_t seed = 0;                 // dummy weights
+  int threads = 0;                   // compute threads, 0 = all cores
+  bool pin_threads = false;          // bind each compute thread to one CPU (ThreadPool)
   // Quantized weights: int8 (activations quantized per block, as llama.cpp) | f32 (weight
   // blocks dequantized against f32 activations, as a dequantized reference computes).
   std::string quant_compute = "int8";

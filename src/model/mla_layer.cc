@@ -49,6 +49,7 @@ class MlaAttention final : public AttentionLayer {
     const IndexRange o_rows = lc.tp ? lc.tp->hidden : IndexRange{};
     KASSIGN(o_, load_linear(lc.src, p + "o_proj", H_, all_heads * dv_, c, lc.store, o_rows));
     split_kv_b(kv_b, heads, lc.store);
+    KASSIGN(kv_scales_, KvLayerScales::load_latent(lc.src, lc.kv, p));
     for (Tensor* t : {&q_a_, &q_b_, &kv_a_, &o_})
       if (t->defined()) lc.be.prepare_weight(*t, lc.act);
 
@@ -94,7 +95,9 @@ class MlaAttention final : public AttentionLayer {
     be.rms_norm(latent, kv_a_norm_.data(), ctx.eps, T, r_, latent, ctx.act);
     be.rope(q_rope, T, nh_, int(dr_), ctx.positions, ctx.rope);
     be.rope(k_rope, T, 1, int(dr_), ctx.positions, ctx.rope);
-    const MlaCacheLayer cache = ctx.kv.mla_layer(layer, int(r_));
+    kv_scales_.calibrate_latent(latent, T * r_, k_rope, T * dr_);
+    MlaCacheLayer cache = ctx.kv.mla_layer(layer, int(r_));
+    kv_scales_.apply(cache);
     be.write_mla_cache(cache, latent, k_rope, ctx.attention(layer));
 
     // q̃_h = W_UK[h]ᵀ · q_nope_h, head by head.
@@ -153,6 +156,7 @@ class MlaAttention final : public AttentionLayer {
   Tensor q_a_, q_b_, kv_a_, o_;
   std::vector<float> q_a_norm_, kv_a_norm_;
   std::vector<Tensor> uk_t_, uv_;
+  KvLayerScales kv_scales_;
 };
 
 }  // namespace

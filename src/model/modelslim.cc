@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/mmap_file.h"
+#include "model/kv_scales.h"
 
 namespace kestrel {
 
@@ -68,12 +69,13 @@ Expected<std::optional<ModelSlimDescription>> read_modelslim_description(const s
 }
 
 Status check_modelslim(const ModelSlimDescription& d) {
-  if (!d.kv_cache_type.empty())
-    return make_error(
-        "msModelSlim checkpoint: kv_cache_type {} (a quantized KV cache) is not supported yet",
-        d.kv_cache_type);
+  if (!d.kv_cache_type.empty() && d.kv_cache_type != kModelSlimC8 &&
+      d.kv_cache_type != kModelSlimMxfp8Kv)
+    return make_error("msModelSlim checkpoint: kv_cache_type {} is not supported (C8 and {} are)",
+                      d.kv_cache_type, kModelSlimMxfp8Kv);
   for (const auto& [name, type] : d.types) {
-    // Side tensors of a quantized layer carry its type too; only C8 KV scales are another kind.
+    // Side tensors of a quantized layer carry its type too; KV cache scales have their own.
+    if (is_kv_scale_tensor(name) && (type == kModelSlimC8 || type == d.kv_cache_type)) continue;
     if (!runs(type))
       return make_error("msModelSlim checkpoint: type {} (tensor {}) is not supported", type, name);
     if ((type == "W8A8_DYNAMIC" || type == "W4A8_DYNAMIC") && d.group_size > 0)

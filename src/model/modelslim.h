@@ -27,13 +27,17 @@ struct ModelSlimDescription {
 };
 
 inline constexpr const char* kModelSlimDescriptionFile = "quant_model_description.json";
+// kv_cache_type values: int8 K and V with static per-channel scales and offsets; MXFP8 K with
+// per-row scales and E4M3 V with static per-channel E8M0 scales (model/kv_scales.h).
+inline constexpr const char* kModelSlimC8 = "C8";
+inline constexpr const char* kModelSlimMxfp8Kv = "K_DYNAMIC_V_STATIC_MXFP8_PER_CHANNEL";
 
 // The description in directory `dir`; none when it has no such file. Errors name the file.
 Expected<std::optional<ModelSlimDescription>> read_modelslim_description(const std::string& dir);
 
 // Refuses, naming the type and a tensor of it, what Kestrel does not run: any type but FLOAT,
-// W8A8, W8A8_DYNAMIC and W4A8_DYNAMIC (per channel), a KV cache type, and QuaRot's online
-// rotations.
+// W8A8, W8A8_DYNAMIC and W4A8_DYNAMIC (per channel) for weights, C8 for KV cache scales, a KV
+// cache type but C8 and the MXFP8 one, and QuaRot's online rotations.
 Status check_modelslim(const ModelSlimDescription& d);
 
 // W4A8_DYNAMIC weights as msModelSlim packs them: [rows / 2, cols] bytes, byte (r, c) holding

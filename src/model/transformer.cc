@@ -64,12 +64,12 @@ Expected<Block> load_block(const LoadContext& lc, const std::string& p, int64_t 
 
 class TransformerModel final : public CausalLM {
  public:
-  TransformerModel(const ModelConfig& cfg, DType act_dtype, DType kv_dtype, Backend& backend,
-                   const TensorParallel& tp)
+  TransformerModel(const ModelConfig& cfg, DType act_dtype, const KvCacheQuant& kv,
+                   Backend& backend, const TensorParallel& tp)
       : cfg_(cfg),
         rank_cfg_(cfg),
         act_(act_dtype),
-        kv_dtype_(kv_dtype),
+        kv_(kv),
         be_(backend),
         tp_(tp),
         scratch_(backend.workspace()) {
@@ -92,9 +92,14 @@ class TransformerModel final : public CausalLM {
 
   Status load(WeightSource& src) {
     const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
-    const LoadContext lc{src,           cfg_, store_,
-                         be_,           act_, tp_.enabled() || experts_ ? &tp_.shard : nullptr,
-                         experts_.get()};
+    const LoadContext lc{src,
+                         cfg_,
+                         store_,
+                         be_,
+                         act_,
+                         tp_.enabled() || experts_ ? &tp_.shard : nullptr,
+                         experts_.get(),
+                         kv_};
     const std::string& m = cfg_.weight_prefix;
     KASSIGN(embed_, src.get(m + "embed_tokens.weight", Shape{V, H}));
     if (src.has("lm_head.weight") && !cfg_.tie_word_embeddings) {
@@ -131,7 +136,7 @@ class TransformerModel final : public CausalLM {
 
   // Under tensor parallelism: this rank's head and feature counts.
   const ModelConfig& config() const override { return rank_cfg_; }
-  DType kv_cache_dtype() const override { return kv_dtype_; }
+  DType kv_cache_dtype() const override { return kv_.dtype; }
   Backend& backend() override { return be_; }
   int num_mtp_modules() const override { return mtp_ ? 1 : 0; }
   const float* last_hidden() const override { return ws_.h.data(); }
@@ -442,7 +447,7 @@ class TransformerModel final : public CausalLM {
   ModelConfig cfg_;       // the whole model's, as the checkpoint stores it
   ModelConfig rank_cfg_;  // this rank's part (== cfg_ without tensor parallelism)
   DType act_;
-  DType kv_dtype_;
+  KvCacheQuant kv_;
   Backend& be_;
   TensorParallel tp_;
   WeightStore store_;
@@ -466,12 +471,12 @@ class TransformerModel final : public CausalLM {
 }  // namespace
 
 Expected<std::unique_ptr<CausalLM>> build_transformer(const ModelConfig& cfg, DType act_dtype,
-                                                      DType kv_dtype, WeightSource& src,
+                                                      const KvCacheQuant& kv, WeightSource& src,
                                                       Backend& backend, const TensorParallel& tp) {
   if (tp.enabled() && tp.comm == nullptr)
     return make_error("tensor parallelism: rank {} of {} has no communicator", tp.shard.rank,
                       tp.shard.size);
-  auto m = std::make_unique<TransformerModel>(cfg, act_dtype, kv_dtype, backend, tp);
+  auto m = std::make_unique<TransformerModel>(cfg, act_dtype, kv, backend, tp);
   KTRY(m->load(src));
   return std::unique_ptr<CausalLM>(std::move(m));
 }

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "model/causal_lm.h"
+#include "model/kv_scales.h"
 #include "model/tp_plan.h"
 #include "model/weight_source.h"
 
@@ -17,12 +18,13 @@ namespace kestrel {
 
 // Reads every tensor from `src` (checked against the config's shapes). The source must outlive
 // the model (tensors are views into it). `act_dtype` (F32, BF16 or F16) is the precision
-// activations are rounded to between ops; `kv_dtype` (F32, F16, BF16) that of the KV cache.
+// activations are rounded to between ops; `kv` the KV cache's format (its scales are loaded
+// with the attention layers).
 // With `tp` enabled the model holds one rank's heads and features (model/tp_plan.h) and
 // gathers the features its layers need over tp.comm (model/tp_group.h); config() is then the
 // rank's.
 Expected<std::unique_ptr<CausalLM>> build_transformer(const ModelConfig& cfg, DType act_dtype,
-                                                      DType kv_dtype, WeightSource& src,
+                                                      const KvCacheQuant& kv, WeightSource& src,
                                                       Backend& backend,
                                                       const TensorParallel& tp = {});
 

@@ -6,6 +6,7 @@
 
 #include "base/fp16.h"
 #include "model/gguf.h"
+#include "model/kv_scales.h"
 #include "model/safetensors.h"
 #include "tensor/quant_formats.h"
 
@@ -74,7 +75,8 @@ class DummySource final : public WeightSource {
   // Every tensor exists, in the per-expert layout: not the fused expert tensors some checkpoints
   // store instead, which a rank holding some of the experts would otherwise generate whole.
   bool has(const std::string& n) const override {
-    return !n.ends_with("experts.gate_up_proj") && !n.ends_with("experts.down_proj");
+    return !n.ends_with("experts.gate_up_proj") && !n.ends_with("experts.down_proj") &&
+           !is_kv_scale_tensor(n);
   }
   Expected<Tensor> get(const std::string& n, const Shape& expected) override {
     HostBuffer& buf = buffers_.emplace_back(dtype_, expected);

@@ -5,14 +5,15 @@
 namespace kestrel {
 
 const DTypeInfo& dtype_info(DType t) {
-  static const std::array<DTypeInfo, 21> kInfo = {{
+  static const std::array<DTypeInfo, 23> kInfo = {{
       {"f32", 1, 4, false},     {"f16", 1, 2, false},     {"bf16", 1, 2, false},
-      {"f64", 1, 8, false},     {"f8_e4m3", 1, 1, false}, {"i8", 1, 1, false},
-      {"u8", 1, 1, false},      {"i16", 1, 2, false},     {"i32", 1, 4, false},
-      {"i64", 1, 8, false},     {"bool", 1, 1, false},    {"q4_0", 32, 18, true},
-      {"q4_1", 32, 20, true},   {"q5_0", 32, 22, true},   {"q5_1", 32, 24, true},
-      {"q8_0", 32, 34, true},   {"q8_1", 32, 36, true},   {"q4_k", 256, 144, true},
-      {"q5_k", 256, 176, true}, {"q6_k", 256, 210, true}, {"q8_k", 256, 292, true},
+      {"f64", 1, 8, false},     {"f8_e4m3", 1, 1, false}, {"f8_e5m2", 1, 1, false},
+      {"i8", 1, 1, false},      {"u8", 1, 1, false},      {"i16", 1, 2, false},
+      {"i32", 1, 4, false},     {"i64", 1, 8, false},     {"bool", 1, 1, false},
+      {"q4_0", 32, 18, true},   {"q4_1", 32, 20, true},   {"q5_0", 32, 22, true},
+      {"q5_1", 32, 24, true},   {"q8_0", 32, 34, true},   {"q8_1", 32, 36, true},
+      {"q4_k", 256, 144, true}, {"q5_k", 256, 176, true}, {"q6_k", 256, 210, true},
+      {"q8_k", 256, 292, true}, {"mxfp8", 32, 33, false},
   }};
   return kInfo[size_t(t)];
 }
@@ -66,6 +67,7 @@ std::optional<DType> dtype_from_safetensors(std::string_view s) {
   if (s == "BF16") return DType::BF16;
   if (s == "F64") return DType::F64;
   if (s == "F8_E4M3") return DType::F8_E4M3;
+  if (s == "F8_E5M2") return DType::F8_E5M2;
   if (s == "I8") return DType::I8;
   if (s == "U8") return DType::U8;
   if (s == "I16") return DType::I16;

@@ -14,6 +14,7 @@ enum class DType : uint8_t {
   BF16,
   F64,
   F8_E4M3,
+  F8_E5M2,
   I8,
   U8,
   I16,
@@ -31,6 +32,9 @@ enum class DType : uint8_t {
   Q5_K,
   Q6_K,
   Q8_K,
+  // OCP MXFP8 as a KV cache row format: 32 values take 33 bytes (32 E4M3 codes and one E8M0
+  // scale); where a cached row keeps its scales: backend/cpu/cache_rows.h.
+  MXFP8,
 };
 
 struct DTypeInfo {

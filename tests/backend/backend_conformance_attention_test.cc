@@ -169,7 +169,7 @@ TEST_F(BackendConformanceAttention, WriteKvAndPagedAttention) {
     const RopeParams* rope_k = c.rot_dim > 0 ? &rope : nullptr;
     const float scale = 1.0f / std::sqrt(float(hd));
     const size_t cache_bytes = size_t(lay.num_blocks * c.block_size * row) * elem_bytes(c.cache);
-    // The cache's shape (the data pointers are not read by kv_row_offset).
+    // The cache's shape (the data pointers are not read by kv_row_index).
     KVLayer shape;
     shape.num_blocks = lay.num_blocks;
     shape.block_size = c.block_size;
@@ -177,7 +177,7 @@ TEST_F(BackendConformanceAttention, WriteKvAndPagedAttention) {
     shape.head_dim = hd;
     // Where slot `slot`, head g starts in the cache, in bytes.
     auto at_of = [&](int64_t slot, int g) {
-      return size_t(kv_row_offset(shape, slot, g)) * elem_bytes(c.cache);
+      return size_t(kv_row_index(shape, slot, g) * hd) * elem_bytes(c.cache);
     };
 
     for_each_isa([&](const std::string&) {

@@ -70,7 +70,7 @@ void run_case(const Case& c, int threads) {
       for (int64_t i = 0; i < row; ++i) {
         float kv = nd(rng), vv = nd(rng);
         if (!is_new) {
-          const int64_t at = kv_row_offset(layer, slot, int(i / hd)) + i % hd;
+          const int64_t at = kv_row_index(layer, slot, int(i / hd)) * hd + i % hd;
           kc[at] = kv;
           vc[at] = vv;
         } else {

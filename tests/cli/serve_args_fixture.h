@@ -133,8 +133,6 @@ inline std::string hub(std::string_view id) {
          "': no such file or directory (Kestrel does not download models; download the "
          "checkpoint and pass its path)";
 }
-inline const std::string kMxfp8 =
-    "--kv-cache-dtype mxfp8: FP8 KV cache is not supported yet (use auto, bfloat16 or float16)";
 inline const std::string kTokenizerV41 =
     "--tokenizer-mode deepseek_v41: not supported yet (auto, hf)";
 inline const std::string kToolV41 =

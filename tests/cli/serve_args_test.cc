@@ -191,6 +191,12 @@ TEST_F(ServeArgsTest, JsonFlagValuesAndNeutralValues) {
                   "MooncakeHybridConnector)"});
   EXPECT_EQ(refusals(serve(R"(@MODEL@ --kv-transfer-config '{"kv_role":"kv_producer"}')")),
             Lines{"--kv-transfer-config: missing key 'kv_connector'"});
+  EXPECT_EQ(
+      refusals(serve(
+          R"(@MODEL@ --kv-cache-dtype fp8 --calculate-kv-scales --kv-transfer-config '{"kv_connector":"MooncakeConnectorV1"}')")),
+      Lines{"--calculate-kv-scales with --kv-transfer-config: each instance would set its own "
+            "scales from its own first batch and read the other's blocks with them; give the "
+            "scales in the checkpoint"});
   // Neutral: nothing to speculate, no connector.
   EXPECT_FALSE(accepted(R"(@MODEL@ --speculative-config '{}' --kv-transfer-config '{}')")
                    .args->engine.kv.has_value());
@@ -346,9 +352,14 @@ TEST_F(ServeArgsTest, PrecisionAndFormatValues) {
   accepted("@MODEL@ --kv-cache-dtype bfloat16 --load-format gguf --tokenizer-mode hf");
   EXPECT_EQ(refusals(serve("@MODEL@ --dtype float8")),
             Lines{"--dtype float8: not supported (auto, float16, bfloat16, float32)"});
-  EXPECT_EQ(refusals(serve("@MODEL@ --kv-cache-dtype fp8_e5m2")),
-            Lines{"--kv-cache-dtype fp8_e5m2: FP8 KV cache is not supported yet (use auto, "
-                  "bfloat16 or float16)"});
+  for (const char* d : {"fp8", "fp8_e4m3", "fp8_e5m2", "mxfp8", "int8"})
+    EXPECT_EQ(accepted(std::string("@MODEL@ --calculate-kv-scales --kv-cache-dtype ") + d)
+                  .args->engine.kv_cache_dtype,
+              d);
+  EXPECT_TRUE(accepted("@MODEL@ --calculate-kv-scales").args->engine.calculate_kv_scales);
+  EXPECT_EQ(refusals(serve("@MODEL@ --kv-cache-dtype fp4")),
+            Lines{"--kv-cache-dtype fp4: not supported (auto, bfloat16, float16, float32, fp8, "
+                  "fp8_e4m3, fp8_e5m2, mxfp8, int8)"});
   EXPECT_EQ(refusals(serve("@MODEL@ --quantization awq")),
             Lines{"--quantization awq: not supported (Kestrel reads a GGUF file's quantization "
                   "from the file, FP8 block-quantized checkpoints from config.json, and "
@@ -405,7 +416,7 @@ TEST_F(ServeArgsTest, DocumentedRefusalTextsMatch) {
   for (const std::string& text :
        {refusal("@MODEL@ --distributed-executor-backend ray"),
         refusal("@MODEL@ --disable-hybrid-kv-cache-manager"), refusal("@MODEL@ --load-format X"),
-        refusal("@MODEL@ --kv-cache-dtype mxfp8"), refusal("@MODEL@ --tokenizer-mode deepseek_v41"),
+        refusal("@MODEL@ --kv-cache-dtype fp4"), refusal("@MODEL@ --tokenizer-mode deepseek_v41"),
         refusal(R"(@MODEL@ --engram-config '{"cpu_offload":true}')"),
         refusal(R"(@MODEL@ --kv-transfer-config '{"kv_connector":"X"}')"),
         refusal("@MODEL@ --tensor-parallel-size 4 --distributed-executor-backend uni"),

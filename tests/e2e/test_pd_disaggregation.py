@@ -311,6 +311,36 @@ def test_moe_and_mla_fixtures(cluster, fixture):
     assert drained(p, d)
 
 
+@pytest.mark.parametrize("fixture,kv_dtype,prefill_tp", [
+    ("qwen3_w8a8c8", "auto", 2), ("qwen3_ct_w8a8_fp8kv", "fp8", 1),
+    ("qwen3_w8a8_mxfp8kv", "mxfp8", 2)])
+def test_quantized_kv_caches_move_their_codes(cluster, fixture, kv_dtype, prefill_tp):
+    """Blocks of int8 (C8), FP8 and MXFP8 codes move as bytes: the decode reads them with the
+    same checkpoint scales (each rank's heads' channels when the TP sizes differ)."""
+    kv = ["--kv-cache-dtype", kv_dtype]
+    tp = ["--tensor-parallel-size", str(prefill_tp)] if prefill_tp > 1 else []
+    p, d = golden_through_a_pair(cluster, fixture, [*kv, *tp, *kv_flags("kv_producer")],
+                                 [*kv, *kv_flags("kv_consumer")])
+    assert drained(p, d)
+
+
+def test_kv_caches_of_different_dtypes_do_not_pair(cluster):
+    """An fp8 decode refuses an f16 prefill's blocks by their compatibility key: the request
+    falls back to computing its prompt on the decode, with the right tokens."""
+    path = FIXTURES / "qwen3_f32"
+    golden = json.loads((path / "golden.json").read_text())
+    p = cluster.serve(*FIXTURE_FLAGS, *kv_flags("kv_producer"), model_path=path)
+    d = cluster.serve(*FIXTURE_FLAGS, "--kv-cache-dtype", "fp8", *kv_flags("kv_consumer"),
+                      model_path=path)
+    proxy = cluster.proxy([p], [d])
+    prompt = golden["prompts"][0]
+    got = greedy_ids(proxy.base_url, prompt, 8, str(path))
+    assert got == greedy_ids(d.base_url, prompt, 8, str(path))  # the decode's own answer
+    assert counter(d, "kestrel:kv_transfer_loads_total") == 0
+    assert "incompatible KV cache" in d.log(), d.log()[-3000:]
+    assert drained(p, d)
+
+
 def test_prefill_in_another_network_namespace(cluster, netns):
     ns, host_ip, node_ip = netns
     # The prefill instance advertises the namespace's address (its --host) to the decode.

@@ -8,6 +8,7 @@ fixtures serve their goldens too; and what `kestrel quantize` writes serves the 
 
 import concurrent.futures
 import json
+import re
 import subprocess
 
 import pytest
@@ -29,6 +30,15 @@ FIXTURES = REPO / "tests" / "fixtures" / "models"
     ("qwen3_w8a8", []),
     ("qwen3_ct_w8a8_dynamic", []),
     ("qwen3_ct_w8a8_static", ["--tensor-parallel-size", "2"]),
+    # Quantized KV caches: C8 (picked by `auto` from the description's kv_cache_type), FP8 with
+    # the compressed-tensors kv_cache_scheme's per-head scales, MXFP8 with the description's V
+    # scales; on two ranks each holds its heads' channels of the scales.
+    ("qwen3_w8a8c8", []),
+    ("qwen3_w8a8c8", ["--tensor-parallel-size", "2", "--quantization", "ascend"]),
+    ("qwen3_ct_w8a8_fp8kv", ["--kv-cache-dtype", "fp8"]),
+    ("qwen3_ct_w8a8_fp8kv", ["--kv-cache-dtype", "fp8_e4m3", "--tensor-parallel-size", "2"]),
+    ("qwen3_w8a8_mxfp8kv", ["--kv-cache-dtype", "mxfp8"]),
+    ("qwen3_w8a8_mxfp8kv", ["--kv-cache-dtype", "mxfp8", "--tensor-parallel-size", "2"]),
 ])
 def test_greedy_matches_the_quantized_goldens(start_server, fixture, flags):
     golden = json.loads((FIXTURES / fixture / "golden.json").read_text())
@@ -38,6 +48,9 @@ def test_greedy_matches_the_quantized_goldens(start_server, fixture, flags):
         got = list(pool.map(lambda p: greedy_tokens(srv.base_url, srv.model, p, len(want[0])),
                             prompts))
     assert got == want
+    if golden.get("kv_cache"):
+        dtype = {"C8": "i8", "FP8": "f8_e4m3", "MXFP8": "mxfp8"}[golden["kv_cache"]]
+        assert f"{dtype} KV cache" in srv.log()
     if "_ct_" not in fixture:  # compressed-tensors checkpoints say so in config.json
         assert "msModelSlim checkpoint (" in srv.log()
     # The int4 experts' scale_bias agrees with the unpacked weights (else the loader warns).
@@ -68,3 +81,38 @@ def test_kestrel_quantize_writes_what_serve_reads(start_server, tmp_path):
     again = subprocess.run([str(KESTREL_BIN), "quantize", str(FIXTURES / "qwen3_f32"), "-o",
                             str(out)], capture_output=True, text=True, timeout=60)
     assert again.returncode != 0 and "not empty" in again.stderr
+
+
+def kv_cache_tokens(log):
+    m = re.search(r"KV cache size: (\d+) tokens", log)
+    assert m, log[-2000:]
+    return int(m.group(1))
+
+
+def test_a_quantized_kv_cache_holds_more_tokens_in_the_same_memory(start_server):
+    """At a fixed --kv-cache-memory the block count grows by the byte ratio: FP8 rows take half
+    an f16 row's bytes, MXFP8 rows 33/64 (the default model's head_dim 64: 64 codes and 2 E8M0
+    scales against 128 bytes)."""
+    flags = ["--kv-cache-memory", "64M", "--block-size", "16"]
+    f16 = kv_cache_tokens(start_server(*flags, "--kv-cache-dtype", "fp16").log())
+    fp8 = kv_cache_tokens(start_server(*flags, "--kv-cache-dtype", "fp8").log())
+    mx = kv_cache_tokens(start_server(*flags, "--kv-cache-dtype", "mxfp8").log())
+    # Whole blocks of 16 tokens: within one block of the exact ratio.
+    assert abs(fp8 - 2 * f16) <= 2 * 16, (f16, fp8)
+    assert abs(mx - f16 * 128 / 66) <= 2 * 16, (f16, mx)
+    assert fp8 > mx > f16
+
+
+def test_kv_cache_dtype_refusals_name_the_reason():
+    """int8 needs a C8 checkpoint; MXFP8 needs head_dim % 32; MLA latents take only fp8; a C8
+    checkpoint refuses an FP8 cache (its scales are int8 ones)."""
+    def refusal(model, *flags):
+        r = subprocess.run([str(KESTREL_BIN), "serve", str(model), "--port", "0", "--threads",
+                            "1", "--max-model-len", "256", *flags],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0
+        return r.stderr + r.stdout
+    assert "kv_cache_type C8" in refusal(FIXTURES / "qwen3_f32", "--kv-cache-dtype", "int8")
+    assert "takes fp8, fp8_e4m3 or fp8_e5m2" in refusal(FIXTURES / "deepseek_v3_f32",
+                                                         "--kv-cache-dtype", "mxfp8")
+    assert "is a C8 checkpoint" in refusal(FIXTURES / "qwen3_w8a8c8", "--kv-cache-dtype", "fp8")

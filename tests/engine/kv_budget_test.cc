@@ -15,7 +15,7 @@ KVBudgetRequest request() {
   layer.block_size = 16;
   layer.num_kv_heads = 3;
   layer.head_dim = 64;
-  layer.dtype_bytes = 2;  // 2 planes × 30 × 16 × 3 × 64 × 2 = 368,640 bytes per block
+  layer.row_bytes = 128;  // 2 planes × 30 × 16 × 3 × 128 = 368,640 bytes per block
   r.layout = uniform_kv_cache_layout(layer, 30);
   r.max_num_batched_tokens = 2048;
   r.weight_bytes = 100 << 20;
@@ -85,7 +85,7 @@ TEST(KVBudget, SlidingWindowLayersNeedOnlyTheirWindow) {
     layers[i].block_size = 16;
     layers[i].num_kv_heads = 3;
     layers[i].head_dim = 64;
-    layers[i].dtype_bytes = 2;
+    layers[i].row_bytes = 128;
     if (i % 2 == 1) {
       layers[i].kind = KVCacheKind::kSlidingWindow;
       layers[i].sliding_window = 512;

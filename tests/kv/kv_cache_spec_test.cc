@@ -10,20 +10,20 @@ namespace kestrel {
 namespace {
 
 KVCacheSpec full(int32_t heads = 4, int32_t dim = 64) {
-  return KVCacheSpec{KVCacheKind::kFullAttention, 1, 16, heads, dim, 2, 0};
+  return KVCacheSpec{KVCacheKind::kFullAttention, 1, 16, heads, dim, 2 * dim, 0};
 }
 KVCacheSpec sliding(int32_t window, int32_t heads = 4, int32_t dim = 64) {
-  return KVCacheSpec{KVCacheKind::kSlidingWindow, 1, 16, heads, dim, 2, window};
+  return KVCacheSpec{KVCacheKind::kSlidingWindow, 1, 16, heads, dim, 2 * dim, window};
 }
 
 TEST(KVCacheSpec, FullAttentionBytesCountKAndV) {
   // 2 (K,V) * 32 layers * 16 tokens * 8 heads * 128 dims * 2 bytes.
-  const KVCacheSpec spec{KVCacheKind::kFullAttention, 32, 16, 8, 128, 2};
+  const KVCacheSpec spec{KVCacheKind::kFullAttention, 32, 16, 8, 128, 256};
   EXPECT_EQ(spec.bytes_per_block(), 2 * 32 * 16 * 8 * 128 * 2);
 }
 
 TEST(KVCacheSpec, MlaLatentHasOnePlane) {
-  const KVCacheSpec spec{KVCacheKind::kMlaLatent, 61, 64, 1, 576, 2};
+  const KVCacheSpec spec{KVCacheKind::kMlaLatent, 61, 64, 1, 576, 1152};
   EXPECT_EQ(spec.bytes_per_block(), 61 * 64 * 576 * 2);
 }
 

@@ -53,6 +53,27 @@ TEST(CompressedTensors, OnlyInt8W8A8IsAccepted) {
               q["kv_cache_scheme"] = {{"num_bits", 8}};
             }).find("kv_cache"),
             std::string::npos);
+  // An FP8 kv_cache_scheme (per tensor or per attention head) is read; int8 or dynamic ones are
+  // not.
+  EXPECT_FALSE(ok->compressed_tensors.fp8_kv_scales);
+  std::ifstream fp8_in(fixture("qwen3_ct_w8a8_fp8kv") + "/config.json");
+  const nlohmann::json fp8 = nlohmann::json::parse(fp8_in)["quantization_config"];
+  for (const char* strategy : {"attn_head", "tensor"}) {
+    nlohmann::json q = fp8;
+    q["kv_cache_scheme"]["strategy"] = strategy;
+    auto with_kv = with_quantization(q);
+    ASSERT_TRUE(with_kv.ok()) << with_kv.error().message;
+    EXPECT_TRUE(with_kv->compressed_tensors.fp8_kv_scales);
+  }
+  for (auto [field, value] :
+       {std::pair{"type", nlohmann::json("int")}, std::pair{"dynamic", nlohmann::json(true)},
+        std::pair{"strategy", nlohmann::json("channel")}}) {
+    nlohmann::json q = fp8;
+    q["kv_cache_scheme"][field] = value;
+    auto r = with_quantization(q);
+    ASSERT_FALSE(r.ok()) << field;
+    EXPECT_NE(r.error().message.find("kv_cache_scheme"), std::string::npos);
+  }
   EXPECT_NE(refused([](auto& q) {
               q["config_groups"]["group_0"]["weights"]["num_bits"] = 4;
             }).find("weights"),

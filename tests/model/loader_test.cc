@@ -103,10 +103,32 @@ TEST(Loader, KvCacheDtypeAndQuantComputeOptions) {
     ASSERT_TRUE(lm.ok()) << lm.error().message;
     EXPECT_EQ((*lm)->model->kv_cache_dtype(), want) << flag;
   }
-  o.kv_cache_dtype = "fp8";
+  for (auto [flag, want] : {std::pair{"fp8", DType::F8_E4M3}, std::pair{"fp8_e4m3", DType::F8_E4M3},
+                            std::pair{"fp8_e5m2", DType::F8_E5M2}}) {
+    o.kv_cache_dtype = flag;
+    auto lm = load_model(o);
+    ASSERT_TRUE(lm.ok()) << lm.error().message;
+    EXPECT_EQ((*lm)->model->kv_cache_dtype(), want) << flag;
+  }
+  // An int8 cache needs a C8 checkpoint's scales; MXFP8 groups of 32 need head_dim % 32 == 0
+  // (this config's is 8); scales are calculated only for fp8.
+  o.kv_cache_dtype = "int8";
   auto lm = load_model(o);
   ASSERT_FALSE(lm.ok());
-  EXPECT_NE(lm.error().message.find("not supported on the CPU backend"), std::string::npos);
+  EXPECT_NE(lm.error().message.find("kv_cache_type C8"), std::string::npos) << lm.error().message;
+  o.kv_cache_dtype = "mxfp8";
+  lm = load_model(o);
+  ASSERT_FALSE(lm.ok());
+  EXPECT_NE(lm.error().message.find("head_dim 8"), std::string::npos) << lm.error().message;
+  o.kv_cache_dtype = "fp16";
+  o.calculate_kv_scales = true;
+  lm = load_model(o);
+  ASSERT_TRUE(lm.ok()) << lm.error().message;
+  o.calculate_kv_scales = false;
+  o.kv_cache_dtype = "fp4";
+  lm = load_model(o);
+  ASSERT_FALSE(lm.ok());
+  EXPECT_NE(lm.error().message.find("--kv-cache-dtype 'fp4'"), std::string::npos);
   o.kv_cache_dtype = "auto";
   o.quant_compute = "int4";
   lm = load_model(o);

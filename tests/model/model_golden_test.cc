@@ -46,13 +46,18 @@ Golden read_golden(const std::string& dir) {
 }
 
 // Loads a fixture with activations of its golden's dtype (the FP8 fixture's goldens are an f32
-// forward over its dequantized weights, though its config says bfloat16).
+// forward over its dequantized weights, though its config says bfloat16) and, for fixtures
+// with a quantized KV cache, the --kv-cache-dtype its goldens were computed with.
 std::unique_ptr<LoadedModel> load(const std::string& dir, int threads = 2) {
   LoadOptions o;
   o.model = dir;
   o.threads = threads;
   auto text = read_text_file(dir + "/golden.json");
-  if (text.ok()) o.dtype = nlohmann::json::parse(*text).at("dtype").get<std::string>();
+  if (text.ok()) {
+    const auto j = nlohmann::json::parse(*text);
+    o.dtype = j.at("dtype").get<std::string>();
+    if (j.contains("kv_cache_dtype")) o.kv_cache_dtype = j["kv_cache_dtype"].get<std::string>();
+  }
   auto m = load_model(o);
   EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
   return m.ok() ? std::move(*m) : nullptr;
@@ -294,7 +299,10 @@ TEST(ModelFixtures, AllExpectedArchitecturesPresent) {
                            "qwen3_moe_w8a8_dynamic",
                            "qwen3_moe_w4a8_dynamic",
                            "qwen3_ct_w8a8_dynamic",
-                           "qwen3_ct_w8a8_static"})
+                           "qwen3_ct_w8a8_static",
+                           "qwen3_w8a8c8",
+                           "qwen3_w8a8_mxfp8kv",
+                           "qwen3_ct_w8a8_fp8kv"})
     EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
 }
 

@@ -75,7 +75,17 @@ TEST(ModelSlim, RefusesWhatItDoesNotRunNamingTheTypeAndTensor) {
   EXPECT_NE(w4.find("W4A16"), std::string::npos) << w4;
   EXPECT_NE(w4.find("model.layers.1.mlp.experts.0.up_proj.weight"), std::string::npos) << w4;
   EXPECT_NE(refusal({{"a.weight", "W8A8_MXFP8"}}).find("W8A8_MXFP8"), std::string::npos);
-  EXPECT_NE(refusal({{"kv_cache_type", "C8"}, {"a.weight", "W8A8"}}).find("C8"), std::string::npos);
+  // C8 and the MXFP8 marker are KV caches Kestrel keeps; other kv_cache_types are refused.
+  EXPECT_EQ(refusal({{"kv_cache_type", "C8"},
+                     {"a.weight", "W8A8"},
+                     {"model.layers.0.self_attn.k_proj.kv_cache_scale", "C8"}}),
+            "");
+  EXPECT_EQ(refusal({{"kv_cache_type", "K_DYNAMIC_V_STATIC_MXFP8_PER_CHANNEL"}}), "");
+  const std::string c4 = refusal({{"kv_cache_type", "C4"}, {"a.weight", "W8A8"}});
+  EXPECT_NE(c4.find("kv_cache_type C4"), std::string::npos) << c4;
+  // A C8-typed tensor that is not a KV scale is a weight type Kestrel does not run.
+  EXPECT_NE(refusal({{"kv_cache_type", "C8"}, {"a.weight", "C8"}}).find("a.weight"),
+            std::string::npos);
   EXPECT_NE(refusal({{"group_size", 128}, {"a.weight", "W8A8_DYNAMIC"}}).find("group_size 128"),
             std::string::npos);
   const std::string online =

@@ -160,7 +160,7 @@ TEST(MlaCache, HoldsTheLatentAndRopeKeyPerTokenPerLayer) {
   spec.block_size = int32_t(block);
   spec.num_kv_heads = 1;
   spec.head_dim = int32_t(per_token_layer);
-  spec.dtype_bytes = 4;
+  spec.row_bytes = int32_t(4 * per_token_layer);
   EXPECT_EQ(spec.bytes_per_block() * blocks, int64_t(kv.bytes()));
 }
 

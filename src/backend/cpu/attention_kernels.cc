@@ -12,8 +12,9 @@
 namespace kestrel::cpu {
 namespace {
 
-void widen_keys(DType t, const uint8_t* const* src, int nk, float* dst, int64_t hdp, int hd) {
-  widen_cache_rows(t, src, nk, dst, hdp, hd);
+void widen_keys(const CacheRowCodec& c, const uint8_t* const* src, int nk, float* dst, int64_t hdp,
+                int hd) {
+  widen_cache_rows(c, src, nk, dst, hdp, hd);
   std::fill(dst + nk * hdp, dst + kAttentionKeyBlock * hdp, 0.0f);
 }
 

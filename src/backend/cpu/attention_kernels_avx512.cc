@@ -24,7 +24,8 @@ namespace {
 
 constexpr int kPairs = kAttentionKeyBlock / 2;
 
-void widen_keys(DType t, const uint8_t* const* src, int nk, float* dst, int64_t hdp, int hd) {
+void widen_keys(const CacheRowCodec& codec, const uint8_t* const* src, int nk, float* dst,
+                int64_t hdp, int hd) {
   thread_local std::vector<float> row;
   row.resize(size_t(hdp));
   const int64_t chunks = hdp / 8;
@@ -35,10 +36,10 @@ void widen_keys(DType t, const uint8_t* const* src, int nk, float* dst, int64_t 
       continue;
     }
     const float* w = row.data();
-    if (t == DType::F32 && hd == hdp) {
+    if (codec.dtype == DType::F32 && hd == hdp) {
       w = reinterpret_cast<const float*>(src[jj]);
     } else {
-      widen_cache_row(t, src[jj], row.data(), hd);
+      widen_cache_row(codec, src[jj], row.data(), hd);
     }
     for (int64_t c = 0; c < chunks; ++c)
       _mm256_storeu_ps(base + 16 * c, _mm256_loadu_ps(w + 8 * c));

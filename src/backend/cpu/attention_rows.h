@@ -1,20 +1,17 @@
-// backend/cpu/attention_rows.h — row helpers the attention kernels share: converting rows
-// between f32 and a KV cache's storage dtype (F32, F16 or BF16), the softmax of one row of
-// scores, and the walk over a batch's query tiles.
+// backend/cpu/attention_rows.h — row helpers the attention kernels share: the softmax of one
+// row of scores and the walk over a batch's query tiles (the cache's row formats:
+// cache_rows.h).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/cache_rows.h"
 #include "backend/cpu/paged_attention.h"
 #include "tensor/dtype.h"
 
 namespace kestrel::cpu {
-
-inline size_t cache_elem_size(DType t) {
-  return t == DType::F32 ? 4 : 2;
-}
 
 inline int64_t round_up8(int64_t n) {
   return (n + 7) & ~int64_t(7);
@@ -28,17 +25,6 @@ void for_each_query_tile(const AttentionBatch& batch, int tile, Fn&& fn) {
     for (int64_t t0 = batch.query_start_loc[s]; t0 < batch.query_start_loc[s + 1]; t0 += tile)
       fn(s, t0, std::min<int64_t>(t0 + tile, batch.query_start_loc[s + 1]));
 }
-
-// Stores n floats converted to the cache dtype (round to nearest even, as f32_to_f16/bf16).
-void store_cache_row(DType t, const float* src, void* dst, int64_t n);
-
-// Widens n cached values to f32 and zero-fills dst up to the next multiple of 8.
-void widen_cache_row(DType t, const uint8_t* src, float* dst, int n);
-
-// widen_cache_row for `count` rows (src[i] to dst + i * dst_stride) in one call: attention widens
-// a block of keys at a time, and per-row calls cost as much as the conversion itself.
-void widen_cache_rows(DType t, const uint8_t* const* src, int count, float* dst, int64_t dst_stride,
-                      int n);
 
 // In place: softmax over sc[0..n) (exact max, exp and sum in blocks of eight, the same order
 // whatever n is padded to), the probabilities rounded to p_dtype; sc[n..round_up8(n)) is filled

@@ -90,7 +90,8 @@ void gather_keys(const Params& p, const int32_t* table, int64_t j0, int64_t len,
                  int count, Scratch& s, const float** row) {
   const MlaCacheLayer& c = p.cache;
   const int64_t row_elems = int64_t(c.latent_dim) + c.rope_dim;
-  const size_t es = cache_elem_size(c.dtype);
+  const size_t es = cache_row_bytes(c.dtype, 1);
+  const CacheRowCodec codec{c.dtype, nullptr, nullptr, c.scale};
   for (int jj = 0; jj < count; ++jj) {
     const int64_t j = j0 + jj;
     if (j >= len) {
@@ -104,8 +105,8 @@ void gather_keys(const Params& p, const int32_t* table, int64_t j0, int64_t len,
       continue;
     }
     float* dst = s.rows + jj * p.kp;
-    widen_cache_row(c.dtype, src, dst, c.latent_dim);
-    if (rope) widen_cache_row(c.dtype, src + size_t(c.latent_dim) * es, dst + p.lp, c.rope_dim);
+    widen_cache_row(codec, src, dst, c.latent_dim);
+    if (rope) widen_cache_row(codec, src + size_t(c.latent_dim) * es, dst + p.lp, c.rope_dim);
     row[jj] = dst;
   }
 }
@@ -183,7 +184,7 @@ void attend(const Params& p, const Unit& u, const float* q_lat, const float* q_r
   const MlaCacheLayer& c = p.cache;
   const int nh = u.h1 - u.h0, nt = int(u.t1 - u.t0), nq = nt * nh;
   const int64_t lp = p.lp, kp = p.kp;
-  const DType op = c.dtype;
+  const DType op = quantized_kv_cache(c.dtype) ? p.act : c.dtype;
   const DType p_dtype = p.act != DType::F32 ? p.act : op;
   const int32_t* table = p.batch.block_tables + int64_t(u.seq) * p.batch.max_blocks_per_seq;
   const int32_t* pos = p.batch.positions + u.t0;
@@ -271,20 +272,27 @@ void attend(const Params& p, const Unit& u, const float* q_lat, const float* q_r
   }
 }
 
+// Latent rows are one code per value: FP8 with a per-tensor scale, no per-group formats.
+void check_mla_cache_dtype(DType t) {
+  KCHECK(t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F8_E4M3 ||
+             t == DType::F8_E5M2,
+         "unsupported MLA cache dtype {}", dtype_name(t));
+}
+
 }  // namespace
 
 void write_mla_cache(const MlaCacheLayer& cache, const float* latent, const float* k_rope,
                      const AttentionBatch& batch) {
-  KCHECK(cache.dtype == DType::F32 || cache.dtype == DType::F16 || cache.dtype == DType::BF16,
-         "unsupported MLA cache dtype {}", dtype_name(cache.dtype));
-  const size_t es = cache_elem_size(cache.dtype);
+  check_mla_cache_dtype(cache.dtype);
+  const size_t es = cache_row_bytes(cache.dtype, 1);
+  const CacheRowCodec codec{cache.dtype, nullptr, nullptr, cache.scale};
   const int64_t row_elems = int64_t(cache.latent_dim) + cache.rope_dim;
   for (int64_t t = 0; t < batch.num_tokens; ++t) {
     const int64_t slot = batch.slot_mapping[t];
     KCHECK(slot >= 0 && slot < cache.num_blocks * cache.block_size, "slot {} out of range", slot);
     uint8_t* dst = static_cast<uint8_t*>(cache.data) + size_t(slot * row_elems) * es;
-    store_cache_row(cache.dtype, latent + t * cache.latent_dim, dst, cache.latent_dim);
-    store_cache_row(cache.dtype, k_rope + t * cache.rope_dim, dst + size_t(cache.latent_dim) * es,
+    store_cache_row(codec, latent + t * cache.latent_dim, dst, cache.latent_dim);
+    store_cache_row(codec, k_rope + t * cache.rope_dim, dst + size_t(cache.latent_dim) * es,
                     cache.rope_dim);
   }
 }
@@ -292,8 +300,7 @@ void write_mla_cache(const MlaCacheLayer& cache, const float* latent, const floa
 void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer& cache,
                    const AttentionBatch& batch, int num_heads, float scale, float* out,
                    ThreadPool& pool, DType act) {
-  KCHECK(cache.dtype == DType::F32 || cache.dtype == DType::F16 || cache.dtype == DType::BF16,
-         "unsupported MLA cache dtype {}", dtype_name(cache.dtype));
+  check_mla_cache_dtype(cache.dtype);
   KCHECK(num_heads > 0 && cache.latent_dim > 0 && cache.rope_dim >= 0,
          "bad MLA shape: {} heads, latent {}, rope {}", num_heads, cache.latent_dim,
          cache.rope_dim);

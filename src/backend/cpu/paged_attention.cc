@@ -24,17 +24,17 @@ constexpr int kKeyBlock = kAttentionKeyBlock;
 // Below about this many multiply-adds per thread the work stays on the calling thread.
 constexpr int64_t kMinMacsPerThread = int64_t(1) << 15;
 
-// Where each key's cached row (one token, one KV head) starts, in elements from the cache
-// base, for keys j0 .. j0 + n - 1 (offs[i] is key j0 + i's): the block table walked once per
-// unit instead of a division per row read.
+// Where each key's cached row (one token, one KV head) starts, in bytes from the cache base,
+// for keys j0 .. j0 + n - 1 (offs[i] is key j0 + i's): the block table walked once per unit
+// instead of a division per row read.
 void key_offsets(const KVLayer& c, const int32_t* block_table, int kv_head, int64_t j0, int64_t n,
                  std::vector<int64_t>& offs) {
   offs.resize(size_t(n));
+  const int64_t row_bytes = int64_t(cache_row_bytes(c.dtype, c.head_dim));
   int64_t blk = j0 / c.block_size, off = j0 % c.block_size;
   for (int64_t i = 0; i < n; ++i) {
     offs[size_t(i)] =
-        ((int64_t(block_table[blk]) * c.num_kv_heads + kv_head) * c.block_size + off) *
-        int64_t(c.head_dim);
+        ((int64_t(block_table[blk]) * c.num_kv_heads + kv_head) * c.block_size + off) * row_bytes;
     if (++off == c.block_size) {
       off = 0;
       ++blk;
@@ -79,13 +79,16 @@ const AttentionKernels& attention_kernels() {
 //   s_j = dot(q, k_j) (eight-lane partial sums in dimension order, then a fixed tree) · scale,
 //   p = softmax(s) (exact max; exp and sum over the row in blocks of eight),
 //   out = Σ_j p_j · v_j in key order.
-// With a half-precision cache, q and p are rounded to it (the operands of a half GEMM); with
+// With a half-precision cache, q and p are rounded to it (the operands of a half GEMM); a
+// quantized cache's rows are widened to f32 (dequantized) and q and p are kept in `act`. With
 // reduced-precision activations the scores, scaled scores and output are rounded to `act`.
 void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, Scratch& s) {
   const int hd = p.hd, group = p.group;
   const int64_t hdp = round_up8(hd);
-  const DType op = p.cache.dtype;
+  const DType op = quantized_kv_cache(p.cache.dtype) ? p.act : p.cache.dtype;
   const DType p_dtype = p.act != DType::F32 ? p.act : op;
+  const CacheRowCodec key_codec = key_row_codec(p.cache, u.kv_head);
+  const CacheRowCodec value_codec = value_row_codec(p.cache, u.kv_head);
   const int nq = int(u.t1 - u.t0) * group;
   const int64_t window = p.batch.sliding_window;
   // The first key a query at `pos` sees: 0, or the start of its sliding window.
@@ -104,17 +107,16 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   const int64_t stride = round_up8(len - begin) + kKeyBlock;
   key_offsets(p.cache, p.batch.block_tables + int64_t(u.seq) * p.batch.max_blocks_per_seq,
               u.kv_head, begin, len - begin, s.offs);
-  const int64_t es = int64_t(cache_elem_size(op));
   // The cached rows of keys j0 .. j0 + nk - 1 of K or V, widened into s.rows. Cached rows are
   // scattered over the blocks and read once per step, so the next block's rows are prefetched:
   // waiting on them was most of the widening time in batched decode.
-  const int64_t row_bytes = hd * es;
+  const int64_t row_bytes = int64_t(cache_row_bytes(p.cache.dtype, hd));
   auto block_rows = [&](const void* base, int64_t j0, int nk, const uint8_t** src) {
     const auto* b = static_cast<const uint8_t*>(base);
-    for (int jj = 0; jj < nk; ++jj) src[jj] = b + s.offs[size_t(j0 - begin + jj)] * es;
+    for (int jj = 0; jj < nk; ++jj) src[jj] = b + s.offs[size_t(j0 - begin + jj)];
     for (int64_t j = j0 + kKeyBlock; j < std::min(len, j0 + 2 * kKeyBlock); ++j)
       for (int64_t off = 0; off < row_bytes; off += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(b + s.offs[size_t(j - begin)] * es + off),
+        _mm_prefetch(reinterpret_cast<const char*>(b + s.offs[size_t(j - begin)] + off),
                      _MM_HINT_T0);
   };
 
@@ -146,7 +148,7 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   for (int64_t j0 = begin; j0 < len; j0 += kKeyBlock) {
     const int nk = int(std::min<int64_t>(kKeyBlock, len - j0));
     block_rows(p.cache.k, j0, nk, src);
-    p.kernels.widen_keys(op, src, nk, s.rows.data(), hdp, hd);
+    p.kernels.widen_keys(key_codec, src, nk, s.rows.data(), hdp, hd);
     const bool all = whole(j0);
     if (!all)
       for (int r = 0; r < nq; ++r)
@@ -171,7 +173,7 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   for (int64_t j0 = begin; j0 < len; j0 += kKeyBlock) {
     const int nk = int(std::min<int64_t>(kKeyBlock, len - j0));
     block_rows(p.cache.v, j0, nk, src);
-    widen_cache_rows(op, src, nk, s.rows.data(), hdp, hd);
+    widen_cache_rows(value_codec, src, nk, s.rows.data(), hdp, hd);
     if (whole(j0)) {
       p.kernels.accumulate(s.scores.data() + (j0 - begin), stride, s.rows.data(), hdp, nq,
                            s.all_first.data(), s.all_end.data(), s.out.data());
@@ -201,7 +203,7 @@ void write_kv(const KVLayer& cache, const float* k, const float* v, const Attent
               const RopeParams* rope_k) {
   const int hd = cache.head_dim;
   const int64_t row = int64_t(cache.num_kv_heads) * hd;
-  const int64_t es = int64_t(cache_elem_size(cache.dtype));
+  const int64_t row_bytes = int64_t(cache_row_bytes(cache.dtype, hd));
   thread_local std::vector<float> rotated;
   for (int64_t t = 0; t < batch.num_tokens; ++t) {
     const int64_t slot = batch.slot_mapping[t];
@@ -213,9 +215,11 @@ void write_kv(const KVLayer& cache, const float* k, const float* v, const Attent
       kr = rotated.data();
     }
     for (int h = 0; h < cache.num_kv_heads; ++h) {
-      const int64_t at = kv_row_offset(cache, slot, h) * es;
-      store_cache_row(cache.dtype, kr + h * hd, static_cast<uint8_t*>(cache.k) + at, hd);
-      store_cache_row(cache.dtype, v + t * row + h * hd, static_cast<uint8_t*>(cache.v) + at, hd);
+      const int64_t at = kv_row_index(cache, slot, h) * row_bytes;
+      store_cache_row(key_row_codec(cache, h), kr + h * hd, static_cast<uint8_t*>(cache.k) + at,
+                      hd);
+      store_cache_row(value_row_codec(cache, h), v + t * row + h * hd,
+                      static_cast<uint8_t*>(cache.v) + at, hd);
     }
   }
 }
@@ -224,7 +228,8 @@ void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch&
                      int num_heads, float scale, float* out, ThreadPool& pool, DType act) {
   const int kvh = cache.num_kv_heads;
   KCHECK(num_heads % kvh == 0, "heads {} not a multiple of kv heads {}", num_heads, kvh);
-  KCHECK(cache.dtype == DType::F32 || cache.dtype == DType::F16 || cache.dtype == DType::BF16,
+  KCHECK(cache.dtype == DType::F32 || cache.dtype == DType::F16 || cache.dtype == DType::BF16 ||
+             quantized_kv_cache(cache.dtype),
          "unsupported KV cache dtype {}", dtype_name(cache.dtype));
   // Units: each sequence's tokens in tiles of kQueryTile, times the KV heads; the longest
   // contexts (last tiles) first so the dynamic split ends evenly, and stably, so that a tile's

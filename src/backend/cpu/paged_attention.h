@@ -1,6 +1,7 @@
 // backend/cpu/paged_attention.h — causal attention over a paged KV cache.
 // The cache of one layer is [num_blocks, num_kv_heads, block_size, head_dim] for K and for V, in
-// f32, f16 or bf16 (KVLayer, kv_row_offset); a sequence's token at position p lives in block
+// f32, f16, bf16 or a quantized row format (KVLayer, kv_row_index, cache_rows.h); a sequence's
+// token at position p lives in block
 // block_table[p / block_size], row p % block_size.
 #pragma once
 
@@ -14,9 +15,9 @@
 namespace kestrel::cpu {
 
 // Stores the new tokens' K and V ([num_tokens, num_kv_heads, head_dim], f32) at their slots,
-// converted to the cache dtype (round to nearest even). With rope_k, each K row is rotated
-// (apply_rope at batch.positions) on its way into the cache — one pass over K instead of two;
-// k itself is left as it was.
+// converted to the cache's row format (round to nearest even; quantized: cache_rows.h). With
+// rope_k, each K row is rotated (apply_rope at batch.positions) on its way into the cache — one
+// pass over K instead of two; k itself is left as it was.
 void write_kv(const KVLayer& cache, const float* k, const float* v, const AttentionBatch& batch,
               const RopeParams* rope_k = nullptr);
 
@@ -27,7 +28,8 @@ void write_kv(const KVLayer& cache, const float* k, const float* v, const Attent
 // Query head h reads KV head h / (num_heads / num_kv_heads).
 // Precision: with an f16/bf16 cache the two products take operands of the cache dtype, as a
 // half-precision GEMM does — q is rounded for Q·Kᵀ and the normalized probabilities for P·V —
-// with f32 accumulation. With act = BF16/F16 (a model whose activations are that dtype) the
+// with f32 accumulation. A quantized cache's rows are dequantized to f32 and q and p stay in
+// act. With act = BF16/F16 (a model whose activations are that dtype) the
 // scores, scaled scores and the output are also rounded to it, as an eager reference computes.
 // Every query's arithmetic (order of sums included) depends only on its own position and data,
 // never on the other tokens of the batch or the thread split, so results are batch-invariant.
