@@ -67,18 +67,26 @@ FIXTURES = {
     "qwen3_w8a8c8": ("qwen3_f32", "W8A8_DYNAMIC", "modelslim", "C8"),
     "qwen3_w8a8_mxfp8kv": ("qwen3_f32", "W8A8_DYNAMIC", "modelslim", "MXFP8"),
     "qwen3_ct_w8a8_fp8kv": ("qwen3_f32", "W8A8_DYNAMIC", "compressed-tensors", "FP8"),
+    # DeepSeek-V3's W8A8_DYNAMIC (the guides' w8a8 checkpoints): MLA's projections, the dense
+    # MLP and every expert int8; routers and the MTP layer FLOAT.
+    "deepseek_v3_w8a8_dynamic": ("deepseek_v3_f32", "W8A8_DYNAMIC"),
 }
 
 MXFP8_MARKER = "K_DYNAMIC_V_STATIC_MXFP8_PER_CHANNEL"
 E4M3_MAX = 448.0
 
-LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+           # DeepSeek's MLA
+           "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj")
 
 
-def quantized_layer(name):
-    """The decoder layers' linears (not the router `mlp.gate`, not lm_head or embeddings)."""
-    return name.startswith("model.layers.") and name.endswith(".weight") and \
-        name.split(".")[-2] in LINEARS
+def quantized_layer(name, num_layers=None):
+    """The decoder layers' linears (not the router `mlp.gate`, not lm_head or embeddings, not an
+    MTP layer past num_layers: the published -mtp checkpoints keep it FLOAT)."""
+    if not (name.startswith("model.layers.") and name.endswith(".weight") and
+            name.split(".")[-2] in LINEARS):
+        return False
+    return num_layers is None or int(name.split(".")[2]) < num_layers
 
 
 def quantize_weight(w, levels=127):
@@ -284,9 +292,10 @@ def make(name, root):
     model = mf.load_checkpoint(str(src), torch.float64)
     ranges = calibrate(model, golden["prompts"]) if qtype == "W8A8" else {}
 
+    num_layers = model.config.num_hidden_layers
     saved, types, expert_modules, row_scales = {}, {}, {}, {}
     for key, value in tensors.items():
-        if not quantized_layer(key):
+        if not quantized_layer(key, num_layers):
             saved[key] = value
             types[key] = "FLOAT"
             continue
@@ -325,6 +334,13 @@ def make(name, root):
             if k.startswith(prefix + ".") and k not in types:
                 types[k] = layer_type
         module = QuantLinear(codes, scale, static)
+        if prefix.endswith("kv_b_proj"):
+            # MLA absorbs kv_b into the query and the attention output, so engines (vLLM-Ascend
+            # and Kestrel alike) dequantize it to float: its input is never quantized.
+            module = torch.nn.Linear(value.shape[1], value.shape[0], bias=False,
+                                     dtype=torch.float64)
+            module.weight.data = torch.tensor(codes, dtype=torch.float64) * \
+                torch.tensor(scale, dtype=torch.float64)
         if ".experts." in prefix:
             experts_prefix, e, proj = prefix.rsplit(".", 2)
             expert_modules.setdefault(experts_prefix, {}).setdefault(int(e), {})[proj] = module

@@ -4,11 +4,12 @@
 // Run:   bench/kernels/run.sh --benchmark_filter=attention
 //   or:  ./build-bench/bench/kernels/attention_bench --benchmark_min_time=0.05
 // Case names read attention/<decode|prefill|decode_swa4096>/<model>/<cache dtype>/ctx:<context>/
-// threads:<n>; decode_swa4096 is decode through a sliding window of 4,096 keys (Mistral-7B's).
-// Models: smollm2 (head_dim 64, 9 query / 3 KV heads) and llama3_8b (head_dim 128, 32 / 8).
-// decode: 8 sequences, each one new query at position ctx-1 (every sequence reads ctx tokens).
-// prefill: one sequence, 512 new queries at positions 0..511 (causal, so ctx is 512).
-// Only the attention is timed; the K/V of the step are already in the cache.
+// threads:<n> (cache dtypes: f16, f32, and the quantized fp8 (E4M3), mxfp8 and int8 (C8) rows
+// with unit scales); decode_swa4096 is decode through a sliding window of 4,096 keys
+// (Mistral-7B's). Models: smollm2 (head_dim 64, 9 query / 3 KV heads) and llama3_8b (head_dim 128,
+// 32 / 8). decode: 8 sequences, each one new query at position ctx-1 (every sequence reads ctx
+// tokens). prefill: one sequence, 512 new queries at positions 0..511 (causal, so ctx is 512). Only
+// the attention is timed; the K/V of the step are already in the cache.
 //
 // Columns: Time is wall time per call. items/s = queries per second. GB/s (decode only) = K and
 // V bytes of every sequence's context (with a window: of its window) over time, the least a call
@@ -25,8 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/cache_rows.h"
 #include "backend/cpu/paged_attention.h"
-#include "base/fp16.h"
 #include "base/thread_pool.h"
 #include "tensor/dtype.h"
 
@@ -55,14 +56,15 @@ struct AttentionCase {
   double macs = 0;      // multiply-accumulates of one call
 };
 
-void fill_random(std::vector<uint8_t>& buf, DType dtype, std::minstd_rand& rng) {
+// Rows of head_dim values uniform in [-1, 1], stored as the cache stores them (codes with scale
+// 1 for the quantized formats, MXFP8's per-32 scales chosen per row).
+void fill_random(std::vector<uint8_t>& buf, DType dtype, int head_dim, std::minstd_rand& rng) {
   std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
-  if (dtype == DType::F32) {
-    auto* p = reinterpret_cast<float*>(buf.data());
-    for (size_t i = 0; i < buf.size() / 4; ++i) p[i] = ud(rng);
-  } else {
-    auto* p = reinterpret_cast<uint16_t*>(buf.data());
-    for (size_t i = 0; i < buf.size() / 2; ++i) p[i] = f32_to_f16(ud(rng));
+  std::vector<float> row(static_cast<size_t>(head_dim));
+  const size_t row_bytes = cache_row_bytes(dtype, head_dim);
+  for (size_t at = 0; at + row_bytes <= buf.size(); at += row_bytes) {
+    for (float& x : row) x = ud(rng);
+    store_cache_row({dtype}, row.data(), buf.data() + at, head_dim);
   }
 }
 
@@ -81,8 +83,8 @@ void build_case(AttentionCase& c, const ModelShape& model, DType dtype, int num_
   const size_t cache_bytes = dtype_bytes(dtype, num_blocks * kBlockSize * row_elems);
   c.k.resize(cache_bytes);
   c.v.resize(cache_bytes);
-  fill_random(c.k, dtype, rng);
-  fill_random(c.v, dtype, rng);
+  fill_random(c.k, dtype, model.head_dim, rng);
+  fill_random(c.v, dtype, model.head_dim, rng);
   c.layer = {c.k.data(), c.v.data(),         dtype,         num_blocks,
              kBlockSize, model.num_kv_heads, model.head_dim};
 
@@ -158,7 +160,11 @@ void bm_attention(benchmark::State& state, ModelShape model, DType dtype, int nu
 
 void register_all() {
   const ModelShape models[] = {{"smollm2", 64, 9, 3}, {"llama3_8b", 128, 32, 8}};
-  const std::pair<const char*, DType> dtypes[] = {{"f16", DType::F16}, {"f32", DType::F32}};
+  const std::pair<const char*, DType> dtypes[] = {{"f16", DType::F16},
+                                                  {"f32", DType::F32},
+                                                  {"fp8", DType::F8_E4M3},
+                                                  {"mxfp8", DType::MXFP8},
+                                                  {"int8", DType::I8}};
   for (const ModelShape& model : models) {
     for (const auto& [dtype_label, dtype] : dtypes) {
       const std::string suffix = std::string(model.label) + "/" + dtype_label;

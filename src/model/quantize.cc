@@ -44,14 +44,19 @@ Status write_config(const fs::path& from, const fs::path& to) {
 
 }  // namespace
 
-bool quantized_by_writer(const std::string& name) {
-  static const char* const kProjections[] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                             "gate_proj", "up_proj", "down_proj"};
-  if (!name.starts_with("model.layers.") || !name.ends_with(".weight")) return false;
+bool quantized_by_writer(const std::string& name, int64_t num_layers) {
+  static const char* const kProjections[] = {"q_proj",    "k_proj",    "v_proj",
+                                             "o_proj",    "gate_proj", "up_proj",
+                                             "down_proj", "q_a_proj",  "kv_a_proj_with_mqa",
+                                             "q_b_proj",  "kv_b_proj"};
+  constexpr std::string_view kLayers = "model.layers.";
+  if (!name.starts_with(kLayers) || !name.ends_with(".weight")) return false;
   const std::string stem = name.substr(0, name.size() - 7);
   const std::string last = stem.substr(stem.rfind('.') + 1);
-  return std::find(std::begin(kProjections), std::end(kProjections), last) !=
-         std::end(kProjections);
+  if (std::find(std::begin(kProjections), std::end(kProjections), last) == std::end(kProjections))
+    return false;
+  // A layer past the decoder's is DeepSeek's MTP block, FLOAT in the published -mtp checkpoints.
+  return std::stoll(name.substr(kLayers.size())) < num_layers;
 }
 
 void quantize_int8_rows(const float* w, int64_t rows, int64_t cols, int8_t* codes, float* scales) {
@@ -76,11 +81,6 @@ Expected<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o) {
   if (config.fp8.enabled)
     return make_error("kestrel quantize: '{}' holds FP8 weights; give it a bf16 checkpoint",
                       o.input);
-  if (config.mla.enabled())
-    return make_error(
-        "kestrel quantize: '{}' uses multi-head latent attention (DeepSeek), whose projections "
-        "Kestrel does not load as int8 yet",
-        o.input);
   if (fs::exists(o.output, ec) && !fs::is_empty(o.output, ec))
     return make_error("kestrel quantize: '{}' exists and is not empty", o.output);
   fs::create_directories(o.output, ec);
@@ -95,7 +95,7 @@ Expected<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o) {
     KASSIGN(const Tensor t, ckpt->tensor(name));
     report.bytes_in += t.nbytes();
     const bool floating = t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16;
-    if (!quantized_by_writer(name) || t.shape.ndim != 2 || !floating) {
+    if (!quantized_by_writer(name, config.num_hidden_layers) || t.shape.ndim != 2 || !floating) {
       std::vector<int64_t> shape(t.shape.dims.begin(), t.shape.dims.begin() + t.shape.ndim);
       out.push_back({name, t.dtype, shape,
                      [t](std::span<uint8_t> dst) { std::memcpy(dst.data(), t.data, dst.size()); }});

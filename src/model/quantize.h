@@ -3,9 +3,9 @@
 // `--quantization ascend`) reads: quant_model_description.json, quant_model_weights.safetensors,
 // and the directory's other *.json, *.py, *.txt, *.jinja and tokenizer files, config.json
 // without a quantization_config (as msModelSlim's writer leaves it). The decoder layers'
-// attention and MLP projections (the routed and shared experts' too) get int8 weights with one
-// symmetric scale per row; everything else stays as it is, typed FLOAT. Pure file work: no
-// model is built.
+// attention (MLA's included) and MLP projections (the routed and shared experts' too) get int8
+// weights with one symmetric scale per row; everything else stays as it is, typed FLOAT. Pure file
+// work: no model is built.
 #pragma once
 
 #include <cstdint>
@@ -28,9 +28,10 @@ struct QuantizeReport {
 
 Expected<QuantizeReport> quantize_checkpoint(const QuantizeOptions& options);
 
-// Whether the writer quantizes this tensor: a 2-D `*_proj.weight` of q, k, v, o, gate, up or
-// down under model.layers. (MTP layers included, linear-attention projections not).
-bool quantized_by_writer(const std::string& name);
+// Whether the writer quantizes this tensor: a `*_proj.weight` of q, k, v, o, gate, up or down,
+// or MLA's q_a, q_b, kv_a_proj_with_mqa and kv_b, in one of the first `num_layers` layers under
+// model.layers. (Not DeepSeek's MTP layer after them, nor linear-attention projections.)
+bool quantized_by_writer(const std::string& name, int64_t num_layers);
 
 // Per row: scale = max|w| / 127 (1 for a row of zeros), code = round-half-even(w / scale),
 // within ±127 — the same f32 arithmetic as tools/make_modelslim_fixtures.py.

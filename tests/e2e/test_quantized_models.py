@@ -1,5 +1,5 @@
 """msModelSlim checkpoints (`--quantization ascend`) served by `kestrel serve`: the W8A8_DYNAMIC,
-W8A8, MoE W8A8_DYNAMIC and MoE W4A8_DYNAMIC (int4 experts) fixtures
+W8A8, MoE W8A8_DYNAMIC, MoE W4A8_DYNAMIC (int4 experts) and DeepSeek-V3 W8A8_DYNAMIC fixtures
 (tools/make_modelslim_fixtures.py) reproduce their goldens' greedy continuations under
 concurrent requests, also on two tensor-parallel ranks (each holding its rows of the int8
 weights and their scales) and without the flag (the description file is recognised); the flag
@@ -30,6 +30,10 @@ FIXTURES = REPO / "tests" / "fixtures" / "models"
     ("qwen3_w8a8", []),
     ("qwen3_ct_w8a8_dynamic", []),
     ("qwen3_ct_w8a8_static", ["--tensor-parallel-size", "2"]),
+    # DeepSeek-V3's MLA projections and experts int8 (kv_b dequantized for absorption), with an
+    # FP8 latent cache too.
+    ("deepseek_v3_w8a8_dynamic", []),
+    ("deepseek_v3_w8a8_dynamic", ["--tensor-parallel-size", "2", "--enable-expert-parallel"]),
     # Quantized KV caches: C8 (picked by `auto` from the description's kv_cache_type), FP8 with
     # the compressed-tensors kv_cache_scheme's per-head scales, MXFP8 with the description's V
     # scales; on two ranks each holds its heads' channels of the scales.

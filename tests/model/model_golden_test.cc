@@ -302,7 +302,8 @@ TEST(ModelFixtures, AllExpectedArchitecturesPresent) {
                            "qwen3_ct_w8a8_static",
                            "qwen3_w8a8c8",
                            "qwen3_w8a8_mxfp8kv",
-                           "qwen3_ct_w8a8_fp8kv"})
+                           "qwen3_ct_w8a8_fp8kv",
+                           "deepseek_v3_w8a8_dynamic"})
     EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
 }
 

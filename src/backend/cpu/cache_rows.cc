@@ -48,12 +48,13 @@ void store_mxfp8_row(const float* src, uint8_t* dst, int64_t n) {
   }
 }
 
-// Eight codes at p as f32 code values (e4m3 and e5m2 through their f16 bit patterns).
-__m256 load_e4m3x8(const uint8_t* p) {
+// Eight codes at p as f32 code values (e4m3 and e5m2 through their f16 bit patterns; an e4m3
+// code's pattern is its value / kFp8F16Scale, which the callers fold into a multiply they make).
+__m256 load_e4m3x8_over_256(const uint8_t* p) {
   const __m128i t = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
   const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(t, _mm_set1_epi16(0x7F)), 7),
                                  _mm_slli_epi16(_mm_and_si128(t, _mm_set1_epi16(0x80)), 8));
-  return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(kFp8F16Scale));
+  return _mm256_cvtph_ps(h);
 }
 __m256 load_e5m2x8(const uint8_t* p) {
   const __m128i t = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
@@ -75,34 +76,72 @@ float code_value(DType t, uint8_t q) {
   }
 }
 
-// Quantized widening: codes, then (x − offset) · scale per dimension.
-void widen_quantized_row(const CacheRowCodec& c, const uint8_t* src, float* dst, int n) {
+// Eight codes of a one-byte format as f32 code values (E4M3's divided by kFp8F16Scale).
+template <DType T>
+__m256 load_codes8(const uint8_t* p) {
+  if constexpr (T == DType::F8_E4M3)
+    return load_e4m3x8_over_256(p);
+  else if constexpr (T == DType::F8_E5M2)
+    return load_e5m2x8(p);
+  else
+    return load_i8x8(p);
+}
+
+// Quantized widening, (code − offset) · scale · gain per dimension, with the format and which
+// terms are present fixed at compile time: decode widens every cached row of the context per
+// step, and a test per eight values cost as much as the conversion.
+template <DType T, bool kOffset, bool kScale>
+void widen_codes(const CacheRowCodec& c, const uint8_t* src, float* dst, int n) {
+  const __m256 gain = _mm256_set1_ps(T == DType::F8_E4M3 ? c.gain * kFp8F16Scale : c.gain);
   int i = 0;
-  if (c.dtype == DType::MXFP8) {
-    for (int g = 0; g < n / kMxGroup; ++g) {
-      const __m256 s = _mm256_set1_ps(e8m0_to_f32(src[n + g]));
-      for (int j = g * kMxGroup; j < (g + 1) * kMxGroup; j += 8)
-        _mm256_storeu_ps(dst + j, _mm256_mul_ps(load_e4m3x8(src + j), s));
-    }
-    i = n;
-  } else {
-    for (; i + 8 <= n; i += 8) {
-      __m256 x = c.dtype == DType::F8_E4M3   ? load_e4m3x8(src + i)
-                 : c.dtype == DType::F8_E5M2 ? load_e5m2x8(src + i)
-                                             : load_i8x8(src + i);
-      if (c.offset != nullptr) x = _mm256_sub_ps(x, _mm256_loadu_ps(c.offset + i));
-      if (c.scale != nullptr) x = _mm256_mul_ps(x, _mm256_loadu_ps(c.scale + i));
-      if (c.gain != 1.0f) x = _mm256_mul_ps(x, _mm256_set1_ps(c.gain));
-      _mm256_storeu_ps(dst + i, x);
-    }
-    for (; i < n; ++i) {
-      float x = code_value(c.dtype, src[i]);
-      if (c.offset != nullptr) x -= c.offset[i];
-      if (c.scale != nullptr) x *= c.scale[i];
-      dst[i] = x * c.gain;
-    }
+  for (; i + 8 <= n; i += 8) {
+    __m256 x = load_codes8<T>(src + i);
+    if constexpr (kOffset) x = _mm256_sub_ps(x, _mm256_loadu_ps(c.offset + i));
+    if constexpr (kScale) x = _mm256_mul_ps(x, _mm256_loadu_ps(c.scale + i));
+    _mm256_storeu_ps(dst + i, _mm256_mul_ps(x, gain));
   }
-  for (; i < round_up8(n); ++i) dst[i] = 0.0f;
+  for (; i < n; ++i) {
+    float x = code_value(T, src[i]);
+    if constexpr (kOffset) x -= c.offset[i];
+    if constexpr (kScale) x *= c.scale[i];
+    dst[i] = x * c.gain;
+  }
+}
+
+template <DType T>
+void widen_codes(const CacheRowCodec& c, const uint8_t* src, float* dst, int n) {
+  if (c.offset != nullptr) {
+    c.scale != nullptr ? widen_codes<T, true, true>(c, src, dst, n)
+                       : widen_codes<T, true, false>(c, src, dst, n);
+  } else {
+    c.scale != nullptr ? widen_codes<T, false, true>(c, src, dst, n)
+                       : widen_codes<T, false, false>(c, src, dst, n);
+  }
+}
+
+void widen_mxfp8(const uint8_t* src, float* dst, int n) {
+  for (int g = 0; g < n / kMxGroup; ++g) {
+    const __m256 s = _mm256_set1_ps(e8m0_to_f32(src[n + g]) * kFp8F16Scale);
+    for (int j = g * kMxGroup; j < (g + 1) * kMxGroup; j += 8)
+      _mm256_storeu_ps(dst + j, _mm256_mul_ps(load_e4m3x8_over_256(src + j), s));
+  }
+}
+
+void widen_quantized_row(const CacheRowCodec& c, const uint8_t* src, float* dst, int n) {
+  switch (c.dtype) {
+    case DType::MXFP8:
+      widen_mxfp8(src, dst, n);
+      break;
+    case DType::F8_E4M3:
+      widen_codes<DType::F8_E4M3>(c, src, dst, n);
+      break;
+    case DType::F8_E5M2:
+      widen_codes<DType::F8_E5M2>(c, src, dst, n);
+      break;
+    default:
+      widen_codes<DType::I8>(c, src, dst, n);
+  }
+  for (int i = n; i < round_up8(n); ++i) dst[i] = 0.0f;
 }
 
 }  // namespace
