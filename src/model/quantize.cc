@@ -5,10 +5,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <numeric>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "base/mmap_file.h"
+#include "model/calibration.h"
 #include "model/loader.h"
 #include "model/modelslim.h"
 #include "model/safetensors.h"
@@ -21,7 +25,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kType = "W8A8_DYNAMIC";
+constexpr const char* kDynamic = "W8A8_DYNAMIC";
+constexpr const char* kStatic = "W8A8";
 
 bool copied_file(const fs::path& p) {
   const std::string name = p.filename().string(), ext = p.extension().string();
@@ -71,8 +76,91 @@ void quantize_int8_rows(const float* w, int64_t rows, int64_t cols, int8_t* code
   }
 }
 
+namespace {
+
+// One linear's static W8A8 tensors from its calibrated input range, as msModelSlim's asymmetric
+// per-tensor min-max (and tools/make_modelslim_fixtures.py): s_x = (hi − lo) / 255, offset =
+// round(−128 − lo / s_x), deq_scale = s_x · s_w per row, quant_bias = −offset · Σ codes per row.
+struct StaticActivations {
+  float scale = 0.0f, offset = 0.0f;
+};
+StaticActivations static_activations(const ActivationRange& r) {
+  const double s = double(float(std::max(double(r.hi) - double(r.lo), 1e-6) / 255.0));
+  return {float(s), float(std::nearbyint(-128.0 - double(r.lo) / s))};
+}
+
+// A 2-D float tensor's int8 codes and row scales, computed once when its codes are written (the
+// tensors written after it read them).
+struct Int8Weight {
+  Tensor source;
+  std::vector<float> scales;
+  std::vector<int64_t> row_sums;  // Σ codes per row
+};
+
+void quantize_into(Int8Weight& q, int8_t* codes) {
+  const int64_t rows = q.source.rows(), cols = q.source.cols();
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(q.source.dtype, q.source.row(r), row.data(), cols);
+    int8_t* c = codes + r * cols;
+    quantize_int8_rows(row.data(), 1, cols, c, q.scales.data() + r);
+    q.row_sums[size_t(r)] = std::accumulate(c, c + cols, int64_t{0});
+  }
+}
+
+// The tensors of one quantized linear, in the order the writer needs: codes first.
+void add_int8_linear(const std::string& prefix, const Tensor& t,
+                     const std::optional<StaticActivations>& act, std::vector<SafetensorsOut>& out,
+                     nlohmann::ordered_json& description) {
+  const int64_t rows = t.rows(), cols = t.cols();
+  auto q = std::make_shared<Int8Weight>(
+      Int8Weight{t, std::vector<float>(size_t(rows)), std::vector<int64_t>(size_t(rows))});
+  out.push_back({prefix + ".weight", DType::I8, {rows, cols}, [q](std::span<uint8_t> dst) {
+                   quantize_into(*q, reinterpret_cast<int8_t*>(dst.data()));
+                 }});
+  std::vector<const char*> parts = {".weight"};
+  if (!act) {
+    out.push_back({prefix + ".weight_scale", DType::F32, {rows, 1}, [q](std::span<uint8_t> dst) {
+                     std::memcpy(dst.data(), q->scales.data(), dst.size());
+                   }});
+    out.push_back({prefix + ".weight_offset", DType::F32, {rows, 1}, [](std::span<uint8_t>) {}});
+    parts.insert(parts.end(), {".weight_scale", ".weight_offset"});
+  } else {
+    const StaticActivations a = *act;
+    out.push_back({prefix + ".input_scale", DType::F32, {1}, [a](std::span<uint8_t> dst) {
+                     std::memcpy(dst.data(), &a.scale, sizeof a.scale);
+                   }});
+    out.push_back({prefix + ".input_offset", DType::F32, {1}, [a](std::span<uint8_t> dst) {
+                     std::memcpy(dst.data(), &a.offset, sizeof a.offset);
+                   }});
+    out.push_back({prefix + ".deq_scale", DType::F32, {rows}, [q, a](std::span<uint8_t> dst) {
+                     auto* d = reinterpret_cast<float*>(dst.data());
+                     for (size_t r = 0; r < q->scales.size(); ++r)
+                       d[r] = float(double(a.scale) * double(q->scales[r]));
+                   }});
+    out.push_back({prefix + ".quant_bias", DType::I32, {rows}, [q, a](std::span<uint8_t> dst) {
+                     auto* b = reinterpret_cast<int32_t*>(dst.data());
+                     for (size_t r = 0; r < q->row_sums.size(); ++r)
+                       b[r] = int32_t(-int64_t(a.offset) * q->row_sums[r]);
+                   }});
+    parts.insert(parts.end(), {".input_scale", ".input_offset", ".deq_scale", ".quant_bias"});
+  }
+  const char* type = act ? kStatic : kDynamic;
+  for (const char* part : parts) description[prefix + part] = type;
+}
+
+}  // namespace
+
 Expected<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o) {
   std::error_code ec;
+  if (o.quant_type != kDynamic && o.quant_type != kStatic)
+    return make_error("kestrel quantize: --quant-type {} is not supported (W8A8_DYNAMIC, W8A8)",
+                      o.quant_type);
+  const bool calibrated = o.quant_type == kStatic;
+  if (calibrated && o.calibration.empty())
+    return make_error(
+        "kestrel quantize: W8A8 quantizes activations with static ranges; give calibration "
+        "samples (--calibration-file)");
   if (!fs::is_directory(o.input, ec))
     return make_error("kestrel quantize: '{}' is not a model directory", o.input);
   if (fs::exists(fs::path(o.input) / kModelSlimDescriptionFile, ec))
@@ -88,14 +176,30 @@ Expected<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o) {
   KASSIGN(auto ckpt, SafetensorsCheckpoint::open_dir(o.input));
 
   QuantizeReport report;
+  std::vector<std::string> names;
+  std::map<std::string, ActivationRange> ranges;
+  for (const std::string& name : ckpt->names()) {
+    KASSIGN(const Tensor t, ckpt->tensor(name));
+    const bool floating = t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16;
+    if (quantized_by_writer(name, config.num_hidden_layers) && t.shape.ndim == 2 && floating)
+      names.push_back(name);
+  }
+  if (calibrated) {
+    CalibrationRequest req{o.input, o.calibration, {}, o.threads};
+    for (const std::string& name : names)
+      if (name.find(".experts.") == std::string::npos)
+        req.weights[name] = ckpt->tensor(name)->shape;
+    KASSIGN(ranges, calibrate_linear_inputs(req));
+  }
+
   std::vector<SafetensorsOut> out;
-  nlohmann::ordered_json description = {
-      {"version", "1.0.0"}, {"model_quant_type", kType}, {"group_size", 0}};
+  nlohmann::ordered_json description = {{"version", "1.0.0"},
+                                        {"model_quant_type", calibrated ? kStatic : kDynamic},
+                                        {"group_size", 0}};
   for (const std::string& name : ckpt->names()) {
     KASSIGN(const Tensor t, ckpt->tensor(name));
     report.bytes_in += t.nbytes();
-    const bool floating = t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16;
-    if (!quantized_by_writer(name, config.num_hidden_layers) || t.shape.ndim != 2 || !floating) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
       std::vector<int64_t> shape(t.shape.dims.begin(), t.shape.dims.begin() + t.shape.ndim);
       out.push_back({name, t.dtype, shape,
                      [t](std::span<uint8_t> dst) { std::memcpy(dst.data(), t.data, dst.size()); }});
@@ -103,28 +207,12 @@ Expected<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o) {
       ++report.kept;
       continue;
     }
-    const int64_t rows = t.shape[0], cols = t.shape[1];
-    // The weight's codes and scales are computed once, when its codes are written; the scale
-    // tensors written after it read them.
-    auto scales = std::make_shared<std::vector<float>>(size_t(rows));
-    const std::string prefix = name.substr(0, name.size() - 7);
-    out.push_back({name, DType::I8, {rows, cols}, [t, rows, cols, scales](std::span<uint8_t> dst) {
-                     std::vector<float> row(static_cast<size_t>(cols));
-                     for (int64_t r = 0; r < rows; ++r) {
-                       dequantize_row(t.dtype, t.row(r), row.data(), cols);
-                       quantize_int8_rows(row.data(), 1, cols,
-                                          reinterpret_cast<int8_t*>(dst.data()) + r * cols,
-                                          scales->data() + r);
-                     }
-                   }});
-    out.push_back(
-        {prefix + ".weight_scale", DType::F32, {rows, 1}, [scales](std::span<uint8_t> dst) {
-           std::memcpy(dst.data(), scales->data(), dst.size());
-         }});
-    out.push_back({prefix + ".weight_offset", DType::F32, {rows, 1}, [](std::span<uint8_t>) {}});
-    for (const char* part : {".weight", ".weight_scale", ".weight_offset"})
-      description[prefix + part] = kType;
+    std::optional<StaticActivations> act;
+    if (const auto r = ranges.find(name); r != ranges.end() && r->second.rows > 0)
+      act = static_activations(r->second);
+    add_int8_linear(name.substr(0, name.size() - 7), t, act, out, description);
     ++report.quantized;
+    report.quantized_static += act ? 1 : 0;
   }
   for (const SafetensorsOut& t : out) {
     int64_t numel = 1;

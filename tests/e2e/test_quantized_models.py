@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from kestrel_e2e import KESTREL_BIN, REPO, greedy_tokens
+from kestrel_e2e import KESTREL_BIN, KESTREL_SHARED, REPO, greedy_tokens, post_json
 
 FIXTURES = REPO / "tests" / "fixtures" / "models"
 
@@ -120,3 +120,63 @@ def test_kv_cache_dtype_refusals_name_the_reason():
     assert "takes fp8, fp8_e4m3 or fp8_e5m2" in refusal(FIXTURES / "deepseek_v3_f32",
                                                          "--kv-cache-dtype", "mxfp8")
     assert "is a C8 checkpoint" in refusal(FIXTURES / "qwen3_w8a8c8", "--kv-cache-dtype", "fp8")
+
+
+def test_kestrel_quantize_calibrates_static_w8a8_from_token_ids(start_server, tmp_path):
+    """--quant-type W8A8 with the fixture's prompts as JSON id lines: the static fixture's greedy
+    continuations (its activation ranges came from the same prompts)."""
+    golden = json.loads((FIXTURES / "qwen3_w8a8" / "golden.json").read_text())
+    calib = tmp_path / "calib.jsonl"
+    calib.write_text("".join(json.dumps(p) + "\n" for p in golden["prompts"]))
+    out = tmp_path / "w8a8"
+    r = subprocess.run([str(KESTREL_BIN), "quantize", str(FIXTURES / "qwen3_f32"), "-o", str(out),
+                        "--quant-type", "W8A8", "--calibration-file", str(calib)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "14 weights quantized to int8 (14 with static activations)" in r.stdout, r.stdout
+    srv = start_server("--max-model-len", "256", model_path=out)
+    got = [greedy_tokens(srv.base_url, srv.model, p, len(golden["greedy"][0]))
+           for p in golden["prompts"]]
+    assert got == golden["greedy"]
+
+
+def test_kestrel_quantize_calibrates_on_text(start_server, tmp_path):
+    """A text calibration file goes through the checkpoint's tokenizer: a small random bf16
+    checkpoint with Qwen3's tokenizer, calibrated on a few lines of text, serves text prompts;
+    a checkpoint without a tokenizer refuses text lines, naming the file and line."""
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 151936,
+              "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+              "hidden_act": "silu", "rms_norm_eps": 1e-5, "max_position_embeddings": 512,
+              "rope_theta": 10000.0, "tie_word_embeddings": False, "bos_token_id": 1,
+              "eos_token_id": 2, "torch_dtype": "bfloat16"}
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.json").write_text(json.dumps(config))
+    model = tmp_path / "bf16"
+    subprocess.run(["python3", str(REPO / "bench" / "random_checkpoint.py"), str(tmp_path / "cfg"),
+                    str(model)], check=True, timeout=120)
+    tokenizer = KESTREL_SHARED / "testdata" / "tokenizers" / "qwen3"
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (model / f).write_bytes((tokenizer / f).read_bytes())
+    calib = tmp_path / "calib.txt"
+    calib.write_text("The quick brown fox jumps over the lazy dog.\n\n"
+                     "def add(a, b):\n    return a + b\n")
+    out = tmp_path / "w8a8"
+    r = subprocess.run([str(KESTREL_BIN), "quantize", str(model), "-o", str(out), "--quant-type",
+                        "W8A8", "--calibration-file", str(calib)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "14 weights quantized to int8 (14 with static activations)" in r.stdout, r.stdout
+    description = json.loads((out / "quant_model_description.json").read_text())
+    assert description["model.layers.1.mlp.down_proj.input_scale"] == "W8A8"
+    assert (out / "tokenizer.json").exists()
+    srv = start_server("--max-model-len", "256", model_path=out)
+    status, body = post_json(srv.base_url, "/v1/completions", {
+        "model": srv.model, "prompt": "Hello", "max_tokens": 4, "temperature": 0})
+    assert status == 200, body
+    assert body["usage"]["completion_tokens"] == 4
+    bad = subprocess.run([str(KESTREL_BIN), "quantize", str(FIXTURES / "qwen3_f32"), "-o",
+                          str(tmp_path / "x"), "--quant-type", "W8A8", "--calibration-file",
+                          str(calib)], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0
+    assert "line 1 is text" in bad.stderr, bad.stderr
