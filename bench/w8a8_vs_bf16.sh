@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
-# Issue 23's W8A8 against bf16 on a 4096-wide dense shape (bench/configs/llama_4096_4layer: Llama-3
-# 8B's widths, 4 layers, the default model's 49152-token vocabulary): a random bf16 checkpoint
+# Issue 23's W8A8 against bf16 on a realistic shape: a random bf16 checkpoint of CONFIG
 # (bench/random_checkpoint.py), `kestrel quantize` of it into msModelSlim W8A8_DYNAMIC, then
 # `kestrel bench latency` on both, alternating: prefill (a 512-token prompt, 1 output) and decode
 # (batch 1 after a 32-token prompt, 16 against 48 outputs: one step = the difference / 32).
-#   bash bench/w8a8_vs_bf16.sh [RUNS] [BIN] [WORK_DIR]   (default: 2 runs, build/src/kestrel,
-#   /tmp/kestrel-w8a8-bench; the checkpoints are 2.0 and 1.2 GB)
+#   bash bench/w8a8_vs_bf16.sh [RUNS] [BIN] [WORK_DIR] [CONFIG]
+# Defaults: 2 runs, build/src/kestrel, /tmp/kestrel-w8a8-bench, bench/configs/llama_4096_4layer
+# (Llama-3 8B's widths, 4 layers, the default model's 49152-token vocabulary and tokenizer;
+# checkpoints of 2.0 and 1.2 GB). bench/configs/deepseek_v3_4layer (DeepSeek-V3's widths, 4
+# layers, 16 experts; 5.4 and 2.9 GB) runs with ../shared's DeepSeek-V3 tokenizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-2}
 BIN=${2:-build/src/kestrel}
 WORK=${3:-/tmp/kestrel-w8a8-bench}
-TOK=$(bash scripts/fetch-default-model.sh)  # its 49152-token vocabulary is the config's
+CONFIG=${4:-bench/configs/llama_4096_4layer}
+if grep -q deepseek_v3 "$CONFIG/config.json"; then
+  TOK=${TOKENIZER:-../shared/testdata/tokenizers/deepseek_v3}
+else
+  TOK=${TOKENIZER:-$(bash scripts/fetch-default-model.sh)}  # its 49152-token vocabulary
+fi
 BF16=$WORK/bf16 W8A8=$WORK/w8a8
-[ -f "$BF16/model.safetensors" ] || python3 bench/random_checkpoint.py bench/configs/llama_4096_4layer "$BF16"
+[ -f "$BF16/model.safetensors" ] || python3 bench/random_checkpoint.py "$CONFIG" "$BF16"
 [ -f "$W8A8/quant_model_weights.safetensors" ] || "$BIN" quantize "$BF16" -o "$W8A8"
 # Without prefix caching: every iteration repeats the same prompt, which would otherwise hit.
 latency() {  # MODEL INPUT OUTPUT

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include <array>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "base/mmap_file.h"
@@ -68,6 +70,35 @@ Expected<std::optional<ModelSlimDescription>> read_modelslim_description(const s
   return std::optional<ModelSlimDescription>(std::move(d));
 }
 
+namespace {
+
+// The modules vLLM-Ascend loads fused (its packed_modules_model_mapping), by the last name part of
+// their members' weights; a layer's routed experts are one fused module too.
+constexpr std::pair<const char*, std::array<const char*, 3>> kFused[] = {
+    {"qkv_proj", {"q_proj", "k_proj", "v_proj"}},
+    {"gate_up_proj", {"gate_proj", "up_proj", nullptr}},
+    {"fused_qkv_a_proj", {"q_a_proj", "kv_a_proj_with_mqa", nullptr}},
+    {"in_proj_qkvz", {"in_proj_qkv", "in_proj_z", nullptr}},
+    {"in_proj_ba", {"in_proj_b", "in_proj_a", nullptr}},
+};
+
+// The fused module a weight belongs to ("" for none): model.layers.1.self_attn.qkv_proj for
+// model.layers.1.self_attn.k_proj.weight, model.layers.1.mlp.experts for any expert's weight.
+std::string fused_module(const std::string& name) {
+  constexpr std::string_view kWeight = ".weight";
+  if (!name.ends_with(kWeight)) return "";
+  if (const size_t e = name.find(".experts."); e != std::string::npos) return name.substr(0, e + 8);
+  const std::string stem = name.substr(0, name.size() - kWeight.size());
+  const size_t dot = stem.rfind('.');
+  const std::string last = stem.substr(dot + 1);
+  for (const auto& [fused, members] : kFused)
+    for (const char* m : members)
+      if (m != nullptr && last == m) return stem.substr(0, dot + 1) + fused;
+  return "";
+}
+
+}  // namespace
+
 Status check_modelslim(const ModelSlimDescription& d) {
   if (!d.kv_cache_type.empty() && d.kv_cache_type != kModelSlimC8 &&
       d.kv_cache_type != kModelSlimMxfp8Kv)
@@ -83,6 +114,18 @@ Status check_modelslim(const ModelSlimDescription& d) {
           "msModelSlim checkpoint: {} with group_size {} (tensor {}): only per-channel weight "
           "scales are supported",
           type, d.group_size, name);
+  }
+  // One quantization per fused module, as vLLM-Ascend requires of its shards.
+  std::map<std::string, std::pair<std::string, std::string>> first;  // module -> (weight, type)
+  for (const auto& [name, type] : d.types) {
+    const std::string module = fused_module(name);
+    if (module.empty()) continue;
+    const auto [it, fresh] = first.try_emplace(module, name, type);
+    if (!fresh && it->second.second != type)
+      return make_error(
+          "msModelSlim checkpoint: the shards of {} disagree: {} is {}, {} is {} (a fused "
+          "module takes one quantization)",
+          module, it->second.first, it->second.second, name, type);
   }
   return Status::Ok();
 }

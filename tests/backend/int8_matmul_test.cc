@@ -128,6 +128,39 @@ TEST_F(Int8LinearTest, RowsDoNotDependOnBatch) {
   expect_rows_do_not_depend_on_batch(w.tensor(), randn(19 * 300, 92), 19);
 }
 
+// AMX (batches from a few rows) and VNNI must agree bit for bit, and with the float64 math:
+// several 64-column chunks, a last partial one, partial panels and partial row tiles.
+TEST_F(Int8LinearTest, AmxAndVnniGiveTheSameBits) {
+  if (!packed_amx_active() || amx_int8_gemm() == nullptr)
+    GTEST_SKIP() << "no AMX on this CPU or kernel";
+  ThreadPool pool(2);
+  uint32_t seed = 300;
+  for (bool static_act : {false, true})
+    for (int64_t k : {5, 64, 96, 1000, 4100})
+      for (int64_t n : {5, 16, 37, 70}) {
+        Int8Weights w(n, k, seed++, static_act);
+        w.pack();
+        for (int64_t m : {8, 16, 17, 33, 40}) {
+          SCOPED_TRACE(testing::Message()
+                       << "static " << static_act << " K=" << k << " N=" << n << " M=" << m);
+          const auto x = randn(m * k, seed++);
+          std::vector<float> amx(size_t(m * n), -1.0f), vnni(size_t(m * n), -2.0f);
+          set_packed_amx(true);
+          linear(w.tensor(), x.data(), m, amx.data(), pool);
+          set_packed_amx(false);
+          linear(w.tensor(), x.data(), m, vnni.data(), pool);
+          set_packed_amx(true);
+          ASSERT_EQ(std::memcmp(amx.data(), vnni.data(), amx.size() * sizeof(float)), 0);
+          const std::vector<double> want = reference(w, x, m);
+          std::vector<double> bound;
+          for (double v : want) bound.push_back(4e-7 * std::fabs(v) + 1e-30);
+          Mismatches bad;
+          bad.check(amx, want, bound, "vs float64");
+          EXPECT_EQ(bad.count, 0) << bad.first;
+        }
+      }
+}
+
 TEST(Int8Activations, DynamicAndStaticCodes) {
   Int8Weights w(1, 6, 1);
   const float x[6] = {0.5f, -2.54f, 1.27f, 0.0f, 2.54f, -0.01f};

@@ -92,6 +92,30 @@ TEST(ModelSlim, RefusesWhatItDoesNotRunNamingTheTypeAndTensor) {
       refusal({{"metadata", {{"quarot", {{"heads_rotation", {{"layers", {0, 1}}}}}}}}});
   EXPECT_NE(online.find("online rotations"), std::string::npos) << online;
   EXPECT_NE(refusal({{"a.weight", 3}}).find("not a string"), std::string::npos);
+  // The shards of a fused module (qkv, gate_up, DeepSeek's q_a + kv_a, a layer's experts) take
+  // one quantization; separate modules may differ.
+  const std::string qkv = refusal({{"model.layers.0.self_attn.q_proj.weight", "W8A8"},
+                                   {"model.layers.0.self_attn.k_proj.weight", "W8A8"},
+                                   {"model.layers.0.self_attn.v_proj.weight", "FLOAT"},
+                                   {"model.layers.0.self_attn.o_proj.weight", "W8A8_DYNAMIC"}});
+  EXPECT_NE(qkv.find("model.layers.0.self_attn.qkv_proj"), std::string::npos) << qkv;
+  EXPECT_NE(qkv.find("v_proj.weight is FLOAT"), std::string::npos) << qkv;
+  const std::string experts =
+      refusal({{"model.layers.2.mlp.experts.0.down_proj.weight", "W4A8_DYNAMIC"},
+               {"model.layers.2.mlp.experts.7.up_proj.weight", "W8A8_DYNAMIC"},
+               {"model.layers.2.mlp.shared_experts.up_proj.weight", "W8A8_DYNAMIC"},
+               {"model.layers.2.mlp.shared_experts.gate_proj.weight", "W8A8_DYNAMIC"}});
+  EXPECT_NE(experts.find("model.layers.2.mlp.experts "), std::string::npos) << experts;
+  EXPECT_NE(refusal({{"model.layers.0.self_attn.q_a_proj.weight", "W8A8"},
+                     {"model.layers.0.self_attn.kv_a_proj_with_mqa.weight", "W8A8_DYNAMIC"}})
+                .find("fused_qkv_a_proj"),
+            std::string::npos);
+  EXPECT_EQ(refusal({{"model.layers.0.mlp.gate_proj.weight", "W8A8_DYNAMIC"},
+                     {"model.layers.0.mlp.up_proj.weight", "W8A8_DYNAMIC"},
+                     {"model.layers.0.mlp.down_proj.weight", "W8A8"},
+                     {"model.layers.1.mlp.gate_proj.weight", "FLOAT"},
+                     {"model.layers.1.mlp.up_proj.weight", "FLOAT"}}),
+            "");
 }
 
 // Two's-complement nibbles along the output rows: row 2r low, 2r + 1 high; and the scale_bias

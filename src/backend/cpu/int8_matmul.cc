@@ -1,6 +1,8 @@
 // Portable int8 kernel (the reference for the SIMD one), activation quantization, kernel choice.
 #include "backend/cpu/int8_matmul.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -44,15 +46,41 @@ size_t int8_activation_row_bytes(int64_t k) {
 void quantize_int8_row(const Tensor& w, const float* x, int64_t k, uint8_t* dst) {
   float a = 1.0f;
   uint8_t* q = dst + kInt8ActHeaderBytes;
+  // Eight lanes at a time with the scalar loop's operations (an IEEE division, then round half
+  // to even, the default mode, as torch.round), so the same codes; a prefill quantizes every
+  // token's row for every int8 linear.
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  auto store8 = [&](int64_t i, __m256 v) {
+    const __m256i c = _mm256_add_epi32(_mm256_cvtps_epi32(v), _mm256_set1_epi32(128));
+    const __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), _mm_packus_epi16(h, h));
+  };
+  int64_t i = 0;
   if (w.act_scale == 0.0f) {
-    float amax = 0.0f;
-    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m8 = _mm256_setzero_ps();
+    for (; i + 8 <= k; i += 8)
+      m8 = _mm256_max_ps(m8, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, m8);
+    float amax = *std::max_element(lanes, lanes + 8);
+    for (; i < k; ++i) amax = std::max(amax, std::fabs(x[i]));
     a = amax / 127.0f;
-    // round() as torch rounds: half to even (the default rounding mode).
-    for (int64_t i = 0; i < k; ++i)
-      q[i] = uint8_t(int(a > 0.0f ? std::nearbyint(x[i] / a) : 0.0f) + 128);
+    i = 0;
+    if (a > 0.0f) {
+      const __m256 a8 = _mm256_set1_ps(a);
+      for (; i + 8 <= k; i += 8)
+        store8(i, _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), a8), kRound));
+    }
+    for (; i < k; ++i) q[i] = uint8_t(int(a > 0.0f ? std::nearbyint(x[i] / a) : 0.0f) + 128);
   } else {
-    for (int64_t i = 0; i < k; ++i) {
+    const __m256 s8 = _mm256_set1_ps(w.act_scale), o8 = _mm256_set1_ps(w.act_offset);
+    for (; i + 8 <= k; i += 8) {
+      const __m256 v =
+          _mm256_round_ps(_mm256_add_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), s8), o8), kRound);
+      store8(i, _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-128.0f)), _mm256_set1_ps(127.0f)));
+    }
+    for (; i < k; ++i) {
       const float v = std::nearbyint(x[i] / w.act_scale + w.act_offset);
       q[i] = uint8_t(int(std::clamp(v, -128.0f, 127.0f)) + 128);
     }
@@ -62,7 +90,7 @@ void quantize_int8_row(const Tensor& w, const float* x, int64_t k, uint8_t* dst)
 }
 
 size_t int8_packed_panel_bytes(int64_t k) {
-  return 64 + size_t((k + 31) / 32) * 32 * kPanelRows;
+  return 64 + size_t((k + 63) / 64) * 64 * kPanelRows;
 }
 
 std::unique_ptr<uint8_t[]> pack_int8_weight(const Tensor& w) {

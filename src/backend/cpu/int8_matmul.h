@@ -39,13 +39,13 @@ struct Int8Kernels {
   int tile_rows;  // activation rows per call, at most kMaxWideTileRows
 };
 
-// The GEMM for batches (AVX-512 VNNI): I8 weights packed into panels of kPanelRows rows, each
-// block of 32 columns as 8 quad rows of 64 bytes (quad row q: bytes 4n..4n+3 are columns
-// 4q..4q+3 of the panel's row n, as packed_matmul.h lays out Q8_0), after a 64-byte vector of the
-// rows' column sums (int32, for the +128 of the activation codes). Columns are padded to a
-// multiple of 32 and a last partial panel with zero rows. One dpbusd per quad row per activation
-// row, the integer sums kept across every block, the same epilogue as the row kernels: the same
-// bits.
+// The GEMMs for batches (AVX-512 VNNI; AMX from a few rows, int8_gemm_amx.cc): I8 weights packed
+// into panels of kPanelRows rows, each block of 32 columns as 8 quad rows of 64 bytes (quad row
+// q: bytes 4n..4n+3 are columns 4q..4q+3 of the panel's row n, as packed_matmul.h lays out Q8_0),
+// after a 64-byte vector of the rows' column sums (int32, for the +128 of the activation codes).
+// Columns are padded with zero codes to a multiple of 64 (two blocks: one AMX weight tile) and a
+// last partial panel with zero rows. One dpbusd per quad row per activation row, the integer sums
+// kept across every block, the same epilogue as the row kernels: the same bits.
 size_t int8_packed_panel_bytes(int64_t k);
 std::unique_ptr<uint8_t[]> pack_int8_weight(const Tensor& w);
 
@@ -64,6 +64,12 @@ struct Int8Gemm {
 using Int8GemmFn = void (*)(const Int8Gemm& g, int64_t p0, int64_t p1);
 // nullptr when this build has no such code.
 Int8GemmFn avx512_int8_gemm();
+// nullptr when this build, the CPU or the kernel has no AMX int8. Reads the activation rows in
+// whole tiles of kPanelRows: the buffer must have int8_gemm_activation_rows(m) of them.
+Int8GemmFn amx_int8_gemm();
+inline int64_t int8_gemm_activation_rows(int64_t m) {
+  return (m + 15) / 16 * 16;
+}
 
 const Int8Kernels& scalar_int8_kernels();
 // nullptr when this build has no such code; callers check CPU support themselves.

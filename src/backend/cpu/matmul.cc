@@ -370,11 +370,15 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       int8[i] = true;
       if (w.packed != nullptr && isa == Isa::kAvx512 && avx512_int8_gemm() != nullptr) {
         p.igemm = avx512_int8_gemm();
+        if (m >= kAmxMinRows && amx_enabled().load())
+          if (Int8GemmFn amx = amx_int8_gemm()) p.igemm = amx;
         p.w = static_cast<const uint8_t*>(w.packed);
         any_packed = true;
       }
       p.x_stride = int8_activation_row_bytes(k);
-      uint8_t* q = cache_aligned(int8_scratch[i], size_t(std::max<int64_t>(m, 0)) * p.x_stride);
+      // Whole sixteen-row tiles for the AMX GEMM, which reads (and never stores) rows past m.
+      uint8_t* q = cache_aligned(
+          int8_scratch[i], size_t(int8_gemm_activation_rows(std::max<int64_t>(m, 0))) * p.x_stride);
       p.x = q;
       const size_t stride = p.x_stride;
       pool.parallel_for(m, kMinQuantElemsPerThread / std::max<int64_t>(k, 1) + 1,
