@@ -8,7 +8,8 @@
 // on AMX where packed_amx_active()), q4_1/q8_0 packed with AMX switched off ("_vnni"), and fp8
 // (F8_E4M3 with DeepSeek-V3's 128x128 block scales; random finite codes), and w8a8 (I8 weights
 // with a scale per row and activations quantized per token: msModelSlim's W8A8_DYNAMIC; "_packed":
-// the panel GEMM of int8_matmul.h).
+// the panel GEMM of int8_matmul.h, batches on AMX where packed_amx_active(); "_vnni": AMX off),
+// and w4a8 (the same with int4 codes, packed as int4 panels: msModelSlim's W4A8_DYNAMIC).
 // f16/bf16 with float panels ("_packed", float_panels.h; same bytes per call as unpacked), and
 // bf16 as AMX bf16 tiles with bf16 activations ("bf16_amx", bf16_tiles.h; where the CPU has it).
 // Shapes: SmolLM2-135M's projections (576x576, 1536x576, 576x1536) and LM head (49152x576), and a
@@ -46,6 +47,7 @@ struct WeightType {
   bool packed;
   bool amx = true;          // packed only: whether batches may run on AMX (where the CPU has it)
   bool bf16_tiles = false;  // BF16 packed as AMX bf16 tiles (a model with bf16 activations)
+  bool int4 = false;        // I8 codes in [-8, 7] (W4A8), packed as int4 panels
 };
 
 struct MatShape {
@@ -80,9 +82,9 @@ void fill_fp8(Weight& w, const MatShape& shape, std::minstd_rand& rng) {
   w.bytes_per_call = w.tensor.nbytes() + w.block_scale.size() * sizeof(float);
 }
 
-// Random int8 codes and a scale per row (read per call too).
-void fill_int8(Weight& w, const MatShape& shape, std::minstd_rand& rng) {
-  std::uniform_int_distribution<int> code(-127, 127);
+// Random int8 (or int4) codes and a scale per row (read per call too).
+void fill_int8(Weight& w, const MatShape& shape, bool int4, std::minstd_rand& rng) {
+  std::uniform_int_distribution<int> code(int4 ? -8 : -127, int4 ? 7 : 127);
   auto* dst = static_cast<int8_t*>(w.data.data());
   for (int64_t i = 0; i < shape.n * shape.k; ++i) dst[i] = int8_t(code(rng));
   std::uniform_real_distribution<float> scale(1e-3f, 1e-2f);
@@ -107,10 +109,16 @@ std::unique_ptr<Weight> make_weight(const WeightType& type, const MatShape& shap
     return w;
   }
   if (type.dtype == DType::I8) {
-    fill_int8(*w, shape, rng);
+    fill_int8(*w, shape, type.int4, rng);
     if (type.packed) {
-      w->packed = pack_int8_weight(w->tensor);
+      w->packed = type.int4 ? pack_int4_weight(w->tensor) : pack_int8_weight(w->tensor);
       w->tensor.packed = w->packed.get();
+      w->tensor.packed_kind = type.int4 ? PackedKind::kInt4Panels : PackedKind::kPanels;
+      // What a call reads: the packed panels (and the row scales).
+      w->bytes_per_call =
+          (type.int4 ? int4_packed_panel_bytes(shape.k) : int8_packed_panel_bytes(shape.k)) *
+              size_t((shape.n + kPanelRows - 1) / kPanelRows) +
+          w->block_scale.size() * sizeof(float);
     }
     return w;
   }
@@ -193,6 +201,9 @@ void register_all() {
       {"fp8", DType::F8_E4M3, false},
       {"w8a8", DType::I8, false},
       {"w8a8_packed", DType::I8, true},
+      {"w8a8_vnni", DType::I8, true, false},
+      {"w4a8_packed", DType::I8, true, true, false, true},
+      {"w4a8_vnni", DType::I8, true, false, false, true},
   };
   const MatShape shapes[] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}, {4096, 4096}};
   for (const WeightType& type : types) {

@@ -57,13 +57,15 @@ int run_quantize(int argc, char** argv) {
   std::string calibration_file;
   CLI::App app{
       "Quantize a float safetensors checkpoint into msModelSlim's format: W8A8_DYNAMIC (int8 "
-      "weights with a scale per row, activations quantized per token when served) or W8A8 "
+      "weights with a scale per row, activations quantized per token when served), W8A8 "
       "(activations quantized with one static scale and offset per linear, calibrated on "
-      "--calibration-file).",
+      "--calibration-file) or W4A8_DYNAMIC (a MoE model's routed experts as int4).",
       "kestrel quantize"};
   app.add_option("model", o.input, "model directory (config.json and *.safetensors)")->required();
   app.add_option("--output,-o", o.output, "directory to write (new or empty)")->required();
-  app.add_option("--quant-type", o.quant_type, "W8A8_DYNAMIC (default) | W8A8");
+  app.add_option("--quant-type", o.quant_type,
+                 "W8A8_DYNAMIC (default) | W8A8 | W4A8_DYNAMIC (MoE experts int4, the rest "
+                 "W8A8_DYNAMIC)");
   app.add_option("--calibration-file", calibration_file,
                  "W8A8: one calibration sample per line, text or a JSON array of token ids "
                  "(e.g. a few hundred lines of the text the model will serve)");
@@ -92,18 +94,18 @@ int run_quantize(int argc, char** argv) {
     return 1;
   }
   std::printf(
-      "%s: %lld weights quantized to int8 (%lld with static activations), %lld tensors kept; "
-      "%.1f MB -> %.1f MB\n",
+      "%s: %lld weights quantized to int8 (%lld with static activations, %lld int4), %lld "
+      "tensors kept; %.1f MB -> %.1f MB\n",
       o.output.c_str(), static_cast<long long>(r->quantized),
-      static_cast<long long>(r->quantized_static), static_cast<long long>(r->kept),
-      double(r->bytes_in) / 1e6, double(r->bytes_out) / 1e6);
+      static_cast<long long>(r->quantized_static), static_cast<long long>(r->quantized_int4),
+      static_cast<long long>(r->kept), double(r->bytes_in) / 1e6, double(r->bytes_out) / 1e6);
   return 0;
 }
 
 }  // namespace
 
 KESTREL_COMMAND("quantize",
-                "quantize a float checkpoint into msModelSlim's W8A8_DYNAMIC or W8A8 format",
+                "quantize a float checkpoint into msModelSlim's W8A8_DYNAMIC, W8A8 or W4A8 format",
                 run_quantize);
 
 }  // namespace kestrel::cli

@@ -27,6 +27,7 @@ namespace {
 
 constexpr const char* kDynamic = "W8A8_DYNAMIC";
 constexpr const char* kStatic = "W8A8";
+constexpr const char* kInt4 = "W4A8_DYNAMIC";
 
 bool copied_file(const fs::path& p) {
   const std::string name = p.filename().string(), ext = p.extension().string();
@@ -149,13 +150,74 @@ void add_int8_linear(const std::string& prefix, const Tensor& t,
   for (const char* part : parts) description[prefix + part] = type;
 }
 
+// A routed expert's W4A8_DYNAMIC tensors, as msModelSlim's w4a8 writer (and
+// tools/make_modelslim_fixtures.py): codes clamp(round(w / s), -8, 7) with s = max|w| / 7 per
+// row, two rows per byte (row 2r in the low nibble, 2r + 1 in the high), and scale_bias =
+// 8 · s · Σ codes per row, split over 16 column chunks for down_proj (its TP row split) and one
+// for the others.
+void add_int4_linear(const std::string& prefix, const Tensor& t, std::vector<SafetensorsOut>& out,
+                     nlohmann::ordered_json& description) {
+  const int64_t rows = t.rows(), cols = t.cols();
+  const int64_t chunks = prefix.ends_with("down_proj") ? 16 : 1;
+  struct Int4Weight {
+    Tensor source;
+    std::vector<float> scales;
+    std::vector<double> chunk_sums;  // [rows, chunks] Σ codes
+  };
+  auto q = std::make_shared<Int4Weight>(
+      Int4Weight{t, std::vector<float>(size_t(rows)), std::vector<double>(size_t(rows * chunks))});
+  out.push_back({prefix + ".weight",
+                 DType::I8,
+                 {rows / 2, cols},
+                 [q, rows, cols, chunks](std::span<uint8_t> dst) {
+                   std::vector<float> row(static_cast<size_t>(cols));
+                   std::vector<int8_t> codes(static_cast<size_t>(cols));
+                   for (int64_t r = 0; r < rows; ++r) {
+                     dequantize_row(q->source.dtype, q->source.row(r), row.data(), cols);
+                     float amax = 0.0f;
+                     for (float v : row) amax = std::max(amax, std::fabs(v));
+                     const float s = amax > 0.0f ? amax / 7.0f : 1.0f;
+                     q->scales[size_t(r)] = s;
+                     for (int64_t c = 0; c < cols; ++c)
+                       codes[size_t(c)] =
+                           int8_t(std::clamp(std::nearbyint(row[size_t(c)] / s), -8.0f, 7.0f));
+                     // numpy's array_split: the first cols % chunks chunks one column longer.
+                     const int64_t base = cols / chunks, extra = cols % chunks;
+                     for (int64_t j = 0, c = 0; j < chunks; ++j) {
+                       const int64_t len = base + (j < extra ? 1 : 0);
+                       q->chunk_sums[size_t(r * chunks + j)] =
+                           double(std::accumulate(codes.begin() + c, codes.begin() + c + len, 0));
+                       c += len;
+                     }
+                     const int shift = r % 2 == 0 ? 0 : 4;
+                     uint8_t* packed = dst.data() + (r / 2) * cols;
+                     for (int64_t c = 0; c < cols; ++c)
+                       packed[c] =
+                           uint8_t(packed[c] | ((uint8_t(codes[size_t(c)]) & 0xF) << shift));
+                   }
+                 }});
+  out.push_back({prefix + ".weight_scale", DType::F32, {rows, 1}, [q](std::span<uint8_t> dst) {
+                   std::memcpy(dst.data(), q->scales.data(), dst.size());
+                 }});
+  out.push_back({prefix + ".weight_offset", DType::F32, {rows, 1}, [](std::span<uint8_t>) {}});
+  out.push_back(
+      {prefix + ".scale_bias", DType::F32, {rows, chunks}, [q, chunks](std::span<uint8_t> dst) {
+         auto* b = reinterpret_cast<float*>(dst.data());
+         for (size_t i = 0; i < q->chunk_sums.size(); ++i)
+           b[i] = float(8.0 * double(q->scales[i / size_t(chunks)]) * q->chunk_sums[i]);
+       }});
+  for (const char* part : {".weight", ".weight_scale", ".weight_offset", ".scale_bias"})
+    description[prefix + part] = kInt4;
+}
+
 }  // namespace
 
 Expected<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o) {
   std::error_code ec;
-  if (o.quant_type != kDynamic && o.quant_type != kStatic)
-    return make_error("kestrel quantize: --quant-type {} is not supported (W8A8_DYNAMIC, W8A8)",
-                      o.quant_type);
+  if (o.quant_type != kDynamic && o.quant_type != kStatic && o.quant_type != kInt4)
+    return make_error(
+        "kestrel quantize: --quant-type {} is not supported (W8A8_DYNAMIC, W8A8, W4A8_DYNAMIC)",
+        o.quant_type);
   const bool calibrated = o.quant_type == kStatic;
   if (calibrated && o.calibration.empty())
     return make_error(
@@ -207,11 +269,20 @@ Expected<QuantizeReport> quantize_checkpoint(const QuantizeOptions& o) {
       ++report.kept;
       continue;
     }
+    const std::string prefix = name.substr(0, name.size() - 7);
+    ++report.quantized;
+    if (o.quant_type == kInt4 && name.find(".experts.") != std::string::npos) {
+      if (t.rows() % 2 != 0)
+        return make_error("kestrel quantize: {} has {} rows; W4A8 packs two rows per byte", name,
+                          t.rows());
+      add_int4_linear(prefix, t, out, description);
+      ++report.quantized_int4;
+      continue;
+    }
     std::optional<StaticActivations> act;
     if (const auto r = ranges.find(name); r != ranges.end() && r->second.rows > 0)
       act = static_activations(r->second);
-    add_int8_linear(name.substr(0, name.size() - 7), t, act, out, description);
-    ++report.quantized;
+    add_int8_linear(prefix, t, act, out, description);
     report.quantized_static += act ? 1 : 0;
   }
   for (const SafetensorsOut& t : out) {

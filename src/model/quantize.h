@@ -25,6 +25,8 @@ struct QuantizeOptions {
   // calibration.h), written as msModelSlim's W8A8 (input_scale, input_offset, deq_scale,
   // quant_bias). Linears the calibration never runs (MLA's absorbed kv_b, unrouted experts), and
   // MoE experts (which vLLM-Ascend runs only dynamically), stay W8A8_DYNAMIC.
+  // W4A8_DYNAMIC: msModelSlim's w4a8 recipe, the routed experts int4 (two per byte along the
+  // rows, with scale_bias) and the other linears W8A8_DYNAMIC.
   std::string quant_type = "W8A8_DYNAMIC";
   std::vector<std::vector<int32_t>> calibration;
   int threads = 0;  // of the calibration run; 0: all cores
@@ -33,6 +35,7 @@ struct QuantizeOptions {
 struct QuantizeReport {
   int64_t quantized = 0;         // weights made int8
   int64_t quantized_static = 0;  // of them, with static activations (W8A8)
+  int64_t quantized_int4 = 0;    // of them, int4 experts (W4A8_DYNAMIC)
   int64_t kept = 0;              // tensors kept as they were
   uint64_t bytes_in = 0, bytes_out = 0;
 };

@@ -46,7 +46,9 @@ struct Shape {
   std::string str() const;
 };
 
-enum class PackedKind : uint8_t { kNone, kPanels, kBf16Tiles };
+// kInt4Panels: an I8 weight whose codes all fit int4 (msModelSlim's W4A8), packed at half the
+// bytes of its int8 panels (backend/cpu/int8_matmul.h).
+enum class PackedKind : uint8_t { kNone, kPanels, kBf16Tiles, kInt4Panels };
 
 struct Tensor {
   const void* data = nullptr;

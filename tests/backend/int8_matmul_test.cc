@@ -24,9 +24,11 @@ struct Int8Weights {
   std::vector<float> scale;
   std::vector<int32_t> bias;
   float act_scale = 0.0f, act_offset = 0.0f;  // 0: per-token dynamic
-  Int8Weights(int64_t n, int64_t k, uint32_t seed, bool static_act = false) : n(n), k(k) {
+  bool int4 = false;                          // codes in [-8, 7], packed as int4 panels
+  Int8Weights(int64_t n, int64_t k, uint32_t seed, bool static_act = false, bool int4 = false)
+      : n(n), k(k), int4(int4) {
     std::mt19937 rng(seed);
-    std::uniform_int_distribution<int> code(-128, 127);
+    std::uniform_int_distribution<int> code(int4 ? -8 : -128, int4 ? 7 : 127);
     std::uniform_real_distribution<float> s(0.001f, 0.02f);
     for (int64_t i = 0; i < n * k; ++i) codes.push_back(int8_t(code(rng)));
     for (int64_t j = 0; j < n; ++j) scale.push_back(s(rng));
@@ -38,10 +40,11 @@ struct Int8Weights {
     }
   }
   std::shared_ptr<uint8_t[]> packed;  // pack(): the packed GEMM's copy
-  void pack() { packed = pack_int8_weight(tensor()); }
+  void pack() { packed = int4 ? pack_int4_weight(tensor()) : pack_int8_weight(tensor()); }
   Tensor tensor() const {
     Tensor t{codes.data(), DType::I8, Shape{n, k}};
     t.packed = packed.get();
+    t.packed_kind = int4 && packed ? PackedKind::kInt4Panels : PackedKind::kPanels;
     t.block_scale = scale.data();
     t.scale_block_rows = 1;
     t.scale_block_cols = k;
@@ -159,6 +162,46 @@ TEST_F(Int8LinearTest, AmxAndVnniGiveTheSameBits) {
           EXPECT_EQ(bad.count, 0) << bad.first;
         }
       }
+}
+
+// Int4 codes (W4A8, widened at load) packed at half the bytes: the same bits as the row kernel
+// on the plain codes, and as float64, through VNNI (decode) and AMX (batches); partial chunks,
+// panels and row tiles.
+TEST_F(Int8LinearTest, Int4PanelsGiveTheInt8Bits) {
+  ThreadPool pool(2);
+  uint32_t seed = 500;
+  for (bool static_act : {false, true})
+    for (int64_t k : {5, 64, 100, 1000})
+      for (int64_t n : {3, 16, 37}) {
+        Int8Weights plain(n, k, seed, static_act, true), w(n, k, seed, static_act, true);
+        ++seed;
+        ASSERT_TRUE(fits_int4(w.tensor()));
+        w.pack();
+        EXPECT_EQ(int4_packed_panel_bytes(k) - 64, (int8_packed_panel_bytes(k) - 64) / 2);
+        for (int64_t m : {1, 3, 8, 17, 33}) {
+          SCOPED_TRACE(testing::Message()
+                       << "static " << static_act << " K=" << k << " N=" << n << " M=" << m);
+          const auto x = randn(m * k, seed++);
+          std::vector<float> rows(size_t(m * n)), vnni(rows.size(), -1.0f), amx(rows.size());
+          set_linear_isa("scalar");
+          linear(plain.tensor(), x.data(), m, rows.data(), pool);
+          set_linear_isa("auto");
+          set_packed_amx(false);
+          linear(w.tensor(), x.data(), m, vnni.data(), pool);
+          set_packed_amx(true);
+          linear(w.tensor(), x.data(), m, amx.data(), pool);
+          EXPECT_EQ(std::memcmp(rows.data(), vnni.data(), rows.size() * sizeof(float)), 0);
+          EXPECT_EQ(std::memcmp(rows.data(), amx.data(), rows.size() * sizeof(float)), 0);
+          const std::vector<double> want = reference(w, x, m);
+          std::vector<double> bound;
+          for (double v : want) bound.push_back(4e-7 * std::fabs(v) + 1e-30);
+          Mismatches bad;
+          bad.check(vnni, want, bound, "vs float64");
+          EXPECT_EQ(bad.count, 0) << bad.first;
+        }
+      }
+  Int8Weights wide(4, 64, 1);
+  EXPECT_FALSE(fits_int4(wide.tensor()));
 }
 
 TEST(Int8Activations, DynamicAndStaticCodes) {

@@ -133,7 +133,7 @@ def test_kestrel_quantize_calibrates_static_w8a8_from_token_ids(start_server, tm
                         "--quant-type", "W8A8", "--calibration-file", str(calib)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "14 weights quantized to int8 (14 with static activations)" in r.stdout, r.stdout
+    assert "14 weights quantized to int8 (14 with static activations, 0 int4)" in r.stdout, r.stdout
     srv = start_server("--max-model-len", "256", model_path=out)
     got = [greedy_tokens(srv.base_url, srv.model, p, len(golden["greedy"][0]))
            for p in golden["prompts"]]
@@ -166,7 +166,7 @@ def test_kestrel_quantize_calibrates_on_text(start_server, tmp_path):
                         "W8A8", "--calibration-file", str(calib)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "14 weights quantized to int8 (14 with static activations)" in r.stdout, r.stdout
+    assert "14 weights quantized to int8 (14 with static activations, 0 int4)" in r.stdout, r.stdout
     description = json.loads((out / "quant_model_description.json").read_text())
     assert description["model.layers.1.mlp.down_proj.input_scale"] == "W8A8"
     assert (out / "tokenizer.json").exists()
@@ -180,3 +180,19 @@ def test_kestrel_quantize_calibrates_on_text(start_server, tmp_path):
                           str(calib)], capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0
     assert "line 1 is text" in bad.stderr, bad.stderr
+
+
+def test_kestrel_quantize_w4a8_packs_the_experts_as_int4(start_server, tmp_path):
+    """--quant-type W4A8_DYNAMIC on the MoE fixture: the numpy-made int4-expert fixture's greedy
+    tokens (its bytes), served from int4 panels."""
+    out = tmp_path / "w4a8"
+    r = subprocess.run([str(KESTREL_BIN), "quantize", str(FIXTURES / "qwen3_moe_f32"), "-o",
+                        str(out), "--quant-type", "W4A8_DYNAMIC"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "(0 with static activations, 48 int4)" in r.stdout, r.stdout
+    golden = json.loads((FIXTURES / "qwen3_moe_w4a8_dynamic" / "golden.json").read_text())
+    srv = start_server("--max-model-len", "256", model_path=out)
+    got = [greedy_tokens(srv.base_url, srv.model, p, len(golden["greedy"][0]))
+           for p in golden["prompts"]]
+    assert got == golden["greedy"]

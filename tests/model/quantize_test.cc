@@ -45,9 +45,12 @@ QuantizeOptions options(const std::string& in, const fs::path& out) {
 
 // The checkpoint quantize writes from `source` equals the numpy-made fixture `want`, tensor for
 // tensor and byte for byte, and serves the same logits.
-void expect_same_checkpoint(const std::string& source, const std::string& want, int quantized) {
+void expect_same_checkpoint(const std::string& source, const std::string& want, int quantized,
+                            const std::string& type = "W8A8_DYNAMIC") {
   TempDir out;
-  auto r = quantize_checkpoint(options(fixture(source), out.path));
+  QuantizeOptions o = options(fixture(source), out.path);
+  o.quant_type = type;
+  auto r = quantize_checkpoint(o);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(r->quantized, quantized);
   const std::string want_dir = fixture(want);
@@ -85,6 +88,12 @@ TEST(Quantize, ReproducesTheW8A8DynamicFixtureByteForByte) {
 // layer (layer 2) stays FLOAT.
 TEST(Quantize, DeepSeekV3MlaAndExpertsReproduceTheirFixture) {
   expect_same_checkpoint("deepseek_v3_f32", "deepseek_v3_w8a8_dynamic", 40);
+}
+
+// msModelSlim's w4a8 recipe: int4 experts (nibbles, scales, scale_bias per row or per 16 column
+// chunks) beside W8A8_DYNAMIC attention and dense layers.
+TEST(Quantize, W4A8ExpertsReproduceTheirFixture) {
+  expect_same_checkpoint("qwen3_moe_f32", "qwen3_moe_w4a8_dynamic", 63, "W4A8_DYNAMIC");
 }
 
 // A bf16 checkpoint: its FLOAT tensors stay bf16, the projections become int8, and the result
@@ -216,10 +225,10 @@ TEST(Quantize, StaticW8A8NeedsCalibrationAndValidIds) {
   auto bad = quantize_checkpoint(o);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("9999"), std::string::npos) << bad.error().message;
-  o.quant_type = "W4A8";
+  o.quant_type = "W4A16";
   auto type = quantize_checkpoint(o);
   ASSERT_FALSE(type.ok());
-  EXPECT_NE(type.error().message.find("W4A8"), std::string::npos);
+  EXPECT_NE(type.error().message.find("W4A16"), std::string::npos);
 }
 
 }  // namespace

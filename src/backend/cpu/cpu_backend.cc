@@ -41,7 +41,12 @@ class CpuBackend final : public Backend {
     } else if (quant_compute_ == QuantCompute::kInt8 && cpu::packable(w)) {
       packed_.push_back(cpu::pack_weight(w));
     } else if (w.dtype == DType::I8 && w.shape.ndim == 2 && cpu::avx512_int8_gemm() != nullptr) {
-      packed_.push_back(cpu::pack_int8_weight(w));
+      if (cpu::fits_int4(w)) {
+        packed_.push_back(cpu::pack_int4_weight(w));
+        kind = PackedKind::kInt4Panels;
+      } else {
+        packed_.push_back(cpu::pack_int8_weight(w));
+      }
     } else {
       return;
     }

@@ -6,6 +6,9 @@
 // so the int32 tiles accumulate over the whole row and are stored once: the epilogue (minus
 // 128 · Σ w, plus the bias, times a and the row scale) is the VNNI kernel's, and so are the bits.
 //
+// int4 panels (W4A8) are widened to int8 ones a chunk of panels at a time, in a thread-local
+// buffer that stays in L2 while the batch's row tiles pass over it.
+//
 // A 2 × 2 register tile (two row tiles of the batch, two panels) keeps four accumulators and
 // four operand tiles. Panels are padded to whole 64-column chunks with zero codes, and
 // activation rows to 64 bytes with zeros, so the last chunk adds nothing; the caller's
@@ -17,7 +20,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <vector>
 
+#include "backend/cpu/aligned_scratch.h"
 #include "backend/cpu/amx_tiles.h"
 #include "backend/cpu/packed_matmul.h"
 
@@ -54,14 +59,16 @@ void epilogue(const Int8Gemm& g, const int32_t* c, const uint8_t* panel, int64_t
   }
 }
 
-// Row tiles t, t + 1 (R of them) against panels p, p + 1 (P of them). (GCC's tile intrinsics
-// paste their tile numbers into the assembly text: literals only.)
+// Row tiles t, t + 1 (R of them) against the int8 panel at `panel` (weight rows from n0) and,
+// with P = 2, the next one. (GCC's tile intrinsics paste their tile numbers into the assembly
+// text: literals only.)
 template <int R, int P>
-void tile(const Int8Gemm& g, int64_t t, int64_t p, int64_t chunks, size_t panel_bytes) {
+void tile(const Int8Gemm& g, int64_t t, const uint8_t* panel, int64_t n0, int64_t chunks,
+          size_t panel_bytes) {
   const auto stride = int64_t(g.x_stride);
   const uint8_t* x0 = g.x + size_t(t) * kPanelRows * g.x_stride + kInt8ActHeaderBytes;
   const uint8_t* x1 = x0 + size_t(kPanelRows) * g.x_stride;
-  const uint8_t* w0 = g.w + size_t(p) * panel_bytes + 64;
+  const uint8_t* w0 = panel + 64;
   const uint8_t* w1 = w0 + panel_bytes;
   _tile_zero(0);
   if constexpr (P == 2) _tile_zero(1);
@@ -86,7 +93,7 @@ void tile(const Int8Gemm& g, int64_t t, int64_t p, int64_t chunks, size_t panel_
   if constexpr (P == 2) _tile_stored(1, c[1], 64);
   if constexpr (R == 2) _tile_stored(2, c[2], 64);
   if constexpr (R == 2 && P == 2) _tile_stored(3, c[3], 64);
-  const int64_t row = t * kPanelRows, n0 = p * kPanelRows;
+  const int64_t row = t * kPanelRows;
   epilogue(g, c[0], w0 - 64, row, n0);
   if constexpr (P == 2) epilogue(g, c[1], w1 - 64, row, n0 + kPanelRows);
   if constexpr (R == 2) epilogue(g, c[2], w0 - 64, row + kPanelRows, n0);
@@ -98,6 +105,26 @@ void tile(const Int8Gemm& g, int64_t t, int64_t p, int64_t chunks, size_t panel_
 constexpr size_t kRowChunkBytes = size_t(1) << 20;
 constexpr size_t kPanelChunkBytes = size_t(512) << 10;
 
+// int4 panels (pack_int4_weight) as int8 ones: the tile unit loads its operands from memory, so
+// a thread widens a chunk of panels once and every row tile reads them.
+void widen_int4_panels(const uint8_t* src, int64_t count, int64_t k, uint8_t* dst) {
+  const size_t from = int4_packed_panel_bytes(k), to = int8_packed_panel_bytes(k);
+  const int64_t chunks = (k + 63) / 64;
+  const __m512i low4 = _mm512_set1_epi8(0xF), eight = _mm512_set1_epi8(8);
+  for (int64_t p = 0; p < count; ++p, src += from, dst += to) {
+    _mm512_store_si512(dst, _mm512_loadu_si512(src));  // the column sums
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int v = 0; v < 8; ++v) {
+        const __m512i packed = _mm512_loadu_si512(src + 64 + c * 32 * kPanelRows + 64 * v);
+        uint8_t* out = dst + 64 + c * kChunkBytes;
+        _mm512_store_si512(out + 64 * v, _mm512_sub_epi8(_mm512_and_si512(packed, low4), eight));
+        _mm512_store_si512(
+            out + 64 * (v + 8),
+            _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(packed, 4), low4), eight));
+      }
+  }
+}
+
 void gemm(const Int8Gemm& g, int64_t p0, int64_t p1) {
   const size_t panel_bytes = int8_packed_panel_bytes(g.k);
   const int64_t chunks = (g.k + 63) / 64;
@@ -105,19 +132,32 @@ void gemm(const Int8Gemm& g, int64_t p0, int64_t p1) {
   const int64_t row_chunk =
       std::max<int64_t>(2, int64_t(kRowChunkBytes / (kPanelRows * g.x_stride)));
   const int64_t panel_chunk = std::max<int64_t>(2, int64_t(kPanelChunkBytes / panel_bytes));
+  thread_local std::vector<uint8_t> widened;
+  uint8_t* buffer =
+      g.int4 ? cache_aligned(widened, size_t(std::min(panel_chunk, p1 - p0)) * panel_bytes)
+             : nullptr;
   _tile_loadconfig(&kTileConfig);
-  for (int64_t t0 = 0; t0 < tiles; t0 += row_chunk) {
-    const int64_t t1 = std::min(tiles, t0 + row_chunk);
-    for (int64_t c0 = p0; c0 < p1; c0 += panel_chunk) {
-      const int64_t c1 = std::min(p1, c0 + panel_chunk);
+  for (int64_t c0 = p0; c0 < p1; c0 += panel_chunk) {
+    const int64_t c1 = std::min(p1, c0 + panel_chunk);
+    const uint8_t* base = g.w + size_t(c0) * panel_bytes;
+    if (g.int4) {
+      widen_int4_panels(g.w + size_t(c0) * int4_packed_panel_bytes(g.k), c1 - c0, g.k, buffer);
+      base = buffer;
+    }
+    for (int64_t t0 = 0; t0 < tiles; t0 += row_chunk) {
+      const int64_t t1 = std::min(tiles, t0 + row_chunk);
       for (int64_t t = t0; t < t1; t += 2) {
-        int64_t p = c0;
-        if (t + 1 < t1) {
-          for (; p + 1 < c1; p += 2) tile<2, 2>(g, t, p, chunks, panel_bytes);
-          if (p < c1) tile<2, 1>(g, t, p, chunks, panel_bytes);
-        } else {
-          for (; p + 1 < c1; p += 2) tile<1, 2>(g, t, p, chunks, panel_bytes);
-          if (p < c1) tile<1, 1>(g, t, p, chunks, panel_bytes);
+        for (int64_t p = c0; p < c1; p += 2) {
+          const uint8_t* panel = base + size_t(p - c0) * panel_bytes;
+          const int64_t n0 = p * kPanelRows;
+          const bool pair = p + 1 < c1;
+          if (t + 1 < t1) {
+            pair ? tile<2, 2>(g, t, panel, n0, chunks, panel_bytes)
+                 : tile<2, 1>(g, t, panel, n0, chunks, panel_bytes);
+          } else {
+            pair ? tile<1, 2>(g, t, panel, n0, chunks, panel_bytes)
+                 : tile<1, 1>(g, t, panel, n0, chunks, panel_bytes);
+          }
         }
       }
     }

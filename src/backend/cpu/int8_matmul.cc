@@ -117,6 +117,46 @@ std::unique_ptr<uint8_t[]> pack_int8_weight(const Tensor& w) {
   return out;
 }
 
+bool fits_int4(const Tensor& w) {
+  const auto* codes = static_cast<const int8_t*>(w.data);
+  return w.dtype == DType::I8 &&
+         std::all_of(codes, codes + w.numel(), [](int8_t c) { return c >= -8 && c <= 7; });
+}
+
+size_t int4_packed_panel_bytes(int64_t k) {
+  return 64 + size_t((k + 63) / 64) * 32 * kPanelRows;
+}
+
+std::unique_ptr<uint8_t[]> pack_int4_weight(const Tensor& w) {
+  KCHECK(w.dtype == DType::I8 && w.shape.ndim == 2 && fits_int4(w),
+         "pack_int4_weight: a 2-D I8 weight of int4 codes");
+  const int64_t n = w.rows(), k = w.cols(), panels = (n + kPanelRows - 1) / kPanelRows;
+  const size_t panel_bytes = int4_packed_panel_bytes(k);
+  // Nibble 8 is code 0: padding columns and rows multiply to nothing.
+  auto out = std::make_unique<uint8_t[]>(size_t(panels) * panel_bytes);
+  std::memset(out.get(), 0x88, size_t(panels) * panel_bytes);
+  const auto* codes = static_cast<const int8_t*>(w.data);
+  for (int64_t p = 0; p < panels; ++p) {
+    uint8_t* panel = out.get() + size_t(p) * panel_bytes;
+    std::memset(panel, 0, 64);
+    for (int64_t r = 0; r < kPanelRows && p * kPanelRows + r < n; ++r) {
+      const int8_t* row = codes + (p * kPanelRows + r) * k;
+      int32_t sum = 0;
+      for (int64_t c = 0; c < k; ++c) {
+        sum += row[c];
+        // Quad row j of the chunk: j < 8 in the low nibbles of vector j, else the high of j - 8.
+        const int64_t chunk = c / 64, j = (c % 64) / 4;
+        uint8_t& byte = panel[64 + size_t(chunk) * 32 * kPanelRows + size_t(j % 8) * 64 +
+                              size_t(4 * r + c % 4)];
+        const auto nibble = uint8_t(row[c] + 8);
+        byte = j < 8 ? uint8_t((byte & 0xF0) | nibble) : uint8_t((byte & 0x0F) | (nibble << 4));
+      }
+      std::memcpy(panel + 4 * r, &sum, sizeof sum);
+    }
+  }
+  return out;
+}
+
 Int8Row int8_row(const Tensor& w, int64_t j) {
   KCHECK(w.dtype == DType::I8 && w.block_scale != nullptr && w.scale_block_rows == 1,
          "int8_row: an I8 weight needs one scale per row");

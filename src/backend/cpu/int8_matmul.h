@@ -49,6 +49,15 @@ struct Int8Kernels {
 size_t int8_packed_panel_bytes(int64_t k);
 std::unique_ptr<uint8_t[]> pack_int8_weight(const Tensor& w);
 
+// I8 weights whose codes all lie in [-8, 7] (W4A8's int4, widened at load) pack at half the
+// bytes: the same 64-byte header, then per 64-column chunk 8 vectors of 64 bytes, vector v
+// holding the chunk's quad rows v (low nibbles) and v + 8 (high nibbles) as code + 8. Decode
+// reads half of the int8 panels' bytes; the kernels widen the nibbles back to the int8 codes, so
+// the integer sums, and the bits, are the int8 panels'.
+bool fits_int4(const Tensor& w);
+size_t int4_packed_panel_bytes(int64_t k);
+std::unique_ptr<uint8_t[]> pack_int4_weight(const Tensor& w);
+
 struct Int8Gemm {
   const uint8_t* w;  // packed panels
   int64_t n, k;
@@ -59,6 +68,7 @@ struct Int8Gemm {
   int64_t y_stride;
   const float* scale;   // [n]
   const int32_t* bias;  // [n] or null
+  bool int4;            // w holds int4 panels (pack_int4_weight)
 };
 // Computes panels [p0, p1) for every activation row.
 using Int8GemmFn = void (*)(const Int8Gemm& g, int64_t p0, int64_t p1);

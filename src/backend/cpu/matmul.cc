@@ -485,7 +485,17 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       }
       if (p.igemm != nullptr) {
         const Tensor& w = *jobs[i].w;
-        const Int8Gemm g{p.w, p.n, k, p.x, p.x_stride, m, y, p.n, w.block_scale, w.row_bias};
+        const Int8Gemm g{p.w,
+                         p.n,
+                         k,
+                         p.x,
+                         p.x_stride,
+                         m,
+                         y,
+                         p.n,
+                         w.block_scale,
+                         w.row_bias,
+                         w.packed_kind == PackedKind::kInt4Panels};
         p.igemm(g, n0, n1);
         continue;
       }
