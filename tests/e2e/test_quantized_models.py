@@ -69,19 +69,30 @@ def test_the_ascend_flag_without_a_description_stops_serve():
     assert "has no quant_model_description.json" in r.stderr + r.stdout, r.stderr + r.stdout
 
 
+def quantize(source, out, *flags):
+    """`kestrel quantize SOURCE -o OUT FLAGS`; its summary line (the run must succeed)."""
+    r = subprocess.run([str(KESTREL_BIN), "quantize", str(source), "-o", str(out), *flags],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def serves_the_goldens(start_server, model, fixture):
+    """A server on `model` continues `fixture`'s golden prompts with its greedy tokens."""
+    golden = json.loads((FIXTURES / fixture / "golden.json").read_text())
+    srv = start_server("--max-model-len", "256", model_path=model)
+    got = [greedy_tokens(srv.base_url, srv.model, p, len(golden["greedy"][0]))
+           for p in golden["prompts"]]
+    assert got == golden["greedy"]
+    return srv
+
+
 def test_kestrel_quantize_writes_what_serve_reads(start_server, tmp_path):
     """`kestrel quantize` on the f32 fixture, then `kestrel serve` on its output: the
     W8A8_DYNAMIC fixture's greedy continuations (the same bytes, made in numpy)."""
     out = tmp_path / "w8a8"
-    r = subprocess.run([str(KESTREL_BIN), "quantize", str(FIXTURES / "qwen3_f32"), "-o", str(out)],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "14 weights quantized to int8" in r.stdout, r.stdout
-    golden = json.loads((FIXTURES / "qwen3_w8a8_dynamic" / "golden.json").read_text())
-    srv = start_server("--max-model-len", "256", model_path=out)
-    got = [greedy_tokens(srv.base_url, srv.model, p, len(golden["greedy"][0]))
-           for p in golden["prompts"]]
-    assert got == golden["greedy"]
+    assert "14 weights quantized to int8" in quantize(FIXTURES / "qwen3_f32", out)
+    serves_the_goldens(start_server, out, "qwen3_w8a8_dynamic")
     again = subprocess.run([str(KESTREL_BIN), "quantize", str(FIXTURES / "qwen3_f32"), "-o",
                             str(out)], capture_output=True, text=True, timeout=60)
     assert again.returncode != 0 and "not empty" in again.stderr
@@ -129,15 +140,10 @@ def test_kestrel_quantize_calibrates_static_w8a8_from_token_ids(start_server, tm
     calib = tmp_path / "calib.jsonl"
     calib.write_text("".join(json.dumps(p) + "\n" for p in golden["prompts"]))
     out = tmp_path / "w8a8"
-    r = subprocess.run([str(KESTREL_BIN), "quantize", str(FIXTURES / "qwen3_f32"), "-o", str(out),
-                        "--quant-type", "W8A8", "--calibration-file", str(calib)],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "14 weights quantized to int8 (14 with static activations, 0 int4)" in r.stdout, r.stdout
-    srv = start_server("--max-model-len", "256", model_path=out)
-    got = [greedy_tokens(srv.base_url, srv.model, p, len(golden["greedy"][0]))
-           for p in golden["prompts"]]
-    assert got == golden["greedy"]
+    summary = quantize(FIXTURES / "qwen3_f32", out, "--quant-type", "W8A8", "--calibration-file",
+                       str(calib))
+    assert "14 weights quantized to int8 (14 with static activations, 0 int4)" in summary, summary
+    serves_the_goldens(start_server, out, "qwen3_w8a8")
 
 
 def test_kestrel_quantize_calibrates_on_text(start_server, tmp_path):
@@ -162,11 +168,8 @@ def test_kestrel_quantize_calibrates_on_text(start_server, tmp_path):
     calib.write_text("The quick brown fox jumps over the lazy dog.\n\n"
                      "def add(a, b):\n    return a + b\n")
     out = tmp_path / "w8a8"
-    r = subprocess.run([str(KESTREL_BIN), "quantize", str(model), "-o", str(out), "--quant-type",
-                        "W8A8", "--calibration-file", str(calib)],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "14 weights quantized to int8 (14 with static activations, 0 int4)" in r.stdout, r.stdout
+    summary = quantize(model, out, "--quant-type", "W8A8", "--calibration-file", str(calib))
+    assert "14 weights quantized to int8 (14 with static activations, 0 int4)" in summary, summary
     description = json.loads((out / "quant_model_description.json").read_text())
     assert description["model.layers.1.mlp.down_proj.input_scale"] == "W8A8"
     assert (out / "tokenizer.json").exists()
@@ -186,13 +189,6 @@ def test_kestrel_quantize_w4a8_packs_the_experts_as_int4(start_server, tmp_path)
     """--quant-type W4A8_DYNAMIC on the MoE fixture: the numpy-made int4-expert fixture's greedy
     tokens (its bytes), served from int4 panels."""
     out = tmp_path / "w4a8"
-    r = subprocess.run([str(KESTREL_BIN), "quantize", str(FIXTURES / "qwen3_moe_f32"), "-o",
-                        str(out), "--quant-type", "W4A8_DYNAMIC"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "(0 with static activations, 48 int4)" in r.stdout, r.stdout
-    golden = json.loads((FIXTURES / "qwen3_moe_w4a8_dynamic" / "golden.json").read_text())
-    srv = start_server("--max-model-len", "256", model_path=out)
-    got = [greedy_tokens(srv.base_url, srv.model, p, len(golden["greedy"][0]))
-           for p in golden["prompts"]]
-    assert got == golden["greedy"]
+    summary = quantize(FIXTURES / "qwen3_moe_f32", out, "--quant-type", "W4A8_DYNAMIC")
+    assert "(0 with static activations, 48 int4)" in summary, summary
+    serves_the_goldens(start_server, out, "qwen3_moe_w4a8_dynamic")

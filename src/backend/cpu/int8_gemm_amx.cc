@@ -33,10 +33,8 @@
 namespace kestrel::cpu {
 namespace {
 
-// Tiles 0–3: int32 sums (16 × 16); 4, 5: activation codes (16 rows × 64 bytes); 6, 7: weight quad
-// rows (16 × 64 bytes).
-const AmxTileConfig kTileConfig = {
-    1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
+// Tiles (kEightFullTiles) 0–3: int32 sums (16 × 16); 4, 5: activation codes (16 rows × 64
+// bytes); 6, 7: weight quad rows (16 × 64 bytes).
 
 constexpr int64_t kChunkBytes = 64 * kPanelRows;  // one 64-column chunk of a panel
 
@@ -136,7 +134,7 @@ void gemm(const Int8Gemm& g, int64_t p0, int64_t p1) {
   uint8_t* buffer =
       g.int4 ? cache_aligned(widened, size_t(std::min(panel_chunk, p1 - p0)) * panel_bytes)
              : nullptr;
-  _tile_loadconfig(&kTileConfig);
+  _tile_loadconfig(&kEightFullTiles);
   for (int64_t c0 = p0; c0 < p1; c0 += panel_chunk) {
     const int64_t c1 = std::min(p1, c0 + panel_chunk);
     const uint8_t* base = g.w + size_t(c0) * panel_bytes;

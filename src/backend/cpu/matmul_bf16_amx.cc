@@ -21,10 +21,9 @@
 namespace kestrel::cpu {
 namespace {
 
-// Tiles 0–3: f32 results (16 rows × 16 lanes) of two row tiles × two panels; 4 and 5: the row
-// tiles' activations (16 rows × 32 bf16); 6 and 7: the panels' weights (16 pair rows × 64 bytes).
-const AmxTileConfig kTileConfig = {
-    1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
+// Tiles (kEightFullTiles) 0–3: f32 results (16 rows × 16 lanes) of two row tiles × two panels;
+// 4 and 5: the row tiles' activations (16 rows × 32 bf16); 6 and 7: the panels' weights (16 pair
+// rows × 64 bytes).
 
 constexpr size_t kBlockBytes = size_t(kPanelRows) * kBf16TileK * 2;
 
@@ -52,7 +51,7 @@ void gemm(const Bf16Gemm& g, int64_t p0, int64_t p1) {
   const auto stride = int64_t(g.x_stride);
   const int64_t tiles = packed_activation_rows(g.m) / kPanelRows;
   const int64_t chunk = std::max<int64_t>(1, int64_t(kRowChunkBytes / (kPanelRows * g.x_stride)));
-  _tile_loadconfig(&kTileConfig);
+  _tile_loadconfig(&kEightFullTiles);
   for (int64_t t0 = 0; t0 < tiles; t0 += chunk) {
     const int64_t t1 = std::min(tiles, t0 + chunk);
     for (int64_t p = p0; p < p1; p += 2) {
