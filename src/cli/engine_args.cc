@@ -197,6 +197,7 @@ LoadOptions load_options(const EngineArgs& a, int rank, DeviceComm* comm, int dp
   lo.calculate_kv_scales = a.calculate_kv_scales;
   lo.quant_compute = a.quant_compute;
   lo.quantization = a.quantization;
+  lo.pd_decode = a.kv && a.kv->transfer.role == KvRole::kConsumer;
   const bool shared = a.tensor_parallel_size > 1 || a.local_data_parallel_ranks() > 1;
   lo.threads = shared ? threads_per_rank(a) : a.threads;
   lo.pin_threads = a.pin_threads;

@@ -15,7 +15,6 @@ class GqaAttention final : public AttentionLayer {
     const ModelConfig& c = lc.cfg;
     H_ = c.hidden_size;
     hd_ = int(c.head_dim);
-    bias_ = c.attention_bias;
     qk_norm_ = c.qk_norm;
     gate_ = c.attn_output_gate;
     scale_ = c.query_pre_attn_scalar > 0 ? float(1.0 / std::sqrt(c.query_pre_attn_scalar))
@@ -36,21 +35,15 @@ class GqaAttention final : public AttentionLayer {
     KASSIGN(v_, load_linear(lc.src, p + "v_proj", kvd, H_, c, lc.store, kv_rows));
     const IndexRange o_rows = lc.tp ? lc.tp->hidden : IndexRange{};
     KASSIGN(o_, load_linear(lc.src, p + "o_proj", H_, qd, c, lc.store, o_rows));
-    if (bias_ && gate_) return make_error("{}: gated attention with q/k/v biases", p);
-    if (bias_) {
-      auto part = [](std::vector<float> v, IndexRange r) {
-        return std::vector<float>(v.begin() + r.begin, v.begin() + r.end);
-      };
-      KASSIGN(q_bias_, load_vector(lc.src, p + "q_proj.bias", qd));
-      KASSIGN(k_bias_, load_vector(lc.src, p + "k_proj.bias", kvd));
-      KASSIGN(v_bias_, load_vector(lc.src, p + "v_proj.bias", kvd));
-      q_bias_ = part(std::move(q_bias_), q_rows);
-      k_bias_ = part(std::move(k_bias_), kv_rows);
-      v_bias_ = part(std::move(v_bias_), kv_rows);
-    }
+    // q/k/v biases (Qwen2's attention_bias, or a quantizer's smoothing) come with the linears
+    // (Tensor::out_bias); a config that declares them needs them.
+    if (c.attention_bias)
+      for (const auto& [t, name] : {std::pair{&q_, "q_proj"}, {&k_, "k_proj"}, {&v_, "v_proj"}})
+        if (t->out_bias == nullptr && !lc.src.has(p + name + ".bias"))
+          return make_error("{}{}.bias: missing (the config sets attention_bias)", p, name);
     if (qk_norm_) {
-      KASSIGN(q_norm_, load_norm(lc.src, p + "q_norm.weight", hd_, c));
-      KASSIGN(k_norm_, load_norm(lc.src, p + "k_norm.weight", hd_, c));
+      KASSIGN(q_norm_, load_norm_with_bias(lc.src, p + "q_norm", hd_, c));
+      KASSIGN(k_norm_, load_norm_with_bias(lc.src, p + "k_norm", hd_, c));
     }
     for (Tensor* t : {&q_, &k_, &v_, &o_}) lc.be.prepare_weight(*t, lc.act);
     KASSIGN(kv_scales_, KvLayerScales::load(lc.src, lc.kv, p, kv, c.num_key_value_heads, hd_));
@@ -77,17 +70,12 @@ class GqaAttention final : public AttentionLayer {
         std::memmove(q + r * hd_, src, size_t(hd_) * sizeof(float));
       }
     }
-    if (bias_) {
-      be.add_bias(q, q_bias_.data(), T, qd);
-      be.add_bias(k, k_bias_.data(), T, kvd);
-      be.add_bias(v, v_bias_.data(), T, kvd);
-    }
     ctx.round(q, T * qd);
     ctx.round(k, T * kvd);
     ctx.round(v, T * kvd);
     if (qk_norm_) {
-      ctx.rms_norm(q, q_norm_.data(), T * nh_, hd_, q);
-      ctx.rms_norm(k, k_norm_.data(), T * nkv_, hd_, k);
+      ctx.rms_norm(q, q_norm_, T * nh_, hd_, q);
+      ctx.rms_norm(k, k_norm_, T * nkv_, hd_, k);
     }
     // Gemma3's sliding-window layers rotate with their own base.
     const RopeParams& rope = ctx.rope_local != nullptr && ctx.attention(layer).sliding_window > 0
@@ -120,10 +108,10 @@ class GqaAttention final : public AttentionLayer {
  private:
   int64_t H_ = 0;
   int nh_ = 0, nkv_ = 0, hd_ = 0;
-  bool bias_ = false, qk_norm_ = false, gate_ = false;
+  bool qk_norm_ = false, gate_ = false;
   float scale_ = 1.0f;  // of the attention scores
   Tensor q_, k_, v_, o_;
-  std::vector<float> q_bias_, k_bias_, v_bias_, q_norm_, k_norm_;
+  Norm q_norm_, k_norm_;
   KvLayerScales kv_scales_;
 };
 

@@ -23,9 +23,36 @@ void add_rms_norm_rows(Backend& be, DType act, bool offset, float* x, const floa
   rms_norm_rows(be, act, true, x, w, eps, rows, dim, out);
 }
 
+namespace {
+
+void add_norm_bias(Backend& be, DType act, const Norm& n, int64_t rows, int64_t dim, float* y) {
+  if (n.bias.empty()) return;
+  be.add_bias(y, n.bias.data(), rows, dim);
+  be.round_to(act, y, rows * dim);
+}
+
+}  // namespace
+
+void rms_norm_rows(Backend& be, DType act, bool offset, const float* x, const Norm& n, float eps,
+                   int64_t rows, int64_t dim, float* y) {
+  rms_norm_rows(be, act, offset, x, n.weight.data(), eps, rows, dim, y);
+  add_norm_bias(be, act, n, rows, dim, y);
+}
+
+void add_rms_norm_rows(Backend& be, DType act, bool offset, float* x, const float* y, const Norm& n,
+                       float eps, int64_t rows, int64_t dim, float* out) {
+  add_rms_norm_rows(be, act, offset, x, y, n.weight.data(), eps, rows, dim, out);
+  add_norm_bias(be, act, n, rows, dim, out);
+}
+
 void LayerContext::rms_norm(const float* x, const float* w, int64_t rows, int64_t dim,
                             float* y) const {
   rms_norm_rows(be, act, norm_offset, x, w, eps, rows, dim, y);
+}
+
+void LayerContext::rms_norm(const float* x, const Norm& n, int64_t rows, int64_t dim,
+                            float* y) const {
+  rms_norm_rows(be, act, norm_offset, x, n, eps, rows, dim, y);
 }
 
 void output_projection(const LayerContext& ctx, const Tensor& w, TpSplit in_split, const float* in,

@@ -12,6 +12,7 @@
 #include "model/causal_lm.h"
 #include "model/expert_exchange.h"
 #include "model/tp_group.h"
+#include "model/weights.h"
 
 namespace kestrel {
 
@@ -87,6 +88,8 @@ struct LayerContext {
   void round(float* p, int64_t n) const { be.round_to(act, p, n); }
   // RMSNorm of `rows` rows of `dim` as the model's reference rounds it (rms_norm_rows).
   void rms_norm(const float* x, const float* w, int64_t rows, int64_t dim, float* y) const;
+  // The same with a norm's bias, if it has one, added and rounded after.
+  void rms_norm(const float* x, const Norm& n, int64_t rows, int64_t dim, float* y) const;
   // The batch as cache layer `layer` sees it: its group's block tables and slots, its window.
   const AttentionBatch& attention(int layer) const { return attn[size_t(kv.place(layer).group)]; }
 };
@@ -99,6 +102,11 @@ void rms_norm_rows(Backend& be, DType act, bool offset, const float* x, const fl
 // x += y rounded to act, then out = rms_norm_rows(x): a residual add and the next norm.
 void add_rms_norm_rows(Backend& be, DType act, bool offset, float* x, const float* y,
                        const float* w, float eps, int64_t rows, int64_t dim, float* out);
+// With a Norm: its bias, if any, added to `out` (not to the residual x) and rounded.
+void rms_norm_rows(Backend& be, DType act, bool offset, const float* x, const Norm& n, float eps,
+                   int64_t rows, int64_t dim, float* y);
+void add_rms_norm_rows(Backend& be, DType act, bool offset, float* x, const float* y, const Norm& n,
+                       float eps, int64_t rows, int64_t dim, float* out);
 
 // out [m, hidden] = w · in, rounded: an output projection (attention's o, an MLP's down). Under
 // tensor parallelism `in` holds this rank's features of `in_split` and w this rank's hidden rows

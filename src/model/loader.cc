@@ -143,6 +143,11 @@ Status read_quantization(const LoadOptions& o, bool no_checkpoint_dir, ModelConf
             o.quantization.empty() ? " (implied)" : "");
   if (desc->quarot)
     KLOG_INFO("QuaRot: its rotations are folded into the weights, nothing is applied at inference");
+  desc->mix_static = o.pd_decode;
+  if (desc->model_quant_type == "W8A8_MIX")
+    KLOG_INFO("W8A8_MIX layers run {} activations ({})",
+              o.pd_decode ? "static W8A8" : "per-token W8A8_DYNAMIC",
+              o.pd_decode ? "a PD decode instance" : "not a PD decode instance");
   c.modelslim = std::make_shared<const ModelSlimDescription>(std::move(*desc));
   return Status::Ok();
 }
@@ -201,7 +206,7 @@ Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
     // Dummy weights default to bf16, the dtype big checkpoints ship in.
     const DType wt =
         (o.dtype == "auto" && lm->config.torch_dtype.empty()) ? DType::BF16 : act_dtype;
-    lm->weights = make_dummy_source(wt, o.seed);
+    lm->weights = make_dummy_source(wt, o.seed, lm->config.attention_bias);
   } else if (gguf) {
     lm->weights = make_gguf_source(*lm->gguf, o.model);
   } else {

@@ -35,6 +35,9 @@ struct LoadOptions {
   // --quantization: empty (the checkpoint says), ascend (an msModelSlim checkpoint, which must
   // have its quant_model_description.json), fp8 (DeepSeek's block-quantized FP8).
   std::string quantization;
+  // This instance is a PD decode instance (kv_consumer): msModelSlim's W8A8_MIX layers run
+  // their static scheme, as vLLM-Ascend's decode nodes do (ModelSlimDescription::mix_static).
+  bool pd_decode = false;
   // Run on this backend (another model's: a draft model shares its target's threads) instead of
   // a new one; threads, pin_threads and quant_compute are then the backend's.
   Backend* shared_backend = nullptr;

@@ -22,10 +22,16 @@ bool is_global_key(const std::string& k) {
 }
 
 bool runs(const std::string& type) {
-  return type == "FLOAT" || type == "W8A8" || type == "W8A8_DYNAMIC" || type == "W4A8_DYNAMIC";
+  return type == "FLOAT" || type == "W8A8" || type == "W8A8_DYNAMIC" || type == "W4A8_DYNAMIC" ||
+         type == "W8A8_MIX";
 }
 
 }  // namespace
+
+std::string ModelSlimDescription::scheme(const std::string& type) const {
+  if (type == "W8A8_MIX") return mix_static ? "W8A8" : "W8A8_DYNAMIC";
+  return type;
+}
 
 std::string ModelSlimDescription::layer_type(const std::string& prefix) const {
   std::string name = prefix + ".weight";

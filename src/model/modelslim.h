@@ -21,6 +21,13 @@ struct ModelSlimDescription {
   std::string kv_cache_type;
   bool quarot = false;                       // metadata.quarot: rotations folded into the weights
   std::map<std::string, std::string> types;  // tensor name → type
+  // How W8A8_MIX layers run (they carry both schemes' tensors): static W8A8 on a PD decode
+  // instance (--kv-transfer-config kv_consumer), per-token W8A8_DYNAMIC elsewhere, as vLLM-Ascend
+  // runs them. Set by the loader, not read from the file.
+  bool mix_static = false;
+
+  // The scheme a layer of `type` runs: W8A8_MIX resolved as above, other types as they are.
+  std::string scheme(const std::string& type) const;
 
   // The type of the layer whose weight is `prefix + ".weight"`; FLOAT when it is not listed.
   std::string layer_type(const std::string& prefix) const;
@@ -36,8 +43,8 @@ inline constexpr const char* kModelSlimMxfp8Kv = "K_DYNAMIC_V_STATIC_MXFP8_PER_C
 Expected<std::optional<ModelSlimDescription>> read_modelslim_description(const std::string& dir);
 
 // Refuses, naming the type and a tensor of it, what Kestrel does not run: any type but FLOAT,
-// W8A8, W8A8_DYNAMIC and W4A8_DYNAMIC (per channel) for weights, C8 for KV cache scales, a KV
-// cache type but C8 and the MXFP8 one, and QuaRot's online rotations.
+// W8A8, W8A8_DYNAMIC, W8A8_MIX and W4A8_DYNAMIC (per channel) for weights, C8 for KV cache scales,
+// a KV cache type but C8 and the MXFP8 one, and QuaRot's online rotations.
 Status check_modelslim(const ModelSlimDescription& d);
 
 // W4A8_DYNAMIC weights as msModelSlim packs them: [rows / 2, cols] bytes, byte (r, c) holding

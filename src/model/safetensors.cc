@@ -167,9 +167,21 @@ Expected<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::open_dir
   ck->dir_ = dir;
   const fs::path root(dir);
 
-  // msModelSlim names its shards quant_model_weights-*.safetensors.
+  // msModelSlim names its files quant_model_weight[s][_<type>][-NNNNN-of-NNNNN].safetensors,
+  // with an index of the same stem when sharded (its writer's default name is
+  // quant_model_weight_<quant type>.safetensors).
+  std::vector<fs::path> modelslim, modelslim_index;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with("quant_model_weight")) continue;
+    if (name.ends_with(".safetensors")) modelslim.push_back(it->path());
+    if (name.ends_with(".safetensors.index.json")) modelslim_index.push_back(it->path());
+  }
+  if (ec) return make_error("cannot list '{}': {}", dir, ec.message());
   fs::path index_path = root / "model.safetensors.index.json";
-  if (!fs::exists(index_path, ec)) index_path = root / "quant_model_weights.safetensors.index.json";
+  if (!fs::exists(index_path, ec) && modelslim_index.size() > 1)
+    return make_error("'{}' has {} msModelSlim index files; keep one", dir, modelslim_index.size());
+  if (!fs::exists(index_path, ec) && modelslim_index.size() == 1) index_path = modelslim_index[0];
   if (fs::exists(index_path, ec)) {
     KASSIGN(std::string text, read_text_file(index_path.string()));
     auto index = parse_json(text.data(), text.data() + text.size());
@@ -201,6 +213,9 @@ Expected<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::open_dir
   std::vector<fs::path> paths;
   if (fs::exists(root / "model.safetensors", ec)) {
     paths.push_back(root / "model.safetensors");
+  } else if (!modelslim.empty()) {
+    paths = modelslim;
+    std::sort(paths.begin(), paths.end());
   } else {
     // Error-code iteration: the throwing overloads would let exceptions escape.
     for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))

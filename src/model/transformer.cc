@@ -12,7 +12,7 @@ namespace kestrel {
 namespace {
 
 struct Block {
-  std::vector<float> attn_norm, ffn_norm;
+  Norm attn_norm, ffn_norm;
   // Gemma3's norms of the attention and FFN outputs (ModelConfig::sandwich_norms); else empty.
   std::vector<float> post_attn_norm, post_ffn_norm;
   std::unique_ptr<AttentionLayer> attn;
@@ -25,7 +25,8 @@ struct Block {
 // Qwen3-Next's and Qwen3.5's (mtp.{pre_fc_norm_embedding, pre_fc_norm_hidden, fc, norm}, the
 // block a full-attention layer, the head the model's) from that output after its norm.
 struct MtpModule {
-  std::vector<float> enorm, hnorm, head_norm;
+  std::vector<float> enorm, hnorm;
+  Norm head_norm;
   Tensor eh_proj, head;
   Block block;
   bool drafts_from_normed = false;
@@ -36,16 +37,17 @@ struct MtpModule {
 Expected<Block> load_block(const LoadContext& lc, const std::string& p, int64_t layer) {
   const ModelConfig& c = lc.cfg;
   Block b;
-  KASSIGN(b.attn_norm, load_norm(lc.src, p + "input_layernorm.weight", c.hidden_size, c));
+  KASSIGN(b.attn_norm, load_norm_with_bias(lc.src, p + "input_layernorm", c.hidden_size, c));
   if (c.sandwich_norms) {
     KASSIGN(b.post_attn_norm,
             load_norm(lc.src, p + "post_attention_layernorm.weight", c.hidden_size, c));
     KASSIGN(b.ffn_norm,
-            load_norm(lc.src, p + "pre_feedforward_layernorm.weight", c.hidden_size, c));
+            load_norm_with_bias(lc.src, p + "pre_feedforward_layernorm", c.hidden_size, c));
     KASSIGN(b.post_ffn_norm,
             load_norm(lc.src, p + "post_feedforward_layernorm.weight", c.hidden_size, c));
   } else {
-    KASSIGN(b.ffn_norm, load_norm(lc.src, p + "post_attention_layernorm.weight", c.hidden_size, c));
+    KASSIGN(b.ffn_norm,
+            load_norm_with_bias(lc.src, p + "post_attention_layernorm", c.hidden_size, c));
   }
   if (c.is_linear_layer(layer)) {
     KASSIGN(b.attn, load_gated_deltanet(lc, p + "linear_attn."));
@@ -111,7 +113,7 @@ class TransformerModel final : public CausalLM {
     // Vocabulary-parallel head: this rank's rows (a view; the embedding stays whole, since
     // every rank looks up every token).
     lm_head_ = vocab_rows(lm_head_);
-    KASSIGN(final_norm_, load_norm(src, m + "norm.weight", H, cfg_));
+    KASSIGN(final_norm_, load_norm_with_bias(src, m + "norm", H, cfg_));
     for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) {
       KASSIGN(Block b, load_block(lc, fmt::format("{}layers.{}.", m, i), i));
       blocks_.push_back(std::move(b));
@@ -268,7 +270,7 @@ class TransformerModel final : public CausalLM {
     auto m = std::make_unique<MtpModule>();
     KASSIGN(m->enorm, load_norm(lc.src, p + "enorm.weight", H, cfg_));
     KASSIGN(m->hnorm, load_norm(lc.src, p + "hnorm.weight", H, cfg_));
-    KASSIGN(m->head_norm, load_norm(lc.src, p + "shared_head.norm.weight", H, cfg_));
+    KASSIGN(m->head_norm, load_norm_with_bias(lc.src, p + "shared_head.norm", H, cfg_));
     KASSIGN(m->eh_proj, lc.src.get(p + "eh_proj.weight", Shape{H, 2 * H}));
     if (lc.src.has(p + "shared_head.head.weight")) {
       KASSIGN(m->head, lc.src.get(p + "shared_head.head.weight", Shape{V, H}));
@@ -290,7 +292,7 @@ class TransformerModel final : public CausalLM {
     auto m = std::make_unique<MtpModule>();
     KASSIGN(m->enorm, load_norm(lc.src, "mtp.pre_fc_norm_embedding.weight", H, cfg_));
     KASSIGN(m->hnorm, load_norm(lc.src, "mtp.pre_fc_norm_hidden.weight", H, cfg_));
-    KASSIGN(m->head_norm, load_norm(lc.src, "mtp.norm.weight", H, cfg_));
+    KASSIGN(m->head_norm, load_norm_with_bias(lc.src, "mtp.norm", H, cfg_));
     KASSIGN(m->eh_proj, lc.src.get("mtp.fc.weight", Shape{H, 2 * H}));
     be_.prepare_weight(m->eh_proj, act_);
     m->head = lm_head_;
@@ -363,16 +365,16 @@ class TransformerModel final : public CausalLM {
     float* h = ws_.h.data();
     float* y = ws_.y.data();
     const bool off = cfg_.norm_offset;
-    ctx.rms_norm(x, blocks[0].attn_norm.data(), T, H, h);
+    ctx.rms_norm(x, blocks[0].attn_norm, T, H, h);
     for (size_t i = 0; i < blocks.size(); ++i) {
       Block& b = blocks[i];
       b.attn->forward(ctx, int(i), h, y);
       if (!b.post_attn_norm.empty()) ctx.rms_norm(y, b.post_attn_norm.data(), T, H, y);
-      add_rms_norm_rows(be_, act_, off, x, y, b.ffn_norm.data(), ctx.eps, T, H, h);
+      add_rms_norm_rows(be_, act_, off, x, y, b.ffn_norm, ctx.eps, T, H, h);
       b.ffn->forward(ctx, h, y);
       if (!b.post_ffn_norm.empty()) ctx.rms_norm(y, b.post_ffn_norm.data(), T, H, y);
       if (i + 1 < blocks.size()) {
-        add_rms_norm_rows(be_, act_, off, x, y, blocks[i + 1].attn_norm.data(), ctx.eps, T, H, h);
+        add_rms_norm_rows(be_, act_, off, x, y, blocks[i + 1].attn_norm, ctx.eps, T, H, h);
       } else {
         be_.add_inplace(x, y, T * H);
         ctx.round(x, T * H);
@@ -384,8 +386,7 @@ class TransformerModel final : public CausalLM {
   // normed hidden states stay in ws_.h (last_hidden()). Under tensor parallelism `w` holds this
   // rank's vocabulary rows: each rank computes its rows' logits and a gather gives every rank
   // all of them.
-  void head(std::span<const int32_t> rows, const std::vector<float>& norm, const Tensor& w,
-            float* logits) {
+  void head(std::span<const int32_t> rows, const Norm& norm, const Tensor& w, float* logits) {
     const int64_t R = int64_t(rows.size());
     float* h = ws_.h.data();
     normed_rows(rows, norm, h);
@@ -417,7 +418,7 @@ class TransformerModel final : public CausalLM {
   }
 
   // Rows of the last pass's residual stream through `norm`, into out [rows.size(), hidden].
-  void normed_rows(std::span<const int32_t> rows, const std::vector<float>& norm, float* out) {
+  void normed_rows(std::span<const int32_t> rows, const Norm& norm, float* out) {
     const int64_t H = cfg_.hidden_size;
     const int64_t R = int64_t(rows.size());
     const float* x = ws_.x.data();
@@ -426,8 +427,7 @@ class TransformerModel final : public CausalLM {
       KCHECK(row >= 0 && row < tokens_, "logits index {} out of range", row);
       std::copy(x + int64_t(row) * H, x + int64_t(row + 1) * H, out + r * H);
     }
-    rms_norm_rows(be_, act_, cfg_.norm_offset, out, norm.data(), float(cfg_.rms_norm_eps), R, H,
-                  out);
+    rms_norm_rows(be_, act_, cfg_.norm_offset, out, norm, float(cfg_.rms_norm_eps), R, H, out);
   }
 
   // The residual stream and block-level buffers, grown to the largest batch seen.
@@ -453,7 +453,7 @@ class TransformerModel final : public CausalLM {
   WeightStore store_;
   Tensor embed_, lm_head_;
   bool tied_ = false;  // lm_head_ is (part of) embed_
-  std::vector<float> final_norm_;
+  Norm final_norm_;
   std::vector<Block> blocks_;
   std::unique_ptr<MtpModule> mtp_;
   RopeTable rope_;

@@ -71,10 +71,16 @@ class GgufSource final : public WeightSource {
 
 class DummySource final : public WeightSource {
  public:
-  DummySource(DType dtype, uint64_t seed) : dtype_(dtype), rng_(seed) {}
+  DummySource(DType dtype, uint64_t seed, bool attention_bias)
+      : dtype_(dtype), rng_(seed), attention_bias_(attention_bias) {}
   // Every tensor exists, in the per-expert layout: not the fused expert tensors some checkpoints
-  // store instead, which a rank holding some of the experts would otherwise generate whole.
+  // store instead, which a rank holding some of the experts would otherwise generate whole; and
+  // biases only where the config declares them (q/k/v with attention_bias), as a float
+  // checkpoint of the architecture has them.
   bool has(const std::string& n) const override {
+    if (n.ends_with(".bias"))
+      return attention_bias_ && (n.ends_with("q_proj.bias") || n.ends_with("k_proj.bias") ||
+                                 n.ends_with("v_proj.bias"));
     return !n.ends_with("experts.gate_up_proj") && !n.ends_with("experts.down_proj") &&
            !is_kv_scale_tensor(n);
   }
@@ -106,6 +112,7 @@ class DummySource final : public WeightSource {
  private:
   DType dtype_;
   std::mt19937_64 rng_;
+  bool attention_bias_;
   std::vector<HostBuffer> buffers_;
 };
 
@@ -161,8 +168,8 @@ std::unique_ptr<WeightSource> make_safetensors_source(std::unique_ptr<Safetensor
 std::unique_ptr<WeightSource> make_gguf_source(const GgufFile& gguf, std::string path) {
   return std::make_unique<GgufSource>(gguf, std::move(path));
 }
-std::unique_ptr<WeightSource> make_dummy_source(DType dtype, uint64_t seed) {
-  return std::make_unique<DummySource>(dtype, seed);
+std::unique_ptr<WeightSource> make_dummy_source(DType dtype, uint64_t seed, bool attention_bias) {
+  return std::make_unique<DummySource>(dtype, seed, attention_bias);
 }
 
 }  // namespace kestrel

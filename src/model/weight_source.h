@@ -31,8 +31,9 @@ std::unique_ptr<WeightSource> make_safetensors_source(std::unique_ptr<Safetensor
                                                       std::string dir);
 // The GGUF file must outlive the source.
 std::unique_ptr<WeightSource> make_gguf_source(const GgufFile& gguf, std::string path);
-// Deterministic random weights of `dtype` (F32/F16/BF16): small uniform values, norms near one.
-std::unique_ptr<WeightSource> make_dummy_source(DType dtype, uint64_t seed);
+// Deterministic random weights of `dtype` (F32/F16/BF16): small uniform values, norms near one;
+// q/k/v biases only with `attention_bias`, no other biases.
+std::unique_ptr<WeightSource> make_dummy_source(DType dtype, uint64_t seed, bool attention_bias);
 
 // HF tensor name → GGUF tensor name in a file of general.architecture `arch` (llama, qwen2,
 // qwen3, gemma3); empty if unmapped.

@@ -23,6 +23,16 @@ Expected<std::vector<float>> load_norm(WeightSource& src, const std::string& nam
   return w;
 }
 
+Expected<Norm> load_norm_with_bias(WeightSource& src, const std::string& prefix, int64_t n,
+                                   const ModelConfig& cfg) {
+  Norm norm;
+  KASSIGN(norm.weight, load_norm(src, prefix + ".weight", n, cfg));
+  if (src.has(prefix + ".bias")) {
+    KASSIGN(norm.bias, load_vector(src, prefix + ".bias", n));
+  }
+  return norm;
+}
+
 namespace {
 
 // The tensor in shape `a`, or else in shape `b` (that one's error when neither fits).
@@ -167,6 +177,17 @@ Expected<Tensor> load_compressed_int8(WeightSource& src, const std::string& pref
 
 }  // namespace
 
+namespace {
+
+Expected<Tensor> load_linear_weight(WeightSource& src, const std::string& prefix, int64_t rows,
+                                    int64_t cols, const ModelConfig& cfg, WeightStore& store,
+                                    IndexRange shard);
+
+}  // namespace
+
+// The weight, and its `.bias` when the checkpoint has one (rows `shard` of it) and the layer does
+// not fold it: a static W8A8 layer's quant_bias already holds round(bias / deq_scale), so only
+// the other schemes add it (msModelSlim's anti-outlier smoothing gives q/k/v and gate/up biases).
 Expected<Tensor> load_linear(WeightSource& src, const std::string& prefix, int64_t rows,
                              int64_t cols, const ModelConfig& cfg, WeightStore& store,
                              IndexRange shard) {
@@ -174,8 +195,23 @@ Expected<Tensor> load_linear(WeightSource& src, const std::string& prefix, int64
   if (shard.begin < 0 || shard.end > rows)
     return make_error("{}.weight: rows [{}, {}) of a tensor of {}", prefix, shard.begin, shard.end,
                       rows);
+  KASSIGN(Tensor w, load_linear_weight(src, prefix, rows, cols, cfg, store, shard));
+  const bool folded =
+      cfg.modelslim && cfg.modelslim->scheme(cfg.modelslim->layer_type(prefix)) == "W8A8";
+  if (!folded && src.has(prefix + ".bias")) {
+    KASSIGN(std::vector<float> b, load_vector(src, prefix + ".bias", rows));
+    w.out_bias = store.f32.emplace_back(b.begin() + shard.begin, b.begin() + shard.end).data();
+  }
+  return w;
+}
+
+namespace {
+
+Expected<Tensor> load_linear_weight(WeightSource& src, const std::string& prefix, int64_t rows,
+                                    int64_t cols, const ModelConfig& cfg, WeightStore& store,
+                                    IndexRange shard) {
   if (cfg.modelslim) {
-    const std::string type = cfg.modelslim->layer_type(prefix);
+    const std::string type = cfg.modelslim->scheme(cfg.modelslim->layer_type(prefix));
     if (type == "W8A8" || type == "W8A8_DYNAMIC" || type == "W4A8_DYNAMIC")
       return load_int8_linear(src, prefix, type, rows, cols, store, shard);
     if (type != "FLOAT")
@@ -216,6 +252,8 @@ Expected<Tensor> load_linear(WeightSource& src, const std::string& prefix, int64
   return w;
 }
 
+}  // namespace
+
 std::vector<float> dequantize_matrix(const Tensor& w) {
   const int64_t rows = w.rows(), cols = w.cols();
   std::vector<float> out(size_t(rows * cols));
@@ -225,7 +263,9 @@ std::vector<float> dequantize_matrix(const Tensor& w) {
     if (w.block_scale == nullptr) continue;
     const int64_t blocks_per_row = (cols + w.scale_block_cols - 1) / w.scale_block_cols;
     const float* scales = w.block_scale + (r / w.scale_block_rows) * blocks_per_row;
-    for (int64_t c = 0; c < cols; ++c) dst[c] *= scales[c / w.scale_block_cols];
+    // A static I8 weight's row scale is deq_scale = input_scale · weight scale.
+    const float unfold = w.dtype == DType::I8 && w.act_scale > 0.0f ? 1.0f / w.act_scale : 1.0f;
+    for (int64_t c = 0; c < cols; ++c) dst[c] *= scales[c / w.scale_block_cols] * unfold;
   }
   return out;
 }

@@ -19,6 +19,17 @@ Expected<std::vector<float>> load_vector(WeightSource& src, const std::string& n
 Expected<std::vector<float>> load_norm(WeightSource& src, const std::string& name, int64_t n,
                                        const ModelConfig& cfg);
 
+// An RMSNorm as the block applies it: load_norm's weight and, where the checkpoint has one, a
+// bias added to the normed rows (msModelSlim's anti-outlier smoothing moves a shift into the
+// norms before the linears it quantizes, as vLLM-Ascend's norm-with-bias kernels apply it).
+struct Norm {
+  std::vector<float> weight;
+  std::vector<float> bias;  // empty: none
+};
+// `prefix + ".weight"` and, if present, `prefix + ".bias"`.
+Expected<Norm> load_norm_with_bias(WeightSource& src, const std::string& prefix, int64_t n,
+                                   const ModelConfig& cfg);
+
 // Owns what loading had to convert (FP8 scales stored as bf16, dequantized matrices, int4
 // weights widened to int8).
 struct WeightStore {
@@ -31,8 +42,10 @@ struct WeightStore {
 // tensor-parallel rank's output features, model/tp_plan.h; empty: all rows) as a view. An
 // F8_E4M3 weight gets its block scales from `prefix + ".weight_scale_inv"` ([ceil(rows / br),
 // ceil(cols / bc)], the config's block size); its shard must start on a scale block. In an
-// msModelSlim checkpoint (cfg.modelslim) the layer's type decides: W8A8_DYNAMIC, W4A8_DYNAMIC
-// and W8A8 give an I8 weight with its per-row scales and activation scheme (Tensor::act_scale).
+// msModelSlim checkpoint (cfg.modelslim) the layer's type decides: W8A8_DYNAMIC, W4A8_DYNAMIC,
+// W8A8 and W8A8_MIX (as one of the first and third, ModelSlimDescription::scheme) give an I8
+// weight with its per-row scales and activation scheme (Tensor::act_scale). A `prefix + ".bias"`
+// becomes Tensor::out_bias, except where a static layer's quant_bias already holds it.
 Expected<Tensor> load_linear(WeightSource& src, const std::string& prefix, int64_t rows,
                              int64_t cols, const ModelConfig& cfg, WeightStore& store,
                              IndexRange shard = {});

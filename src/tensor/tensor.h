@@ -72,6 +72,9 @@ struct Tensor {
   // act_offset), and row_bias (one int32 per row, or null) is added to the integer sums.
   float act_scale = 0.0f, act_offset = 0.0f;
   const int32_t* row_bias = nullptr;
+  // A float bias added to every output row by Backend::linear (one per row of this tensor, or
+  // null): a checkpoint's `<linear>.bias`, where the layer does not fold it elsewhere.
+  const float* out_bias = nullptr;
 
   int64_t numel() const { return shape.numel(); }
   size_t nbytes() const { return dtype_bytes(dtype, numel()); }

@@ -83,11 +83,11 @@ def free_port(n=1):
 
 
 def greedy_tokens(base_url, model, prompt, n):
-    """The ids of n greedy completion tokens of prompt (token ids or text), eos ignored; for
-    servers on fixtures without a tokenizer, whose logprobs name tokens "token_id:N"."""
+    """The ids of n greedy completion tokens of prompt (token ids or text), eos ignored (the
+    logprobs name tokens "token_id:N", with a tokenizer or without one)."""
     status, body = post_json(base_url, "/v1/completions", {
         "model": model, "prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True,
-        "logprobs": 0})
+        "logprobs": 0, "return_tokens_as_token_ids": True})
     assert status == 200, body
     tokens = body["choices"][0]["logprobs"]["tokens"]
     assert all(t.startswith("token_id:") for t in tokens), tokens

@@ -203,3 +203,56 @@ TEST(ModelSlim, QuantizedFixturesStayNearTheirFloatModels) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// Per row: max |a − b| / max |b| over [rows, vocab] logits.
+double worst_row_error(const std::vector<float>& a, const float* b, int64_t vocab) {
+  double worst = 0;
+  for (size_t r = 0; r < a.size() / size_t(vocab); ++r) {
+    double diff = 0, mag = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      diff = std::max(diff, std::fabs(double(a[r * vocab + i]) - b[r * vocab + i]));
+      mag = std::max(mag, std::fabs(double(b[r * vocab + i])));
+    }
+    worst = std::max(worst, diff / mag);
+  }
+  return worst;
+}
+
+// The checkpoint msModelSlim's own writer made (tools/make_msmodelslim_fixture.py): W8A8_MIX
+// layers with bf16 side tensors, float biases on q/k/v and gate/up, norm biases, FLOAT rollbacks.
+// Its per-token goldens are checked with every fixture (model_golden_test.cc); a PD decode
+// instance runs the static scheme (quant_bias holding the bias), as vLLM-Ascend's decode nodes
+// do, and gives the static goldens, which are another computation.
+TEST(ModelSlim, TheWritersW8A8MixRunsStaticOnAPdDecodeInstance) {
+  const std::string dir = fixture("qwen3_msmodelslim_w8a8");
+  std::ifstream in(dir + "/golden.json");
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  auto dynamic = SafetensorsFile::open(dir + "/golden.safetensors");
+  auto statics = SafetensorsFile::open(dir + "/golden_static.safetensors");
+  ASSERT_TRUE(dynamic.ok() && statics.ok());
+  LoadOptions decode;
+  decode.dtype = "float32";
+  decode.pd_decode = true;
+  LoadOptions other;
+  other.dtype = "float32";
+  for (size_t p = 0; p < golden["prompts"].size(); ++p) {
+    SCOPED_TRACE(p);
+    const auto prompt = golden["prompts"][p].get<std::vector<int32_t>>();
+    const Tensor want = *(*statics)->tensor("logits." + std::to_string(p));
+    const Tensor per_token = *(*dynamic)->tensor("logits." + std::to_string(p));
+    const int64_t vocab = want.cols();
+    const std::vector<float> got = prompt_logits(dir, prompt, decode);
+    ASSERT_EQ(got.size(), size_t(want.numel()));
+    EXPECT_LE(worst_row_error(got, want.as<float>(), vocab), 1e-2);
+    // The two schemes differ by more than that, so the check tells them apart.
+    EXPECT_GT(worst_row_error(got, per_token.as<float>(), vocab), 1e-2);
+    EXPECT_LE(worst_row_error(prompt_logits(dir, prompt, other), per_token.as<float>(), vocab),
+              1e-2);
+  }
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -18,11 +18,10 @@ inline std::string fixture(const std::string& name) {
   return test::fixtures_dir() + "/models/" + name;
 }
 
-// [prompt.size(), vocab] logits of `prompt` (at most 48 tokens) run in one step; empty (with a
-// test failure) when the model does not load.
-inline std::vector<float> prompt_logits(const std::string& dir,
-                                        const std::vector<int32_t>& prompt) {
-  LoadOptions o;
+// [prompt.size(), vocab] logits of `prompt` (at most 48 tokens) run in one step, loaded with `o`'s
+// other options; empty (with a test failure) when the model does not load.
+inline std::vector<float> prompt_logits(const std::string& dir, const std::vector<int32_t>& prompt,
+                                        LoadOptions o = LoadOptions()) {
   o.threads = 2;
   o.model = dir;
   auto lm = load_model(o);

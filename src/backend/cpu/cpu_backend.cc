@@ -55,9 +55,12 @@ class CpuBackend final : public Backend {
   }
   void linear(const Tensor& w, const float* x, int64_t m, float* y) override {
     cpu::linear(w, x, m, y, pool_, quant_compute_);
+    if (w.out_bias != nullptr) add_bias(y, w.out_bias, m, w.rows());
   }
   void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m) override {
     cpu::linear_group(jobs, x, m, pool_, quant_compute_);
+    for (const LinearJob& j : jobs)
+      if (j.w->out_bias != nullptr) add_bias(j.y, j.w->out_bias, m, j.w->rows());
   }
   void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t dim, float* y,
                 DType act) override {
