@@ -15,8 +15,16 @@ quantized linear replaced), for both ways vLLM-Ascend runs W8A8_MIX:
                              holds the bias): a PD decode instance (kv_consumer).
 Norms add their `.bias` after the RMSNorm.
 
+A second fixture, qwen3_msmodelslim_w8a8c8, is the Qwen3-32B w8a8c8 best practice (iterative
+smoothing, W8A8_MIX linears, and the C8 int8 KV cache: per-channel k_proj/v_proj kv_cache_scale
+and kv_cache_offset, kv_cache_type C8) run with --config_path on a copy of that practice whose
+calibration set is three short texts (its own takes over ten minutes on two cores), on a float32
+model (its smoothing stops on bf16 weights with this transformers: "expected m1 and m2 to have
+the same dtype"). Its goldens also quantize the cached K (after RoPE) and V with the written
+scales (make_modelslim_fixtures.KvCache).
+
 Needs torch, transformers, tokenizers and msmodelslim (PyPI, 26.1.0; CPU is enough):
-  python3 tools/make_msmodelslim_fixture.py [--out tests/fixtures/models/qwen3_msmodelslim_w8a8]
+  python3 tools/make_msmodelslim_fixture.py [--root tests/fixtures/models]
 """
 import argparse
 import json
@@ -71,14 +79,14 @@ def make_tokenizer(out):
         "pad_token": "<|endoftext|>", "bos_token": None, "model_max_length": 256}, indent=1) + "\n")
 
 
-def make_model(out):
+def make_model(out, dtype=torch.bfloat16):
     cfg = transformers.Qwen3Config(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=256,
         tie_word_embeddings=False, rms_norm_eps=1e-6, bos_token_id=None, eos_token_id=258,
-        pad_token_id=256, torch_dtype="bfloat16")
+        pad_token_id=256, torch_dtype=str(dtype).removeprefix("torch."))
     torch.manual_seed(23)
-    model = transformers.Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+    model = transformers.Qwen3ForCausalLM(cfg).to(dtype)
     model.save_pretrained(str(out))
 
 
@@ -112,9 +120,23 @@ class Linear(torch.nn.Module):
         return y if self.bias is None else y + self.bias
 
 
+def c8_cache(t, layers):
+    """The written C8 scales as make_modelslim_fixtures.KvCache applies them to each layer's
+    cached K and V ([kv_heads, 1, head_dim] per channel)."""
+    cache = mm.KvCache()
+    cache.kind = "C8"
+    for layer in range(layers):
+        for which in ("k", "v"):
+            p = f"model.layers.{layer}.self_attn.{which}_proj.kv_cache_"
+            shape = (2, 1, 32)
+            cache.scales[(layer, which)] = (t[p + "scale"].double().reshape(shape),
+                                            t[p + "offset"].double().reshape(shape))
+    return cache
+
+
 def reference(ckpt, kind):
     """transformers' Qwen3 in float64 with the written tensors: linears as Linear(kind), norms
-    plus their bias."""
+    plus their bias, and a C8 KV cache where the description has one."""
     t = {}
     for f in sorted(ckpt.glob("quant_model_weight*.safetensors")):
         t.update(load_file(str(f)))
@@ -134,36 +156,61 @@ def reference(ckpt, kind):
             bias = t[name + ".bias"].double()
             module.register_forward_hook(lambda _, __, out, b=bias: out + b)
     assert not missing, missing
+    if types.get("kv_cache_type") == "C8":
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, eager_mask
+        AttentionInterface.register("kestrel_c8", c8_cache(t, cfg.num_hidden_layers))
+        AttentionMaskInterface.register("kestrel_c8", eager_mask)
+        model.set_attn_implementation("kestrel_c8")
     return model
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "tests" /
-                                         "fixtures" / "models" / "qwen3_msmodelslim_w8a8"))
-    a = ap.parse_args()
-    out = Path(a.out)
+def quantize(out, quant):
+    """Runs msModelSlim on a new tiny model into `out`; `quant` "w8a8" or "w8a8c8"."""
     with tempfile.TemporaryDirectory() as tmp:
-        src, written = Path(tmp) / "float", Path(tmp) / "w8a8"
+        tmp = Path(tmp)
+        src, written = tmp / "float", tmp / "written"
         src.mkdir()
-        make_model(src)
+        make_model(src, torch.bfloat16 if quant == "w8a8" else torch.float32)
         make_tokenizer(src)
-        subprocess.run([shutil.which("msmodelslim") or sys.exit("msmodelslim is not installed"),
-                        "quant", "--model_type", "Qwen3-14B", "--model_path", str(src),
-                        "--save_path", str(written), "--device", "cpu", "--quant_type", "w8a8"],
-                       check=True)
+        tool = shutil.which("msmodelslim") or sys.exit("msmodelslim is not installed")
+        if quant == "w8a8":
+            how = ["--model_type", "Qwen3-14B", "--quant_type", "w8a8"]
+        else:
+            import msmodelslim
+            practice = (Path(msmodelslim.__file__).parent / "lab_practice" / "qwen3" /
+                        "qwen3-32b-dense-w8a8c8.yaml").read_text()
+            (tmp / "calib.json").write_text(json.dumps([
+                "The quick brown fox jumps over the lazy dog. " * 4,
+                "def add(a, b):\n    return a + b\n" * 3,
+                "Hello, world! How are you today? " * 4]))
+            config = practice.replace('dataset: "qwen3_cot.json"',
+                                      f'dataset: "{tmp / "calib.json"}"')
+            assert config != practice
+            (tmp / "practice.yaml").write_text(config)
+            how = ["--model_type", "Qwen3-32B", "--config_path", str(tmp / "practice.yaml")]
+        subprocess.run([tool, "quant", "--model_path", str(src), "--save_path", str(written),
+                        "--device", "cpu", *how], check=True)
         if out.exists():
             shutil.rmtree(out)
         out.mkdir(parents=True)
         for f in written.iterdir():
-            if f.suffix in (".json", ".safetensors") or f.name.endswith(".index.json"):
+            if f.suffix in (".json", ".safetensors"):
                 shutil.copy(f, out / f.name)
-    # Kestrel runs the goldens with f32 activations (the bf16 weights are exact in f32), against
+                (out / f.name).chmod(0o644)
+        return " ".join(["msmodelslim 26.1.0 quant", *how[:2], *(how[2:] if quant == "w8a8" else
+                         ["--config_path", "qwen3-32b-dense-w8a8c8.yaml with a 3-text dataset"]),
+                         "--device cpu"])
+
+
+def make(out, quant):
+    source = quantize(out, quant)
+    # Kestrel runs the goldens with f32 activations (the weights are exact in f32), against
     # the float64 reference; quant_type marks them quantized goldens (their tolerance).
-    golden = {"name": out.name, "dtype": "float32", "quant_type": "W8A8_MIX",
-              "source": "msmodelslim 26.1.0 quant "
-              "--model_type Qwen3-14B --quant_type w8a8 --device cpu", "prompts": PROMPTS,
-              "torch": torch.__version__}
+    golden = {"name": out.name, "dtype": "float32", "quant_type": "W8A8_MIX", "source": source,
+              "prompts": PROMPTS, "torch": torch.__version__}
+    if quant == "w8a8c8":
+        golden["kv_cache"], golden["kv_cache_dtype"] = "C8", "auto"
     for kind, file in (("dynamic", "golden.safetensors"), ("static", "golden_static.safetensors")):
         model = reference(out, kind)
         logits, greedy = {}, []
@@ -174,7 +221,19 @@ def main():
         save_file(logits, str(out / file))
         golden["greedy" if kind == "dynamic" else "greedy_static"] = greedy
     (out / "golden.json").write_text(json.dumps(golden) + "\n")
-    print(f"{out}: {sorted(set(json.loads((out / 'quant_model_description.json').read_text()).values()) - {'1.0.0'})}")
+    types = json.loads((out / "quant_model_description.json").read_text())
+    print(f"{out}: {sorted({v for v in types.values() if isinstance(v, str)})}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--root", default=str(Path(__file__).resolve().parent.parent / "tests" /
+                                          "fixtures" / "models"))
+    ap.add_argument("--only", choices=["w8a8", "w8a8c8"])
+    a = ap.parse_args()
+    for quant in ("w8a8", "w8a8c8"):
+        if a.only in (None, quant):
+            make(Path(a.root) / f"qwen3_msmodelslim_{quant}", quant)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ FIXTURES = REPO / "tests" / "fixtures" / "models"
     # What msModelSlim's own writer made (W8A8_MIX, biases on linears and norms), per-token.
     ("qwen3_msmodelslim_w8a8", ["--dtype", "float32"]),
     ("qwen3_msmodelslim_w8a8", ["--dtype", "float32", "--tensor-parallel-size", "2"]),
+    # ...and its w8a8c8 practice: the same linears and its C8 int8 KV cache (auto picks it).
+    ("qwen3_msmodelslim_w8a8c8", ["--dtype", "float32", "--tensor-parallel-size", "2"]),
     # DeepSeek-V3's MLA projections and experts int8 (kv_b dequantized for absorption), with an
     # FP8 latent cache too.
     ("deepseek_v3_w8a8_dynamic", []),
