@@ -34,10 +34,11 @@ std::string ModelSlimDescription::scheme(const std::string& type) const {
 }
 
 std::string ModelSlimDescription::layer_type(const std::string& prefix) const {
-  std::string name = prefix + ".weight";
-  if (const size_t at = name.find("shared_head."); at != std::string::npos) name.erase(at, 12);
-  const auto it = types.find(name);
-  return it == types.end() ? "FLOAT" : it->second;
+  std::string stem = prefix;
+  if (const size_t at = stem.find("shared_head."); at != std::string::npos) stem.erase(at, 12);
+  for (const char* suffix : {".weight", ".weight_packed"})
+    if (const auto it = types.find(stem + suffix); it != types.end()) return it->second;
+  return "FLOAT";
 }
 
 Expected<std::optional<ModelSlimDescription>> read_modelslim_description(const std::string& dir) {
@@ -91,10 +92,10 @@ constexpr std::pair<const char*, std::array<const char*, 3>> kFused[] = {
 // The fused module a weight belongs to ("" for none): model.layers.1.self_attn.qkv_proj for
 // model.layers.1.self_attn.k_proj.weight, model.layers.1.mlp.experts for any expert's weight.
 std::string fused_module(const std::string& name) {
-  constexpr std::string_view kWeight = ".weight";
-  if (!name.ends_with(kWeight)) return "";
+  const size_t suffix = name.ends_with(".weight") ? 7 : name.ends_with(".weight_packed") ? 14 : 0;
+  if (suffix == 0) return "";
   if (const size_t e = name.find(".experts."); e != std::string::npos) return name.substr(0, e + 8);
-  const std::string stem = name.substr(0, name.size() - kWeight.size());
+  const std::string stem = name.substr(0, name.size() - suffix);
   const size_t dot = stem.rfind('.');
   const std::string last = stem.substr(dot + 1);
   for (const auto& [fused, members] : kFused)

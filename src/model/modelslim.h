@@ -29,7 +29,8 @@ struct ModelSlimDescription {
   // The scheme a layer of `type` runs: W8A8_MIX resolved as above, other types as they are.
   std::string scheme(const std::string& type) const;
 
-  // The type of the layer whose weight is `prefix + ".weight"`; FLOAT when it is not listed.
+  // The type of the layer whose weight is `prefix + ".weight"` (or `".weight_packed"`, a name
+  // vLLM-Ascend reads as the weight); FLOAT when it is not listed.
   std::string layer_type(const std::string& prefix) const;
 };
 

@@ -79,7 +79,11 @@ Expected<Tensor> load_int8_linear(WeightSource& src, const std::string& prefix,
   const bool int4 = type == "W4A8_DYNAMIC";
   if (int4 && rows % 2 != 0)
     return make_error("{}.weight: W4A8_DYNAMIC packs two rows per byte; {} rows", prefix, rows);
-  KASSIGN(Tensor w, src.get(prefix + ".weight", Shape{int4 ? rows / 2 : rows, cols}));
+  // Some writers store the codes as `weight_packed`, which vLLM-Ascend reads as `weight`.
+  const std::string name = !src.has(prefix + ".weight") && src.has(prefix + ".weight_packed")
+                               ? prefix + ".weight_packed"
+                               : prefix + ".weight";
+  KASSIGN(Tensor w, src.get(name, Shape{int4 ? rows / 2 : rows, cols}));
   if (w.dtype != DType::I8)
     return make_error("{}.weight: {} weights are int8, this one is {}", prefix, type,
                       dtype_name(w.dtype));

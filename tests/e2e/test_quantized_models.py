@@ -9,6 +9,7 @@ fixtures serve their goldens too; and what `kestrel quantize` writes serves the 
 import concurrent.futures
 import json
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -197,3 +198,31 @@ def test_kestrel_quantize_w4a8_packs_the_experts_as_int4(start_server, tmp_path)
     summary = quantize(FIXTURES / "qwen3_moe_f32", out, "--quant-type", "W4A8_DYNAMIC")
     assert "(0 with static activations, 48 int4)" in summary, summary
     serves_the_goldens(start_server, out, "qwen3_moe_w4a8_dynamic")
+
+
+def rename_tensors(path, rename):
+    """Rewrites a safetensors file with tensor names passed through `rename` (the header is JSON;
+    the data stays where it is)."""
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    header = {(k if k == "__metadata__" else rename(k)): v for k, v in header.items()}
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n:])
+
+
+def test_weight_packed_names_read_as_weights(start_server, tmp_path):
+    """An msModelSlim checkpoint whose int8 codes are stored as `.weight_packed` (a name
+    vLLM-Ascend renames to `.weight` on load) serves the same tokens."""
+    src = FIXTURES / "qwen3_w8a8_dynamic"
+    out = tmp_path / "packed"
+    shutil.copytree(src, out)
+    desc = json.loads((src / "quant_model_description.json").read_text())
+    packed = {k for k, v in desc.items() if k.endswith(".weight") and v == "W8A8_DYNAMIC"}
+    assert packed
+    rename_tensors(out / "quant_model_weights.safetensors",
+                   lambda k: k + "_packed" if k in packed else k)
+    (out / "quant_model_description.json").write_text(json.dumps(
+        {(k + "_packed" if k in packed else k): v for k, v in desc.items()}))
+    serves_the_goldens(start_server, out, "qwen3_w8a8_dynamic")

@@ -56,6 +56,9 @@ TEST(ModelSlim, ReadsTypesAndGlobalKeys) {
   EXPECT_EQ(m.layer_type("model.layers.0.self_attn.q_proj"), "W8A8_DYNAMIC");
   EXPECT_EQ(m.layer_type("model.layers.3.shared_head.head"), "FLOAT");
   EXPECT_EQ(m.layer_type("model.layers.0.mlp.gate_proj"), "FLOAT");  // not listed
+  ModelSlimDescription packed;
+  packed.types["model.layers.2.mlp.up_proj.weight_packed"] = "W8A8_DYNAMIC";
+  EXPECT_EQ(packed.layer_type("model.layers.2.mlp.up_proj"), "W8A8_DYNAMIC");
   EXPECT_TRUE(check_modelslim(m).ok());
   // A directory without the file has no description.
   auto none = read_modelslim_description(fs::temp_directory_path().string());
