@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "base/mmap_file.h"
+#include "logit_error.h"
 #include "model/batch_builder.h"
 #include "model/loader.h"
 #include "model/safetensors.h"
@@ -111,20 +112,9 @@ int32_t argmax(const float* row, int64_t n) {
   return int32_t(std::max_element(row, row + n) - row);
 }
 
-// Per row: max |a − b| / max |b|; the worst row's index goes to *worst_row when given.
 double max_rel_err(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab,
                    size_t* worst_row = nullptr) {
-  double worst = 0;
-  for (size_t r = 0; r < b.size() / vocab; ++r) {
-    double diff = 0, mag = 0;
-    for (int64_t i = 0; i < vocab; ++i) {
-      diff = std::max(diff, std::fabs(double(a[r * vocab + i]) - b[r * vocab + i]));
-      mag = std::max(mag, std::fabs(double(b[r * vocab + i])));
-    }
-    if (diff / mag > worst && worst_row) *worst_row = r;
-    worst = std::max(worst, diff / mag);
-  }
-  return worst;
+  return test::max_row_rel_err(a.data(), b.data(), int64_t(b.size()) / vocab, vocab, worst_row);
 }
 
 class ModelGolden : public ::testing::TestWithParam<std::string> {

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "logit_error.h"
 #include "model/loader.h"
 #include "model/safetensors.h"
 #include "prompt_logits.h"
@@ -191,15 +192,11 @@ TEST(ModelSlim, QuantizedFixturesStayNearTheirFloatModels) {
       const int64_t V = int64_t(logits.size() / prompt.size());
       auto want = (*floats)->tensor("logits." + std::to_string(p));
       ASSERT_TRUE(want.ok());
-      for (size_t r = 0; r < prompt.size(); ++r) {
-        double diff = 0, mag = 0;
-        for (int64_t i = 0; i < V; ++i) {
-          const double b = want->as<float>()[r * size_t(V) + size_t(i)];
-          diff = std::max(diff, std::fabs(logits[r * size_t(V) + size_t(i)] - b));
-          mag = std::max(mag, std::fabs(b));
-        }
-        EXPECT_LE(diff / mag, tol) << "prompt " << p << " position " << r;
-      }
+      size_t row = 0;
+      EXPECT_LE(
+          test::max_row_rel_err(logits.data(), want->as<float>(), int64_t(prompt.size()), V, &row),
+          tol)
+          << "prompt " << p << " position " << row;
     }
   }
 }
@@ -210,18 +207,8 @@ TEST(ModelSlim, QuantizedFixturesStayNearTheirFloatModels) {
 namespace kestrel {
 namespace {
 
-// Per row: max |a − b| / max |b| over [rows, vocab] logits.
 double worst_row_error(const std::vector<float>& a, const float* b, int64_t vocab) {
-  double worst = 0;
-  for (size_t r = 0; r < a.size() / size_t(vocab); ++r) {
-    double diff = 0, mag = 0;
-    for (int64_t i = 0; i < vocab; ++i) {
-      diff = std::max(diff, std::fabs(double(a[r * vocab + i]) - b[r * vocab + i]));
-      mag = std::max(mag, std::fabs(double(b[r * vocab + i])));
-    }
-    worst = std::max(worst, diff / mag);
-  }
-  return worst;
+  return test::max_row_rel_err(a.data(), b, int64_t(a.size()) / vocab, vocab);
 }
 
 // The checkpoint msModelSlim's own writer made (tools/make_msmodelslim_fixture.py): W8A8_MIX

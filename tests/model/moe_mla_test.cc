@@ -16,6 +16,7 @@
 
 #include "base/mmap_file.h"
 #include "kv/kv_cache_spec.h"
+#include "logit_error.h"
 #include "model/batch_builder.h"
 #include "model/config.h"
 #include "model/loader.h"
@@ -164,19 +165,6 @@ TEST(MlaCache, HoldsTheLatentAndRopeKeyPerTokenPerLayer) {
   EXPECT_EQ(spec.bytes_per_block() * blocks, int64_t(kv.bytes()));
 }
 
-double max_rel_err(const float* a, const float* b, int64_t rows, int64_t vocab) {
-  double worst = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    double diff = 0, mag = 0;
-    for (int64_t i = 0; i < vocab; ++i) {
-      diff = std::max(diff, std::fabs(double(a[r * vocab + i]) - b[r * vocab + i]));
-      mag = std::max(mag, std::fabs(double(b[r * vocab + i])));
-    }
-    worst = std::max(worst, diff / mag);
-  }
-  return worst;
-}
-
 class MtpGolden : public ::testing::TestWithParam<std::string> {};
 
 // Main forward over the prompt, then the MTP module over (h_i, p[i+1]) for i < n-1.
@@ -216,7 +204,7 @@ TEST_P(MtpGolden, LogitsMatchReference) {
     auto want = (*gl)->tensor("mtp_logits." + std::to_string(p));
     ASSERT_TRUE(want.ok());
     ASSERT_EQ(want->numel(), (n - 1) * V);
-    EXPECT_LE(max_rel_err(draft.data(), want->as<float>(), n - 1, V), tol)
+    EXPECT_LE(test::max_row_rel_err(draft.data(), want->as<float>(), n - 1, V), tol)
         << name << " prompt " << p;
   }
 }

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "logit_error.h"
 #include "model/batch_builder.h"
 #include "model/loader.h"
 #include "model/modelslim.h"
@@ -114,16 +115,10 @@ TEST(Quantize, ABf16CheckpointQuantizesAndServesNearItsLogits) {
   const Tensor want = *(*ref)->tensor("logits.0");
   const std::vector<float> got = prompt_logits(out.path.string(), prompt);
   ASSERT_EQ(got.size(), size_t(want.numel()));
-  const int64_t V = want.cols();
-  for (int64_t row = 0; row < want.rows(); ++row) {
-    double diff = 0, mag = 0;
-    for (int64_t i = 0; i < V; ++i) {
-      const double b = want.as<float>()[row * V + i];
-      diff = std::max(diff, std::fabs(got[size_t(row * V + i)] - b));
-      mag = std::max(mag, std::fabs(b));
-    }
-    EXPECT_LE(diff / mag, 0.05) << "position " << row;
-  }
+  size_t row = 0;
+  EXPECT_LE(test::max_row_rel_err(got.data(), want.as<float>(), want.rows(), want.cols(), &row),
+            0.05)
+      << "position " << row;
 }
 
 TEST(Quantize, RefusesWhatItCannotConvert) {
