@@ -183,14 +183,17 @@ Status HostCommLeader::wait_for_workers(std::chrono::milliseconds timeout,
 }
 
 Status HostCommLeader::broadcast(std::string_view bytes) {
+  int r = 1;
   try {
-    for (int r = 1; r <= num_workers_; ++r) {
+    for (; r <= num_workers_; ++r) {
       const std::string id = routing_id(r);
       state_->router.send(zmq::buffer(id), zmq::send_flags::sndmore);
       state_->router.send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::none);
     }
   } catch (const zmq::error_t& e) {
-    return make_error("worker control channel {}: cannot send: {}", endpoint_, e.what());
+    // A rank the router cannot reach has gone (its process or its connection).
+    return make_error("worker rank {} is unreachable on the control channel {}: {}", r, endpoint_,
+                      e.what());
   }
   return Status::Ok();
 }

@@ -84,8 +84,12 @@ Error MultiprocExecutor::fail(const std::string& why) {
 
 Expected<RunnerOutput> MultiprocExecutor::execute(const SchedulerOutput& output) {
   if (auto f = failure()) return make_error("{}", *f);
-  if (Status st = workers_->broadcast(message(kStep, encode(output))); !st.ok())
+  if (Status st = workers_->broadcast(message(kStep, encode(output))); !st.ok()) {
+    // An unreachable rank is usually a dead process: its exit status says more than the send.
+    if (processes_)
+      if (auto f = processes_->failure()) return fail(*f);
     return fail(st.message());
+  }
   // This process's rank, when it runs one; else the first worker's answer is the step's.
   std::optional<Expected<RunnerOutput>> mine;
   std::string exception;
