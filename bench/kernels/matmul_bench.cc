@@ -8,7 +8,8 @@
 // on AMX where packed_amx_active()), q4_1/q8_0 packed with AMX switched off ("_vnni"), and fp8
 // (F8_E4M3 with DeepSeek-V3's 128x128 block scales; random finite codes), and w8a8 (I8 weights
 // with a scale per row and activations quantized per token: msModelSlim's W8A8_DYNAMIC; "_packed":
-// the panel GEMM of int8_matmul.h, batches on AMX where packed_amx_active(); "_vnni": AMX off),
+// the panel GEMM of int8_matmul.h, AVX-512 VNNI or AVX2 as KESTREL_CPU_ISA selects, batches on
+// AMX where packed_amx_active(); "_vnni": AMX off),
 // and w4a8 (the same with int4 codes, packed as int4 panels: msModelSlim's W4A8_DYNAMIC).
 // f16/bf16 with float panels ("_packed", float_panels.h; same bytes per call as unpacked), and
 // bf16 as AMX bf16 tiles with bf16 activations ("bf16_amx", bf16_tiles.h; where the CPU has it).
@@ -182,6 +183,8 @@ void bm_linear(benchmark::State& state, WeightType type, MatShape shape) {
 
 void register_all() {
   const bool packed_ok = packed_weights_supported();
+  // I8 panels have an AVX2 GEMM too.
+  const bool int8_packed_ok = selected_int8_gemm() != nullptr;
   const WeightType types[] = {
       {"f16", DType::F16, false},
       {"bf16", DType::BF16, false},
@@ -207,7 +210,7 @@ void register_all() {
   };
   const MatShape shapes[] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}, {4096, 4096}};
   for (const WeightType& type : types) {
-    if (type.packed && !packed_ok) continue;
+    if (type.packed && !(type.dtype == DType::I8 ? int8_packed_ok : packed_ok)) continue;
     if (type.bf16_tiles && !bf16_tiles_supported()) continue;
     for (const MatShape& shape : shapes) {
       // K-quant super-blocks are 256 wide, so they cannot hold SmolLM2's 576-wide rows (GGUF

@@ -221,6 +221,44 @@ TEST_F(BackendConformance, LinearQuantizedWeights) {
   }
 }
 
+// I8 weights (msModelSlim W8A8, W4A8's int4 codes): prepare_weight packs them as int8 or int4
+// panels wherever a SIMD GEMM reads them (AVX-512 and AVX2, not scalar), and the panels give the
+// plain rows' bits on one thread and on two.
+TEST_F(BackendConformance, LinearInt8WeightsArePackedForEverySimdIsa) {
+  std::mt19937 rng(4);
+  const int64_t n = 37, k = 200, m = 5;
+  for (const bool int4 : {false, true}) {
+    std::uniform_int_distribution<int> code(int4 ? -8 : -128, int4 ? 7 : 127);
+    std::uniform_real_distribution<float> s(0.001f, 0.02f);
+    std::vector<int8_t> codes(size_t(n * k));
+    for (int8_t& c : codes) c = int8_t(code(rng));
+    std::vector<float> scale(static_cast<size_t>(n));
+    for (float& v : scale) v = s(rng);
+    Tensor plain{codes.data(), DType::I8, Shape{n, k}};
+    plain.block_scale = scale.data();
+    plain.scale_block_rows = 1;
+    plain.scale_block_cols = k;
+    const std::vector<float> x = randn(size_t(m * k), rng);
+    std::vector<float> rows(size_t(m * n), kNaN);
+    cpu::set_linear_isa("scalar");
+    one->linear(plain, x.data(), m, rows.data());
+    for_each_isa([&](const std::string& isa) {
+      SCOPED_TRACE(testing::Message() << "int4 " << int4);
+      Tensor packed = plain;
+      one->prepare_weight(packed, DType::F32);
+      ASSERT_EQ(packed.packed != nullptr, isa != "scalar");
+      if (packed.packed != nullptr) {
+        EXPECT_EQ(packed.packed_kind, int4 ? PackedKind::kInt4Panels : PackedKind::kPanels);
+      }
+      std::vector<float> y1(size_t(m * n), kNaN), y2 = y1;
+      one->linear(packed, x.data(), m, y1.data());
+      two->linear(packed, x.data(), m, y2.data());
+      EXPECT_TRUE(same_bits(rows, y1));
+      EXPECT_TRUE(same_bits(rows, y2));
+    });
+  }
+}
+
 // Six weights of mixed dtypes over one x: each against its reference, bit-identical to its own
 // linear() call, and across thread counts.
 TEST_F(BackendConformance, LinearGroup) {

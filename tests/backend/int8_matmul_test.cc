@@ -88,7 +88,7 @@ class Int8LinearTest : public ::testing::Test {
   void TearDown() override { set_linear_isa("auto"); }
 };
 
-// With `packed`, the weights carry the packed GEMM's copy (AVX-512 runs it; the other ISAs read
+// With `packed`, the weights carry the packed GEMMs' copy (AVX-512 and AVX2 run it; scalar reads
 // the plain rows): the same float64 agreement and the same bits on every ISA.
 TEST_F(Int8LinearTest, MatchesFloat64OfTheSameQuantizedMathOnEveryIsa) {
   ThreadPool pool(2);
@@ -165,8 +165,8 @@ TEST_F(Int8LinearTest, AmxAndVnniGiveTheSameBits) {
 }
 
 // Int4 codes (W4A8, widened at load) packed at half the bytes: the same bits as the row kernel
-// on the plain codes, and as float64, through VNNI (decode) and AMX (batches); partial chunks,
-// panels and row tiles.
+// on the plain codes, and as float64, through VNNI (decode), AMX (batches) and AVX2; partial
+// chunks, panels and row tiles.
 TEST_F(Int8LinearTest, Int4PanelsGiveTheInt8Bits) {
   ThreadPool pool(2);
   uint32_t seed = 500;
@@ -182,9 +182,12 @@ TEST_F(Int8LinearTest, Int4PanelsGiveTheInt8Bits) {
           SCOPED_TRACE(testing::Message()
                        << "static " << static_act << " K=" << k << " N=" << n << " M=" << m);
           const auto x = randn(m * k, seed++);
-          std::vector<float> rows(size_t(m * n)), vnni(rows.size(), -1.0f), amx(rows.size());
+          std::vector<float> rows(size_t(m * n)), vnni(rows.size(), -1.0f), amx(rows.size()),
+              avx2(rows.size(), -3.0f);
           set_linear_isa("scalar");
           linear(plain.tensor(), x.data(), m, rows.data(), pool);
+          set_linear_isa("avx2");
+          linear(w.tensor(), x.data(), m, avx2.data(), pool);
           set_linear_isa("auto");
           set_packed_amx(false);
           linear(w.tensor(), x.data(), m, vnni.data(), pool);
@@ -192,6 +195,7 @@ TEST_F(Int8LinearTest, Int4PanelsGiveTheInt8Bits) {
           linear(w.tensor(), x.data(), m, amx.data(), pool);
           EXPECT_EQ(std::memcmp(rows.data(), vnni.data(), rows.size() * sizeof(float)), 0);
           EXPECT_EQ(std::memcmp(rows.data(), amx.data(), rows.size() * sizeof(float)), 0);
+          EXPECT_EQ(std::memcmp(rows.data(), avx2.data(), rows.size() * sizeof(float)), 0);
           const std::vector<double> want = reference(w, x, m);
           std::vector<double> bound;
           for (double v : want) bound.push_back(4e-7 * std::fabs(v) + 1e-30);

@@ -29,8 +29,22 @@ class CpuBackend final : public Backend {
   }
   Workspace& workspace() override { return workspace_; }
   void prepare_weight(Tensor& w, DType act) override {
-    if (w.packed != nullptr || !cpu::packed_weights_supported()) return;
+    if (w.packed != nullptr) return;
     PackedKind kind = PackedKind::kPanels;
+    // I8 panels serve the AVX2 GEMM as well; the other packed formats are AVX-512's.
+    if (w.dtype == DType::I8 && w.shape.ndim == 2) {
+      if (cpu::selected_int8_gemm() == nullptr) return;
+      if (cpu::fits_int4(w)) {
+        packed_.push_back(cpu::pack_int4_weight(w));
+        kind = PackedKind::kInt4Panels;
+      } else {
+        packed_.push_back(cpu::pack_int8_weight(w));
+      }
+      w.packed = packed_.back().get();
+      w.packed_kind = kind;
+      return;
+    }
+    if (!cpu::packed_weights_supported()) return;
     // KESTREL_CPU_AMX=0 (packed_amx_active) keeps BF16 weights on the FMA panels as well.
     if (act == DType::BF16 && w.dtype == DType::BF16 && w.shape.ndim == 2 &&
         cpu::packed_amx_active() && cpu::bf16_tiles_supported()) {
@@ -40,13 +54,6 @@ class CpuBackend final : public Backend {
       packed_.push_back(cpu::pack_float_weight(w));
     } else if (quant_compute_ == QuantCompute::kInt8 && cpu::packable(w)) {
       packed_.push_back(cpu::pack_weight(w));
-    } else if (w.dtype == DType::I8 && w.shape.ndim == 2 && cpu::avx512_int8_gemm() != nullptr) {
-      if (cpu::fits_int4(w)) {
-        packed_.push_back(cpu::pack_int4_weight(w));
-        kind = PackedKind::kInt4Panels;
-      } else {
-        packed_.push_back(cpu::pack_int8_weight(w));
-      }
     } else {
       return;
     }

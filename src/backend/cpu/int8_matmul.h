@@ -39,7 +39,8 @@ struct Int8Kernels {
   int tile_rows;  // activation rows per call, at most kMaxWideTileRows
 };
 
-// The GEMMs for batches (AVX-512 VNNI; AMX from a few rows, int8_gemm_amx.cc): I8 weights packed
+// The GEMMs (AVX-512 VNNI; AMX from a few rows, int8_gemm_amx.cc; AVX2 on int16-widened codes,
+// int8_packed_avx2.cc): I8 weights packed
 // into panels of kPanelRows rows, each block of 32 columns as 8 quad rows of 64 bytes (quad row
 // q: bytes 4n..4n+3 are columns 4q..4q+3 of the panel's row n, as packed_matmul.h lays out Q8_0),
 // after a 64-byte vector of the rows' column sums (int32, for the +128 of the activation codes).
@@ -72,8 +73,12 @@ struct Int8Gemm {
 };
 // Computes panels [p0, p1) for every activation row.
 using Int8GemmFn = void (*)(const Int8Gemm& g, int64_t p0, int64_t p1);
-// nullptr when this build has no such code.
+// nullptr when this build has no such code; callers check CPU support themselves.
 Int8GemmFn avx512_int8_gemm();
+Int8GemmFn avx2_int8_gemm();
+// The GEMM of the ISA linear_isa() names, or nullptr where it has none (scalar): the CPU backend
+// packs I8 weights only where this is not null.
+Int8GemmFn selected_int8_gemm();
 // nullptr when this build, the CPU or the kernel has no AMX int8. Reads the activation rows in
 // whole tiles of kPanelRows: the buffer must have int8_gemm_activation_rows(m) of them.
 Int8GemmFn amx_int8_gemm();

@@ -248,6 +248,18 @@ PackedGemmFn packed_gemm_for(const Tensor& w, Isa isa, QuantCompute mode, int64_
   return avx512_packed_gemm();
 }
 
+// The int8 panel GEMM for an I8 weight with a packed copy: under AVX-512, AMX from kAmxMinRows
+// activation rows (as packed_gemm_for) or VNNI; under AVX2 its int16 GEMM. All give the row
+// kernels' bits.
+Int8GemmFn int8_gemm_for(const Tensor& w, Isa isa, int64_t m) {
+  if (w.packed == nullptr) return nullptr;
+  if (isa == Isa::kAvx2) return avx2_int8_gemm();
+  if (isa != Isa::kAvx512) return nullptr;
+  if (m >= kAmxMinRows && amx_enabled().load())
+    if (Int8GemmFn amx = amx_int8_gemm()) return amx;
+  return avx512_int8_gemm();
+}
+
 // A thread's share must be at least this many multiply-adds, so small matrices stay on one
 // thread instead of paying for a wake-up.
 constexpr int64_t kMinMacsPerThread = int64_t(1) << 16;
@@ -267,6 +279,17 @@ const char* linear_isa() {
 
 bool packed_weights_supported() {
   return selected_isa().load() == Isa::kAvx512 && avx512_packed_gemm() != nullptr;
+}
+
+Int8GemmFn selected_int8_gemm() {
+  switch (selected_isa().load()) {
+    case Isa::kAvx512:
+      return avx512_int8_gemm();
+    case Isa::kAvx2:
+      return avx2_int8_gemm();
+    default:
+      return nullptr;
+  }
 }
 
 bool packed_amx_active() {
@@ -368,10 +391,8 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       const Int8Kernels& ik = int8_kernels(isa_name(isa));
       p.plan = {ik.dot, ActFormat::kF32, ik.tile_rows};
       int8[i] = true;
-      if (w.packed != nullptr && isa == Isa::kAvx512 && avx512_int8_gemm() != nullptr) {
-        p.igemm = avx512_int8_gemm();
-        if (m >= kAmxMinRows && amx_enabled().load())
-          if (Int8GemmFn amx = amx_int8_gemm()) p.igemm = amx;
+      if (Int8GemmFn igemm = int8_gemm_for(w, isa, m)) {
+        p.igemm = igemm;
         p.w = static_cast<const uint8_t*>(w.packed);
         any_packed = true;
       }
