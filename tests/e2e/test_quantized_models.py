@@ -83,14 +83,23 @@ def quantize(source, out, *flags):
     return r.stdout
 
 
-def serves_the_goldens(start_server, model, fixture):
+def serves_the_goldens(start_server, model, fixture, env=None):
     """A server on `model` continues `fixture`'s golden prompts with its greedy tokens."""
     golden = json.loads((FIXTURES / fixture / "golden.json").read_text())
-    srv = start_server("--max-model-len", "256", model_path=model)
+    srv = start_server("--max-model-len", "256", model_path=model, env=env)
     got = [greedy_tokens(srv.base_url, srv.model, p, len(golden["greedy"][0]))
            for p in golden["prompts"]]
     assert got == golden["greedy"]
     return srv
+
+
+@pytest.mark.parametrize("fixture", ["qwen3_w8a8", "qwen3_moe_w4a8_dynamic"])
+def test_the_avx2_int8_gemm_serves_the_goldens(start_server, fixture):
+    # What a CPU without AVX-512 runs (KESTREL_CPU_ISA caps this server's kernels to it): the
+    # AVX2 GEMM over int8 panels (static W8A8) and int4 panels (W4A8 experts).
+    srv = serves_the_goldens(start_server, FIXTURES / fixture, fixture,
+                             env={"KESTREL_CPU_ISA": "avx2"})
+    assert "avx2, int8 quantized matmuls" in srv.log()
 
 
 def test_kestrel_quantize_writes_what_serve_reads(start_server, tmp_path):
