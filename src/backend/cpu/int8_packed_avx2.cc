@@ -108,10 +108,11 @@ void int8_tile(const Int8Gemm& g, int64_t panel, int64_t row, const int16_t* buf
   int8_sums<R>(g, wp, xr, s);
   for (int half = 0; half < 2; ++half) {
     const int64_t n = panel * kPanelRows + 8 * half;
+    const int valid = valid_rows(g, n);
+    if (valid <= 0) break;  // a last panel of at most eight rows
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
-      store_rows(g, wp, n, half, valid_rows(g, n), row + r,
-                 row_sums(s.c[r][2 * half], s.c[r][2 * half + 1]));
+      store_rows(g, wp, n, half, valid, row + r, row_sums(s.c[r][2 * half], s.c[r][2 * half + 1]));
   }
 }
 
