@@ -32,6 +32,7 @@ class CpuBackend final : public Backend {
     if (w.packed != nullptr) return;
     PackedKind kind = PackedKind::kPanels;
     // I8 panels serve the AVX2 GEMM as well; the other packed formats are AVX-512's.
+    // KESTREL_CPU_AMX=0 (packed_amx_active) keeps BF16 weights on the FMA panels as well.
     if (w.dtype == DType::I8 && w.shape.ndim == 2) {
       if (cpu::selected_int8_gemm() == nullptr) return;
       if (cpu::fits_int4(w)) {
@@ -40,14 +41,10 @@ class CpuBackend final : public Backend {
       } else {
         packed_.push_back(cpu::pack_int8_weight(w));
       }
-      w.packed = packed_.back().get();
-      w.packed_kind = kind;
+    } else if (!cpu::packed_weights_supported()) {
       return;
-    }
-    if (!cpu::packed_weights_supported()) return;
-    // KESTREL_CPU_AMX=0 (packed_amx_active) keeps BF16 weights on the FMA panels as well.
-    if (act == DType::BF16 && w.dtype == DType::BF16 && w.shape.ndim == 2 &&
-        cpu::packed_amx_active() && cpu::bf16_tiles_supported()) {
+    } else if (act == DType::BF16 && w.dtype == DType::BF16 && w.shape.ndim == 2 &&
+               cpu::packed_amx_active() && cpu::bf16_tiles_supported()) {
       packed_.push_back(cpu::pack_bf16_tiles(w));
       kind = PackedKind::kBf16Tiles;
     } else if (cpu::float_packable(w)) {

@@ -251,13 +251,22 @@ PackedGemmFn packed_gemm_for(const Tensor& w, Isa isa, QuantCompute mode, int64_
 // The int8 panel GEMM for an I8 weight with a packed copy: under AVX-512, AMX from kAmxMinRows
 // activation rows (as packed_gemm_for) or VNNI; under AVX2 its int16 GEMM. All give the row
 // kernels' bits.
+Int8GemmFn int8_gemm_of(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return avx512_int8_gemm();
+    case Isa::kAvx2:
+      return avx2_int8_gemm();
+    default:
+      return nullptr;
+  }
+}
+
 Int8GemmFn int8_gemm_for(const Tensor& w, Isa isa, int64_t m) {
   if (w.packed == nullptr) return nullptr;
-  if (isa == Isa::kAvx2) return avx2_int8_gemm();
-  if (isa != Isa::kAvx512) return nullptr;
-  if (m >= kAmxMinRows && amx_enabled().load())
+  if (isa == Isa::kAvx512 && m >= kAmxMinRows && amx_enabled().load())
     if (Int8GemmFn amx = amx_int8_gemm()) return amx;
-  return avx512_int8_gemm();
+  return int8_gemm_of(isa);
 }
 
 // A thread's share must be at least this many multiply-adds, so small matrices stay on one
@@ -282,14 +291,7 @@ bool packed_weights_supported() {
 }
 
 Int8GemmFn selected_int8_gemm() {
-  switch (selected_isa().load()) {
-    case Isa::kAvx512:
-      return avx512_int8_gemm();
-    case Isa::kAvx2:
-      return avx2_int8_gemm();
-    default:
-      return nullptr;
-  }
+  return int8_gemm_of(selected_isa().load());
 }
 
 bool packed_amx_active() {
