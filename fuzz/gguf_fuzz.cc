@@ -2,8 +2,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "formats/gguf.h"
 #include "model/config.h"
-#include "model/gguf.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto g = kestrel::GgufFile::parse(data, size);

@@ -7,7 +7,7 @@ SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 
 DEB_PACKAGES=(
-  build-essential cmake ninja-build pkg-config git clang clang-format libclang-rt-14-dev
+  build-essential cmake ninja-build pkg-config git ccache clang clang-format libclang-rt-14-dev
   libboost-dev libboost-system-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libxxhash-dev libopenblas-dev
@@ -27,7 +27,7 @@ fi
 # Test tooling only (fixtures are committed; torch/transformers are needed only to regenerate them,
 # see tools/make_fixtures.py and bench/README.md).
 PY=${PYTHON:-python3}
-PIP_PACKAGES=(numpy pytest gguf openai jsonschema pyyaml)
+PIP_PACKAGES=(numpy pytest pytest-timeout gguf openai jsonschema pyyaml)
 # A Debian-managed interpreter refuses plain pip installs (PEP 668); pyenv's does not.
 $PY -m pip install --quiet --disable-pip-version-check "${PIP_PACKAGES[@]}" ||
   $PY -m pip install --quiet --disable-pip-version-check --break-system-packages "${PIP_PACKAGES[@]}"

@@ -1,5 +1,5 @@
-// Collective latency between processes on this host, shared memory (dist/shm_comm.h) beside
-// Gloo over loopback TCP (dist/gloo_comm.h): the all-reduce at the message sizes tensor
+// Collective latency between processes on this host, shared memory (distributed/shm_comm.h) beside
+// Gloo over loopback TCP (distributed/gloo_comm.h): the all-reduce at the message sizes tensor
 // parallelism sends (one decode token's hidden state, 576 floats for the default model and
 // 7,168 for DeepSeek-V3, up to a prefill chunk's), and the all-to-all(v) expert parallelism
 // sends at every MoE layer (the same number of bytes to each peer: one routed row of a
@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "dist/gloo_comm.h"
-#include "dist/shm_comm.h"
-#include "dist/store.h"
+#include "distributed/gloo_comm.h"
+#include "distributed/shm_comm.h"
+#include "distributed/store.h"
 
 namespace {
 

@@ -165,9 +165,4 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   }
 }
 
-ThreadPool& default_thread_pool() {
-  static ThreadPool pool(0);
-  return pool;
-}
-
 }  // namespace kestrel

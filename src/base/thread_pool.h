@@ -59,7 +59,4 @@ class ThreadPool {
   std::atomic<int> sleepers_{0};
 };
 
-// A process-wide pool for code without one at hand (tests, tools).
-ThreadPool& default_thread_pool();
-
 }  // namespace kestrel

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/mmap_file.h"
-#include "model/gguf.h"
+#include "formats/gguf.h"
 
 namespace kestrel::chat {
 namespace fs = std::filesystem;

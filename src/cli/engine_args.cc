@@ -9,13 +9,13 @@
 #include <thread>
 
 #include "base/logging.h"
-#include "dist/host_comm.h"
-#include "dist/shm_comm.h"
+#include "distributed/host_comm.h"
+#include "distributed/shm_comm.h"
 #include "engine/dp_group.h"
 #include "engine/multiproc_executor.h"
 #include "engine/worker_processes.h"
-#include "spec/proposer.h"
-#include "spec/speculative_config.h"
+#include "spec_decode/proposer.h"
+#include "spec_decode/speculative_config.h"
 
 namespace kestrel::cli {
 

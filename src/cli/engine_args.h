@@ -40,7 +40,7 @@ struct EngineArgs {
   std::optional<std::string> kv_cache_memory;
   std::optional<double> gpu_memory_utilization;
   std::string log_level = "info";
-  // --speculative-config JSON as given (empty: absent); spec/speculative_config.h parses it.
+  // --speculative-config JSON as given (empty: absent); spec_decode/speculative_config.h parses it.
   std::string speculative_config;
   // Ranks of a tensor-parallel group on this host, one process each (the mp backend).
   int tensor_parallel_size = 1;

@@ -20,7 +20,7 @@
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 #include "cli/serve_args.h"
-#include "dist/local_address.h"
+#include "distributed/local_address.h"
 #include "server/http/http_server.h"
 #include "server/http/signals.h"
 #include "server/metrics.h"

@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "kvx/kv_transfer_config.h"
-#include "spec/speculative_config.h"
+#include "spec_decode/speculative_config.h"
 
 namespace kestrel::cli {
 

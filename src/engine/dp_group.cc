@@ -5,8 +5,8 @@
 #include <random>
 
 #include "base/logging.h"
-#include "dist/group_comm.h"
-#include "dist/local_address.h"
+#include "distributed/group_comm.h"
+#include "distributed/local_address.h"
 
 namespace kestrel {
 

@@ -1,9 +1,9 @@
 // engine/dp_group.h — what a process needs to take part in expert parallelism across
 // data-parallel ranks (issue 20): where the group meets — rank 0's store and notice board
-// (dist/store.h) at --data-parallel-address:--data-parallel-rpc-port, or at an ipc path when
+// (distributed/store.h) at --data-parallel-address:--data-parallel-rpc-port, or at an ipc path when
 // every rank runs in this process — this process's address toward it, and the abort flag its
-// process tree shares (dist/shared_flag.h). Rank 0's process serves the store; every model rank
-// joins the expert communicator of its TP index through it; every scheduler joins the
+// process tree shares (distributed/shared_flag.h). Rank 0's process serves the store; every model
+// rank joins the expert communicator of its TP index through it; every scheduler joins the
 // lockstep; a process with ranks but no scheduler (--headless) watches the notice board so that
 // a lost group aborts its collectives.
 //
@@ -18,9 +18,9 @@
 #include <string>
 
 #include "base/status.h"
-#include "dist/device_comm.h"
-#include "dist/shared_flag.h"
-#include "dist/store.h"
+#include "distributed/device_comm.h"
+#include "distributed/shared_flag.h"
+#include "distributed/store.h"
 #include "engine/dp_lockstep.h"
 
 namespace kestrel {

@@ -3,7 +3,7 @@
 #include <charconv>
 
 #include "base/logging.h"
-#include "dist/group_comm.h"
+#include "distributed/group_comm.h"
 
 namespace kestrel {
 

@@ -7,7 +7,7 @@
 //   step; vLLM agrees on its batch shape every step and on pausing every 32): all step, or the
 //   wave ends on every rank at the same step and each counts the next wave.
 // - A rank that gets work while the group pauses starts the current wave itself and tells the
-//   others through the group's notice board (dist/store.h); they join at once. A start for a
+//   others through the group's notice board (distributed/store.h); they join at once. A start for a
 //   wave already over is stale and ignored; one for a wave a rank has not reached yet counts
 //   when it gets there (a late notice can neither start a finished wave nor be lost).
 // - Start-up is a handshake: each rank posts a summary of the settings that shape the
@@ -30,8 +30,8 @@
 #include <string>
 
 #include "base/status.h"
-#include "dist/device_comm.h"
-#include "dist/store.h"
+#include "distributed/device_comm.h"
+#include "distributed/store.h"
 
 namespace kestrel {
 
@@ -44,7 +44,8 @@ inline constexpr const char* kLeaveTopic = "leave";
 struct DpLockstepOptions {
   std::string endpoint;  // the group's store and notice board (rank 0's process serves it)
   int rank = 0, size = 1;
-  std::string host = "127.0.0.1";  // this process's address toward rank 0 (dist/local_address.h)
+  std::string host =
+      "127.0.0.1";  // this process's address toward rank 0 (distributed/local_address.h)
   // The settings every rank must share (model, layout, dtypes, speculation), as text.
   std::string settings;
   std::chrono::milliseconds start_timeout{600000};  // for every rank to come up

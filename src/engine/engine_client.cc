@@ -342,6 +342,7 @@ KvTransferStats EngineClient::kv_stats() const {
     sum.leases.created += k.leases.created;
     sum.leases.released += k.leases.released;
     sum.leases.expired += k.leases.expired;
+    sum.leases.heartbeats += k.leases.heartbeats;
   }
   return sum;
 }

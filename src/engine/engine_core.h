@@ -21,9 +21,9 @@
 #include "engine/kv_connector.h"
 #include "engine/token_constraint.h"
 #include "model/causal_lm.h"
-#include "sched/sampling_params.h"
+#include "sched/request_sampling.h"
 #include "sched/scheduler.h"
-#include "spec/spec_decode_stats.h"
+#include "spec_decode/spec_decode_stats.h"
 
 namespace kestrel {
 

@@ -1,7 +1,7 @@
 // engine/multiproc_executor.h — tensor parallelism over worker processes (issue 20, vLLM's mp
 // backend): rank 0 schedules and runs its own ModelRunner on the engine thread; every step's
 // SchedulerOutput goes, msgpack-encoded (sched/contract_codec.h), to the workers (ranks 1 ..
-// N-1, engine/worker_processes.h) over the control channel (dist/host_comm.h); all ranks run
+// N-1, engine/worker_processes.h) over the control channel (distributed/host_comm.h); all ranks run
 // the step together, their layers meeting at the model's collectives, and each returns its
 // RunnerOutput. The model's results are the same bits on every rank (model/tp_group.h), so
 // every rank samples the same tokens; rank 0 checks that the workers' outputs equal its own and
@@ -22,7 +22,7 @@
 #include <optional>
 #include <string>
 
-#include "dist/host_comm.h"
+#include "distributed/host_comm.h"
 #include "engine/executor.h"
 #include "engine/worker_processes.h"
 #include "runner/model_runner.h"

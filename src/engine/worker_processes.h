@@ -28,7 +28,7 @@ class WorkerProcesses {
  public:
   // Forks `count` children; child k runs body(k + 1) and exits with its result. Call it before
   // the process starts threads: a child has only the calling thread. `group_abort`, when given,
-  // is set too when a child fails (a wider group's flag: dist/shared_flag.h).
+  // is set too when a child fails (a wider group's flag: distributed/shared_flag.h).
   static Expected<std::unique_ptr<WorkerProcesses>> spawn(int count,
                                                           const std::function<int(int)>& body,
                                                           std::atomic<bool>* group_abort = nullptr);

@@ -2,13 +2,14 @@
 
 namespace kestrel {
 
-LeaseRegistry::LeaseRegistry(uint64_t epoch, std::chrono::milliseconds duration)
-    : epoch_(epoch), duration_(duration) {}
+LeaseRegistry::LeaseRegistry(uint64_t epoch, std::chrono::milliseconds duration,
+                             std::function<Clock::time_point()> now)
+    : epoch_(epoch), duration_(duration), now_(std::move(now)) {}
 
 LeaseInfo LeaseRegistry::create(HeldKv blocks) {
   std::lock_guard lock(mu_);
   const uint64_t id = next_id_++;
-  leases_.emplace(id, Lease{std::move(blocks), Clock::now() + duration_});
+  leases_.emplace(id, Lease{std::move(blocks), now_() + duration_});
   ++stats_.created;
   return LeaseInfo{id, epoch_, duration_};
 }
@@ -27,7 +28,7 @@ void LeaseRegistry::sweep(Clock::time_point now) {
 
 std::vector<HeldKv> LeaseRegistry::take_freed() {
   std::lock_guard lock(mu_);
-  sweep(Clock::now());
+  sweep(now_());
   std::vector<HeldKv> out;
   out.swap(freed_);
   return out;
@@ -51,10 +52,11 @@ nlohmann::json LeaseRegistry::handle(const nlohmann::json& m) {
   nlohmann::json reply;
   {
     std::lock_guard lock(mu_);
-    const Clock::time_point now = Clock::now();
+    const Clock::time_point now = now_();
     // A lease past its time is gone before anything else is answered.
     sweep(now);
     if (op == "heartbeat") {
+      ++stats_.heartbeats;
       // Leases of another incarnation, or gone, are not extended: their answer says which.
       std::vector<uint64_t> gone;
       const bool ours = m.value("epoch", uint64_t(0)) == epoch_;

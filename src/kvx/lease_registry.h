@@ -39,12 +39,15 @@ struct LeaseStats {
   int64_t created = 0;
   int64_t released = 0;
   int64_t expired = 0;
+  int64_t heartbeats = 0;  // heartbeat messages answered
 };
 
 class LeaseRegistry {
  public:
   using Clock = std::chrono::steady_clock;
-  LeaseRegistry(uint64_t epoch, std::chrono::milliseconds duration);
+  // `now` tells the time leases are measured in (tests pass a clock they move by hand).
+  LeaseRegistry(uint64_t epoch, std::chrono::milliseconds duration,
+                std::function<Clock::time_point()> now = Clock::now);
 
   // Engine thread: holds `blocks` until released or expired.
   LeaseInfo create(HeldKv blocks);
@@ -73,6 +76,7 @@ class LeaseRegistry {
 
   const uint64_t epoch_;
   const std::chrono::milliseconds duration_;
+  const std::function<Clock::time_point()> now_;
   mutable std::mutex mu_;
   std::map<uint64_t, Lease> leases_;
   std::vector<HeldKv> freed_;

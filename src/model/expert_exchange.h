@@ -22,7 +22,7 @@
 #include <span>
 #include <vector>
 
-#include "dist/device_comm.h"
+#include "distributed/device_comm.h"
 #include "model/config.h"
 #include "model/tp_plan.h"
 

@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/gguf.h"
 #include "model/config.h"
-#include "model/gguf.h"
 
 namespace kestrel {
 namespace {

@@ -5,8 +5,8 @@
 
 #include "base/logging.h"
 #include "base/mmap_file.h"
+#include "formats/safetensors.h"
 #include "model/modelslim.h"
-#include "model/safetensors.h"
 #include "model/transformer.h"
 
 namespace kestrel {

@@ -7,10 +7,10 @@
 
 #include "backend/backend.h"
 #include "base/status.h"
-#include "dist/device_comm.h"
+#include "distributed/device_comm.h"
+#include "formats/gguf.h"
 #include "model/causal_lm.h"
 #include "model/config.h"
-#include "model/gguf.h"
 #include "model/weight_source.h"
 
 namespace kestrel {

@@ -12,11 +12,11 @@
 #include <nlohmann/json.hpp>
 
 #include "base/mmap_file.h"
+#include "formats/safetensors.h"
+#include "formats/safetensors_writer.h"
 #include "model/calibration.h"
 #include "model/loader.h"
 #include "model/modelslim.h"
-#include "model/safetensors.h"
-#include "model/safetensors_writer.h"
 #include "tensor/quant_formats.h"
 
 namespace kestrel {

@@ -15,7 +15,7 @@
 #include <span>
 #include <vector>
 
-#include "dist/device_comm.h"
+#include "distributed/device_comm.h"
 #include "model/config.h"
 #include "model/tp_plan.h"
 
@@ -42,8 +42,6 @@ class TpGroup {
   TpGroup(const ModelConfig& config, const TensorParallel& tp);
 
   const TpShard& shard() const { return shards_[size_t(rank_)]; }
-  // Rank r's shard.
-  const TpShard& shard_of(int r) const { return shards_[size_t(r)]; }
   int size() const { return int(shards_.size()); }
   // The features of `split` this rank computes.
   IndexRange part(TpSplit split) const { return tp_range(shard(), split); }

@@ -17,7 +17,7 @@
 #include <cstdint>
 
 #include "base/status.h"
-#include "dist/device_comm.h"
+#include "distributed/device_comm.h"
 #include "model/config.h"
 
 namespace kestrel {
@@ -69,7 +69,7 @@ IndexRange expert_range(int64_t num_experts, int tp_rank, int tp_size, DataParal
 IndexRange tp_index_experts(int64_t num_experts, int tp_rank, int tp_size, int dp_size);
 
 // A model's tensor parallelism: its shard, and the communicator its ranks gather features over
-// (dist/device_comm.h; used by the thread that runs the model). Expert parallelism across
+// (distributed/device_comm.h; used by the thread that runs the model). Expert parallelism across
 // data-parallel ranks (shard.dp) adds `ep_comm`: the group of the ranks with this rank's TP
 // index, one per data-parallel rank in data-parallel order, that exchange routed token rows.
 struct TensorParallel {

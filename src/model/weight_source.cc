@@ -5,9 +5,9 @@
 #include <regex>
 
 #include "base/fp16.h"
-#include "model/gguf.h"
+#include "formats/gguf.h"
+#include "formats/safetensors.h"
 #include "model/kv_scales.h"
-#include "model/safetensors.h"
 #include "tensor/quant_formats.h"
 
 namespace kestrel {

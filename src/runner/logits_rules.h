@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <span>
 
-#include "sched/sampling_params.h"
+#include "sched/request_sampling.h"
 
 namespace kestrel {
 

@@ -6,8 +6,8 @@
 // request emits the tokens decoding without drafts gives for the same seed (exact-match
 // verification of a point-mass proposal is lossless). Input and output are plain data
 // (SchedulerOutput → RunnerOutput), so the runner can sit behind any executor. With a proposer
-// (spec/proposer.h) it then proposes the drafts each sampled request verifies in its next step,
-// returned with its samples; a constrained request's drafts come back with a token mask per
+// (spec_decode/proposer.h) it then proposes the drafts each sampled request verifies in its next
+// step, returned with its samples; a constrained request's drafts come back with a token mask per
 // position (the engine core cuts them where its grammar would not go). For models with
 // linear-attention layers it gives each running request a state slot of the KV storage when it
 // is first computed (from position 0) and takes it back when the request finishes or is
@@ -32,7 +32,7 @@
 #include "runner/worker_requests.h"
 #include "sched/runner_output.h"
 #include "sched/scheduler_output.h"
-#include "spec/proposer.h"
+#include "spec_decode/proposer.h"
 
 namespace kestrel {
 

@@ -89,6 +89,35 @@ constexpr uint32_t num_fields() {
   return std::tuple_size_v<decltype(describe(static_cast<const S*>(nullptr)).fields)>;
 }
 
+// How many members aggregate S has: the most initializers S{...} takes, each one a value that
+// converts to any member type.
+struct AnyMember {
+  template <typename T>
+  operator T() const;
+};
+template <typename S, typename... Given>
+constexpr uint32_t aggregate_members() {
+  if constexpr (requires { S{Given{}..., AnyMember{}}; })
+    return aggregate_members<S, Given..., AnyMember>();
+  else
+    return sizeof...(Given);
+}
+
+// A member added to a contract struct and left out of its description would silently not
+// travel to workers in other processes: every described struct must list all its members.
+template <typename... S>
+constexpr bool every_member_described() {
+  return ((aggregate_members<S>() == num_fields<S>()) && ...);
+}
+static_assert(
+    every_member_described<SamplingParams, TokenBias, LogitsRules, RequestSampling, NewRequestData,
+                           CachedRequestData, ScheduledTokens, TokenMask, StateCheckpointCopy,
+                           StateSnapshotSave, KvLoad, SchedulerOutput>(),
+    "a SchedulerOutput struct has a member its KDESCRIBE line does not list");
+static_assert(every_member_described<TokenLogprob, TokenLogprobs, RequestSamples, RequestFailure,
+                                     KvLoadResult, RunnerOutput>(),
+              "a RunnerOutput struct has a member its KDESCRIBE line does not list");
+
 // ---- Encoding ----
 
 // Appends straight into the result instead of going through msgpack::sbuffer and a copy.

@@ -11,7 +11,7 @@
 
 #include "kv/block_hash.h"
 #include "kv/kv_cache_manager.h"
-#include "sched/sampling_params.h"
+#include "sched/request_sampling.h"
 
 namespace kestrel {
 

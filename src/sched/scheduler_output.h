@@ -12,7 +12,7 @@
 
 #include "kv/block_pool.h"
 #include "kv/kv_cache_manager.h"
-#include "sched/sampling_params.h"
+#include "sched/request_sampling.h"
 
 namespace kestrel {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "base/logging.h"
-#include "model/gguf.h"
+#include "formats/gguf.h"
 #include "tokenizer/byte_level_bpe.h"
 #include "tokenizer/spm_tokenizer.h"
 #include "tokenizer/tokenizer.h"

@@ -3,7 +3,7 @@
 #include <memory>
 #include <string>
 
-#include "model/gguf.h"
+#include "formats/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel {

@@ -212,8 +212,8 @@ TEST_F(ServeArgsTest, JsonFlagValuesAndNeutralValues) {
   EXPECT_TRUE(accepted(R"(@MODEL@ --limit-mm-per-prompt '{"image":0}')").args->notes.empty());
 }
 
-// --speculative-config is parsed as vLLM does (spec/speculative_config.h): the methods Kestrel
-// runs are accepted, with no note; the engine checks them against the model at start-up.
+// --speculative-config is parsed as vLLM does (spec_decode/speculative_config.h): the methods
+// Kestrel runs are accepted, with no note; the engine checks them against the model at start-up.
 TEST_F(ServeArgsTest, SpeculativeConfigMethods) {
   for (const char* config :
        {R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4})",

@@ -1,6 +1,7 @@
 """Helpers for the end-to-end tests of `kestrel serve`: paths, a server process handle, raw HTTP/SSE
 calls (http.client, so the tests see exactly what goes over the wire) and Prometheus text parsing."""
 
+import fcntl
 import http.client
 import json
 import os
@@ -43,14 +44,41 @@ def _ephemeral_range():
         return 32768, 60999
 
 
-_PORTS_HANDED_OUT = set()
+# Ports handed out by any test process on this machine: one lock file per port under the temp
+# directory, held (flock) until this process exits. CTest runs the e2e files in parallel, each in
+# its own pytest process, so a set in one process would not keep two files off the same port.
+_PORT_LOCK_DIR = Path(tempfile.gettempdir()) / "kestrel-e2e-ports"
+_PORT_LOCKS = {}  # port -> the open lock file that reserves it
+
+
+def _reserve(port):
+    """Takes the machine-wide reservation of `port`; False if another live process holds it."""
+    if port in _PORT_LOCKS:
+        return False
+    _PORT_LOCK_DIR.mkdir(exist_ok=True)
+    fd = os.open(_PORT_LOCK_DIR / str(port), os.O_CREAT | os.O_RDWR, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _PORT_LOCKS[port] = fd
+    return True
+
+
+def _release(ports):
+    for q in ports:
+        fd = _PORT_LOCKS.pop(q, None)
+        if fd is not None:
+            os.close(fd)
 
 
 def free_port(n=1):
     """The first of n consecutive ports free on loopback now. They lie outside the kernel's
     ephemeral range (where the machine leaves room), so no client connection can take one between
     this choice and the server's bind (a server derives ports from a base: KV port + rank, RPC
-    port + DP rank), and none is handed out twice in one run."""
+    port + DP rank), and none is handed out twice while this process lives, to it or to any other
+    test process on the machine."""
     low, high = _ephemeral_range()
     # Below the ephemeral range, else above it; a machine whose range covers nearly every port
     # leaves only the bind check.
@@ -64,7 +92,13 @@ def free_port(n=1):
     for _ in range(1000):
         base = rng.randrange(*span)
         ports = range(base, base + n)
-        if any(q in _PORTS_HANDED_OUT for q in ports):
+        taken = []
+        for q in ports:
+            if not _reserve(q):
+                break
+            taken.append(q)
+        if len(taken) < n:
+            _release(taken)
             continue
         socks = []
         try:
@@ -73,11 +107,11 @@ def free_port(n=1):
                 socks.append(s)
                 s.bind(("127.0.0.1", q))
         except OSError:
+            _release(ports)
             continue
         finally:
             for s in socks:
                 s.close()
-        _PORTS_HANDED_OUT.update(ports)
         return base
     raise RuntimeError(f"no {n} consecutive free ports")
 

@@ -18,13 +18,13 @@
 #include <random>
 #include <thread>
 
-#include "dist/group_comm.h"
-#include "dist/shared_flag.h"
+#include "distributed/group_comm.h"
+#include "distributed/shared_flag.h"
 #include "engine/engine_client.h"
 #include "engine/engine_runs.h"
 #include "engine/fixture_models.h"
-#include "spec/proposer.h"
-#include "spec/speculative_config.h"
+#include "spec_decode/proposer.h"
+#include "spec_decode/speculative_config.h"
 
 namespace kestrel {
 namespace {

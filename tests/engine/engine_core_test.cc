@@ -13,9 +13,9 @@
 #include <string>
 
 #include "base/mmap_file.h"
+#include "formats/safetensors.h"
 #include "model/batch_builder.h"
 #include "model/loader.h"
-#include "model/safetensors.h"
 #include "runner/logprobs_reference.h"
 #include "test_paths.h"
 

@@ -13,17 +13,17 @@
 #include <random>
 #include <thread>
 
-#include "dist/host_comm.h"
-#include "dist/shared_flag.h"
-#include "dist/shm_comm.h"
+#include "distributed/host_comm.h"
+#include "distributed/shared_flag.h"
+#include "distributed/shm_comm.h"
 #include "engine/engine_core.h"
 #include "engine/engine_runs.h"
 #include "engine/fixture_models.h"
 #include "engine/multiproc_executor.h"
 #include "engine/worker_processes.h"
 #include "model/loader.h"
-#include "spec/proposer.h"
-#include "spec/speculative_config.h"
+#include "spec_decode/proposer.h"
+#include "spec_decode/speculative_config.h"
 #include "test_paths.h"
 
 namespace kestrel {

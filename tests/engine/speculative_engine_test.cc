@@ -14,8 +14,8 @@
 #include "engine_runs.h"
 #include "fixture_models.h"
 #include "model/loader.h"
-#include "spec/proposer.h"
-#include "spec/speculative_config.h"
+#include "spec_decode/proposer.h"
+#include "spec_decode/speculative_config.h"
 #include "test_paths.h"
 
 namespace kestrel {

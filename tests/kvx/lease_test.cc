@@ -6,6 +6,9 @@
 // producer gives a clear error instead of hanging; the flag's JSON parses as the guides write it.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <functional>
+#include <memory>
 #include <thread>
 
 #include "kvx/kv_server.h"
@@ -19,12 +22,24 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// A clock the test moves by hand: leases then expire exactly when the test says, however the
+// machine schedules the threads.
+struct ManualClock {
+  std::shared_ptr<std::atomic<int64_t>> ms = std::make_shared<std::atomic<int64_t>>(0);
+  LeaseRegistry::Clock::time_point now() const {
+    return LeaseRegistry::Clock::time_point(milliseconds(ms->load()));
+  }
+  void advance(milliseconds d) { ms->fetch_add(d.count()); }
+};
+
 // A producer: its registry behind a KV server (rank 0) on a free port.
 struct Producer {
   LeaseRegistry registry;
   std::vector<uint8_t> bytes = std::vector<uint8_t>(4 * 1024);
   std::unique_ptr<KvServer> server;
-  Producer(uint64_t epoch, milliseconds lease) : registry(epoch, lease) {
+  Producer(uint64_t epoch, milliseconds lease,
+           std::function<LeaseRegistry::Clock::time_point()> now = LeaseRegistry::Clock::now)
+      : registry(epoch, lease, std::move(now)) {
     KVMemoryView m;
     m.base = bytes.data();
     m.num_blocks = 4;
@@ -38,6 +53,16 @@ struct Producer {
   }
   RemoteLease lease_for(const LeaseInfo& info) const {
     return RemoteLease{"127.0.0.1", server->port(), info.id, info.epoch, info.duration};
+  }
+  // Waits (a bounded poll) until the registry has answered more than `seen` heartbeats.
+  bool heartbeat_after(int64_t seen) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (registry.stats().heartbeats <= seen)
+      if (std::chrono::steady_clock::now() > deadline)
+        return false;
+      else
+        std::this_thread::sleep_for(milliseconds(1));
+    return true;
   }
 };
 
@@ -78,12 +103,19 @@ TEST(Leases, AReleaseIsWholeOnceAndFreesTheBlocksOnce) {
 }
 
 TEST(Leases, HeartbeatsKeepAShortLeaseAliveAndWithoutThemItExpires) {
-  Producer p(12, milliseconds(300));
+  ManualClock clock;
+  Producer p(12, milliseconds(300), [clock] { return clock.now(); });
   const LeaseInfo kept = p.registry.create(HeldKv{{{1}}});
   const LeaseInfo lapsed = p.registry.create(HeldKv{{{2}}});
   LeaseClient client;
   client.watch(1, p.lease_for(kept));
-  std::this_thread::sleep_for(milliseconds(900));  // three lease durations
+  // Three lease durations pass, in steps shorter than one, each followed by a heartbeat.
+  for (int step = 0; step < 5; ++step) {
+    clock.advance(milliseconds(180));
+    // Counted after the move: every heartbeat answered from here on saw the new time.
+    const int64_t seen = p.registry.stats().heartbeats;
+    ASSERT_TRUE(p.heartbeat_after(seen)) << "no heartbeat within 10 s";
+  }
   // The unwatched one is gone: its blocks came back.
   auto freed = p.registry.take_freed();
   ASSERT_EQ(freed.size(), 1u);

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.h"
+#include "formats/gguf.h"
 #include "tensor/quant_formats.h"
 #include "test_paths.h"
 

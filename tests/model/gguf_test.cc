@@ -1,6 +1,6 @@
 // GGUF reader and GGUF -> ModelConfig. Fixtures come from tools/make_gguf_fixture.py (gguf-py), so
 // the metadata values below are the ones that tool writes; corrupt inputs are built here.
-#include "model/gguf.h"
+#include "formats/gguf.h"
 
 #include <gtest/gtest.h>
 

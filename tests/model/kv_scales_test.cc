@@ -8,8 +8,8 @@
 #include <map>
 #include <vector>
 
+#include "formats/safetensors.h"
 #include "model/kv_scales.h"
-#include "model/safetensors.h"
 #include "test_paths.h"
 
 namespace kestrel {

@@ -9,10 +9,10 @@
 #include <numeric>
 
 #include "base/mmap_file.h"
+#include "formats/safetensors.h"
 #include "logit_error.h"
 #include "model/batch_builder.h"
 #include "model/loader.h"
-#include "model/safetensors.h"
 #include "test_paths.h"
 
 namespace kestrel {

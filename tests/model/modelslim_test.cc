@@ -11,9 +11,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "formats/safetensors.h"
 #include "logit_error.h"
 #include "model/loader.h"
-#include "model/safetensors.h"
 #include "prompt_logits.h"
 
 namespace kestrel {

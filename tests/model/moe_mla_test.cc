@@ -15,12 +15,12 @@
 #include <regex>
 
 #include "base/mmap_file.h"
+#include "formats/safetensors.h"
 #include "kv/kv_cache_spec.h"
 #include "logit_error.h"
 #include "model/batch_builder.h"
 #include "model/config.h"
 #include "model/loader.h"
-#include "model/safetensors.h"
 #include "test_paths.h"
 
 namespace kestrel {

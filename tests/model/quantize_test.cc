@@ -13,11 +13,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "formats/safetensors.h"
 #include "logit_error.h"
 #include "model/batch_builder.h"
 #include "model/loader.h"
 #include "model/modelslim.h"
-#include "model/safetensors.h"
 #include "prompt_logits.h"
 
 namespace kestrel {

@@ -10,8 +10,8 @@
 #include <cstring>
 
 #include "base/mmap_file.h"
-#include "dist/fork_ranks.h"
-#include "dist/shm_comm.h"
+#include "distributed/fork_ranks.h"
+#include "distributed/shm_comm.h"
 #include "model/batch_builder.h"
 #include "model/loader.h"
 #include "test_paths.h"

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/mmap_file.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 #include "runner/logprobs_reference.h"
 #include "runner/runner_driver.h"
 

@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/gguf.h"
+#include "formats/gguf.h"
 #include "test_paths.h"
 #include "tokenizer/byte_level_bpe.h"
 #include "tokenizer/incremental_detokenizer.h"

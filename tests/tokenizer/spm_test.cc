@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/gguf.h"
+#include "formats/gguf.h"
 #include "test_paths.h"
 #include "tokenizer/spm_tokenizer.h"
 
