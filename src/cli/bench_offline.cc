@@ -10,13 +10,16 @@
 #include "bench/offline.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
+#include "engine/engine_builder.h"
+#include "model/loader.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
 
 namespace {
 
 struct CommonArgs {
-  EngineArgs engine;
+  EngineConfig engine;
   int64_t input_len = 0;
   int64_t output_len = 0;
   std::string output_json;
@@ -36,21 +39,20 @@ void add_common(CLI::App& app, CommonArgs& a) {
   app.add_option("--n", a.n, "sequences per prompt (only 1 is supported)")->check(CLI::Range(1, 1));
 }
 
-Expected<cli::Engine> start(const CommonArgs& a) {
-  KASSIGN(cli::Engine e, start_engine(a.engine));
-  return e;
+Expected<std::unique_ptr<Engine>> start(const CommonArgs& a) {
+  return build_engine(a.engine);
 }
 
-bench::RandomPromptSpec prompt_spec(const cli::Engine& e, const CommonArgs& a) {
+bench::RandomPromptSpec prompt_spec(const Engine& e, const CommonArgs& a) {
   bench::RandomPromptSpec s;
   s.input_len = a.input_len;
   s.output_len = a.output_len;
   s.seed = a.engine.seed;
-  s.vocab_size = static_cast<int32_t>(e.model->config.vocab_size);
-  if (e.tokenizer) {
-    s.vocab_size = std::min(s.vocab_size, e.tokenizer->vocab_size());
+  s.vocab_size = static_cast<int32_t>(e.model().config.vocab_size);
+  if (const Tokenizer* tok = e.tokenizer()) {
+    s.vocab_size = std::min(s.vocab_size, tok->vocab_size());
     for (int32_t id = 0; id < s.vocab_size; ++id)
-      if (e.tokenizer->is_special(id)) s.excluded_ids.push_back(id);
+      if (tok->is_special(id)) s.excluded_ids.push_back(id);
   }
   return s;
 }
@@ -88,23 +90,24 @@ int run_latency(int argc, char** argv) {
 
   auto engine = start(a);
   if (!engine.ok()) return fail(engine.error());
-  bench::RandomPromptSpec spec = prompt_spec(*engine, a);
+  bench::RandomPromptSpec spec = prompt_spec(**engine, a);
   spec.num_prompts = batch_size;
   auto prompts = bench::random_prompts(spec);
   if (!prompts.ok()) return fail(prompts.error());
   bench::BenchSampling sampling;
-  sampling.detokenize = !a.disable_detokenize && engine->tokenizer != nullptr;
+  sampling.detokenize = !a.disable_detokenize && (*engine)->tokenizer() != nullptr;
   sampling.seed = a.engine.seed;
 
   std::printf("Warming up...\n");
   std::fflush(stdout);  // progress goes to stderr; keep the two in order
   for (int i = 0; i < warmup; ++i) {
-    auto r = bench::run_batch(*engine->client, *prompts, sampling, "warmup" + std::to_string(i));
+    auto r =
+        bench::run_batch((*engine)->client(), *prompts, sampling, "warmup" + std::to_string(i));
     if (!r.ok()) return fail(r.error());
   }
   std::vector<double> latencies;
   for (int i = 0; i < iters; ++i) {
-    auto r = bench::run_batch(*engine->client, *prompts, sampling, "iter" + std::to_string(i));
+    auto r = bench::run_batch((*engine)->client(), *prompts, sampling, "iter" + std::to_string(i));
     if (!r.ok()) return fail(r.error());
     latencies.push_back(r->elapsed_s);
     std::fprintf(stderr, "\rProfiling iterations: %d/%d", i + 1, iters);
@@ -150,20 +153,20 @@ int run_throughput(int argc, char** argv) {
 
   auto engine = start(a);
   if (!engine.ok()) return fail(engine.error());
-  bench::RandomPromptSpec spec = prompt_spec(*engine, a);
+  bench::RandomPromptSpec spec = prompt_spec(**engine, a);
   spec.num_prompts = num_prompts;
   spec.prefix_len = prefix_len;
   spec.range_ratio = range_ratio;
   auto prompts = bench::random_prompts(spec);
   if (!prompts.ok()) return fail(prompts.error());
   bench::BenchSampling sampling;
-  sampling.detokenize = !a.disable_detokenize && engine->tokenizer != nullptr;
+  sampling.detokenize = !a.disable_detokenize && (*engine)->tokenizer() != nullptr;
   sampling.seed = a.engine.seed;
 
-  const EngineStats before = engine->client->stats();
-  auto r = bench::run_batch(*engine->client, *prompts, sampling, "req");
+  const EngineStats before = (*engine)->client().stats();
+  auto r = bench::run_batch((*engine)->client(), *prompts, sampling, "req");
   if (!r.ok()) return fail(r.error());
-  const EngineStats after = engine->client->stats();
+  const EngineStats after = (*engine)->client().stats();
   const double t = r->elapsed_s;
   const int64_t total = r->prompt_tokens + r->output_tokens;
   std::printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s\n",

@@ -10,13 +10,16 @@
 #include "base/logging.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
+#include "engine/engine_builder.h"
+#include "model/loader.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
 
 namespace {
 
 struct Args {
-  EngineArgs engine;
+  EngineConfig engine;
   std::optional<std::string> prompt;
   std::optional<std::string> prompt_ids;
   int max_tokens = 64;
@@ -73,10 +76,11 @@ int fail(const std::string& message) {
 }
 
 int generate(const Args& a) {
-  auto started = start_engine(a.engine);
+  auto started = build_engine(a.engine);
   if (!started) return fail(started.error().message);
-  Engine& e = *started;
-  const ModelConfig& cfg = e.model->config;
+  Engine& e = **started;
+  const ModelConfig& cfg = e.model().config;
+  const Tokenizer* tokenizer = e.tokenizer();
 
   std::vector<int32_t> prompt;
   if (a.prompt_ids) {
@@ -84,14 +88,14 @@ int generate(const Args& a) {
     if (!ids) return fail(ids.error().message);
     prompt = std::move(*ids);
   } else {
-    if (!e.tokenizer)
+    if (!tokenizer)
       return fail(
           "--prompt needs a tokenizer and this model has none Kestrel can read: pass "
           "--prompt-ids or --tokenizer");
-    prompt = e.tokenizer->encode(*a.prompt, /*add_special_tokens=*/true);
+    prompt = tokenizer->encode(*a.prompt, /*add_special_tokens=*/true);
     if (prompt.empty()) return fail("the prompt encodes to no tokens");
   }
-  const int64_t max_len = e.client->scheduler_config().max_model_len;
+  const int64_t max_len = e.client().max_model_len();
   if (int64_t(prompt.size()) + a.max_tokens > max_len)
     return fail(fmt::format("prompt ({} tokens) + max_tokens ({}) exceeds the context length ({})",
                             prompt.size(), a.max_tokens, max_len));
@@ -99,18 +103,18 @@ int generate(const Args& a) {
   GenerateRequest req;
   req.id = "generate";
   req.engine.prompt_token_ids = prompt;
-  req.engine.sampling = sampling_params(a, e.model->generation);
+  req.engine.sampling = sampling_params(a, e.model().generation);
   req.engine.max_tokens = a.max_tokens;
   req.engine.min_tokens = a.min_tokens;
   req.engine.stop_token_ids = a.stop_token_ids;
   req.engine.ignore_eos = a.ignore_eos;
   req.engine.seed = a.engine.seed;
   req.output.stop = a.stop;
-  req.output.detokenize = !a.print_ids && e.tokenizer != nullptr;
+  req.output.detokenize = !a.print_ids && tokenizer != nullptr;
 
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  auto stream = e.client->add_request(std::move(req));
+  auto stream = e.client().add_request(std::move(req));
   if (!stream) return fail(stream.error().message);
   std::optional<Clock::time_point> first;
   int64_t printed = 0;
@@ -138,16 +142,16 @@ int generate(const Args& a) {
   const double tg_s = std::chrono::duration<double>(t2 - t1).count();
   const int64_t decode_steps = std::max<int64_t>(out.num_output_tokens - 1, 0);
   const double tg_tps = decode_steps > 0 ? double(decode_steps) / tg_s : 0.0;
-  std::fprintf(
-      stderr,
-      "prompt: %zu tokens, %.1f tok/s | decode: %lld tokens, %.1f tok/s, %.2f GB/s of "
-      "weights | finish: %s\n",
-      prompt.size(), double(prompt.size()) / pp_s, (long long)decode_steps, tg_tps,
-      // Under TP, rank 0's share times the ranks: the whole model's bytes, or a little more when
-      // the split is uneven (rank 0 takes the larger part).
-      tg_tps * double(e.model->model->weight_bytes()) * double(a.engine.tensor_parallel_size) / 1e9,
-      finish_reason_name(*out.finish_reason));
-  const SpecDecodeStats spec = e.client->stats().counters.spec_decode;
+  std::fprintf(stderr,
+               "prompt: %zu tokens, %.1f tok/s | decode: %lld tokens, %.1f tok/s, %.2f GB/s of "
+               "weights | finish: %s\n",
+               prompt.size(), double(prompt.size()) / pp_s, (long long)decode_steps, tg_tps,
+               // Under TP, rank 0's share times the ranks: the whole model's bytes, or a little
+               // more when the split is uneven (rank 0 takes the larger part).
+               tg_tps * double(e.model().model->weight_bytes()) *
+                   double(a.engine.tensor_parallel_size) / 1e9,
+               finish_reason_name(*out.finish_reason));
+  const SpecDecodeStats spec = e.client().stats().counters.spec_decode;
   if (!spec.empty())
     std::fprintf(stderr,
                  "speculative: %lld drafts, %lld of %lld draft tokens accepted (%.1f%%), mean "

@@ -21,12 +21,15 @@
 #include "cli/engine_args.h"
 #include "cli/serve_args.h"
 #include "distributed/local_address.h"
+#include "engine/engine_builder.h"
+#include "model/loader.h"
 #include "server/http/http_server.h"
 #include "server/http/signals.h"
 #include "server/metrics.h"
 #include "server/openai_server.h"
 #include "server/protocol/responses.h"
 #include "server/responses_store.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
 
@@ -98,16 +101,16 @@ int serve(ServeArgs& a) {
               a.engine.data_parallel_first + a.engine.local_data_parallel_ranks() - 1,
               a.engine.data_parallel_size, a.engine.data_parallel_address,
               a.engine.data_parallel_rpc_port + a.engine.data_parallel_first);
-    return serve_headless(a.engine);
+    return run_headless(a.engine);
   }
   if (a.engine.kv) prepare_kv_instance(a);
-  auto started = start_engine(a.engine);
+  auto started = build_engine(a.engine);
   if (!started) {
     KLOG_ERROR("{}", started.error().message);
     return 1;
   }
-  Engine& e = *started;
-  if (a.engine.quantization == "fp8" && !e.model->config.fp8.enabled) {
+  Engine& e = **started;
+  if (a.engine.quantization == "fp8" && !e.model().config.fp8.enabled) {
     KLOG_ERROR(
         "--quantization fp8: {} is not an FP8 block-quantized checkpoint (config.json has no fp8 "
         "quantization_config); quantizing bf16 weights to FP8 at load is not supported",
@@ -116,13 +119,13 @@ int serve(ServeArgs& a) {
   }
 
   server::ServingContext ctx;
-  ctx.engine = e.client.get();
-  ctx.tokenizer = e.tokenizer.get();
+  ctx.engine = &e.client();
+  ctx.tokenizer = e.tokenizer();
   ctx.served_model_names = a.served_model_names;
   ctx.model_root = a.engine.model;
-  ctx.max_model_len = e.client->scheduler_config().max_model_len;
-  ctx.vocab_size = e.model->config.vocab_size;
-  ctx.sampling_defaults = generation_defaults(e.model->generation);
+  ctx.max_model_len = e.client().max_model_len();
+  ctx.vocab_size = e.model().config.vocab_size;
+  ctx.sampling_defaults = generation_defaults(e.model().generation);
   ctx.max_logprobs = a.max_logprobs;
   ctx.api_key = a.api_key;
   ctx.reasoning_parser = a.reasoning_parser;
@@ -146,7 +149,7 @@ int serve(ServeArgs& a) {
   if (!a.default_chat_template_kwargs.empty())
     ctx.default_chat_template_kwargs = nlohmann::json::parse(a.default_chat_template_kwargs);
   std::vector<int> engines;
-  for (const EngineStats& r : e.client->rank_stats()) engines.push_back(r.engine_index);
+  for (const EngineStats& r : e.client().rank_stats()) engines.push_back(r.engine_index);
   server::ServerMetrics metrics(a.served_model_names.front(), ctx.max_model_len, engines);
   ctx.metrics = &metrics;
   // vLLM's switch for the Responses API store (off by default: stored responses take memory).
@@ -188,7 +191,7 @@ int serve(ServeArgs& a) {
   KLOG_INFO("Started server process [{}]", ::getpid());
   KLOG_INFO("Waiting for application startup.");
   // Set only now: every early return above leaves `metrics` before the engine thread stops.
-  e.client->set_step_observer(
+  e.client().set_step_observer(
       [&metrics](int64_t tokens, int engine) { metrics.record_iteration_tokens(tokens, engine); });
   ctx.ready = true;
   KLOG_INFO("Application startup complete.");
@@ -209,7 +212,7 @@ int serve(ServeArgs& a) {
   ctx.ready = false;
   // What is left of the grace period lets a rank that shares its experts step on until its peers
   // have drained too.
-  if (!e.client->shutdown(left())) {
+  if (!e.client().shutdown(left())) {
     // The failure was reported when it happened; the worker processes die with this one.
     KLOG_WARN(
         "an engine thread still waits in a collective of the failed group; exiting without it");
@@ -218,7 +221,7 @@ int serve(ServeArgs& a) {
     std::fflush(nullptr);
     std::_Exit(0);
   }
-  e.client->set_step_observer(nullptr);
+  e.client().set_step_observer(nullptr);
   KLOG_INFO("Application shutdown complete.");
   return 0;
 }

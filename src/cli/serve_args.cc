@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "base/json_flag.h"
+#include "formats/json_flag.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -289,7 +289,7 @@ void check_model(ServeArgs& a, Findings& f) {
 }
 
 void check_engine_core(ServeArgs& a, Findings& f) {
-  const EngineArgs& e = a.engine;
+  const EngineConfig& e = a.engine;
   if (!a.api_key) {
     for (const char* var : {"VLLM_API_KEY", "KESTREL_API_KEY"}) {
       const char* v = std::getenv(var);
@@ -345,7 +345,7 @@ void check_engine_core(ServeArgs& a, Findings& f) {
 
 void check_parallel(const ServeArgs& a, Findings& f) {
   const ParallelArgs& p = a.parallel;
-  const EngineArgs& e = a.engine;
+  const EngineConfig& e = a.engine;
   const int dp = e.data_parallel_size;
   const int local = p.data_parallel_size_local.value_or(dp);
   const int start = p.data_parallel_start_rank.value_or(0);
@@ -431,7 +431,7 @@ void check_speculative(const ServeArgs& a, Findings& f) {
 void check_kv_layout(const ServeArgs& a, const std::optional<KvLayoutSpec>& layout,
                      const char* side, Findings& f) {
   if (!layout) return;
-  const EngineArgs& e = a.engine;
+  const EngineConfig& e = a.engine;
   if (layout->dp_size != e.data_parallel_size || layout->tp_size != e.tensor_parallel_size)
     f.refuse(fmt::format(
         "--kv-transfer-config kv_connector_extra_config.{0}: dp_size {1}, tp_size {2}, but this "
@@ -763,7 +763,7 @@ Status finalize_serve_args(ServeArgs& a) {
   check_tokenizer_mode_and_parsers(a, f);
   check_deepseek_v41(a, f);
   const ParallelArgs& p = a.parallel;
-  EngineArgs& e = a.engine;
+  EngineConfig& e = a.engine;
   if (p.data_parallel_address) e.data_parallel_address = *p.data_parallel_address;
   if (p.data_parallel_rpc_port) e.data_parallel_rpc_port = *p.data_parallel_rpc_port;
   if (p.data_parallel_rank) {

@@ -34,7 +34,7 @@ struct ParallelArgs {
 };
 
 struct ServeArgs {
-  EngineArgs engine;  // engine.model: the positional MODEL, or --model
+  EngineConfig engine;  // engine.model: the positional MODEL, or --model
   std::string host = "0.0.0.0";
   int port = 8000;
   std::optional<std::string> api_key;           // --api-key, else env VLLM_API_KEY, KESTREL_API_KEY

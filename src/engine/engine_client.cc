@@ -4,6 +4,9 @@
 #include <utility>
 
 #include "base/logging.h"
+#include "engine/engine_client_options.h"
+#include "engine/output_processor.h"
+#include "engine/rank_loop.h"
 
 namespace kestrel {
 
@@ -70,80 +73,59 @@ void add_counters(EngineCoreCounters& sum, const EngineCoreCounters& c) {
 
 }  // namespace
 
-EngineClient::EngineClient(CausalLM& model, const Tokenizer* tokenizer, Options options)
-    : model_(model), options_(std::move(options)), processor_(tokenizer) {
-  const size_t first = size_t(options_.first_engine_index);
-  if (options_.executors.empty()) {
-    ranks_.push_back(std::make_unique<Rank>(
-        first, model, options_.scheduler, options_.eos_token_ids, std::move(options_.speculation)));
-  }
-  KCHECK(options_.lockstep.empty() || options_.lockstep.size() == options_.executors.size(),
-         "{} lockstep members for {} data-parallel ranks", options_.lockstep.size(),
-         options_.executors.size());
-  KCHECK(options_.kv_connectors.empty() ||
-             options_.kv_connectors.size() == std::max<size_t>(1, options_.executors.size()),
-         "{} KV connectors for {} data-parallel ranks", options_.kv_connectors.size(),
-         options_.executors.size());
-  for (size_t i = 0; i < options_.executors.size(); ++i) {
-    auto rank = std::make_unique<Rank>(first + ranks_.size(), std::move(options_.executors[i]),
-                                       options_.scheduler, options_.eos_token_ids);
-    if (!options_.lockstep.empty()) {
-      rank->lockstep = std::move(options_.lockstep[i]);
-      rank->core.set_execute_empty_steps(true);
-      rank->core.set_failure_cause([ls = rank->lockstep.get()] { return ls->failure(); });
-      // A peer's wave start (or the group's failure) wakes this rank's engine thread.
-      rank->lockstep->set_wake([this] {
-        { std::lock_guard lock(in_mu_); }
-        in_cv_.notify_all();
-      });
+EngineClient::EngineClient(const Tokenizer* tokenizer, EngineClientOptions options)
+    : tokenizer_(tokenizer),
+      vocab_size_(options.vocab_size),
+      max_model_len_(options.scheduler.max_model_len),
+      max_num_seqs_(options.scheduler.max_num_seqs) {
+  const size_t n = options.executors.size();
+  KCHECK(n > 0, "an engine client needs at least one executor");
+  KCHECK(options.lockstep.empty() || options.lockstep.size() == n,
+         "{} lockstep members for {} data-parallel ranks", options.lockstep.size(), n);
+  KCHECK(options.kv_connectors.empty() || options.kv_connectors.size() == n,
+         "{} KV connectors for {} data-parallel ranks", options.kv_connectors.size(), n);
+  RankLoop::Hooks hooks;
+  hooks.publish = [this](std::vector<EngineCoreOutput>&& outputs) {
+    {
+      std::lock_guard lock(out_mu_);
+      outbox_.push_back(std::move(outputs));
     }
-    ranks_.push_back(std::move(rank));
+    out_cv_.notify_one();
+  };
+  hooks.observe_step = [this](int64_t tokens, int rank) {
+    std::function<void(int64_t, int)> observer;
+    {
+      std::lock_guard lock(observer_mu_);
+      observer = step_observer_;
+    }
+    if (observer) observer(tokens, rank);
+  };
+  hooks.fail = [this](const std::string& why) { on_rank_failure(why); };
+  hooks.done = [this] {
+    {
+      std::lock_guard lock(out_mu_);
+      ++ranks_done_;
+    }
+    out_cv_.notify_all();  // the output thread, and a shutdown waiting for the ranks
+  };
+  for (size_t i = 0; i < n; ++i) {
+    auto core = std::make_unique<EngineCore>(std::move(options.executors[i]), options.scheduler,
+                                             options.eos_token_ids);
+    if (!options.kv_connectors.empty()) core->set_kv_connector(std::move(options.kv_connectors[i]));
+    ranks_.push_back(std::make_unique<RankLoop>(
+        size_t(options.first_engine_index) + i, n, std::move(core),
+        options.lockstep.empty() ? nullptr : std::move(options.lockstep[i]),
+        options.num_speculative_tokens, options.spec_log_interval, hooks));
   }
-  options_.executors.clear();
-  options_.lockstep.clear();
-  for (size_t i = 0; i < options_.kv_connectors.size(); ++i) {
-    Rank* rank = ranks_[i].get();
-    options_.kv_connectors[i]->set_wake([this, rank] {
-      rank->kv_wake.store(true);
-      { std::lock_guard lock(in_mu_); }
-      in_cv_.notify_all();
-    });
-    rank->core.set_kv_connector(std::move(options_.kv_connectors[i]));
-  }
-  options_.kv_connectors.clear();
-  for (auto& rank : ranks_) {
-    rank->stats.engine_index = int(rank->index);
-    rank->stats.num_speculative_tokens = options_.num_speculative_tokens;
-    rank->spec_logged_at = std::chrono::steady_clock::now();
-  }
-  for (auto& rank : ranks_) rank->thread = std::thread([this, r = rank.get()] { engine_loop(*r); });
+  live_per_rank_.assign(n, 0);
+  for (auto& rank : ranks_) rank->start();
   output_thread_ = std::thread([this] { output_loop(); });
-}
-
-void EngineClient::log_spec_decode(Rank& rank) {
-  const auto now = std::chrono::steady_clock::now();
-  if (options_.spec_log_interval.count() <= 0 ||
-      now - rank.spec_logged_at < options_.spec_log_interval)
-    return;
-  const SpecDecodeStats& s = rank.core.counters().spec_decode;
-  if (s.num_drafts != rank.spec_logged.num_drafts) {
-    const std::string line = spec_decode_log_line(
-        rank.spec_logged, s, std::chrono::duration<double>(now - rank.spec_logged_at).count());
-    if (ranks_.size() == 1) {
-      KLOG_INFO("{}", line);
-    } else {
-      KLOG_INFO("Engine {:03d}: {}", rank.index, line);  // vLLM's prefix with several engines
-    }
-  }
-  rank.spec_logged = s;
-  rank.spec_logged_at = now;
 }
 
 EngineClient::~EngineClient() {
   // Here a thread stuck in a failed group's collective is waited for: it ends at the timeout.
   (void)shutdown();
-  for (auto& rank : ranks_)
-    if (rank->thread.joinable()) rank->thread.join();
+  for (auto& rank : ranks_) rank->join();
   if (output_thread_.joinable()) output_thread_.join();
 }
 
@@ -152,7 +134,7 @@ Status EngineClient::validate(const GenerateRequest& request) const {
   const std::string& id = request.id;
   if (id.empty()) return make_error("request id must not be empty");
   if (r.prompt_token_ids.empty()) return make_error("request {}: the prompt is empty", id);
-  const int64_t vocab = model_.config().vocab_size;
+  const int64_t vocab = vocab_size_;
   for (int32_t t : r.prompt_token_ids)
     if (t < 0 || t >= vocab)
       return make_error("request {}: token id {} is out of vocabulary (size {})", id, t, vocab);
@@ -164,17 +146,16 @@ Status EngineClient::validate(const GenerateRequest& request) const {
   if (r.min_tokens < 0 || r.min_tokens > r.max_tokens)
     return make_error("request {}: min_tokens {} must be in [0, max_tokens {}]", id, r.min_tokens,
                       r.max_tokens);
-  const int64_t max_len = options_.scheduler.max_model_len;
-  if (static_cast<int64_t>(r.prompt_token_ids.size()) >= max_len)
+  if (static_cast<int64_t>(r.prompt_token_ids.size()) >= max_model_len_)
     return make_error(
         "request {}: the prompt has {} tokens, which leaves no room for output "
         "within max_model_len {}",
-        id, r.prompt_token_ids.size(), max_len);
+        id, r.prompt_token_ids.size(), max_model_len_);
   if (r.sampling.logprobs > static_cast<int>(vocab))
     return make_error("request {}: logprobs {} exceeds the vocabulary size", id,
                       r.sampling.logprobs);
   // Every rank has the same connector settings: the first one's say what can be served.
-  if (const KvConnector* kv = ranks_[0]->core.kv_connector())
+  if (const KvConnector* kv = ranks_[0]->kv_connector())
     KTRY(kv->check(r.kv_transfer, r.prompt_token_ids.size()));
   return {};
 }
@@ -194,10 +175,9 @@ RequestHandle EngineClient::take_handle(const std::string& id) {
 void EngineClient::drop_handle(RequestHandle h) {
   const Live* live = live_.find(h);
   if (live == nullptr) return;
-  --ranks_[live->rank]->live;
+  --live_per_rank_[live->rank];
   handles_.erase(live->id);
   live_.erase(h);
-  processor_.remove(h);
   free_handles_.push_back(h);
 }
 
@@ -211,45 +191,31 @@ Expected<std::shared_ptr<RequestStream>> EngineClient::add_request(GenerateReque
 
 Expected<std::shared_ptr<RequestStream>> EngineClient::submit(GenerateRequest request) {
   KTRY(validate(request));
+  // The detokenizer starts here, on the submitting thread, outside every lock.
+  KASSIGN(std::unique_ptr<OutputProcessor> outputs,
+          OutputProcessor::start(tokenizer_, request.engine.prompt_token_ids, request.output,
+                                 request.engine.min_tokens));
   auto stream = std::make_shared<RequestStream>(request.id);
   RequestHandle h = 0;
-  size_t target = 0;
+  size_t rank = 0;
   {
     std::lock_guard lock(req_mu_);
     if (handles_.count(request.id) != 0)
       return make_error("request id {} is already in use", request.id);
-    size_t rank = 0;
-    {
-      std::lock_guard stats_lock(stats_mu_);
-      for (const auto& r : ranks_)
-        if (r->stats.dead || r->core.executor().failure())
-          return make_error("the engine has failed and accepts no more requests");
-      rank = pick_rank();
-      next_tie_ = (rank + 1) % ranks_.size();
-    }
+    for (const auto& r : ranks_)
+      if (r->stats().dead) return make_error("the engine has failed and accepts no more requests");
+    rank = pick_rank();
+    next_tie_ = (rank + 1) % ranks_.size();
     h = take_handle(request.id);
-    if (Status st = processor_.add_request(h, request.engine.prompt_token_ids, request.output,
-                                           request.engine.min_tokens);
-        !st.ok()) {
-      handles_.erase(request.id);
-      free_handles_.push_back(h);
-      return st.error();
-    }
-    live_.put(h, Live{request.id, stream, rank});
-    ++ranks_[rank]->live;
-    target = rank;
+    live_.put(h, Live{request.id, stream, std::move(outputs), rank});
+    ++live_per_rank_[rank];
   }
-  {
-    std::lock_guard lock(in_mu_);
-    if (stopping_) {
-      std::lock_guard req_lock(req_mu_);
-      drop_handle(h);
-      return make_error("the engine is shutting down");
-    }
-    request.engine.id = h;
-    ranks_[target]->inbox.emplace_back(std::move(request.engine));
+  request.engine.id = h;
+  if (stopping_.load() || !ranks_[rank]->post(std::move(request.engine))) {
+    std::lock_guard lock(req_mu_);
+    drop_handle(h);
+    return make_error("the engine is shutting down");
   }
-  in_cv_.notify_all();
   return stream;
 }
 
@@ -260,9 +226,9 @@ size_t EngineClient::pick_rank() const {
   int64_t best_score = 0;
   for (size_t k = 0; k < ranks_.size(); ++k) {
     const size_t r = (next_tie_ + k) % ranks_.size();
-    const Rank& rank = *ranks_[r];
-    const int64_t running = std::min(rank.stats.num_running, rank.live);
-    const int64_t score = 4 * (rank.live - running) + running;
+    const int64_t live = live_per_rank_[r];
+    const int64_t running = std::min(ranks_[r]->stats().num_running, live);
+    const int64_t score = 4 * (live - running) + running;
     if (k == 0 || score < best_score) {
       best = r;
       best_score = score;
@@ -272,19 +238,15 @@ size_t EngineClient::pick_rank() const {
 }
 
 void EngineClient::abort(const std::string& id) {
-  {
-    // The handle is looked up and queued under both locks, so it cannot be recycled to another
-    // request before its abort is in the inbox (the engine thread then finds it finished).
-    std::lock_guard lock(in_mu_);
-    if (stopping_) return;  // shutdown finishes every stream anyway
-    std::lock_guard req_lock(req_mu_);
-    const auto it = handles_.find(id);
-    if (it == handles_.end()) return;
-    const Live* live = live_.find(it->second);
-    if (live == nullptr) return;
-    ranks_[live->rank]->inbox.emplace_back(std::in_place_type<RequestHandle>, it->second);
-  }
-  in_cv_.notify_all();
+  if (stopping_.load()) return;  // shutdown finishes every stream anyway
+  // The handle is looked up and queued under req_mu_, so it cannot be recycled to another
+  // request before its abort is in the rank's inbox (the rank then finds it finished).
+  std::lock_guard lock(req_mu_);
+  const auto it = handles_.find(id);
+  if (it == handles_.end()) return;
+  const Live* live = live_.find(it->second);
+  if (live == nullptr) return;
+  ranks_[live->rank]->post(it->second);
 }
 
 size_t EngineClient::num_request_handles() const {
@@ -293,36 +255,27 @@ size_t EngineClient::num_request_handles() const {
 }
 
 void EngineClient::set_step_observer(std::function<void(int64_t, int)> fn) {
-  std::lock_guard lock(stats_mu_);
+  std::lock_guard lock(observer_mu_);
   step_observer_ = std::move(fn);
 }
 
 std::vector<EngineStats> EngineClient::rank_stats() const {
   std::vector<EngineStats> out;
-  {
-    std::lock_guard lock(stats_mu_);
-    for (const auto& r : ranks_) out.push_back(r->stats);
-  }
-  // A worker that dies (or a lockstep peer lost) while the engine idles fails the group before
-  // any step notices.
-  for (size_t i = 0; i < ranks_.size(); ++i)
-    if (ranks_[i]->core.executor().failure() ||
-        (ranks_[i]->lockstep && ranks_[i]->lockstep->failure()))
-      out[i].dead = true;
+  for (const auto& r : ranks_) out.push_back(r->stats());
   return out;
 }
 
 bool EngineClient::kv_backlog_full() const {
-  const int64_t limit = kKvBacklogPerSeq * options_.scheduler.max_num_seqs;
+  const int64_t limit = kKvBacklogPerSeq * max_num_seqs_;
   for (const auto& rank : ranks_) {
-    const KvConnector* kv = rank->core.kv_connector();
+    const KvConnector* kv = rank->kv_connector();
     if (kv == nullptr || kv->num_pending() < limit) return false;
   }
   return true;
 }
 
 void EngineClient::release_kv_refused(const KvTransferParams& params) {
-  if (KvConnector* kv = ranks_[0]->core.kv_connector()) kv->release_refused(params);
+  if (KvConnector* kv = ranks_[0]->kv_connector()) kv->release_refused(params);
 }
 
 KvTransferStats EngineClient::kv_stats() const {
@@ -350,7 +303,7 @@ KvTransferStats EngineClient::kv_stats() const {
 EngineStats EngineClient::stats() const {
   const std::vector<EngineStats> ranks = rank_stats();
   EngineStats s;
-  s.num_speculative_tokens = options_.num_speculative_tokens;
+  if (!ranks.empty()) s.num_speculative_tokens = ranks[0].num_speculative_tokens;
   for (const EngineStats& r : ranks) {
     s.num_running += r.num_running;
     s.num_waiting += r.num_waiting;
@@ -364,181 +317,55 @@ EngineStats EngineClient::stats() const {
   return s;
 }
 
-void EngineClient::engine_loop(Rank& rank) {
-  EngineCore& core = rank.core;
-  DpLockstep* lockstep = rank.lockstep.get();
-  std::vector<Command> commands;
-  while (true) {
-    {
-      std::unique_lock lock(in_mu_);
-      // A lease's expiry is work too: wake for it even when nothing else comes.
-      in_cv_.wait_until(lock, core.next_deadline(), [&] {
-        return stopping_ || !rank.inbox.empty() || core.has_unfinished() ||
-               rank.kv_wake.exchange(false) ||
-               (lockstep != nullptr && (lockstep->in_wave() || lockstep->failure()));
-      });
-      if (stopping_) break;
-      commands.swap(rank.inbox);
-    }
-    std::vector<EngineCoreOutput> outputs;
-    for (Command& c : commands) {
-      if (auto* add = std::get_if<EngineRequest>(&c)) {
-        if (Status st = core.add_request(*add); !st.ok()) {
-          // validate() admits only what the core accepts; reaching this is a bug, reported.
-          EngineCoreOutput err;
-          err.id = add->id;
-          err.finish_reason = FinishReason::kError;
-          err.error = st.error().message;
-          outputs.push_back(std::move(err));
-          KLOG_ERROR("engine rejected request {}: {}", add->id, st.error().message);
-        }
-      } else {
-        core.abort(std::get<RequestHandle>(c));
-      }
-    }
-    commands.clear();
-    std::string failure;
-    const int64_t tokens_before = core.counters().scheduled_tokens;
-    bool run = core.has_unfinished();
-    if (lockstep != nullptr) {
-      // In a wave every rank steps (this one maybe with nothing) until no rank has work.
-      if (auto f = lockstep->failure()) {
-        failure = *f;
-      } else if (lockstep->join(run)) {
-        auto any = lockstep->agree(run);
-        if (any.ok()) {
-          run = *any;
-        } else {
-          failure = any.error().message;
-        }
-      } else {
-        run = false;
-      }
-    }
-    // Leases that ended free their blocks, and answered releases decide their loads, whether or
-    // not this rank steps now.
-    core.poll_kv();
-    if (failure.empty() && run) {
-      auto step = core.step();
-      if (step.ok()) {
-        for (EngineCoreOutput& o : *step) outputs.push_back(std::move(o));
-      } else {
-        failure = step.error().message;
-      }
-    }
-    std::function<void(int64_t, int)> observer;
-    {
-      std::lock_guard lock(stats_mu_);
-      const Scheduler& s = core.scheduler();
-      EngineStats& st = rank.stats;
-      st.num_running = static_cast<int64_t>(s.num_running());
-      st.num_waiting = static_cast<int64_t>(s.num_waiting());
-      st.kv_cache_usage = s.kv().usage();
-      st.prefix_cache_queries = s.kv().prefix_cache_queries();
-      st.prefix_cache_hits = s.kv().prefix_cache_hits();
-      st.num_preemptions = s.num_preemptions();
-      st.counters = core.counters();
-      st.num_speculative_tokens = options_.num_speculative_tokens;
-      st.dead = !failure.empty();
-      if (const KvConnector* kv = core.kv_connector()) {
-        st.kv = kv->stats();
-        st.kv.state_slots_held = s.kv().num_taken_state_slots();
-      }
-      observer = step_observer_;
-    }
-    const int64_t step_tokens = core.counters().scheduled_tokens - tokens_before;
-    if (observer && step_tokens > 0) observer(step_tokens, int(rank.index));
-    log_spec_decode(rank);
-    if (!outputs.empty()) {
-      {
-        std::lock_guard lock(out_mu_);
-        outbox_.push_back(std::move(outputs));
-      }
-      out_cv_.notify_one();
-    }
-    if (!failure.empty()) {
-      bool shutting_down = false;
-      {
-        std::lock_guard lock(in_mu_);
-        shutting_down = stopping_;
-      }
-      if (lockstep != nullptr) {
-        // A collective that gave up because the group was aborted: the group's own failure is
-        // the cause worth reporting. Otherwise this rank's failure is, and the peers stop too.
-        if (auto cause = lockstep->failure()) {
-          failure = *cause;
-        } else {
-          lockstep->fail(failure);
-        }
-      }
-      if (ranks_.size() > 1)
-        failure = fmt::format("data-parallel rank {}: {}", rank.index, failure);
-      if (shutting_down) {
-        // A step the shutdown interrupted (a peer had already stopped): not a failure to report.
-      } else if (ranks_.size() == 1) {
-        KLOG_ERROR("engine step failed, stopping the engine: {}", failure);
-      } else {
-        KLOG_ERROR("engine {} step failed, stopping every engine: {}", rank.index, failure);
-      }
-      {
-        std::lock_guard lock(out_mu_);
-        if (engine_error_.empty()) engine_error_ = failure;
-      }
-      {
-        std::lock_guard lock(in_mu_);
-        stopping_ = true;  // the other ranks stop too
-      }
-      in_cv_.notify_all();
-      break;
-    }
-    if (core.has_unfinished() && core.only_waiting()) {
-      // All it waits for is others (KV loads, lease answers): a short pause, not a spin.
-      std::unique_lock lock(in_mu_);
-      in_cv_.wait_for(lock, std::chrono::milliseconds(1),
-                      [&] { return stopping_ || !rank.inbox.empty() || rank.kv_wake.load(); });
-    }
-  }
+void EngineClient::on_rank_failure(const std::string& why) {
   {
     std::lock_guard lock(out_mu_);
-    ++engines_done_;
+    if (engine_error_.empty()) engine_error_ = why;
   }
-  out_cv_.notify_all();  // the output thread, and a shutdown waiting for the ranks
+  stopping_.store(true);
+  for (auto& rank : ranks_) rank->stop();
 }
 
 void EngineClient::deliver(EngineCoreOutput&& out) {
-  std::shared_ptr<RequestStream> stream;
-  std::optional<RequestOutput> result;
-  bool abort_in_core = false;
-  int engine_index = 0;
   const bool core_finished = out.finished();
   const RequestHandle h = out.id;
+  std::shared_ptr<RequestStream> stream;
+  OutputProcessor* outputs = nullptr;
   std::string id;
+  int engine_index = 0;
   {
     std::lock_guard lock(req_mu_);
     Live* live = live_.find(h);
     if (live == nullptr) return;
     id = live->id;
     stream = live->stream;
-    engine_index = int(ranks_[live->rank]->index);
-    if (out.finish_reason == FinishReason::kError) {
-      processor_.remove(h);
-      result = RequestOutput{};
-      result->finish_reason = FinishReason::kError;
-      result->error = out.error.empty() ? "the engine could not run this request" : out.error;
-      result->invalid_request = out.invalid_request;
-    } else {
-      result = processor_.process(std::move(out), &abort_in_core);
-    }
+    outputs = live->outputs.get();
+    engine_index = int(ranks_[live->rank]->index());
+  }
+  // Only this thread erases live entries, so `outputs` stays valid while req_mu_ is free.
+  std::optional<RequestOutput> result;
+  bool abort_in_core = false;
+  if (out.finish_reason == FinishReason::kError) {
+    result = RequestOutput{};
+    result->finish_reason = FinishReason::kError;
+    result->error = out.error.empty() ? "the engine could not run this request" : out.error;
+    result->invalid_request = out.invalid_request;
+  } else if (stream) {
+    result = outputs->process(std::move(out), &abort_in_core);
+  }
+  {
+    std::lock_guard lock(req_mu_);
     if (core_finished) {
       drop_handle(h);
     } else if (result && result->finished()) {
-      live->stream.reset();  // finished here (stop string); the handle stays until the core agrees
+      // Finished here (a stop string); the handle stays until the core agrees.
+      if (Live* live = live_.find(h)) live->stream.reset();
     }
   }
   if (abort_in_core) abort(id);
   if (stream && result) {
     result->engine_index = engine_index;
-    if (result->kv_transfer_params) (*result->kv_transfer_params)["remote_request_id"] = id;
+    if (result->kv_transfer) result->kv_transfer->request_id = id;
     stream->push(std::move(*result));
   }
 }
@@ -548,7 +375,7 @@ void EngineClient::output_loop() {
     std::vector<EngineCoreOutput> batch;
     {
       std::unique_lock lock(out_mu_);
-      out_cv_.wait(lock, [&] { return engines_done_ == ranks_.size() || !outbox_.empty(); });
+      out_cv_.wait(lock, [&] { return ranks_done_ == ranks_.size() || !outbox_.empty(); });
       if (outbox_.empty()) break;  // every rank stopped and everything delivered
       batch = std::move(outbox_.front());
       outbox_.pop_front();
@@ -574,7 +401,7 @@ void EngineClient::finish_all(FinishReason reason, const std::string& error) {
     std::vector<RequestHandle> handles;
     live_.for_each([&](RequestHandle h, Live& live) {
       handles.push_back(h);
-      if (live.stream) open.emplace_back(live.stream, int(ranks_[live.rank]->index));
+      if (live.stream) open.emplace_back(live.stream, int(ranks_[live.rank]->index()));
     });
     for (RequestHandle h : handles) drop_handle(h);
   }
@@ -590,32 +417,28 @@ void EngineClient::finish_all(FinishReason reason, const std::string& error) {
 bool EngineClient::shutdown(std::chrono::milliseconds drain) {
   const auto deadline = std::chrono::steady_clock::now() + drain;
   for (auto& rank : ranks_) {
-    DpLockstep* ls = rank->lockstep.get();
+    DpLockstep* ls = rank->lockstep();
     while (ls != nullptr && ls->in_wave() && !ls->failure() &&
            std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  {
-    std::lock_guard lock(in_mu_);
-    stopping_ = true;
-  }
+  stopping_.store(true);
+  for (auto& rank : ranks_) rank->stop();
   // Lockstep ranks may wait in a collective for a rank that has already stopped: leaving the
   // group makes those waits give up.
   for (auto& rank : ranks_)
-    if (rank->lockstep) rank->lockstep->leave();
-  in_cv_.notify_all();
+    if (rank->lockstep()) rank->lockstep()->leave();
   {
     const auto give_up = std::chrono::steady_clock::now() + kFailedStopGrace;
     std::unique_lock lock(out_mu_);
-    while (engines_done_ < ranks_.size()) {
+    while (ranks_done_ < ranks_.size()) {
       out_cv_.wait_for(lock, std::chrono::milliseconds(20));
-      if (engines_done_ < ranks_.size() && !engine_error_.empty() &&
+      if (ranks_done_ < ranks_.size() && !engine_error_.empty() &&
           std::chrono::steady_clock::now() > give_up)
         return false;
     }
   }
-  for (auto& rank : ranks_)
-    if (rank->thread.joinable()) rank->thread.join();
+  for (auto& rank : ranks_) rank->join();
   if (output_thread_.joinable()) output_thread_.join();
   return true;
 }

@@ -6,39 +6,6 @@
 
 namespace kestrel {
 
-const char* finish_reason_name(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kAbort:
-      return "abort";
-    case FinishReason::kError:
-      return "error";
-  }
-  return "error";
-}
-
-namespace {
-
-// The scheduler allocates for the model's KV cache groups.
-SchedulerConfig with_model_kv_groups(SchedulerConfig c, const CausalLM& model) {
-  const KVCacheLayout layout = model.kv_cache_layout(c.block_size);
-  c.kv_groups = layout.groups;
-  c.has_recurrent_state = layout.state.num_layers > 0;
-  return c;
-}
-
-}  // namespace
-
-EngineCore::EngineCore(CausalLM& model, const SchedulerConfig& config,
-                       std::vector<int32_t> eos_token_ids, Speculation speculation)
-    : EngineCore(std::make_unique<InProcessExecutor>(
-                     model, config.num_blocks, config.block_size, std::move(speculation),
-                     int32_t(config.max_num_seqs), config.num_state_checkpoints),
-                 with_model_kv_groups(config, model), std::move(eos_token_ids)) {}
-
 EngineCore::EngineCore(std::unique_ptr<Executor> executor, const SchedulerConfig& config,
                        std::vector<int32_t> eos_token_ids)
     : scheduler_(config),
@@ -301,7 +268,7 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
   for (RequestUpdate& u : scheduler_.update_from_output(sched, result))
     updates.emplace(u.id, std::move(u));
   // Prefills finished for a remote decode: their blocks go under a lease.
-  std::unordered_map<RequestHandle, nlohmann::json> held;
+  std::unordered_map<RequestHandle, KvTransferResult> held;
   if (kv_connector_) held = kv_connector_->lease_held(scheduler_);
 
   for (const ScheduledTokens& s : sched.scheduled) {
@@ -329,7 +296,7 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
         out.finish_reason = *u.finished == RequestStatus::kFinishedStopped ? FinishReason::kStop
                                                                            : FinishReason::kLength;
     }
-    if (const auto h = held.find(s.id); h != held.end()) out.kv_transfer_params = h->second;
+    if (const auto h = held.find(s.id); h != held.end()) out.kv_transfer = h->second;
     if (out.finished()) retire(s.id);
     outputs.push_back(std::move(out));
   }

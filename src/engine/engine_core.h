@@ -19,83 +19,17 @@
 #include "base/status.h"
 #include "engine/executor.h"
 #include "engine/kv_connector.h"
+#include "engine/protocol.h"
 #include "engine/token_constraint.h"
-#include "model/causal_lm.h"
-#include "sched/request_sampling.h"
 #include "sched/scheduler.h"
-#include "spec_decode/spec_decode_stats.h"
 
 namespace kestrel {
 
-struct EngineRequest {
-  RequestHandle id;
-  std::vector<int32_t> prompt_token_ids;
-  SamplingParams sampling;  // sampling.logprobs >= 0 asks for per-token logprobs
-  int64_t max_tokens = 16;
-  int64_t min_tokens = 0;  // stop tokens are suppressed until this many outputs exist
-  std::vector<int32_t> stop_token_ids;
-  bool ignore_eos = false;
-  uint64_t seed = 0;
-  // -1: none; N >= 0: every prompt token after the first scored with the top N alternatives
-  // (such requests never read the prefix cache).
-  int prompt_logprobs = -1;
-  // Structured output: limits which tokens may be sampled (engine thread only).
-  std::shared_ptr<TokenConstraint> constraint;
-  LogitsRules logits_rules;  // applied to each sampled row before the constraint
-  // Mixed into the request's block hashes (a hashed cache_salt): prefix-cache isolation.
-  std::vector<uint64_t> cache_keys;
-  // Prefill/decode disaggregation (engine/kv_connector.h); ignored without a connector.
-  KvTransferParams kv_transfer;
-};
-
-enum class FinishReason { kStop, kLength, kAbort, kError };
-// The OpenAI spelling: "stop", "length", "abort", "error".
-const char* finish_reason_name(FinishReason reason);
-
-struct EngineCoreOutput {
-  RequestHandle id;
-  std::vector<int32_t> new_token_ids;
-  std::vector<TokenLogprobs> new_logprobs;  // one per new token if the request asked for them
-  // Prompt tokens scored since the previous output (prompt positions 1, 2, …, in order).
-  std::vector<TokenLogprobs> prompt_logprobs;
-  std::optional<FinishReason> finish_reason;
-  std::string error;  // with FinishReason::kError: what went wrong for this request
-  // With FinishReason::kError: the request itself cannot be served (its constraints exclude
-  // every token), as opposed to a failure of the engine.
-  bool invalid_request = false;
-  // Set when one of the request's own stop_token_ids (not an EOS id) ended it, as vLLM's
-  // stop_reason reports it.
-  std::optional<int32_t> stop_token_id;
-  // A PD decode instance gave the request back for want of KV blocks (finish_reason stop,
-  // stop_reason "recomputed": the proxy continues it elsewhere).
-  bool given_back = false;
-  int64_t num_prompt_tokens = 0;
-  int64_t num_cached_tokens = 0;
-  int64_t num_output_tokens = 0;
-  // When the request was first scheduled (queue time = this − arrival); unset before that.
-  std::optional<std::chrono::steady_clock::time_point> first_scheduled;
-  // A prefill for a remote decode, finished: where its KV waits (the response's
-  // kv_transfer_params).
-  std::optional<nlohmann::json> kv_transfer_params;
-  bool finished() const { return finish_reason.has_value(); }
-};
-
-// Work done since start-up, for stats and benchmarks.
-struct EngineCoreCounters {
-  int64_t steps = 0;                   // steps that ran the model
-  int64_t scheduled_tokens = 0;        // tokens through the model (vllm:iteration_tokens_total)
-  int64_t prompt_tokens_computed = 0;  // of those, prompt positions (prefix hits excluded)
-  int64_t generation_tokens = 0;       // tokens sampled
-  SpecDecodeStats spec_decode;         // drafts verified and accepted (vllm:spec_decode_*)
-};
-
 class EngineCore {
  public:
-  // eos_token_ids: the model's generation defaults. The config must pass validate(). The first
-  // form runs the model in this thread (InProcessExecutor), with drafts from `speculation`'s
-  // proposer when it has one (config.num_lookahead_tokens must then be the proposer's).
-  EngineCore(CausalLM& model, const SchedulerConfig& config, std::vector<int32_t> eos_token_ids,
-             Speculation speculation = {});
+  // eos_token_ids: the model's generation defaults. The config must pass validate() and
+  // describe the executor's KV storage (with drafts, num_lookahead_tokens must be its
+  // proposer's).
   EngineCore(std::unique_ptr<Executor> executor, const SchedulerConfig& config,
              std::vector<int32_t> eos_token_ids);
 

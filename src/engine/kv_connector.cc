@@ -65,11 +65,7 @@ void KvConnector::set_wake(std::function<void()> wake) {
 }
 
 KvControlHandler KvConnector::control() {
-  LeaseRegistry* r = registry_.get();
-  return [r](const nlohmann::json& m) -> nlohmann::json {
-    if (r == nullptr) return {{"op", "error"}, {"error", "this instance holds no leases"}};
-    return r->handle(m);
-  };
+  return lease_control(registry_.get());
 }
 
 Status KvConnector::check(const KvTransferParams& params, size_t prompt_len) const {
@@ -191,15 +187,15 @@ void KvConnector::on_loads(Scheduler& s, const std::vector<KvLoadResult>& loads)
   }
 }
 
-std::unordered_map<RequestHandle, nlohmann::json> KvConnector::lease_held(Scheduler& s) {
-  std::unordered_map<RequestHandle, nlohmann::json> out;
+std::unordered_map<RequestHandle, KvTransferResult> KvConnector::lease_held(Scheduler& s) {
+  std::unordered_map<RequestHandle, KvTransferResult> out;
   for (auto& [id, held] : s.take_held()) {
     const Request* req = s.request(id);
     if (!registry_ || req == nullptr) {
       s.free_held(held);
       continue;
     }
-    HeldPrompt h;
+    KvTransferResult h;
     h.engine_id = config_.engine_id;
     h.host = config_.host;
     h.port = config_.port;
@@ -213,7 +209,7 @@ std::unordered_map<RequestHandle, nlohmann::json> KvConnector::lease_held(Schedu
     h.lease = lease.id;
     h.epoch = lease.epoch;
     h.lease_duration = lease.duration;
-    out.emplace(id, kv_transfer_params_of(h));
+    out.emplace(id, std::move(h));
   }
   return out;
 }

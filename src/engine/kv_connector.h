@@ -29,11 +29,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "engine/protocol.h"
 #include "kvx/kv_server.h"
 #include "kvx/kv_transfer_config.h"
-#include "kvx/kv_transfer_params.h"
 #include "kvx/lease_client.h"
 #include "kvx/lease_registry.h"
 #include "model/causal_lm.h"
@@ -67,31 +65,6 @@ struct KvConnectorConfig {
   bool moves_state = false;
 };
 
-// The bounds of the transfer-time histogram's buckets, in seconds.
-inline constexpr double kKvLoadSecondsBuckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                                   0.25,  0.5,    1.0,   2.5,  5.0,   10.0, 30.0};
-
-// Counters for /metrics (cumulative, but for the gauges `pending` and `leases.active`).
-struct KvTransferStats {
-  bool enabled = false;       // this rank has a connector
-  int64_t pending = 0;        // requests whose load is not decided yet
-  int64_t loads = 0;          // loads decided good
-  int64_t load_failures = 0;  // loads that failed or whose lease had lapsed
-  int64_t recomputes = 0;     // of those, requests that prefilled locally instead
-  int64_t bytes_loaded = 0;
-  int64_t ucx_bytes_loaded = 0;  // of those, read over UCX
-  int64_t blocks_loaded = 0;
-  // Good loads' transfer times: counts at or below each bound of kKvLoadSecondsBuckets, the
-  // sum (their count is `loads`).
-  std::vector<int64_t> load_seconds_buckets =
-      std::vector<int64_t>(std::size(kKvLoadSecondsBuckets), 0);
-  double load_seconds_sum = 0;
-  LeaseStats leases;  // the producer's
-  // Linear-attention models: checkpoint slots holding states for transfers (the engine client
-  // fills it in from the scheduler).
-  int64_t state_slots_held = 0;
-};
-
 class KvConnector {
  public:
   using Clock = std::chrono::steady_clock;
@@ -120,7 +93,7 @@ class KvConnector {
   void on_loads(Scheduler& scheduler, const std::vector<KvLoadResult>& loads);
   // Requests finished this step whose blocks the scheduler holds: leased; the params for their
   // responses (remote_request_id is left for the engine client, which knows the API's id).
-  std::unordered_map<RequestHandle, nlohmann::json> lease_held(Scheduler& scheduler);
+  std::unordered_map<RequestHandle, KvTransferResult> lease_held(Scheduler& scheduler);
   // Any exit of a request: a lease still watched is released.
   void on_exit(RequestHandle id);
 

@@ -7,11 +7,6 @@
 
 namespace kestrel {
 
-std::string random_engine_id() {
-  std::random_device rd;
-  return fmt::format("{:08x}{:08x}", rd(), rd());
-}
-
 std::string kv_engine_id(const KvInstance& kv, int dp_rank) {
   const std::string& id = kv.transfer.engine_id;
   return kv.dp_size > 1 ? fmt::format("{}_dp{}", id, dp_rank) : id;

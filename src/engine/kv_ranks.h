@@ -9,22 +9,12 @@
 #include <memory>
 #include <string>
 
+#include "engine/engine_config.h"
 #include "engine/kv_connector.h"
 #include "kvx/kv_worker.h"
 
 namespace kestrel {
 
-// What every rank of this instance shares (set before the worker processes fork).
-struct KvInstance {
-  KvTransferConfig transfer;
-  std::string host;    // the address the instance's KV servers advertise
-  uint64_t epoch = 0;  // this start's incarnation: a restarted instance is a new peer
-  int dp_size = 1, tp_size = 1;
-  int block_size = 16;
-};
-
-// A random engine id, for a config without one.
-std::string random_engine_id();
 std::string kv_engine_id(const KvInstance& kv, int dp_rank);
 int kv_rank_port(const KvInstance& kv, int dp_rank, int tp_rank);
 

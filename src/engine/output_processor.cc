@@ -15,73 +15,48 @@ size_t utf8_boundary(const std::string& s, size_t end) {
 
 }  // namespace
 
-void RequestOutput::merge(RequestOutput&& later) {
-  token_ids.insert(token_ids.end(), later.token_ids.begin(), later.token_ids.end());
-  text += later.text;
-  logprobs.insert(logprobs.end(), std::make_move_iterator(later.logprobs.begin()),
-                  std::make_move_iterator(later.logprobs.end()));
-  prompt_logprobs.insert(prompt_logprobs.end(),
-                         std::make_move_iterator(later.prompt_logprobs.begin()),
-                         std::make_move_iterator(later.prompt_logprobs.end()));
-  if (later.finish_reason) {
-    finish_reason = later.finish_reason;
-    stop_reason = std::move(later.stop_reason);
-    error = std::move(later.error);
-    invalid_request = later.invalid_request;
-  }
-  num_prompt_tokens = later.num_prompt_tokens;
-  num_cached_tokens = later.num_cached_tokens;
-  num_output_tokens = later.num_output_tokens;
-  if (later.first_scheduled) first_scheduled = later.first_scheduled;
-  engine_index = later.engine_index;
-  if (later.kv_transfer_params) kv_transfer_params = std::move(later.kv_transfer_params);
-}
-
-Status OutputProcessor::add_request(RequestHandle id, std::span<const int32_t> prompt,
-                                    const OutputOptions& options, int64_t min_tokens) {
-  if (requests_.contains(id)) return make_error("request {} is already in use", id);
+Expected<std::unique_ptr<OutputProcessor>> OutputProcessor::start(const Tokenizer* tokenizer,
+                                                                  std::span<const int32_t> prompt,
+                                                                  const OutputOptions& options,
+                                                                  int64_t min_tokens) {
   if (!options.detokenize && !options.stop.empty())
     return make_error("stop strings need detokenized output");
   for (const std::string& s : options.stop)
     if (s.empty()) return make_error("stop strings must not be empty");
-  if (options.detokenize && tokenizer_ == nullptr)
+  if (options.detokenize && tokenizer == nullptr)
     return make_error("this model has no tokenizer, so requests must ask for token ids only");
-  State st;
-  st.options = options;
-  st.min_tokens = min_tokens;
+  std::unique_ptr<OutputProcessor> p(new OutputProcessor());
+  p->options_ = options;
+  p->min_tokens_ = min_tokens;
   if (options.detokenize)
-    st.detok =
-        std::make_unique<IncrementalDetokenizer>(*tokenizer_, options.skip_special_tokens, prompt);
+    p->detok_ =
+        std::make_unique<IncrementalDetokenizer>(*tokenizer, options.skip_special_tokens, prompt);
   if (!options.include_stop_str_in_output) {
-    for (const std::string& s : options.stop) st.hold_back = std::max(st.hold_back, s.size() - 1);
+    for (const std::string& s : options.stop) p->hold_back_ = std::max(p->hold_back_, s.size() - 1);
   }
-  requests_.put(id, std::move(st));
-  return {};
+  return p;
 }
 
-std::optional<std::string> OutputProcessor::append_text(State& st, std::span<const int32_t> tokens,
+std::optional<std::string> OutputProcessor::append_text(std::span<const int32_t> tokens,
                                                         bool skip_last) {
-  const size_t before = st.text.size();
+  const size_t before = text_.size();
   const size_t n = skip_last && !tokens.empty() ? tokens.size() - 1 : tokens.size();
-  for (size_t i = 0; i < n; ++i) st.text += st.detok->push(tokens[i]);
-  if (st.options.stop.empty() || st.num_outputs <= st.min_tokens) return std::nullopt;
+  for (size_t i = 0; i < n; ++i) text_ += detok_->push(tokens[i]);
+  if (options_.stop.empty() || num_outputs_ <= min_tokens_) return std::nullopt;
   // A match may start up to len-1 bytes before the new text; list order decides, as in vLLM.
-  for (const std::string& stop : st.options.stop) {
+  for (const std::string& stop : options_.stop) {
     const size_t from = before >= stop.size() - 1 ? before - (stop.size() - 1) : 0;
-    const size_t at = st.text.find(stop, from);
+    const size_t at = text_.find(stop, from);
     if (at == std::string::npos) continue;
-    st.text.resize(st.options.include_stop_str_in_output ? at + stop.size() : at);
+    text_.resize(options_.include_stop_str_in_output ? at + stop.size() : at);
     return stop;
   }
   return std::nullopt;
 }
 
-std::optional<RequestOutput> OutputProcessor::process(EngineCoreOutput&& in, bool* abort_in_core) {
+RequestOutput OutputProcessor::process(EngineCoreOutput&& in, bool* abort_in_core) {
   *abort_in_core = false;
-  State* found = requests_.find(in.id);
-  if (found == nullptr) return std::nullopt;
-  State& st = *found;
-  st.num_outputs = in.num_output_tokens;
+  num_outputs_ = in.num_output_tokens;
 
   RequestOutput out;
   out.token_ids = std::move(in.new_token_ids);
@@ -94,28 +69,27 @@ std::optional<RequestOutput> OutputProcessor::process(EngineCoreOutput&& in, boo
   out.num_cached_tokens = in.num_cached_tokens;
   out.num_output_tokens = in.num_output_tokens;
   out.first_scheduled = in.first_scheduled;
-  out.kv_transfer_params = std::move(in.kv_transfer_params);
+  out.kv_transfer = std::move(in.kv_transfer);
 
-  if (st.detok) {
+  if (detok_) {
     // The token that ended the request stays out of the text unless asked for, as in vLLM.
     const bool skip_last =
-        in.finish_reason == FinishReason::kStop && !st.options.include_stop_str_in_output;
-    std::optional<std::string> stop = append_text(st, out.token_ids, skip_last);
+        in.finish_reason == FinishReason::kStop && !options_.include_stop_str_in_output;
+    std::optional<std::string> stop = append_text(out.token_ids, skip_last);
     if (stop) {
       // A stop string outranks the length limit reached by the same token, as in vLLM.
       *abort_in_core = !out.finished();
       out.finish_reason = FinishReason::kStop;
       out.stop_reason = std::move(*stop);
     }
-    if (out.finished() && !stop) st.text += st.detok->finish();
-    size_t end = st.text.size();
-    if (!out.finished()) end = utf8_boundary(st.text, end > st.hold_back ? end - st.hold_back : 0);
-    if (end > st.sent) {
-      out.text = st.text.substr(st.sent, end - st.sent);
-      st.sent = end;
+    if (out.finished() && !stop) text_ += detok_->finish();
+    size_t end = text_.size();
+    if (!out.finished()) end = utf8_boundary(text_, end > hold_back_ ? end - hold_back_ : 0);
+    if (end > sent_) {
+      out.text = text_.substr(sent_, end - sent_);
+      sent_ = end;
     }
   }
-  if (out.finished()) requests_.erase(in.id);
   return out;
 }
 

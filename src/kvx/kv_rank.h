@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
-#include "model/kv_storage.h"
+#include "kv/kv_memory.h"
 
 namespace kestrel {
 

@@ -97,4 +97,11 @@ LeaseStats LeaseRegistry::stats() const {
   return s;
 }
 
+std::function<nlohmann::json(const nlohmann::json&)> lease_control(LeaseRegistry* registry) {
+  return [registry](const nlohmann::json& m) -> nlohmann::json {
+    if (registry == nullptr) return {{"op", "error"}, {"error", "this instance holds no leases"}};
+    return registry->handle(m);
+  };
+}
+
 }  // namespace kestrel

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kv/kv_cache_manager.h"
+#include "kvx/lease_stats.h"
 
 namespace kestrel {
 
@@ -32,14 +33,6 @@ struct LeaseInfo {
   uint64_t id = 0;
   uint64_t epoch = 0;
   std::chrono::milliseconds duration{0};
-};
-
-struct LeaseStats {
-  int64_t active = 0;
-  int64_t created = 0;
-  int64_t released = 0;
-  int64_t expired = 0;
-  int64_t heartbeats = 0;  // heartbeat messages answered
 };
 
 class LeaseRegistry {
@@ -84,5 +77,9 @@ class LeaseRegistry {
   LeaseStats stats_;
   std::function<void()> wake_;
 };
+
+// The KV server's control handler for a producer's leases (kvx/kv_server.h): `registry`'s
+// answers, or an error when the instance holds none (null).
+std::function<nlohmann::json(const nlohmann::json&)> lease_control(LeaseRegistry* registry);
 
 }  // namespace kestrel

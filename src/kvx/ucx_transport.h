@@ -22,8 +22,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "kv/kv_memory.h"
 #include "kvx/tcp.h"
-#include "model/kv_storage.h"
 
 namespace kestrel {
 

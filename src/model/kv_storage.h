@@ -12,6 +12,7 @@
 
 #include "backend/ops.h"
 #include "kv/kv_cache_spec.h"
+#include "kv/kv_memory.h"
 #include "tensor/tensor.h"
 
 namespace kestrel {
@@ -30,36 +31,6 @@ namespace kestrel {
 // [slots][blocks, block_size, head_dim] with head_dim = kv_lora_rank + rope width and
 // num_kv_heads = 1.
 
-// The storage's bytes as a KV transfer moves them: `planes` planes (K and V of each slot, or one
-// per slot for a latent cache) of `num_blocks` blocks, each block `block_bytes` long and cut into
-// `heads` equal head slices (one for a latent cache); and for models with linear-attention
-// layers their states: `state_entries` slots of `state_layers` layers of
-// `state_floats_per_layer` f32 values (null `state`: none).
-struct KVMemoryView {
-  uint8_t* base = nullptr;
-  int64_t num_blocks = 0;
-  int planes = 0;
-  size_t block_bytes = 0;
-  int heads = 1;
-  size_t head_bytes() const { return block_bytes / size_t(heads); }
-  // Where head `head` of block `block` of plane `plane` starts.
-  uint8_t* at(int plane, int64_t block, int head = 0) const {
-    return base + (size_t(plane) * size_t(num_blocks) + size_t(block)) * block_bytes +
-           size_t(head) * head_bytes();
-  }
-  float* state = nullptr;
-  int32_t state_entries = 0;
-  int32_t state_layers = 0;
-  int64_t state_floats_per_layer = 0;
-  // Layer `layer`'s state in slot `slot`.
-  float* state_at(int32_t slot, int32_t layer) const {
-    return state + (int64_t(slot) * state_layers + layer) * state_floats_per_layer;
-  }
-  size_t state_bytes() const {
-    return size_t(state_entries) * size_t(state_layers) * size_t(state_floats_per_layer) *
-           sizeof(float);
-  }
-};
 class KVCacheStorage {
  public:
   // Every group of `layout` must have the same per-layer shape (plan_kv_cache_layout checks);

@@ -1,6 +1,6 @@
 #include "proxy/lease_releaser.h"
 
-#include "kvx/kv_transfer_params.h"
+#include "server/protocol/kv_transfer_params.h"
 
 namespace kestrel::proxy {
 

@@ -56,4 +56,25 @@ struct TokenLogprobs {
   bool operator==(const TokenLogprobs&) const = default;
 };
 
+struct TokenBias {
+  int32_t token = 0;
+  float bias = 0.0f;  // added to the logit; the server clamps it to [-100, 100]
+  bool operator==(const TokenBias&) const = default;
+};
+
+// OpenAI's logit_bias and vLLM's allowed_token_ids and bad_words.
+struct LogitsRules {
+  std::vector<TokenBias> logit_bias;
+  // Non-empty: every other token is masked (-inf).
+  std::vector<int32_t> allowed_token_ids;
+  // Token sequences that must not be generated: a sequence's last token is masked when the
+  // output ends with the rest of it (a one-token sequence is always masked), as vLLM does.
+  std::vector<std::vector<int32_t>> bad_words;
+
+  bool empty() const {
+    return logit_bias.empty() && allowed_token_ids.empty() && bad_words.empty();
+  }
+  bool operator==(const LogitsRules&) const = default;
+};
+
 }  // namespace kestrel

@@ -8,8 +8,8 @@
 #include <xxhash.h>
 
 #include "base/logging.h"
-#include "kvx/kv_transfer_params.h"
 #include "server/forced_tool_calls.h"
+#include "server/protocol/kv_transfer_params.h"
 #include "server/structured_output.h"
 
 namespace kestrel::server {

@@ -6,6 +6,7 @@
 #include "base/logging.h"
 #include "server/forced_tool_calls.h"
 #include "server/http/sse.h"
+#include "server/protocol/kv_transfer_params.h"
 #include "server/protocol/protocol_error.h"
 #include "server/request_timing.h"
 
@@ -313,7 +314,7 @@ class GenerationSession : public std::enable_shared_from_this<GenerationSession>
   // A prefill for a remote decode: where the prompt's KV waits (one choice asks for it).
   std::optional<nlohmann::json> kv_transfer_params() const {
     for (const Choice& c : choices_)
-      if (c.meta.kv_transfer_params) return c.meta.kv_transfer_params;
+      if (c.meta.kv_transfer) return kv_transfer_params_json(*c.meta.kv_transfer);
     return std::nullopt;
   }
 

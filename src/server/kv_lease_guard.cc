@@ -1,5 +1,7 @@
 #include "server/kv_lease_guard.h"
 
+#include "server/protocol/kv_transfer_params.h"
+
 namespace kestrel::server {
 
 KvLeaseGuard::KvLeaseGuard(EngineClient* engine, const nlohmann::json& body) : engine_(engine) {

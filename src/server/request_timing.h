@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "engine/output_processor.h"
+#include "engine/protocol.h"
 #include "server/metrics.h"
 
 namespace kestrel::server {

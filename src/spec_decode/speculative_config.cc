@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "base/json_flag.h"
+#include "formats/json_flag.h"
 
 namespace kestrel {
 

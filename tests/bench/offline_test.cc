@@ -6,6 +6,7 @@
 
 #include <set>
 
+#include "engine/local_engine.h"
 #include "model/loader.h"
 #include "test_paths.h"
 
@@ -105,11 +106,12 @@ TEST(RunBatch, CountsTokensAndPrefixHits) {
   o.threads = 1;
   auto lm = load_model(o);
   ASSERT_TRUE(lm.ok()) << lm.error().message;
-  EngineClient::Options opts;
+  EngineClientOptions opts;
   opts.scheduler.block_size = 16;
   opts.scheduler.num_blocks = 128;
   opts.scheduler.max_model_len = 256;
-  EngineClient client(*(*lm)->model, nullptr, std::move(opts));
+  const auto client_owner = build_local_engine(*(*lm)->model, nullptr, std::move(opts));
+  EngineClient& client = *client_owner;
   RandomPromptSpec s;
   s.num_prompts = 10;
   s.input_len = 5;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/engine_args.h"
+#include "model/config.h"
 
 namespace kestrel::cli {
 namespace {
@@ -13,7 +14,7 @@ ModelConfig model_with_context(int64_t positions) {
 }
 
 TEST(SchedulerDefaults, ChunkedPrefillBudgetIs512OrMaxNumSeqs) {
-  EngineArgs a;
+  EngineConfig a;
   a.max_num_seqs = 16;
   auto c = scheduler_config(a, model_with_context(8192));
   ASSERT_TRUE(c.ok());
@@ -26,7 +27,7 @@ TEST(SchedulerDefaults, ChunkedPrefillBudgetIs512OrMaxNumSeqs) {
 }
 
 TEST(SchedulerDefaults, WithoutChunkedPrefillAStepHoldsAWholePrompt) {
-  EngineArgs a;
+  EngineConfig a;
   a.enable_chunked_prefill = false;
   auto c = scheduler_config(a, model_with_context(8192));
   ASSERT_TRUE(c.ok());
@@ -37,7 +38,7 @@ TEST(SchedulerDefaults, WithoutChunkedPrefillAStepHoldsAWholePrompt) {
 }
 
 TEST(SchedulerDefaults, AnExplicitBudgetWins) {
-  EngineArgs a;
+  EngineConfig a;
   a.max_num_batched_tokens = 96;
   auto c = scheduler_config(a, model_with_context(8192));
   ASSERT_TRUE(c.ok());

@@ -244,9 +244,9 @@ TEST_F(ServeArgsTest, SpeculativeConfigMethods) {
 }
 
 // generate and bench take --speculative-config too (add_engine_args).
-TEST(EngineArgs, SpeculativeConfigIsAnEngineFlag) {
+TEST(EngineConfig, SpeculativeConfigIsAnEngineFlag) {
   CLI::App app;
-  EngineArgs e;
+  EngineConfig e;
   add_engine_args(app, e);
   std::vector<std::string> argv = {"--model", "m", "--speculative-config",
                                    R"({"method":"ngram","num_speculative_tokens":2})"};

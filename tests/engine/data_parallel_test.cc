@@ -36,10 +36,11 @@ std::vector<std::vector<int32_t>> prompts(int n) {
   return out;
 }
 
-EngineClient::Options options(const CausalLM& model) {
-  EngineClient::Options o = test::engine_options(64, true, 256);
+EngineClientOptions options(const CausalLM& model) {
+  EngineClientOptions o = test::engine_options(64, true, 256);
   o.scheduler.num_blocks = 256;
   o.scheduler.kv_groups = model.kv_cache_layout(o.scheduler.block_size).groups;
+  o.vocab_size = model.config().vocab_size;
   return o;
 }
 
@@ -78,7 +79,7 @@ class DataParallelClient : public ::testing::Test {
     }
   }
   std::unique_ptr<EngineClient> two_ranks(bool slow = false) {
-    EngineClient::Options o = options(*a_->model);
+    EngineClientOptions o = options(*a_->model);
     for (auto* m : {&a_, &b_}) {
       if (slow) {
         o.executors.push_back(std::make_unique<test::SlowExecutor>(*(*m)->model, o.scheduler));
@@ -87,14 +88,15 @@ class DataParallelClient : public ::testing::Test {
             *(*m)->model, o.scheduler.num_blocks, o.scheduler.block_size));
       }
     }
-    return std::make_unique<EngineClient>(*a_->model, nullptr, std::move(o));
+    return std::make_unique<EngineClient>(nullptr, std::move(o));
   }
   std::unique_ptr<LoadedModel> a_, b_;
 };
 
 TEST_F(DataParallelClient, TokensEqualOneRankAndBothRanksWork) {
   const auto ps = prompts(8);
-  EngineClient one(*a_->model, nullptr, options(*a_->model));
+  const auto one_owner = build_local_engine(*a_->model, nullptr, options(*a_->model));
+  EngineClient& one = *one_owner;
   const auto want = test::run_all(one, ps, 12, "one");
   auto two = two_ranks();
   ASSERT_EQ(two->num_ranks(), 2);
@@ -145,12 +147,13 @@ TEST_F(DataParallelClient, AnAbortReachesTheRankThatHoldsTheRequest) {
 }
 
 TEST_F(DataParallelClient, ARankThatFailsStopsEveryRankWithItsError) {
-  EngineClient::Options o = options(*a_->model);
+  EngineClientOptions o = options(*a_->model);
   // Both ranks need at least 200 ms for their requests; rank 1 fails once armed below.
   std::atomic<bool> armed{false};
   o.executors.push_back(std::make_unique<test::SlowExecutor>(*a_->model, o.scheduler));
   o.executors.push_back(std::make_unique<FailingExecutor>(*b_->model, o.scheduler, armed));
-  EngineClient two(*a_->model, nullptr, std::move(o));
+  const auto two_owner = std::make_unique<EngineClient>(nullptr, std::move(o));
+  EngineClient& two = *two_owner;
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < 4; ++i) {
     auto s = two.add_request(test::greedy_request("r" + std::to_string(i), {5, 6, 7}, 100));
@@ -199,13 +202,13 @@ class StuckExecutor final : public Executor {
 };
 
 TEST_F(DataParallelClient, AShutdownAfterAFailureDoesNotWaitForARankStuckInAStep) {
-  EngineClient::Options o = options(*a_->model);
+  EngineClientOptions o = options(*a_->model);
   std::atomic<bool> armed{false};
   auto stuck = std::make_unique<StuckExecutor>(*a_->model, o.scheduler);
   StuckExecutor* stuck_rank = stuck.get();
   o.executors.push_back(std::move(stuck));
   o.executors.push_back(std::make_unique<FailingExecutor>(*b_->model, o.scheduler, armed));
-  auto two = std::make_unique<EngineClient>(*a_->model, nullptr, std::move(o));
+  auto two = std::make_unique<EngineClient>(nullptr, std::move(o));
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < 4; ++i) {
     auto s = two->add_request(test::greedy_request("r" + std::to_string(i), {5, 6, 7}, 50));
@@ -242,13 +245,14 @@ TEST_F(DataParallelClient, AShutdownAfterAFailureDoesNotWaitForARankStuckInAStep
 
 // A healthy rank in a long step is waited for: nothing is cut short without a failure.
 TEST_F(DataParallelClient, AShutdownWaitsForAHealthyRanksStep) {
-  EngineClient::Options o = options(*a_->model);
+  EngineClientOptions o = options(*a_->model);
   auto stuck = std::make_unique<StuckExecutor>(*a_->model, o.scheduler);
   StuckExecutor* stuck_rank = stuck.get();
   o.executors.push_back(std::move(stuck));
   o.executors.push_back(std::make_unique<InProcessExecutor>(*b_->model, o.scheduler.num_blocks,
                                                             o.scheduler.block_size));
-  EngineClient two(*a_->model, nullptr, std::move(o));
+  const auto two_owner = std::make_unique<EngineClient>(nullptr, std::move(o));
+  EngineClient& two = *two_owner;
   auto s = two.add_request(test::greedy_request("r", {5, 6, 7}, 50));
   ASSERT_TRUE(s.ok());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

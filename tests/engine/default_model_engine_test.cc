@@ -78,7 +78,9 @@ TEST_F(DefaultModelEngine, SharedSystemPromptIsComputedOnce) {
     submitted += int64_t(p.size());
     prompts.push_back(std::move(p));
   }
-  EngineClient client(*model_->model, nullptr, test::engine_options(2048, true));
+  const auto client_owner =
+      build_local_engine(*model_->model, nullptr, test::engine_options(2048, true));
+  EngineClient& client = *client_owner;
   const std::vector<RequestOutput> outs = run_all(client, prompts, 1, "sys");
   // Every request but the first reuses the 62 full blocks (992 tokens) of the system prompt.
   int64_t cached = 0, zero = 0;

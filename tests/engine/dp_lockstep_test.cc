@@ -188,10 +188,11 @@ struct EpRanks {
   std::unique_ptr<EngineClient> client;  // last: stopped first
 };
 
-EngineClient::Options ep_options(const CausalLM& model) {
-  EngineClient::Options o = test::engine_options(64, true, 256);
+EngineClientOptions ep_options(const CausalLM& model) {
+  EngineClientOptions o = test::engine_options(64, true, 256);
   o.scheduler.num_blocks = 256;
   o.scheduler.kv_groups = model.kv_cache_layout(o.scheduler.block_size).groups;
+  o.vocab_size = model.config().vocab_size;
   return o;
 }
 
@@ -262,7 +263,7 @@ std::unique_ptr<EpRanks> ep_ranks(const std::string& fixture, int size,
   for (auto& t : threads) t.join();
   for (int d = 0; d < size; ++d)
     if (!lockstep[size_t(d)]) return nullptr;
-  EngineClient::Options o = ep_options(*r->models[0]->model);
+  EngineClientOptions o = ep_options(*r->models[0]->model);
   for (int d = 0; d < size; ++d) {
     CausalLM& m = *r->models[size_t(d)]->model;
     o.executors.push_back(std::make_unique<InProcessExecutor>(
@@ -270,7 +271,7 @@ std::unique_ptr<EpRanks> ep_ranks(const std::string& fixture, int size,
     o.lockstep.push_back(std::move(lockstep[size_t(d)]));
   }
   if (spec) o.scheduler.num_lookahead_tokens = spec->num_lookahead_tokens();
-  r->client = std::make_unique<EngineClient>(*r->models[0]->model, nullptr, std::move(o));
+  r->client = std::make_unique<EngineClient>(nullptr, std::move(o));
   return r;
 }
 
@@ -291,7 +292,8 @@ std::vector<std::vector<int32_t>> one_process(const std::string& fixture,
                                               const std::vector<std::vector<int32_t>>& ps,
                                               int64_t max_tokens) {
   auto lm = test::load_fixture(fixture, 1);
-  EngineClient one(*lm->model, nullptr, ep_options(*lm->model));
+  const auto one_owner = build_local_engine(*lm->model, nullptr, ep_options(*lm->model));
+  EngineClient& one = *one_owner;
   std::vector<std::vector<int32_t>> out;
   for (const RequestOutput& o : test::run_all(one, ps, max_tokens, "one"))
     out.push_back(o.token_ids);

@@ -11,8 +11,10 @@
 #include <thread>
 
 #include "base/mmap_file.h"
+#include "engine/local_engine.h"
 #include "model/loader.h"
 #include "test_paths.h"
+#include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8_sequence.h"
 
 namespace kestrel {
@@ -59,8 +61,8 @@ class EngineClientTest : public ::testing::Test {
     tokenizer_ = std::move(*tok);
   }
 
-  EngineClient::Options options(int32_t num_blocks = 64) const {
-    EngineClient::Options o;
+  EngineClientOptions options(int32_t num_blocks = 64) const {
+    EngineClientOptions o;
     o.scheduler.block_size = 16;
     o.scheduler.num_blocks = num_blocks;
     o.scheduler.max_model_len = 256;
@@ -107,7 +109,8 @@ class EngineClientTest : public ::testing::Test {
 };
 
 TEST_F(EngineClientTest, GoldenTokensFromConcurrentSubmitters) {
-  EngineClient client(*lm_->model, tokenizer_.get(), options());
+  const auto client_owner = build_local_engine(*lm_->model, tokenizer_.get(), options());
+  EngineClient& client = *client_owner;
   constexpr int kThreads = 4, kPerThread = 6;
   std::vector<std::thread> threads;
   std::atomic<int> mismatches{0}, done{0};
@@ -147,7 +150,8 @@ TEST_F(EngineClientTest, GoldenTokensFromConcurrentSubmitters) {
 }
 
 TEST_F(EngineClientTest, TextDeltasAddUpToTheDecodedTokens) {
-  EngineClient client(*lm_->model, tokenizer_.get(), options());
+  const auto client_owner = build_local_engine(*lm_->model, tokenizer_.get(), options());
+  EngineClient& client = *client_owner;
   auto stream = client.add_request(greedy("t", golden_.prompts[1], 16, /*text=*/true));
   ASSERT_TRUE(stream.ok()) << stream.error().message;
   const RequestOutput out = drain(**stream);
@@ -157,7 +161,8 @@ TEST_F(EngineClientTest, TextDeltasAddUpToTheDecodedTokens) {
 }
 
 TEST_F(EngineClientTest, AbortFromAnotherThreadFreesBlocks) {
-  EngineClient client(*lm_->model, tokenizer_.get(), options());
+  const auto client_owner = build_local_engine(*lm_->model, tokenizer_.get(), options());
+  EngineClient& client = *client_owner;
   // The core keeps generating while the abort is on its way, and the fixture model can finish
   // its 200 tokens first when this thread is descheduled (a loaded CI machine): such a try
   // proves nothing about abort, so a few are allowed; every one must leave the engine idle.
@@ -191,7 +196,8 @@ TEST_F(EngineClientTest, StopStringEndsTheRequestInTheCore) {
   ASSERT_GT(full.size(), head.size() + 3);
   const std::string stop = full.substr(head.size(), 3);
   const size_t at = full.find(stop);
-  EngineClient client(*lm_->model, tokenizer_.get(), options());
+  const auto client_owner = build_local_engine(*lm_->model, tokenizer_.get(), options());
+  EngineClient& client = *client_owner;
   GenerateRequest r = greedy("s", golden_.prompts[0], 200, /*text=*/true);
   r.output.stop = {stop};
   auto stream = client.add_request(r);
@@ -207,9 +213,9 @@ TEST_F(EngineClientTest, StopStringEndsTheRequestInTheCore) {
 
 TEST_F(EngineClientTest, ShutdownFinishesInFlightRequests) {
   // 4,000 tokens each: still running at the shutdown however this thread is scheduled.
-  EngineClient::Options o = options(800);
+  EngineClientOptions o = options(800);
   o.scheduler.max_model_len = 4096;
-  auto client = std::make_unique<EngineClient>(*lm_->model, tokenizer_.get(), std::move(o));
+  auto client = build_local_engine(*lm_->model, tokenizer_.get(), std::move(o));
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < 3; ++i) {
     auto s = client->add_request(greedy("r" + std::to_string(i), golden_.prompts[size_t(i)], 4000));
@@ -225,9 +231,10 @@ TEST_F(EngineClientTest, ShutdownFinishesInFlightRequests) {
 TEST_F(EngineClientTest, RejectsInvalidRequestsWithoutSideEffects) {
   // "dup" may run 4,000 tokens, far longer than the checks below take however the test thread
   // is scheduled, so it is live for the duplicate check and still running when aborted.
-  EngineClient::Options o = options(300);
+  EngineClientOptions o = options(300);
   o.scheduler.max_model_len = 4096;
-  EngineClient client(*lm_->model, tokenizer_.get(), std::move(o));
+  const auto client_owner = build_local_engine(*lm_->model, tokenizer_.get(), std::move(o));
+  EngineClient& client = *client_owner;
   auto live = client.add_request(greedy("dup", golden_.prompts[0], 4000));
   ASSERT_TRUE(live.ok());
   EXPECT_FALSE(client.add_request(greedy("dup", golden_.prompts[0], 2)).ok());
@@ -255,7 +262,8 @@ TEST_F(EngineClientTest, RejectsInvalidRequestsWithoutSideEffects) {
 // same API id again, or new ones) never grow the engine's tables past the peak number live at
 // once, and a reused handle carries no state of its previous request.
 TEST_F(EngineClientTest, RequestHandlesAreReusedAfterRequestsFinish) {
-  EngineClient client(*lm_->model, tokenizer_.get(), options());
+  const auto client_owner = build_local_engine(*lm_->model, tokenizer_.get(), options());
+  EngineClient& client = *client_owner;
   for (int i = 0; i < 20; ++i) {
     auto s = client.add_request(
         greedy(i % 2 ? "same" : "r" + std::to_string(i), golden_.prompts[size_t(i) % 3], 16));
@@ -283,7 +291,8 @@ TEST_F(EngineClientTest, RequestHandlesAreReusedAfterRequestsFinish) {
 }
 
 TEST_F(EngineClientTest, TokenIdOnlyClientWithoutTokenizer) {
-  EngineClient client(*lm_->model, nullptr, options());
+  const auto client_owner = build_local_engine(*lm_->model, nullptr, options());
+  EngineClient& client = *client_owner;
   EXPECT_FALSE(client.add_request(greedy("text", golden_.prompts[0], 2, /*text=*/true)).ok());
   auto s = client.add_request(greedy("ids", golden_.prompts[0], 16));
   ASSERT_TRUE(s.ok());
@@ -291,7 +300,8 @@ TEST_F(EngineClientTest, TokenIdOnlyClientWithoutTokenizer) {
 }
 
 TEST_F(EngineClientTest, NotifyRunsWhenOutputArrives) {
-  EngineClient client(*lm_->model, tokenizer_.get(), options());
+  const auto client_owner = build_local_engine(*lm_->model, tokenizer_.get(), options());
+  EngineClient& client = *client_owner;
   auto s = client.add_request(greedy("n", golden_.prompts[0], 16));
   ASSERT_TRUE(s.ok());
   std::mutex mu;

@@ -157,7 +157,8 @@ class EngineGoldenPreemption : public EngineGolden {};
 
 TEST_P(EngineGolden, EachPromptAloneMatchesReference) {
   for (size_t p = 0; p < 3; ++p) {
-    EngineCore engine(*lm_->model, config(), eos_ids(*lm_));
+    const auto engine_core = build_local_core(*lm_->model, config(), eos_ids(*lm_));
+    EngineCore& engine = *engine_core;
     ASSERT_TRUE(
         engine
             .add_request(greedy_request("r", golden_.prompts[p], int64_t(golden_.greedy[p].size())))
@@ -170,17 +171,20 @@ TEST_P(EngineGolden, EachPromptAloneMatchesReference) {
 }
 
 TEST_P(EngineGolden, BatchedChunkedAndCachedRunsMatchReference) {
-  EngineCore batched(*lm_->model, config(), eos_ids(*lm_));
+  const auto batched_core = build_local_core(*lm_->model, config(), eos_ids(*lm_));
+  EngineCore& batched = *batched_core;
   expect_golden(batched, "a");
 
   SchedulerConfig small = config();
   small.max_num_batched_tokens = 8;  // every prompt is prefilled in chunks
-  EngineCore chunked(*lm_->model, small, eos_ids(*lm_));
+  const auto chunked_core = build_local_core(*lm_->model, small, eos_ids(*lm_));
+  EngineCore& chunked = *chunked_core;
   expect_golden(chunked, "b");
 }
 
 TEST_P(EngineGolden, WarmPrefixCacheGivesSameTokens) {
-  EngineCore engine(*lm_->model, config(), eos_ids(*lm_));
+  const auto engine_core = build_local_core(*lm_->model, config(), eos_ids(*lm_));
+  EngineCore& engine = *engine_core;
   expect_golden(engine, "first");
   for (size_t p = 0; p < 3; ++p)
     ASSERT_TRUE(engine
@@ -203,7 +207,8 @@ TEST_P(EngineGoldenPreemption, PreemptionByRecomputeGivesSameTokens) {
   SchedulerConfig tight = tight_config(64, 16);
   tight.enable_prefix_caching = false;
   ASSERT_TRUE(validate(tight).ok()) << validate(tight).error().message;
-  EngineCore engine(*lm_->model, tight, eos_ids(*lm_));
+  const auto engine_core = build_local_core(*lm_->model, tight, eos_ids(*lm_));
+  EngineCore& engine = *engine_core;
   for (size_t p = 0; p < 3; ++p)
     ASSERT_TRUE(engine
                     .add_request(greedy_request(std::to_string(p), golden_.prompts[p],
@@ -227,7 +232,8 @@ TEST_P(EngineGoldenPreemption, PreemptionByRecomputeGivesSameTokens) {
 }
 
 TEST_P(EngineGolden, AbortMidGenerationFreesEverything) {
-  EngineCore engine(*lm_->model, config(), eos_ids(*lm_));
+  const auto engine_core = build_local_core(*lm_->model, config(), eos_ids(*lm_));
+  EngineCore& engine = *engine_core;
   for (size_t p = 0; p < 3; ++p)
     ASSERT_TRUE(engine.add_request(greedy_request(std::to_string(p), golden_.prompts[p], 16)).ok());
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(engine.step().ok());
@@ -261,7 +267,8 @@ TEST_P(EngineGolden, StopTokenIdsEndGeneration) {
   // Stops at the first occurrence of the 4th greedy token; the stop token is part of the output.
   const int32_t stop = want[3];
   const size_t first = size_t(std::find(want.begin(), want.end(), stop) - want.begin());
-  EngineCore engine(*lm_->model, config(), eos_ids(*lm_));
+  const auto engine_core = build_local_core(*lm_->model, config(), eos_ids(*lm_));
+  EngineCore& engine = *engine_core;
   EngineRequest r = greedy_request("s", golden_.prompts[0], 16);
   r.stop_token_ids = {stop};
   ASSERT_TRUE(engine.add_request(r).ok());
@@ -277,7 +284,8 @@ TEST_P(EngineGolden, EosStopsUnlessIgnored) {
   // Treat the 3rd greedy token as the model's EOS.
   const int32_t eos = want[2];
   const size_t first = size_t(std::find(want.begin(), want.end(), eos) - want.begin());
-  EngineCore engine(*lm_->model, config(), {eos});
+  const auto engine_core = build_local_core(*lm_->model, config(), {eos});
+  EngineCore& engine = *engine_core;
   EngineRequest stops = greedy_request("eos", golden_.prompts[1], 16);
   stops.ignore_eos = false;
   ASSERT_TRUE(engine.add_request(stops).ok());
@@ -294,7 +302,8 @@ TEST_P(EngineGolden, EosStopsUnlessIgnored) {
 TEST_P(EngineGolden, MinTokensSuppressesStopTokens) {
   const auto& want = golden_.greedy[0];
   const int32_t stop = want[0];
-  EngineCore engine(*lm_->model, config(), eos_ids(*lm_));
+  const auto engine_core = build_local_core(*lm_->model, config(), eos_ids(*lm_));
+  EngineCore& engine = *engine_core;
   // Without min_tokens the very first token stops the request.
   EngineRequest plain = greedy_request("plain", golden_.prompts[0], 16);
   plain.stop_token_ids = {stop};
@@ -321,7 +330,8 @@ TEST_P(EngineGolden, MinTokensSuppressesStopTokens) {
 }
 
 TEST_P(EngineGolden, LogprobsOnlyWhenAskedWithTopAlternatives) {
-  EngineCore engine(*lm_->model, config(), eos_ids(*lm_));
+  const auto engine_core = build_local_core(*lm_->model, config(), eos_ids(*lm_));
+  EngineCore& engine = *engine_core;
   EngineRequest with = greedy_request("with", golden_.prompts[0], 5);
   with.sampling.logprobs = 3;
   ASSERT_TRUE(engine.add_request(with).ok());
@@ -376,7 +386,8 @@ TEST_P(EngineGolden, LogprobsOnlyWhenAskedWithTopAlternatives) {
 // the log-softmax of transformers' logits at the prefix's last position, with near-ties allowed
 // in either order.
 TEST_P(EngineGolden, SampleLogprobsMatchTheReferenceLogits) {
-  EngineCore engine(*lm_->model, config(), eos_ids(*lm_));
+  const auto engine_core = build_local_core(*lm_->model, config(), eos_ids(*lm_));
+  EngineCore& engine = *engine_core;
   const std::vector<int32_t>& longest = golden_.prompts[2];
   struct Ref {
     size_t prompt, row;
@@ -421,7 +432,8 @@ TEST_P(EngineGolden, SampleLogprobsMatchTheReferenceLogits) {
 // or recomputed after preemption, and requests that ask for them never start from cached blocks.
 TEST_P(EngineGoldenPreemption, PromptLogprobsOncePerTokenUnderChunkingAndPreemption) {
   auto collect = [&](SchedulerConfig c, const std::string& tag) {
-    EngineCore engine(*lm_->model, c, eos_ids(*lm_));
+    const auto engine_core = build_local_core(*lm_->model, c, eos_ids(*lm_));
+    EngineCore& engine = *engine_core;
     for (int round = 0; round < 2; ++round) {
       for (size_t p = 0; p < 3; ++p) {
         EngineRequest r = greedy_request(tag + std::to_string(round) + "-" + std::to_string(p),
@@ -471,7 +483,8 @@ TEST_P(EngineGoldenPreemption, PromptLogprobsOncePerTokenUnderChunkingAndPreempt
 }
 
 TEST_P(EngineGolden, RejectsBadRequests) {
-  EngineCore engine(*lm_->model, config(), eos_ids(*lm_));
+  const auto engine_core = build_local_core(*lm_->model, config(), eos_ids(*lm_));
+  EngineCore& engine = *engine_core;
   EngineRequest r = greedy_request("x", golden_.prompts[0], 4);
   r.min_tokens = 5;
   EXPECT_FALSE(engine.add_request(r).ok());

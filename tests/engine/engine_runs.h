@@ -11,8 +11,10 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine_client.h"
+#include "engine/engine_client_options.h"
 #include "engine/engine_core.h"
-#include "engine/executor.h"
+#include "engine/in_process_executor.h"
+#include "engine/local_engine.h"
 #include "engine/request_names.h"
 
 namespace kestrel::test {
@@ -38,9 +40,9 @@ inline size_t worker_requests(const EngineCore& engine) {
   return static_cast<const InProcessExecutor&>(engine.executor()).runner().num_requests();
 }
 
-inline EngineClient::Options engine_options(int64_t budget, bool prefix_caching,
-                                            int64_t max_model_len = 2048) {
-  EngineClient::Options o;
+inline EngineClientOptions engine_options(int64_t budget, bool prefix_caching,
+                                          int64_t max_model_len = 2048) {
+  EngineClientOptions o;
   o.scheduler.block_size = 16;
   o.scheduler.num_blocks = 1024;
   o.scheduler.max_model_len = max_model_len;
@@ -101,7 +103,9 @@ inline void expect_batch_invariant(CausalLM& model,
                                    const std::string& label) {
   std::vector<std::vector<int32_t>> alone;
   {
-    EngineClient client(model, nullptr, engine_options(2048, false, max_model_len));
+    const auto client_owner =
+        build_local_engine(model, nullptr, engine_options(2048, false, max_model_len));
+    EngineClient& client = *client_owner;
     for (size_t i = 0; i < prompts.size(); ++i)
       alone.push_back(
           run_all(client, {prompts[i]}, max_tokens, "alone" + std::to_string(i))[0].token_ids);
@@ -112,7 +116,9 @@ inline void expect_batch_invariant(CausalLM& model,
       EXPECT_EQ(outs[i].token_ids, alone[i]) << label << ", " << mode << ": prompt " << i;
   };
   {
-    EngineClient client(model, nullptr, engine_options(2048, true, max_model_len));
+    const auto client_owner =
+        build_local_engine(model, nullptr, engine_options(2048, true, max_model_len));
+    EngineClient& client = *client_owner;
     expect_same(run_all(client, prompts, max_tokens, "batch"),
                 "batch of " + std::to_string(prompts.size()));
     // Second round: every prompt's full blocks are cached now.
@@ -123,7 +129,9 @@ inline void expect_batch_invariant(CausalLM& model,
     EXPECT_GT(cached, 0) << label;
   }
   {
-    EngineClient client(model, nullptr, engine_options(chunk_budget, true, max_model_len));
+    const auto client_owner =
+        build_local_engine(model, nullptr, engine_options(chunk_budget, true, max_model_len));
+    EngineClient& client = *client_owner;
     expect_same(run_all(client, prompts, max_tokens, "chunked"),
                 "chunked, budget " + std::to_string(chunk_budget));
   }

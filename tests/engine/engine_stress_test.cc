@@ -73,7 +73,8 @@ TEST_P(EngineStress, RandomArrivalsAbortsAndPreemption) {
   c.max_num_seqs = uniform(4, 16);
   c.max_num_batched_tokens = uniform(8, 64);
   ASSERT_TRUE(validate(c).ok());
-  EngineCore engine(*lm_->model, c, {2});
+  const auto engine_core = build_local_core(*lm_->model, c, {2});
+  EngineCore& engine = *engine_core;
 
   // Shared prefixes make prefix-cache hits (and their eviction) part of the workload.
   std::vector<std::vector<int32_t>> prefixes(4);
@@ -148,7 +149,8 @@ TEST_P(EngineStress, RandomArrivalsAbortsAndPreemption) {
   EXPECT_LE(finished_aborted, aborted);
 
   // Batch invariance under this churn: greedy requests that ran to max_tokens equal solo runs.
-  EngineCore solo(*lm_->model, c, {2});
+  const auto solo_core = build_local_core(*lm_->model, c, {2});
+  EngineCore& solo = *solo_core;
   int compared = 0;
   for (const auto& [id, t] : tracked) {
     if (!t.greedy || t.reason != FinishReason::kLength || compared >= 40) continue;

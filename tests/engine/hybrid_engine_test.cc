@@ -79,7 +79,8 @@ class HybridEngine : public ::testing::TestWithParam<std::string> {
 
 TEST_P(HybridEngine, BatchedAndOddChunkedRunsMatchReference) {
   for (const int64_t budget : {int64_t{256}, int64_t{7}}) {
-    EngineCore engine(*lm_->model, config(budget, false), {});
+    const auto engine_core = build_local_core(*lm_->model, config(budget, false), {});
+    EngineCore& engine = *engine_core;
     for (size_t p = 0; p < 3; ++p) add(engine, std::to_string(p), prompts_[p]);
     auto results = run(engine);
     for (size_t p = 0; p < 3; ++p)
@@ -91,7 +92,8 @@ TEST_P(HybridEngine, BatchedAndOddChunkedRunsMatchReference) {
 TEST_P(HybridEngine, RequestsWaitForAFreeStateSlot) {
   SchedulerConfig c = config(256, false);
   c.max_num_seqs = 1;  // one state slot: the requests run one after another, reusing it
-  EngineCore engine(*lm_->model, c, {});
+  const auto engine_core = build_local_core(*lm_->model, c, {});
+  EngineCore& engine = *engine_core;
   for (size_t p = 0; p < 3; ++p) add(engine, std::to_string(p), prompts_[p]);
   auto results = run(engine);
   for (size_t p = 0; p < 3; ++p)
@@ -107,7 +109,8 @@ TEST_P(HybridEngine, PreemptionRestartsFromAZeroState) {
   c.num_blocks =
       1 + int32_t(max_blocks_per_request(c.kv_groups, c.max_model_len, c.max_num_batched_tokens));
   ASSERT_TRUE(validate(c).ok());
-  EngineCore engine(*lm_->model, c, {});
+  const auto engine_core = build_local_core(*lm_->model, c, {});
+  EngineCore& engine = *engine_core;
   for (size_t p = 0; p < 3; ++p) add(engine, std::to_string(p), prompts_[p]);
   int preemptions = 0;
   auto results = run(engine, &preemptions);
@@ -118,7 +121,8 @@ TEST_P(HybridEngine, PreemptionRestartsFromAZeroState) {
 
 TEST_P(HybridEngine, RepeatedPromptsResumeFromStateCheckpoints) {
   for (const int64_t budget : {int64_t{256}, int64_t{7}}) {
-    EngineCore engine(*lm_->model, config(budget, true, 32), {});
+    const auto engine_core = build_local_core(*lm_->model, config(budget, true, 32), {});
+    EngineCore& engine = *engine_core;
     for (size_t p = 0; p < 3; ++p) add(engine, "cold" + std::to_string(p), prompts_[p]);
     auto cold = run(engine);
     const int64_t hits_before = engine.scheduler().kv().prefix_cache_hits();
@@ -145,12 +149,14 @@ TEST_P(HybridEngine, AnExtendedPromptResumesWhereTheFirstOneLeftItsState) {
   extended.insert(extended.end(), prompts_[0].begin(), prompts_[0].end());
   std::vector<int32_t> reference;
   {
-    EngineCore cold(*lm_->model, config(256, false), {});
+    const auto cold_core = build_local_core(*lm_->model, config(256, false), {});
+    EngineCore& cold = *cold_core;
     add(cold, "x", extended);
     reference = run(cold)["x"].tokens;
   }
   ASSERT_EQ(reference.size(), 16u);
-  EngineCore engine(*lm_->model, config(256, true, 8), {});
+  const auto engine_core = build_local_core(*lm_->model, config(256, true, 8), {});
+  EngineCore& engine = *engine_core;
   add(engine, "first", prompts_[1]);
   run(engine);
   add(engine, "extended", extended);
@@ -163,7 +169,8 @@ TEST_P(HybridEngine, AnExtendedPromptResumesWhereTheFirstOneLeftItsState) {
 // first request's decoding kept at its last block boundary, past its prompt, and gives the
 // tokens of a cold run.
 TEST_P(HybridEngine, ANextTurnResumesFromTheAnswersLastBoundary) {
-  EngineCore engine(*lm_->model, config(256, true, 16), {});
+  const auto engine_core = build_local_core(*lm_->model, config(256, true, 16), {});
+  EngineCore& engine = *engine_core;
   add(engine, "first", prompts_[1]);
   const Result first = run(engine)["first"];
   ASSERT_EQ(first.tokens, greedy_[1]);
@@ -172,7 +179,8 @@ TEST_P(HybridEngine, ANextTurnResumesFromTheAnswersLastBoundary) {
   next.insert(next.end(), prompts_[0].begin(), prompts_[0].end());
   std::vector<int32_t> reference;
   {
-    EngineCore cold(*lm_->model, config(256, false), {});
+    const auto cold_core = build_local_core(*lm_->model, config(256, false), {});
+    EngineCore& cold = *cold_core;
     add(cold, "x", next);
     reference = run(cold)["x"].tokens;
   }
@@ -187,7 +195,8 @@ TEST_P(HybridEngine, ANextTurnResumesFromTheAnswersLastBoundary) {
 }
 
 TEST_P(HybridEngine, WithoutCheckpointsNothingIsHit) {
-  EngineCore engine(*lm_->model, config(256, true, 0), {});
+  const auto engine_core = build_local_core(*lm_->model, config(256, true, 0), {});
+  EngineCore& engine = *engine_core;
   add(engine, "a", prompts_[2]);
   run(engine);
   add(engine, "b", prompts_[2]);
@@ -200,7 +209,8 @@ TEST_P(HybridEngine, EvictedCheckpointsAreNotHit) {
   // Two checkpoints: the second prompt's (its last boundary before its last token, and its end,
   // 40 tokens) take them over from the first's. One output each, so that no decoding step
   // saves one more.
-  EngineCore engine(*lm_->model, config(256, true, 2), {});
+  const auto engine_core = build_local_core(*lm_->model, config(256, true, 2), {});
+  EngineCore& engine = *engine_core;
   add(engine, "a", prompts_[1], 1);
   run(engine);
   add(engine, "b", prompts_[2], 1);
@@ -219,7 +229,8 @@ TEST_P(HybridEngine, EvictedCheckpointsAreNotHit) {
 // Decoding keeps one checkpoint per request: a request's newer one replaces its older one, so
 // two checkpoint slots are enough for a prompt's own and the answer's latest.
 TEST_P(HybridEngine, DecodingKeepsOnlyItsLatestCheckpoint) {
-  EngineCore engine(*lm_->model, config(256, true, 2), {});
+  const auto engine_core = build_local_core(*lm_->model, config(256, true, 2), {});
+  EngineCore& engine = *engine_core;
   add(engine, "first", prompts_[2]);
   const Result first = run(engine)["first"];
   // The repeat resumes from the prompt's checkpoint (its boundary before the last token): the

@@ -209,7 +209,8 @@ std::map<std::string, std::vector<int32_t>> one_process(const std::string& fixtu
                                                         int64_t budget) {
   auto lm = load_model(load_options(fixture, 0, 1, nullptr));
   EXPECT_TRUE(lm.ok());
-  EngineCore e(*(*lm)->model, scheduler_config(*(*lm)->model, budget), {});
+  const auto e_core = build_local_core(*(*lm)->model, scheduler_config(*(*lm)->model, budget), {});
+  EngineCore& e = *e_core;
   return run(e);
 }
 

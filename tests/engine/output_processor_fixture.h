@@ -9,7 +9,10 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -60,6 +63,34 @@ inline std::string complete_chars(const std::string& s) {
   return s.size() - (lead - 1) < need ? s.substr(0, lead - 1) : s;
 }
 
+// The engine client's OutputProcessors, one per request handle: a finished output drops its
+// processor, and unknown handles give nothing.
+class Processors {
+ public:
+  explicit Processors(const Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
+  Status add_request(RequestHandle id, std::span<const int32_t> prompt,
+                     const OutputOptions& options, int64_t min_tokens) {
+    if (requests_.count(id) != 0) return make_error("request {} is already in use", id);
+    KASSIGN(auto p, OutputProcessor::start(tokenizer_, prompt, options, min_tokens));
+    requests_.emplace(id, std::move(p));
+    return {};
+  }
+  std::optional<RequestOutput> process(EngineCoreOutput&& in, bool* abort_in_core) {
+    *abort_in_core = false;
+    const auto it = requests_.find(in.id);
+    if (it == requests_.end()) return std::nullopt;
+    RequestOutput out = it->second->process(std::move(in), abort_in_core);
+    if (out.finished()) requests_.erase(it);
+    return out;
+  }
+  void remove(RequestHandle id) { requests_.erase(id); }
+  size_t num_requests() const { return requests_.size(); }
+
+ private:
+  const Tokenizer* tokenizer_;
+  std::map<RequestHandle, std::unique_ptr<OutputProcessor>> requests_;
+};
+
 struct Fed {
   std::optional<RequestOutput> out;
   bool abort = true;  // process() must always write it
@@ -94,7 +125,7 @@ class OutputProcessorTest : public ::testing::Test {
     return ids.empty() ? -1 : ids[0];
   }
 
-  static Fed feed(OutputProcessor& p, RequestHandle id, Ids tokens, int64_t count,
+  static Fed feed(Processors& p, RequestHandle id, Ids tokens, int64_t count,
                   std::optional<FinishReason> finish = {}, std::optional<int32_t> stop_id = {}) {
     EngineCoreOutput in;
     in.id = id;
@@ -108,7 +139,7 @@ class OutputProcessorTest : public ::testing::Test {
   }
 
   // Feeds `ids` one per output; the last carries `finish`. Stops after the first finished output.
-  static std::vector<Fed> stream(OutputProcessor& p, RequestHandle id, const Ids& ids,
+  static std::vector<Fed> stream(Processors& p, RequestHandle id, const Ids& ids,
                                  std::optional<FinishReason> finish = FinishReason::kLength,
                                  std::optional<int32_t> stop_id = {}) {
     std::vector<Fed> fed;
@@ -129,7 +160,7 @@ class OutputProcessorTest : public ::testing::Test {
     return s;
   }
 
-  static OutputProcessor processor() { return OutputProcessor(tokenizer_); }
+  static Processors processor() { return Processors(tokenizer_); }
 
   static inline const Tokenizer* tokenizer_ = nullptr;
 };

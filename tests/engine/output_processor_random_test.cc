@@ -145,7 +145,7 @@ TEST_F(OutputProcessorTest, RandomizedAgainstDecodeReference) {
     SCOPED_TRACE(trace);
 
     const Reference ref = reference(tok(), ids, core_finish, stop_id, o, min_tokens);
-    OutputProcessor p = processor();
+    Processors p = processor();
     ASSERT_TRUE(p.add_request(1, {}, o, min_tokens).ok());
     std::string sent;
     for (size_t i = 0; i < ids.size(); ++i) {

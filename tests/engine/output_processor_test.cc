@@ -16,7 +16,7 @@ TEST_F(OutputProcessorTest, DeltasAddUpToDecodeAndAreWholeCharacters) {
     ASSERT_EQ(decode(ids), text);
     for (int32_t id : ids) saw_split_char |= !is_valid_utf8(tok().token_bytes(id));
 
-    OutputProcessor p = processor();
+    Processors p = processor();
     ASSERT_TRUE(p.add_request(1, {}, {}, 0).ok());
     const std::vector<Fed> fed = stream(p, 1, ids);
     ASSERT_EQ(fed.size(), ids.size());
@@ -41,7 +41,7 @@ TEST_F(OutputProcessorTest, DeltasAddUpToDecodeAndAreWholeCharacters) {
 TEST_F(OutputProcessorTest, WithoutStopStringsTextStreamsAsSoonAsComplete) {
   // No stop strings, so no hold-back: after each token everything complete so far is out.
   const Ids ids = encode(kTexts[2]);
-  OutputProcessor p = processor();
+  Processors p = processor();
   ASSERT_TRUE(p.add_request(1, {}, {}, 0).ok());
   std::string sent;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -56,7 +56,7 @@ TEST_F(OutputProcessorTest, StopStringTruncatesFinishesAndAbortsInCore) {
   const Ids ids = encode("The quick brown fox jumps over the lazy dog.");
   for (bool include : {false, true}) {
     SCOPED_TRACE(include);
-    OutputProcessor p = processor();
+    Processors p = processor();
     ASSERT_TRUE(p.add_request(1, {}, with_stops({"fox"}, include), 0).ok());
     const std::vector<Fed> fed = stream(p, 1, ids);
     ASSERT_TRUE(fed.back().out);
@@ -85,7 +85,7 @@ TEST_F(OutputProcessorTest, StopStringInsideTokenCutsMidToken) {
   // "ui" lies inside the token " quick": the text is cut inside that token's text.
   const Ids ids = encode("The quick brown fox");
   for (bool include : {false, true}) {
-    OutputProcessor p = processor();
+    Processors p = processor();
     ASSERT_TRUE(p.add_request(1, {}, with_stops({"ui"}, include), 0).ok());
     const std::vector<Fed> fed = stream(p, 1, ids);
     EXPECT_EQ(joined(fed), include ? "The qui" : "The q");
@@ -100,7 +100,7 @@ TEST_F(OutputProcessorTest, StopStringSpanningTokensIsFound) {
   for (int32_t id : ids) ASSERT_EQ(tok().token_bytes(id).find(stop), std::string::npos);
   for (bool include : {false, true}) {
     SCOPED_TRACE(include);
-    OutputProcessor p = processor();
+    Processors p = processor();
     ASSERT_TRUE(p.add_request(1, {}, with_stops({"nothing here", stop}, include), 0).ok());
     const std::vector<Fed> fed = stream(p, 1, ids);
     ASSERT_LT(fed.size(), ids.size());
@@ -115,14 +115,14 @@ TEST_F(OutputProcessorTest, StopStringsAreTriedInListOrderNotByPosition) {
   // other one starts earlier.
   const Ids ids = encode("say hello world now");
   {
-    OutputProcessor p = processor();
+    Processors p = processor();
     ASSERT_TRUE(p.add_request(1, {}, with_stops({"world", "hello world"}), 0).ok());
     const std::vector<Fed> fed = stream(p, 1, ids);
     EXPECT_EQ(joined(fed), "say hello ");
     EXPECT_EQ(std::get<std::string>(fed.back().out->stop_reason), "world");
   }
   {
-    OutputProcessor p = processor();
+    Processors p = processor();
     ASSERT_TRUE(p.add_request(1, {}, with_stops({"hello world", "world"}), 0).ok());
     const std::vector<Fed> fed = stream(p, 1, ids);
     EXPECT_EQ(joined(fed), "say ");
@@ -131,7 +131,7 @@ TEST_F(OutputProcessorTest, StopStringsAreTriedInListOrderNotByPosition) {
   // Within one token's new text: " the" holds "th" before "e"; "e" is listed first.
   {
     const Ids ids2 = encode("in the end");
-    OutputProcessor p = processor();
+    Processors p = processor();
     ASSERT_TRUE(p.add_request(1, {}, with_stops({"e", "th"}), 0).ok());
     const std::vector<Fed> fed = stream(p, 1, ids2);
     EXPECT_EQ(joined(fed), "in th");
@@ -142,7 +142,7 @@ TEST_F(OutputProcessorTest, StopStringsAreTriedInListOrderNotByPosition) {
 TEST_F(OutputProcessorTest, PartialStopStringIsHeldBackWhileStreaming) {
   // "three four" starts arriving with " three"; none of it may leak before the match.
   const Ids ids = encode("one two three four five");
-  OutputProcessor p = processor();
+  Processors p = processor();
   ASSERT_TRUE(p.add_request(1, {}, with_stops({"three four"}), 0).ok());
   const std::vector<Fed> fed = stream(p, 1, ids);
   std::string sent;
@@ -164,7 +164,7 @@ TEST_F(OutputProcessorTest, HoldBackUsesLongestStopAndKeepsCharactersWhole) {
   const std::vector<std::string> stops = {"x", "\xE4\xB8\x96\xE7\x95\x8C\xE5\x92\x8C\xE5\xB9\xB3"};
   const Ids ids = encode(text);
   for (FinishReason end : {FinishReason::kLength, FinishReason::kAbort}) {
-    OutputProcessor p = processor();
+    Processors p = processor();
     ASSERT_TRUE(p.add_request(1, {}, with_stops(stops), 0).ok());
     const std::vector<Fed> fed = stream(p, 1, ids, end);
     ASSERT_EQ(fed.size(), ids.size());
@@ -185,7 +185,7 @@ TEST_F(OutputProcessorTest, HoldBackUsesLongestStopAndKeepsCharactersWhole) {
 
 TEST_F(OutputProcessorTest, IncludeStopStrDisablesHoldBack) {
   const Ids ids = encode("one two three four five");
-  OutputProcessor p = processor();
+  Processors p = processor();
   ASSERT_TRUE(p.add_request(1, {}, with_stops({"zzzzzzzz"}, true), 0).ok());
   std::string sent;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -196,7 +196,7 @@ TEST_F(OutputProcessorTest, IncludeStopStrDisablesHoldBack) {
 
 TEST_F(OutputProcessorTest, AbortOutputWithoutTokensReleasesHeldBackText) {
   const Ids ids = encode("alpha beta gamma");
-  OutputProcessor p = processor();
+  Processors p = processor();
   ASSERT_TRUE(p.add_request(1, {}, with_stops({"a long stop string"}), 0).ok());
   std::string sent;
   for (size_t i = 0; i < ids.size(); ++i)
@@ -233,7 +233,7 @@ TEST_F(OutputProcessorTest, MinTokensSuppressesEarlyStopStrings) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.stop + " min_tokens=" + std::to_string(c.min_tokens));
-    OutputProcessor p = processor();
+    Processors p = processor();
     ASSERT_TRUE(p.add_request(1, {}, with_stops({c.stop}), c.min_tokens).ok());
     const std::vector<Fed> fed = stream(p, 1, ids);
     EXPECT_EQ(joined(fed), c.expect);
@@ -264,7 +264,7 @@ TEST_F(OutputProcessorTest, CoreStopTokenTextIsLeftOutUnlessIncluded) {
     o.skip_special_tokens = c.skip_special;
     Ids ids = text_ids;
     ids.push_back(c.last);
-    OutputProcessor p = processor();
+    Processors p = processor();
     ASSERT_TRUE(p.add_request(1, {}, o, 0).ok());
     const std::vector<Fed> fed =
         stream(p, 1, ids, FinishReason::kStop,
@@ -290,7 +290,7 @@ TEST_F(OutputProcessorTest, StopStringOnTheCoresLastTokenWins) {
   {
     const Ids upto(ids.begin(), ids.begin() + 3);
     ASSERT_EQ(decode(upto), "the lazy dog");
-    OutputProcessor p = processor();
+    Processors p = processor();
     ASSERT_TRUE(p.add_request(1, {}, with_stops({"dog"}), 0).ok());
     const std::vector<Fed> fed = stream(p, 1, upto, FinishReason::kLength);
     ASSERT_EQ(fed.size(), 3u);
@@ -304,7 +304,7 @@ TEST_F(OutputProcessorTest, StopStringOnTheCoresLastTokenWins) {
   // is found and becomes the stop reason; left out, it is not seen at all.
   for (bool include : {false, true}) {
     const Ids upto(ids.begin(), ids.begin() + 3);
-    OutputProcessor p = processor();
+    Processors p = processor();
     ASSERT_TRUE(p.add_request(1, {}, with_stops({"og"}, include), 0).ok());
     const std::vector<Fed> fed = stream(p, 1, upto, FinishReason::kStop, upto.back());
     EXPECT_EQ(fed.back().out->finish_reason, FinishReason::kStop);
@@ -325,7 +325,7 @@ TEST_F(OutputProcessorTest, SpecialTokensFollowSkipSpecialTokens) {
   for (bool skip : {true, false}) {
     OutputOptions o;
     o.skip_special_tokens = skip;
-    OutputProcessor p = processor();
+    Processors p = processor();
     ASSERT_TRUE(p.add_request(1, {}, o, 0).ok());
     const std::vector<Fed> fed = stream(p, 1, ids);
     EXPECT_EQ(joined(fed), decode(ids, skip));
@@ -340,7 +340,7 @@ TEST_F(OutputProcessorTest, PromptIsDetokenizerContext) {
     SCOPED_TRACE(split);
     const Ids prompt(all.begin(), all.begin() + split);
     const Ids outputs(all.begin() + split, all.end());
-    OutputProcessor p = processor();
+    Processors p = processor();
     ASSERT_TRUE(p.add_request(1, prompt, {}, 0).ok());
     const std::vector<Fed> fed = stream(p, 1, outputs);
     EXPECT_EQ(joined(fed), decode(all).substr(decode(prompt).size()));
@@ -354,7 +354,7 @@ TEST_F(OutputProcessorTest, PromptIsDetokenizerContext) {
     const std::string prompt_text = decode(prompt);
     if (is_valid_utf8(prompt_text)) continue;
     SCOPED_TRACE(split);
-    OutputProcessor p = processor();
+    Processors p = processor();
     ASSERT_TRUE(p.add_request(1, prompt, {}, 0).ok());
     const std::vector<Fed> fed = stream(p, 1, Ids(eids.begin() + split, eids.end()));
     for (const Fed& f : fed) EXPECT_TRUE(is_valid_utf8(f.out->text));
@@ -376,7 +376,7 @@ TEST(OutputProcessorSentencePiece, PromptKeepsTheFirstOutputsLeadingSpace) {
   ASSERT_EQ(all.size(), 5u);  // ▁ hello ▁wor l d
   const Ids prompt(all.begin(), all.begin() + 2);
   ASSERT_EQ((*tok)->decode(prompt, true), "hello");
-  OutputProcessor p(tok->get());
+  Processors p(tok->get());
   ASSERT_TRUE(p.add_request(1, prompt, {}, 0).ok());
   std::string text;
   for (size_t i = 2; i < all.size(); ++i) {
@@ -407,7 +407,7 @@ TEST_F(OutputProcessorTest, FinishInsideACharacterFlushesAReplacementCharacter) 
       ++cases;
       SCOPED_TRACE(k);
       for (bool with_stop : {false, true}) {
-        OutputProcessor p = processor();
+        Processors p = processor();
         ASSERT_TRUE(p.add_request(1, {}, with_stop ? with_stops({"zz"}) : OutputOptions{}, 0).ok());
         const std::vector<Fed> fed = stream(p, 1, prefix);
         for (const Fed& f : fed) EXPECT_TRUE(is_valid_utf8(f.out->text));
@@ -423,7 +423,7 @@ TEST_F(OutputProcessorTest, DetokenizeFalseGivesIdsOnly) {
   const int32_t stop_id = ids.back();
   OutputOptions o;
   o.detokenize = false;
-  OutputProcessor p = processor();
+  Processors p = processor();
   ASSERT_TRUE(p.add_request(1, {}, o, 0).ok());
   const std::vector<Fed> fed = stream(p, 1, ids, FinishReason::kStop, stop_id);
   ASSERT_EQ(fed.size(), ids.size());
@@ -438,7 +438,7 @@ TEST_F(OutputProcessorTest, DetokenizeFalseGivesIdsOnly) {
 }
 
 TEST_F(OutputProcessorTest, AddRequestRejectsBadOptions) {
-  OutputProcessor p = processor();
+  Processors p = processor();
   OutputOptions no_text = with_stops({"x"});
   no_text.detokenize = false;
   EXPECT_FALSE(p.add_request(2, {}, no_text, 0).ok());
@@ -459,7 +459,7 @@ TEST_F(OutputProcessorTest, AddRequestRejectsBadOptions) {
 }
 
 TEST(OutputProcessorNoTokenizer, NeedsTokenizerOnlyForText) {
-  OutputProcessor p(nullptr);
+  Processors p(nullptr);
   EXPECT_FALSE(p.add_request(2, {}, {}, 0).ok());
   OutputOptions o;
   o.detokenize = false;
@@ -484,7 +484,7 @@ TEST(OutputProcessorNoTokenizer, NeedsTokenizerOnlyForText) {
 TEST_F(OutputProcessorTest, LogprobsAndCountsPassThrough) {
   const Ids ids = encode("hello there");
   ASSERT_GE(ids.size(), 2u);
-  OutputProcessor p = processor();
+  Processors p = processor();
   ASSERT_TRUE(p.add_request(1, {}, with_stops({"zz"}), 0).ok());
   for (size_t i = 0; i < ids.size(); ++i) {
     EngineCoreOutput in;
@@ -518,7 +518,7 @@ TEST_F(OutputProcessorTest, LogprobsAndCountsPassThrough) {
 
 TEST_F(OutputProcessorTest, RemoveStopsTrackingAndUnknownIdsGiveNothing) {
   const Ids ids = encode("one two three");
-  OutputProcessor p = processor();
+  Processors p = processor();
   ASSERT_TRUE(p.add_request(2, {}, {}, 0).ok());
   ASSERT_TRUE(p.add_request(3, {}, {}, 0).ok());
   EXPECT_EQ(p.num_requests(), 2u);
@@ -541,7 +541,7 @@ TEST_F(OutputProcessorTest, RemoveStopsTrackingAndUnknownIdsGiveNothing) {
 TEST_F(OutputProcessorTest, InterleavedRequestsKeepSeparateState) {
   const Ids a = encode("first request text here");
   const Ids b = encode("\xE7\xAC\xAC\xE4\xBA\x8C\xE4\xB8\xAA \xF0\x9F\x98\x80 second one");
-  OutputProcessor p = processor();
+  Processors p = processor();
   ASSERT_TRUE(p.add_request(2, {}, with_stops({"text"}), 0).ok());
   ASSERT_TRUE(p.add_request(3, {}, {}, 0).ok());
   std::string ta, tb;
@@ -638,7 +638,7 @@ TEST(OutputProcessorMerge, TakesErrorAndStopTokenFromFinishedLater) {
 TEST_F(OutputProcessorTest, MergedStreamEqualsFinalState) {
   // What a slow reader sees after merging every delta equals the whole request.
   const Ids ids = encode(kTexts[3]);
-  OutputProcessor p = processor();
+  Processors p = processor();
   ASSERT_TRUE(p.add_request(1, {}, with_stops({"!!"}), 0).ok());
   std::vector<Fed> fed = stream(p, 1, ids);
   RequestOutput merged = std::move(*fed[0].out);

@@ -14,6 +14,8 @@
 #include "engine/engine_client.h"
 #include "engine/engine_runs.h"
 #include "engine/fixture_models.h"
+#include "engine/kv_connector.h"
+#include "kvx/kv_worker.h"
 #include "kvx/tcp.h"
 
 namespace kestrel {
@@ -27,10 +29,11 @@ int free_port() {
   return l.ok() ? l->port() : 0;
 }
 
-EngineClient::Options base_options(const CausalLM& model) {
-  EngineClient::Options o = test::engine_options(64, true, 256);
+EngineClientOptions base_options(const CausalLM& model) {
+  EngineClientOptions o = test::engine_options(64, true, 256);
   o.scheduler.num_blocks = 128;
   o.scheduler.kv_groups = model.kv_cache_layout(o.scheduler.block_size).groups;
+  o.vocab_size = model.config().vocab_size;
   return o;
 }
 
@@ -47,7 +50,7 @@ Instance make_instance(const std::string& fixture, KvRole role, milliseconds lea
   Instance in;
   in.model = test::load_fixture(fixture, 1);
   CausalLM& m = *in.model->model;
-  EngineClient::Options o = base_options(m);
+  EngineClientOptions o = base_options(m);
   auto executor = std::make_unique<InProcessExecutor>(m, o.scheduler.num_blocks, 16);
   in.port = free_port();
   KvConnectorConfig cc;
@@ -76,7 +79,7 @@ Instance make_instance(const std::string& fixture, KvRole role, milliseconds lea
   if (worker.ok()) executor->runner().set_kv_worker(std::move(*worker));
   o.executors.push_back(std::move(executor));
   o.kv_connectors.push_back(std::move(connector));
-  in.client = std::make_unique<EngineClient>(m, nullptr, std::move(o));
+  in.client = std::make_unique<EngineClient>(nullptr, std::move(o));
   return in;
 }
 
@@ -90,21 +93,19 @@ RequestOutput run(EngineClient& c, GenerateRequest r) {
 }
 
 // The producer's half: one token, and where the KV waits.
-nlohmann::json prefill(Instance& p, const std::string& id, const std::vector<int32_t>& prompt) {
+KvTransferResult prefill(Instance& p, const std::string& id, const std::vector<int32_t>& prompt) {
   GenerateRequest r = test::greedy_request(id, prompt, 1);
   r.engine.kv_transfer.do_remote_decode = true;
   const RequestOutput out = run(*p.client, r);
   EXPECT_EQ(out.finish_reason, FinishReason::kLength) << out.error;
-  EXPECT_TRUE(out.kv_transfer_params.has_value()) << id;
-  return out.kv_transfer_params.value_or(nlohmann::json());
+  EXPECT_TRUE(out.kv_transfer.has_value()) << id;
+  return out.kv_transfer.value_or(KvTransferResult());
 }
 
 GenerateRequest decode_request(const std::string& id, const std::vector<int32_t>& prompt, int64_t n,
-                               const nlohmann::json& params) {
+                               const KvTransferResult& params) {
   GenerateRequest r = test::greedy_request(id, prompt, n);
-  auto parsed = parse_kv_transfer_params(params);
-  EXPECT_TRUE(parsed.ok()) << (parsed.ok() ? "" : parsed.error().message);
-  if (parsed.ok()) r.engine.kv_transfer = *parsed;
+  r.engine.kv_transfer = remote_prefill_of(params);
   return r;
 }
 
@@ -123,7 +124,8 @@ std::vector<std::vector<int32_t>> prompts(int n, uint32_t seed) {
 std::vector<int32_t> colocated(const std::string& fixture, const std::vector<int32_t>& prompt,
                                int64_t n) {
   auto lm = test::load_fixture(fixture, 1);
-  EngineClient c(*lm->model, nullptr, base_options(*lm->model));
+  const auto c_owner = build_local_engine(*lm->model, nullptr, base_options(*lm->model));
+  EngineClient& c = *c_owner;
   return test::run_all(c, {prompt}, n, "ref")[0].token_ids;
 }
 
@@ -148,15 +150,16 @@ TEST_P(PdEngine, TheConsumerDecodesWhatAColocatedEngineDoes) {
   for (const auto& pr : ps) want.push_back(colocated(fixture, pr, 8));
   // One at a time.
   for (size_t i = 0; i < ps.size(); ++i) {
-    const nlohmann::json params = prefill(p, "p" + std::to_string(i), ps[i]);
-    EXPECT_EQ(params.value("remote_num_prompt_tokens", -1), int64_t(ps[i].size()));
+    const KvTransferResult params = prefill(p, "p" + std::to_string(i), ps[i]);
+    EXPECT_EQ(params.num_prompt_tokens, int64_t(ps[i].size()));
+    EXPECT_EQ(params.request_id, "p" + std::to_string(i));
     const RequestOutput out =
         run(*d.client, decode_request("d" + std::to_string(i), ps[i], 8, params));
     EXPECT_EQ(out.token_ids, want[i]) << "prompt " << i;
-    EXPECT_FALSE(out.kv_transfer_params.has_value());
+    EXPECT_FALSE(out.kv_transfer.has_value());
   }
   // All at once: prefills, then every decode together.
-  std::vector<nlohmann::json> params;
+  std::vector<KvTransferResult> params;
   for (size_t i = 0; i < ps.size(); ++i)
     params.push_back(prefill(p, "q" + std::to_string(i), ps[i]));
   std::vector<std::shared_ptr<RequestStream>> streams;
@@ -201,7 +204,7 @@ TEST(PdEngineFaults, ALeaseThatLapsesBeforeTheReadIsNeverUsed) {
   Instance p = make_instance("llama3_f32", KvRole::kProducer, milliseconds(300));
   Instance d = make_instance("llama3_f32", KvRole::kConsumer, milliseconds(300));
   const auto ps = prompts(3, 7);
-  const nlohmann::json params = prefill(p, "p1", ps[2]);
+  const KvTransferResult params = prefill(p, "p1", ps[2]);
   std::this_thread::sleep_for(milliseconds(900));
   EXPECT_TRUE(drains(p, milliseconds(100))) << "the lapsed lease still holds its blocks";
   EXPECT_EQ(p.client->kv_stats().leases.expired, 1);
@@ -217,7 +220,7 @@ TEST(PdEngineFaults, ALeaseThatLapsesBeforeTheReadIsNeverUsed) {
 
 TEST(PdEngineFaults, AGoneProducerFailsTheLoadToALocalPrefillOrACleanError) {
   const auto ps = prompts(2, 9);
-  nlohmann::json params;
+  KvTransferResult params;
   {
     Instance p = make_instance("llama3_f32", KvRole::kProducer, milliseconds(30000));
     params = prefill(p, "p1", ps[1]);
@@ -243,7 +246,7 @@ TEST(PdEngineFaults, AnAbortMidLoadLeaksNothingOnEitherSide) {
   const auto ps = prompts(4, 11);
   for (int i = 0; i < 6; ++i) {
     const auto& pr = ps[size_t(i) % ps.size()];
-    const nlohmann::json params = prefill(p, "p" + std::to_string(i), pr);
+    const KvTransferResult params = prefill(p, "p" + std::to_string(i), pr);
     auto s = d.client->add_request(decode_request("d" + std::to_string(i), pr, 50, params));
     ASSERT_TRUE(s.ok());
     if (i % 2 == 0) std::this_thread::sleep_for(milliseconds(i));
@@ -259,7 +262,7 @@ TEST(PdEngineFaults, BadParamsAreRefusedUpFront) {
   Instance d = make_instance("llama3_f32", KvRole::kConsumer, milliseconds(30000));
   Instance p = make_instance("llama3_f32", KvRole::kProducer, milliseconds(30000));
   const auto ps = prompts(2, 13);
-  nlohmann::json params = prefill(p, "p1", ps[1]);
+  KvTransferResult params = prefill(p, "p1", ps[1]);
   // Another prompt than the one prefilled.
   auto wrong = d.client->add_request(decode_request("d1", ps[0], 4, params));
   ASSERT_FALSE(wrong.ok());
@@ -278,13 +281,14 @@ TEST(PdEngineFaults, BadParamsAreRefusedUpFront) {
 // and every block comes back.
 TEST(PdEngineFaults, ADecodeShortOfBlocksGivesTheRequestBack) {
   auto model = test::load_fixture("llama3_f32", 1);
-  EngineClient::Options o = base_options(*model->model);
+  EngineClientOptions o = base_options(*model->model);
   o.scheduler.num_blocks = 9;  // 8 usable blocks of 16 tokens
   o.scheduler.max_model_len = 128;
   o.scheduler.give_back_preempted = true;
   // Slow steps: "b" arrives long before "a" holds so many blocks that "b" could only wait.
   o.executors.push_back(std::make_unique<test::SlowExecutor>(*model->model, o.scheduler));
-  EngineClient client(*model->model, nullptr, std::move(o));
+  const auto client_owner = std::make_unique<EngineClient>(nullptr, std::move(o));
+  EngineClient& client = *client_owner;
   const auto ps = prompts(2, 17);
   auto first = client.add_request(test::greedy_request("a", ps[0], 90));
   auto second = client.add_request(test::greedy_request("b", ps[1], 90));

@@ -84,9 +84,9 @@ class RequestFaults : public ::testing::Test {
     c.block_size = 16;
     c.num_blocks = 64;
     c.max_model_len = 256;
-    engine_.emplace(*lm_->model, c,
-                    std::vector<int32_t>(lm_->generation.eos_token_ids.begin(),
-                                         lm_->generation.eos_token_ids.end()));
+    engine_ = build_local_core(*lm_->model, c,
+                               std::vector<int32_t>(lm_->generation.eos_token_ids.begin(),
+                                                    lm_->generation.eos_token_ids.end()));
   }
 
   EngineRequest request(const std::string& id, int64_t max_tokens = 20,
@@ -123,7 +123,7 @@ class RequestFaults : public ::testing::Test {
   }
 
   std::unique_ptr<LoadedModel> lm_;
-  std::optional<EngineCore> engine_;
+  std::unique_ptr<EngineCore> engine_;
 };
 
 TEST_F(RequestFaults, CompleteConstraintEndsWithStop) {
@@ -208,7 +208,8 @@ TEST_F(RequestFaults, FailedStepEndsItsRequestsAndUnpublishesTheirBlocks) {
   c.block_size = 16;
   c.num_blocks = 64;
   c.max_model_len = 256;
-  EngineCore engine(faulty, c, {});
+  const auto engine_core = build_local_core(faulty, c, {});
+  EngineCore& engine = *engine_core;
   std::vector<int32_t> prompt(40);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(100 + i);
   ASSERT_TRUE(engine.add_request(request("a", 4, prompt)).ok());

@@ -82,7 +82,8 @@ class SlidingWindowEngine : public ::testing::TestWithParam<std::string> {
 
 TEST_P(SlidingWindowEngine, LongRequestHoldsOnlyItsWindowPerSlidingGroup) {
   const int32_t bs = 4;
-  EngineCore engine(*lm_->model, config(bs), {});
+  const auto engine_core = build_local_core(*lm_->model, config(bs), {});
+  EngineCore& engine = *engine_core;
   const KVCacheManager& kv = engine.scheduler().kv();
   const Run r = run(engine, "long");
   ASSERT_EQ(r.tokens.size(), size_t(kOutputs));
@@ -110,11 +111,13 @@ TEST_P(SlidingWindowEngine, LongRequestHoldsOnlyItsWindowPerSlidingGroup) {
 TEST_P(SlidingWindowEngine, TokensDoNotDependOnBlockSizeAndWarmCacheHits) {
   std::vector<int32_t> reference;
   {
-    EngineCore engine(*lm_->model, config(16), {});
+    const auto engine_core = build_local_core(*lm_->model, config(16), {});
+    EngineCore& engine = *engine_core;
     reference = run(engine, "a").tokens;
   }
   ASSERT_EQ(reference.size(), size_t(kOutputs));
-  EngineCore engine(*lm_->model, config(4), {});
+  const auto engine_core = build_local_core(*lm_->model, config(4), {});
+  EngineCore& engine = *engine_core;
   EXPECT_EQ(run(engine, "cold").tokens, reference);
   // The prompt's 9 full blocks are hit: the full-attention groups keep them all, the sliding
   // ones the blocks of the last window, dropped from the request but still cached.

@@ -103,7 +103,7 @@ class SpeculativeEngine : public ::testing::TestWithParam<SpecCase> {
       if (p.ok()) s.proposer = std::move(*p);
       s.max_drafting_requests = max_drafting;
     }
-    return std::make_unique<EngineCore>(*target_->model, c, std::vector<int32_t>{}, std::move(s));
+    return build_local_core(*target_->model, c, std::vector<int32_t>{}, std::move(s));
   }
 
   // Runs every prompt (named tag + index) to its 24 outputs and returns the tokens by name.

@@ -2,11 +2,13 @@
 """Checks Kestrel's module layering (docs/architecture.md §2) against the code.
 
 The table of modules is declared once, in src/CMakeLists.txt: every `kestrel_module(<name>
-PUBLIC ... PRIVATE ...)` names the modules whose headers the module's own headers may include
-(PUBLIC) and those only its sources may include (PRIVATE). This check fails when
-  - a file of module M includes "<X>/..." for a module X that M may not see: a header sees M's
-    PUBLIC modules and, transitively, theirs; a source file also sees M's PRIVATE modules and
-    their PUBLIC closure;
+PUBLIC ... PRIVATE ...)` names the modules M's users see through it (PUBLIC) and those only M
+itself uses (PRIVATE). M sees its own folder, its PUBLIC and PRIVATE modules and, transitively,
+their PUBLIC modules. A header of M that reaches (through M's own headers) a module outside M's
+PUBLIC closure is M's internal header. This check fails when
+  - a file of module M includes "<X>/..." for a module X that M does not see;
+  - a file of another module includes an internal header of M (e.g. the server including an
+    engine header that pulls in the model runner);
   - the modules form a cycle;
   - a module of the engine's request path includes nlohmann/json (JSON is parsed at the edges:
     server/, proxy/, the loaders and the CLI);
@@ -108,25 +110,54 @@ def main(root):
     if cycle:
         errors.append("module cycle: " + " -> ".join(cycle))
     known = set(modules)
-    for name, (pub, priv) in sorted(modules.items()):
-        header_sees = public_closure(modules, pub) | {name}
-        source_sees = header_sees | public_closure(modules, priv)
+    files = {}  # module -> {path relative to src: (includes of modules, text)}
+    for name in modules:
         for path in sorted((src / name).rglob("*")):
-            if path.suffix not in (".h", ".cc"):
-                continue
-            sees = header_sees if path.suffix == ".h" else source_sees
-            text = path.read_text(errors="replace")
-            for inc in INCLUDE.findall(text):
-                rel = path.relative_to(root)
+            if path.suffix in (".h", ".cc"):
+                files.setdefault(name, {})[path.relative_to(src).as_posix()] = INCLUDE.findall(
+                    path.read_text(errors="replace"))
+    # Internal headers: those whose in-module include closure reaches past the PUBLIC closure.
+    internal = {}
+    for name, (pub, priv) in modules.items():
+        outward = public_closure(modules, pub) | {name}
+        own = files.get(name, {})
+        reach = {}
+
+        def reaches(h, seen=None):
+            if h in reach:
+                return reach[h]
+            seen = seen or set()
+            seen.add(h)
+            out = set()
+            for inc in own.get(h, []):
+                top = inc.split("/", 1)[0]
+                if top == name and inc in own and inc.endswith(".h"):
+                    if inc not in seen:
+                        out |= reaches(inc, seen)
+                elif top in known and top != name:
+                    out.add(top)
+            reach[h] = out
+            return out
+
+        for h in own:
+            if h.endswith(".h") and not reaches(h) <= outward:
+                internal[h] = sorted(reaches(h) - outward)
+    for name, (pub, priv) in sorted(modules.items()):
+        sees = public_closure(modules, pub | priv) | {name}
+        for rel, includes in sorted(files.get(name, {}).items()):
+            for inc in includes:
+                where = f"src/{rel}"
                 if inc.startswith("nlohmann/") and name in NO_JSON:
-                    errors.append(f"{rel}: includes <{inc}>, but JSON stays out of {name}/")
+                    errors.append(f"{where}: includes <{inc}>, but JSON stays out of {name}/")
                 top = inc.split("/", 1)[0]
                 if "/" not in inc or top not in known:
                     continue
                 if top not in sees:
-                    kind = "headers" if path.suffix == ".h" else "sources"
-                    errors.append(f"{rel}: includes \"{inc}\", but {name}/'s {kind} may not see "
-                                  f"{top}/ (src/CMakeLists.txt)")
+                    errors.append(f"{where}: includes \"{inc}\", but {name}/ may not see {top}/ "
+                                  "(src/CMakeLists.txt)")
+                elif top != name and inc in internal:
+                    errors.append(f"{where}: includes \"{inc}\", an internal header of {top}/ "
+                                  f"(it reaches {', '.join(internal[inc])}/)")
     doc = parse_doc_table((root / "docs" / "architecture.md").read_text())
     for name in sorted(known | set(doc)):
         if name not in doc:

@@ -1,6 +1,6 @@
 // Speculative decoding's counters count as vLLM's do, and the periodic log line states the
 // interval's mean acceptance length (1 + accepted / drafts), per-position and average rates.
-#include "spec_decode/spec_decode_stats.h"
+#include "engine/spec_decode_stats.h"
 
 #include <gtest/gtest.h>
 

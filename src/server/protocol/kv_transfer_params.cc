@@ -1,4 +1,4 @@
-#include "kvx/kv_transfer_params.h"
+#include "server/protocol/kv_transfer_params.h"
 
 #include <cstdlib>
 
@@ -90,7 +90,7 @@ Expected<KvTransferParams> parse_kv_transfer_params(const json& p) {
   return out;
 }
 
-json kv_transfer_params_of(const HeldPrompt& h) {
+json kv_transfer_params_json(const KvTransferResult& h) {
   const int64_t num_blocks = h.block_ids.empty() ? 0 : int64_t(h.block_ids[0].size());
   return {{"do_remote_prefill", true},
           {"do_remote_decode", false},

@@ -1,4 +1,4 @@
-// spec_decode/spec_decode_stats.h — speculative decoding's counters, as vLLM counts them
+// engine/spec_decode_stats.h — speculative decoding's counters, as vLLM counts them
 // (specdec-quant.md §1.9): per step, a request with d > 0 scheduled drafts of which a were
 // accepted adds one draft, d draft tokens, a accepted tokens and one at positions 0..a-1. The
 // engine core owns the live counters; snapshots are plain copies.

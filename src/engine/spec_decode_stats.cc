@@ -1,4 +1,4 @@
-#include "spec_decode/spec_decode_stats.h"
+#include "engine/spec_decode_stats.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,5 @@
-// base/json_flag.h — a command-line flag whose value is a JSON object (vLLM's --speculative-config,
+// formats/json_flag.h — a command-line flag whose value is a JSON object (vLLM's
+// --speculative-config,
 // --kv-transfer-config, ...): parsed once, with one error text for every such flag.
 #pragma once
 
