@@ -89,6 +89,13 @@ class Backend {
                              DType act) = 0;
 };
 
+// Process-wide choices of the CPU kernels, made before a backend runs (the CLI takes them from
+// KESTREL_CPU_ISA and KESTREL_CPU_AMX): the best ISA this CPU runs, capped at `isa` ("auto",
+// "avx512", "avx2", "scalar"; another name is an error), so one machine can run another CPU's
+// path; and whether batches may use AMX tiles where the CPU has them (the same bits either way).
+Status cap_cpu_isa(const std::string& isa);
+void enable_cpu_amx(bool on);
+
 // The CPU backend with `threads` compute threads (0 = all cores), bound one per CPU when
 // `pin_threads` (ThreadPool); `quant_compute` says how quantized weights are multiplied (see
 // QuantCompute).

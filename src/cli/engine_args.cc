@@ -1,11 +1,35 @@
 #include "cli/engine_args.h"
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
+
 namespace kestrel::cli {
 
+namespace {
+
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::string(v) : std::string();
+}
+
+}  // namespace
+
+Status apply_cpu_environment() {
+  const std::string isa = env_or_empty("KESTREL_CPU_ISA");
+  if (!isa.empty())
+    if (Status st = cap_cpu_isa(isa); !st.ok())
+      return make_error("KESTREL_CPU_ISA: {}", st.message());
+  enable_cpu_amx(env_or_empty("KESTREL_CPU_AMX") != "0");
+  return Status::Ok();
+}
+
 void add_engine_args(CLI::App& app, EngineConfig& a, bool model_required) {
+  // Where the environment names this host's address (as vLLM and PyTorch read it).
+  a.host_ip = env_or_empty("VLLM_HOST_IP");
+  a.socket_ifnames = env_or_empty("GLOO_SOCKET_IFNAME");
   if (model_required) {
     app.add_option("--model,-m", a.model,
                    "model directory (config.json + safetensors) or .gguf file")

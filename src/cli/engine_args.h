@@ -9,7 +9,13 @@
 
 namespace kestrel::cli {
 
-// Registers the flags on `app`. `model_required`: a --model/-m option must be given (commands
+// The CPU kernel choices the environment makes for the whole process (KESTREL_CPU_ISA caps the
+// SIMD kernels at an ISA, KESTREL_CPU_AMX=0 keeps batches off AMX); an error names a bad value.
+// Environment variables are read only by the CLI.
+Status apply_cpu_environment();
+
+// Registers the flags on `app`; the fields the environment sets (VLLM_HOST_IP,
+// GLOO_SOCKET_IFNAME) are filled now. `model_required`: a --model/-m option must be given (commands
 // that take the model positionally, like serve, register their own).
 void add_engine_args(CLI::App& app, EngineConfig& args, bool model_required = true);
 

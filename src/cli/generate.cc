@@ -96,7 +96,7 @@ int generate(const Args& a) {
     if (prompt.empty()) return fail("the prompt encodes to no tokens");
   }
   const int64_t max_len = e.client().max_model_len();
-  if (int64_t(prompt.size()) + a.max_tokens > max_len)
+  if (!fits_context(int64_t(prompt.size()), a.max_tokens, max_len))
     return fail(fmt::format("prompt ({} tokens) + max_tokens ({}) exceeds the context length ({})",
                             prompt.size(), a.max_tokens, max_len));
 

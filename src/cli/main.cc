@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/engine_args.h"
 
 namespace kestrel::cli {
 
@@ -36,6 +37,10 @@ int main(int argc, char** argv) {
     std::printf("  %-18s %s\n\nRun 'kestrel <command> --help' for the options of a command.\n",
                 "version", "print the version");
     return argc < 2 ? 2 : 0;
+  }
+  if (kestrel::Status st = kestrel::cli::apply_cpu_environment(); !st.ok()) {
+    std::fprintf(stderr, "kestrel: %s\n", st.message().c_str());
+    return 2;
   }
   const std::string cmd = argv[1];
   if (cmd == "version" || cmd == "--version") {

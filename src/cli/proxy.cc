@@ -21,6 +21,7 @@ constexpr std::chrono::seconds kShutdownGrace{30};
 
 int run_proxy(int argc, char** argv) {
   proxy::ProxyOptions o;
+  if (const char* key = std::getenv("OPENAI_API_KEY"); key != nullptr) o.api_key = key;
   CLI::App app{
       "The PD load-balancing proxy: each request is prefilled on a prefill instance, then "
       "decoded on a decode instance that loads its KV (the guides' "

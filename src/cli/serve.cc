@@ -67,12 +67,13 @@ server::SamplingValues generation_defaults(const GenerationDefaults& g) {
 // incarnation for this start.
 void prepare_kv_instance(ServeArgs& a) {
   KvInstance& kv = *a.engine.kv;
-  const char* env = std::getenv("VLLM_HOST_IP");
-  if (env != nullptr && *env != '\0') {
-    kv.host = env;
+  if (!a.engine.host_ip.empty()) {
+    kv.host = a.engine.host_ip;
   } else if (a.host != "0.0.0.0" && a.host != "::" && !a.host.empty()) {
     kv.host = a.host;
-  } else if (auto routed = local_address_toward("192.0.2.1"); routed.ok()) {
+  } else if (auto routed = local_address_toward(
+                 "192.0.2.1", AddressHints{a.engine.host_ip, a.engine.socket_ifnames});
+             routed.ok()) {
     kv.host = *routed;  // a documentation address: only the route toward it is looked up
   } else {
     KLOG_WARN("KV transfer: no route off this host ({}); advertising 127.0.0.1",

@@ -13,6 +13,10 @@
 #include <system_error>
 #include <utility>
 
+#include <fmt/ranges.h>
+
+#include "chat/reasoning_parser.h"
+#include "chat/tool_parsers/tool_parser.h"
 #include "kvx/kv_transfer_config.h"
 #include "spec_decode/speculative_config.h"
 
@@ -22,19 +26,8 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr std::string_view kToolCallParsers[] = {"hermes",       "qwen3_coder", "deepseek_v3",
-                                                 "deepseek_v31", "llama3_json", "mistral"};
-constexpr std::string_view kReasoningParsers[] = {"qwen3", "deepseek_r1", "deepseek_v3",
-                                                  "deepseek_v31"};
-
 bool contains(std::span<const std::string_view> list, std::string_view s) {
   return std::find(list.begin(), list.end(), s) != list.end();
-}
-
-std::string join(std::span<const std::string_view> list, std::string_view sep) {
-  std::string out;
-  for (std::string_view s : list) out.append(out.empty() ? "" : sep).append(s);
-  return out;
 }
 
 // What finalize_serve_args() found, in the order of docs/compatibility.md.
@@ -526,12 +519,16 @@ void check_tokenizer_mode_and_parsers(const ServeArgs& a, Findings& f) {
   } else if (a.tokenizer_mode != "auto" && a.tokenizer_mode != "hf") {
     f.refuse(fmt::format("--tokenizer-mode {}: not supported (auto, hf)", a.tokenizer_mode));
   }
-  if (!a.tool_call_parser.empty() && !contains(kToolCallParsers, a.tool_call_parser))
+  const std::vector<std::string>& tools = chat::tool_parser_names();
+  if (!a.tool_call_parser.empty() &&
+      std::find(tools.begin(), tools.end(), a.tool_call_parser) == tools.end())
     f.refuse(fmt::format("--tool-call-parser {}: not supported ({})", a.tool_call_parser,
-                         join(kToolCallParsers, ", ")));
-  if (!a.reasoning_parser.empty() && !contains(kReasoningParsers, a.reasoning_parser))
+                         fmt::join(tools, ", ")));
+  const std::vector<std::string>& reasoning = chat::reasoning_parser_names();
+  if (!a.reasoning_parser.empty() &&
+      std::find(reasoning.begin(), reasoning.end(), a.reasoning_parser) == reasoning.end())
     f.refuse(fmt::format("--reasoning-parser {}: not supported ({})", a.reasoning_parser,
-                         join(kReasoningParsers, ", ")));
+                         fmt::join(reasoning, ", ")));
   if (a.enable_auto_tool_choice && a.tool_call_parser.empty())
     f.refuse("--enable-auto-tool-choice: needs --tool-call-parser");
 }

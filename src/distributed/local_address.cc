@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 
 namespace kestrel {
@@ -46,11 +45,10 @@ Expected<std::string> interface_address(const std::string& name) {
                     exists ? "has no address" : "does not exist on this host");
 }
 
-Expected<std::string> local_address_toward(const std::string& peer) {
-  if (const char* ip = std::getenv("VLLM_HOST_IP"); ip != nullptr && *ip != '\0')
-    return std::string(ip);
-  if (const char* ifs = std::getenv("GLOO_SOCKET_IFNAME"); ifs != nullptr && *ifs != '\0') {
-    const std::string list(ifs);
+Expected<std::string> local_address_toward(const std::string& peer, const AddressHints& named) {
+  if (!named.host_ip.empty()) return named.host_ip;
+  if (!named.socket_ifnames.empty()) {
+    const std::string& list = named.socket_ifnames;
     auto address = interface_address(list.substr(0, list.find(',')));
     if (!address.ok())
       return make_error("GLOO_SOCKET_IFNAME={}: {}", list, address.error().message);

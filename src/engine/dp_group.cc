@@ -18,7 +18,7 @@ Expected<std::unique_ptr<DpGroup>> DpGroup::plan(const DpGroupSpec& spec) {
     host = "127.0.0.1";
   } else {
     endpoint = fmt::format("tcp://{}:{}", spec.address, spec.rpc_port);
-    auto local = local_address_toward(spec.address);
+    auto local = local_address_toward(spec.address, spec.address_hints);
     if (!local.ok())
       return make_error("--data-parallel-address {}: {}", spec.address, local.error().message);
     host = *local;

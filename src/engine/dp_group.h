@@ -19,6 +19,7 @@
 
 #include "base/status.h"
 #include "distributed/device_comm.h"
+#include "distributed/local_address.h"
 #include "distributed/shared_flag.h"
 #include "distributed/store.h"
 #include "engine/dp_lockstep.h"
@@ -33,6 +34,7 @@ struct DpGroupSpec {
   int rpc_port = 29550;               // --data-parallel-rpc-port
   std::chrono::milliseconds start_timeout{600000};  // every rank up
   std::chrono::milliseconds collective_timeout{60000};
+  AddressHints address_hints;  // where this host's address toward rank 0 is named outright
 };
 
 class DpGroup {

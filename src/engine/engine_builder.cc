@@ -81,6 +81,7 @@ Expected<std::unique_ptr<DpGroup>> plan_expert_group(const EngineConfig& a, bool
   spec.rpc_port = a.data_parallel_rpc_port;
   spec.start_timeout = kWorkerStartTimeout;
   spec.collective_timeout = kCollectiveTimeout;
+  spec.address_hints = AddressHints{a.host_ip, a.socket_ifnames};
   return DpGroup::plan(spec);
 }
 
@@ -108,6 +109,9 @@ Expected<Prepared> prepare_local_ranks(const EngineConfig& a, bool headless) {
   KASSIGN(e.dp_group, plan_expert_group(a, headless));
   const DpGroup* experts = e.dp_group.get();
   const std::optional<KvInstance> kv = kv_instance(a);
+  // Parsed once, before anything is loaded or forked; each rank resolves it against its model.
+  KASSIGN(const std::optional<SpeculativeConfig> parsed_spec,
+          parse_speculative_config(a.speculative_config));
   // Every data-parallel rank's workers first, before this process starts any thread: the
   // children are forks of it.
   std::vector<std::unique_ptr<WorkerProcesses>> workers(static_cast<size_t>(dp));
@@ -117,9 +121,10 @@ Expected<Prepared> prepare_local_ranks(const EngineConfig& a, bool headless) {
       names[size_t(d)] = group_names(a.data_parallel_first + d);
       KASSIGN(workers[size_t(d)], WorkerProcesses::spawn(
                                       tp - 1,
-                                      [&a, &names, experts, d](int rank) {
-                                        return run_tp_worker(a, names[size_t(d)], experts,
-                                                             a.data_parallel_first + d, rank);
+                                      [&a, &parsed_spec, &names, experts, d](int rank) {
+                                        return run_tp_worker(a, parsed_spec, names[size_t(d)],
+                                                             experts, a.data_parallel_first + d,
+                                                             rank);
                                       },
                                       experts ? &experts->abort() : nullptr));
     }
@@ -165,8 +170,9 @@ Expected<Prepared> prepare_local_ranks(const EngineConfig& a, bool headless) {
   for (int d = 0; d < dp; ++d) {
     DeviceComm* comm = tp > 1 ? e.tp_comms[size_t(d)].get() : nullptr;
     DeviceComm* ep = experts ? e.ep_comms[size_t(d)].get() : nullptr;
+    spec = parsed_spec;
     KASSIGN(RankModels m,
-            load_rank_models(a, load_options(a, 0, comm, a.data_parallel_first + d, ep), spec));
+            load_rank_models(load_options(a, 0, comm, a.data_parallel_first + d, ep), spec));
     ranks.push_back(std::move(m));
   }
   e.model = std::move(ranks[0].model);

@@ -142,11 +142,8 @@ Status EngineClient::validate(const GenerateRequest& request) const {
     if (t < 0 || t >= vocab)
       return make_error("request {}: stop token id {} is out of vocabulary (size {})", id, t,
                         vocab);
-  if (r.max_tokens < 1) return make_error("request {}: max_tokens must be at least 1", id);
-  if (r.min_tokens < 0 || r.min_tokens > r.max_tokens)
-    return make_error("request {}: min_tokens {} must be in [0, max_tokens {}]", id, r.min_tokens,
-                      r.max_tokens);
-  if (static_cast<int64_t>(r.prompt_token_ids.size()) >= max_model_len_)
+  KTRY(check_output_limits(r, id));
+  if (!fits_context(int64_t(r.prompt_token_ids.size()), 1, max_model_len_))
     return make_error(
         "request {}: the prompt has {} tokens, which leaves no room for output "
         "within max_model_len {}",

@@ -63,6 +63,9 @@ struct EngineConfig {
   // Rank 0's node, where the ranks on other nodes connect (rank d at rpc_port + d).
   std::string data_parallel_address = "127.0.0.1";
   int data_parallel_rpc_port = 29550;
+  // This host's address toward rank 0, named outright (the CLI reads VLLM_HOST_IP and
+  // GLOO_SOCKET_IFNAME); empty: the route's source address.
+  std::string host_ip, socket_ifnames;
   int local_data_parallel_ranks() const {
     return data_parallel_count > 0 ? data_parallel_count : data_parallel_size;
   }

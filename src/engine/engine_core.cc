@@ -13,9 +13,7 @@ EngineCore::EngineCore(std::unique_ptr<Executor> executor, const SchedulerConfig
       eos_token_ids_(std::move(eos_token_ids)) {}
 
 Status EngineCore::add_request(const EngineRequest& request) {
-  if (request.min_tokens < 0 || request.min_tokens > request.max_tokens)
-    return make_error("request {}: min_tokens {} must be in [0, max_tokens {}]", request.id,
-                      request.min_tokens, request.max_tokens);
+  KTRY(check_output_limits(request, std::to_string(request.id)));
   RequestSpec spec;
   spec.id = request.id;
   spec.prompt = request.prompt_token_ids;

@@ -4,6 +4,14 @@
 
 namespace kestrel {
 
+Status check_output_limits(const EngineRequest& r, const std::string& id) {
+  if (r.max_tokens < 1) return make_error("request {}: max_tokens must be at least 1", id);
+  if (r.min_tokens < 0 || r.min_tokens > r.max_tokens)
+    return make_error("request {}: min_tokens {} must be in [0, max_tokens {}]", id, r.min_tokens,
+                      r.max_tokens);
+  return Status::Ok();
+}
+
 KvTransferParams remote_prefill_of(const KvTransferResult& held) {
   RemotePrefillParams r;
   r.engine_id = held.engine_id;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/request_table.h"
+#include "base/status.h"
 #include "engine/spec_decode_stats.h"
 #include "engine/token_constraint.h"
 #include "kvx/lease_stats.h"
@@ -83,6 +84,16 @@ struct EngineRequest {
 };
 
 enum class FinishReason { kStop, kLength, kAbort, kError };
+// Whether a prompt of `prompt_len` tokens leaves room for `max_tokens` outputs within
+// `max_model_len` (vLLM's rule; the engine itself asks room for one output, the server for the
+// request's max_tokens).
+inline bool fits_context(int64_t prompt_len, int64_t max_tokens, int64_t max_model_len) {
+  return prompt_len < max_model_len && max_tokens <= max_model_len - prompt_len;
+}
+
+// max_tokens at least 1 and min_tokens within [0, max_tokens]; the error names request `id`.
+Status check_output_limits(const EngineRequest& request, const std::string& id);
+
 // The OpenAI spelling: "stop", "length", "abort", "error".
 const char* finish_reason_name(FinishReason reason);
 

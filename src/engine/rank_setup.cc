@@ -76,12 +76,10 @@ WorkerKvPlan kv_plan(const SchedulerConfig& sc) {
   return WorkerKvPlan{sc.num_blocks, int32_t(sc.max_num_seqs), sc.num_state_checkpoints};
 }
 
-// `spec` comes back parsed and resolved against the target.
-Expected<RankModels> load_rank_models(const EngineConfig& a, const LoadOptions& lo,
+Expected<RankModels> load_rank_models(const LoadOptions& lo,
                                       std::optional<SpeculativeConfig>& spec) {
   RankModels m;
   KASSIGN(m.model, load_model(lo));
-  KASSIGN(spec, parse_speculative_config(a.speculative_config));
   if (!spec) return m;
   KTRY(resolve_speculative_config(*spec, m.model->model->num_mtp_modules(),
                                   m.model->config.model_type));

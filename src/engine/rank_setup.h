@@ -59,8 +59,8 @@ WorkerKvPlan kv_plan(const SchedulerConfig& scheduler);
 struct RankModels {
   std::unique_ptr<LoadedModel> model, draft;
 };
-// `spec` comes back parsed and resolved against the target.
-Expected<RankModels> load_rank_models(const EngineConfig& config, const LoadOptions& options,
+// `spec` (parsed from the config) comes back resolved against the target.
+Expected<RankModels> load_rank_models(const LoadOptions& options,
                                       std::optional<SpeculativeConfig>& spec);
 
 ProposerOptions proposer_options(const std::optional<SpeculativeConfig>& spec,
@@ -77,7 +77,8 @@ std::optional<KvInstance> kv_instance(const EngineConfig& config);
 // rank 0 sends until rank 0 stops it (returns the process's exit status). Under expert
 // parallelism across the data-parallel ranks (`experts`) it also joins the ranks of its TP
 // index.
-int run_tp_worker(const EngineConfig& config, const GroupNames& names, const DpGroup* experts,
-                  int dp_rank, int rank);
+// `spec` is the parsed speculative config.
+int run_tp_worker(const EngineConfig& config, std::optional<SpeculativeConfig> spec,
+                  const GroupNames& names, const DpGroup* experts, int dp_rank, int rank);
 
 }  // namespace kestrel

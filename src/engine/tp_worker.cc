@@ -10,8 +10,8 @@
 
 namespace kestrel {
 
-int run_tp_worker(const EngineConfig& a, const GroupNames& names, const DpGroup* experts,
-                  int dp_rank, int rank) {
+int run_tp_worker(const EngineConfig& a, std::optional<SpeculativeConfig> spec,
+                  const GroupNames& names, const DpGroup* experts, int dp_rank, int rank) {
   set_log_prefix(a.data_parallel_size > 1
                      ? fmt::format("(Worker DP{} rank={} pid={})", dp_rank, rank, ::getpid())
                      : fmt::format("(Worker rank={} pid={})", rank, ::getpid()));
@@ -29,8 +29,7 @@ int run_tp_worker(const EngineConfig& a, const GroupNames& names, const DpGroup*
     if (!joined.ok()) return fail(joined.error());
     ep = std::move(*joined);
   }
-  std::optional<SpeculativeConfig> spec;
-  auto models = load_rank_models(a, load_options(a, rank, comm->get(), dp_rank, ep.get()), spec);
+  auto models = load_rank_models(load_options(a, rank, comm->get(), dp_rank, ep.get()), spec);
   if (!models.ok()) return fail(models.error());
   auto sc = scheduler_config(a, models->model->config);
   if (!sc.ok()) return fail(sc.error());

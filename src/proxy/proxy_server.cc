@@ -277,8 +277,7 @@ Status ProxyServer::start() {
   m.ctx.in_flight = m.in_flight;
   m.ctx.settings.max_retries = o.max_retries;
   m.ctx.settings.retry_delay = std::chrono::duration<double>(o.retry_delay);
-  if (const char* key = std::getenv("OPENAI_API_KEY"); key != nullptr && *key != '\0')
-    m.ctx.settings.api_key = key;
+  m.ctx.settings.api_key = o.api_key;
   server::HttpServerOptions ho;
   ho.host = o.host;
   ho.port = uint16_t(o.port);

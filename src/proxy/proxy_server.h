@@ -34,6 +34,7 @@ struct ProxyOptions {
   double waiting_retry_interval = 10;  // seconds between probes
   int workers = 1;
   std::string log_level = "info";
+  std::string api_key;  // sent to every backend (the CLI takes it from OPENAI_API_KEY)
 };
 
 // Checks the flags (host and port lists of equal length, positive counts, ports in range).

@@ -128,7 +128,7 @@ ParseResult<FittedPrompt> fit_prompt(const ServingContext& ctx, const SamplingFi
   }
   const auto len = int64_t(ids.size());
   const int64_t out = max_tokens.value_or(std::max<int64_t>(ctx.max_model_len - len, 1));
-  if (len >= ctx.max_model_len || out > ctx.max_model_len - len)
+  if (!fits_context(len, out, ctx.max_model_len))
     return prompt_too_long(len, out, ctx.max_model_len);
   return FittedPrompt{std::move(ids), out};
 }

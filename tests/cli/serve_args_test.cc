@@ -341,8 +341,12 @@ TEST_F(ServeArgsTest, ParserFlags) {
   for (const char* name : {"qwen3", "deepseek_r1", "deepseek_v3", "deepseek_v31"})
     EXPECT_EQ(refusals(serve(std::string("@MODEL@ --reasoning-parser ") + name)), Lines{}) << name;
   EXPECT_EQ(refusals(serve("@MODEL@ --reasoning-parser granite")),
-            Lines{"--reasoning-parser granite: not supported (qwen3, deepseek_r1, deepseek_v3, "
-                  "deepseek_v31)"});
+            Lines{"--reasoning-parser granite: not supported (deepseek_r1, deepseek_v3, "
+                  "deepseek_v31, qwen3)"});
+  // The names the chat module knows, one list for both the parsers and the check.
+  EXPECT_EQ(refusals(serve("@MODEL@ --tool-call-parser pythonic")),
+            Lines{"--tool-call-parser pythonic: not supported (deepseek_v3, deepseek_v31, hermes, "
+                  "llama3_json, mistral, qwen3_coder)"});
   EXPECT_EQ(refusals(serve("@MODEL@ --enable-auto-tool-choice")),
             Lines{"--enable-auto-tool-choice: needs --tool-call-parser"});
 }

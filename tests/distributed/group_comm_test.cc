@@ -90,27 +90,24 @@ TEST(GroupComm, AMemberThatNeverComesFailsTheOthersNamingIt) {
 }
 
 TEST(LocalAddress, TheRoutesSourceOrTheInterfaceOrVllmHostIp) {
-  ::unsetenv("VLLM_HOST_IP");
-  ::unsetenv("GLOO_SOCKET_IFNAME");
   auto lo = local_address_toward("127.0.0.1");
   ASSERT_TRUE(lo.ok()) << lo.error().message;
   EXPECT_EQ(*lo, "127.0.0.1");
   EXPECT_FALSE(local_address_toward("no-such-host.invalid").ok());
   // GLOO_SOCKET_IFNAME names the interface (the first of a list), whatever the route.
-  ::setenv("GLOO_SOCKET_IFNAME", "lo,eth9", 1);
-  EXPECT_EQ(*local_address_toward("no-such-host.invalid"), "127.0.0.1");
-  ::setenv("GLOO_SOCKET_IFNAME", "nosuchif0", 1);
-  auto missing = local_address_toward("127.0.0.1");
+  AddressHints hints;
+  hints.socket_ifnames = "lo,eth9";
+  EXPECT_EQ(*local_address_toward("no-such-host.invalid", hints), "127.0.0.1");
+  hints.socket_ifnames = "nosuchif0";
+  auto missing = local_address_toward("127.0.0.1", hints);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error().message.find("GLOO_SOCKET_IFNAME=nosuchif0: network interface "
                                          "nosuchif0 does not exist"),
             std::string::npos)
       << missing.error().message;
   // VLLM_HOST_IP names the address outright.
-  ::setenv("VLLM_HOST_IP", "10.9.8.7", 1);
-  EXPECT_EQ(*local_address_toward("127.0.0.1"), "10.9.8.7");
-  ::unsetenv("VLLM_HOST_IP");
-  ::unsetenv("GLOO_SOCKET_IFNAME");
+  hints.host_ip = "10.9.8.7";
+  EXPECT_EQ(*local_address_toward("127.0.0.1", hints), "10.9.8.7");
 }
 
 }  // namespace

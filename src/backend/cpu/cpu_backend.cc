@@ -32,7 +32,7 @@ class CpuBackend final : public Backend {
     if (w.packed != nullptr) return;
     PackedKind kind = PackedKind::kPanels;
     // I8 panels serve the AVX2 GEMM as well; the other packed formats are AVX-512's.
-    // KESTREL_CPU_AMX=0 (packed_amx_active) keeps BF16 weights on the FMA panels as well.
+    // AMX switched off (packed_amx_active) keeps BF16 weights on the FMA panels as well.
     if (w.dtype == DType::I8 && w.shape.ndim == 2) {
       if (cpu::selected_int8_gemm() == nullptr) return;
       if (cpu::fits_int4(w)) {
@@ -185,6 +185,17 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+Status cap_cpu_isa(const std::string& isa) {
+  if (isa != "auto" && isa != "avx512" && isa != "avx2" && isa != "scalar")
+    return make_error("CPU ISA '{}': one of auto, avx512, avx2, scalar", isa);
+  cpu::set_linear_isa(isa.c_str());
+  return Status::Ok();
+}
+
+void enable_cpu_amx(bool on) {
+  cpu::set_packed_amx(on);
+}
 
 std::unique_ptr<Backend> make_cpu_backend(int threads, QuantCompute quant_compute,
                                           bool pin_threads) {

@@ -71,16 +71,9 @@ std::optional<Isa> parse_isa(const char* name) {
   return std::nullopt;
 }
 
-// The best ISA this CPU runs, capped by KESTREL_CPU_ISA when set: a way to run another CPU's code
-// path (an AVX2-only CI machine's, say) on this one.
-Isa initial_isa() {
-  const char* env = std::getenv("KESTREL_CPU_ISA");
-  const std::optional<Isa> want = env != nullptr ? parse_isa(env) : std::nullopt;
-  return best_isa(want.value_or(Isa::kAvx512));
-}
-
+// The best ISA this CPU runs until set_linear_isa caps it.
 std::atomic<Isa>& selected_isa() {
-  static std::atomic<Isa> isa{initial_isa()};
+  static std::atomic<Isa> isa{best_isa(Isa::kAvx512)};
   return isa;
 }
 
@@ -233,10 +226,7 @@ Bf16GemmFn bf16_gemm_for(const Tensor& w, Isa isa) {
 }
 
 std::atomic<bool>& amx_enabled() {
-  static std::atomic<bool> on{[] {
-    const char* env = std::getenv("KESTREL_CPU_AMX");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }()};
+  static std::atomic<bool> on{true};
   return on;
 }
 

@@ -32,13 +32,13 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
 bool packed_weights_supported();
 
 // Which SIMD implementation linear() uses on this CPU ("avx512", "avx2", "scalar"): the best the
-// CPU runs, or at most the one named by the environment variable KESTREL_CPU_ISA.
+// CPU runs, or at most the one set_linear_isa named (cap_cpu_isa, backend/backend.h).
 const char* linear_isa();
 // linear_isa() is "avx512": the other per-ISA kernels (attention, round_to, silu_mul) follow it.
 bool avx512_selected();
 
 // Whether batches over packed int8 weights run on AMX (packed_weights_supported, this CPU and
-// kernel have AMX, and neither set_packed_amx(false) nor KESTREL_CPU_AMX=0 switched it off). AMX
+// kernel have AMX, and set_packed_amx(false) did not switch it off). AMX
 // and VNNI give the same bits; the switch exists to compare them. The CPU backend also packs BF16
 // weights as AMX bf16 tiles (bf16_tiles.h) only while this holds.
 bool packed_amx_active();
