@@ -39,7 +39,8 @@ void add_common(CLI::App& app, CommonArgs& a) {
   app.add_option("--n", a.n, "sequences per prompt (only 1 is supported)")->check(CLI::Range(1, 1));
 }
 
-Expected<std::unique_ptr<Engine>> start(const CommonArgs& a) {
+Expected<std::unique_ptr<Engine>> start(CommonArgs& a) {
+  KTRY(read_engine_environment(a.engine));
   return build_engine(a.engine);
 }
 

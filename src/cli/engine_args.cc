@@ -1,5 +1,6 @@
 #include "cli/engine_args.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -26,10 +27,32 @@ Status apply_cpu_environment() {
   return Status::Ok();
 }
 
-void add_engine_args(CLI::App& app, EngineConfig& a, bool model_required) {
-  // Where the environment names this host's address (as vLLM and PyTorch read it).
+namespace {
+
+// A whole number of seconds from the environment variable `name`, if set.
+Status read_seconds(const char* name, std::chrono::seconds& out) {
+  const std::string text = env_or_empty(name);
+  if (text.empty()) return Status::Ok();
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0' || v < 1)
+    return make_error("{}={}: a whole number of seconds, at least 1", name, text);
+  out = std::chrono::seconds(v);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status read_engine_environment(EngineConfig& a) {
+  // Where this host's address is named outright, as vLLM and PyTorch read it.
   a.host_ip = env_or_empty("VLLM_HOST_IP");
   a.socket_ifnames = env_or_empty("GLOO_SOCKET_IFNAME");
+  KTRY(read_seconds("VLLM_ENGINE_READY_TIMEOUT_S", a.ready_timeout));
+  KTRY(read_seconds("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", a.execute_timeout));
+  return Status::Ok();
+}
+
+void add_engine_args(CLI::App& app, EngineConfig& a, bool model_required) {
   if (model_required) {
     app.add_option("--model,-m", a.model,
                    "model directory (config.json + safetensors) or .gguf file")

@@ -14,8 +14,13 @@ namespace kestrel::cli {
 // Environment variables are read only by the CLI.
 Status apply_cpu_environment();
 
-// Registers the flags on `app`; the fields the environment sets (VLLM_HOST_IP,
-// GLOO_SOCKET_IFNAME) are filled now. `model_required`: a --model/-m option must be given (commands
+// The engine settings the environment makes, as vLLM reads them: VLLM_HOST_IP and
+// GLOO_SOCKET_IFNAME (this host's address toward rank 0), VLLM_ENGINE_READY_TIMEOUT_S (how long
+// the workers may take to load) and VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (how long one step may
+// wait for them). An error names a bad value.
+Status read_engine_environment(EngineConfig& config);
+
+// Registers the flags on `app`. `model_required`: a --model/-m option must be given (commands
 // that take the model positionally, like serve, register their own).
 void add_engine_args(CLI::App& app, EngineConfig& args, bool model_required = true);
 

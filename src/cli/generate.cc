@@ -75,7 +75,8 @@ int fail(const std::string& message) {
   return 1;
 }
 
-int generate(const Args& a) {
+int generate(Args& a) {
+  if (Status st = read_engine_environment(a.engine); !st.ok()) return fail(st.message());
   auto started = build_engine(a.engine);
   if (!started) return fail(started.error().message);
   Engine& e = **started;

@@ -749,6 +749,7 @@ Status finalize_serve_args(ServeArgs& a) {
   a.notes.clear();
   a.warnings.clear();
   Findings f{{}, a.notes, a.warnings};
+  if (Status st = read_engine_environment(a.engine); !st.ok()) f.refuse(st.message());
   check_model(a, f);
   check_engine_core(a, f);
   check_parallel(a, f);

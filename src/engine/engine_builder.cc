@@ -79,7 +79,7 @@ Expected<std::unique_ptr<DpGroup>> plan_expert_group(const EngineConfig& a, bool
   spec.all_local = spec.serves && a.local_data_parallel_ranks() == a.data_parallel_size;
   spec.address = a.data_parallel_address;
   spec.rpc_port = a.data_parallel_rpc_port;
-  spec.start_timeout = kWorkerStartTimeout;
+  spec.start_timeout = a.ready_timeout;
   spec.collective_timeout = kCollectiveTimeout;
   spec.address_hints = AddressHints{a.host_ip, a.socket_ifnames};
   return DpGroup::plan(spec);
@@ -295,16 +295,16 @@ Expected<Prepared> prepare_local_ranks(const EngineConfig& a, bool headless) {
     }
     KASSIGN(auto leader, HostCommLeader::bind(names[size_t(d)].endpoint, tp - 1));
     WorkerProcesses& procs = *workers[size_t(d)];
-    KTRY(leader->wait_for_workers(kWorkerStartTimeout, [&procs] { return procs.check(); }));
+    KTRY(leader->wait_for_workers(a.ready_timeout, [&procs] { return procs.check(); }));
     auto runner = std::make_unique<ModelRunner>(
         *model.model,
         model.model->make_kv_cache(sc.num_blocks, sc.block_size, int32_t(sc.max_num_seqs),
                                    sc.num_state_checkpoints),
         std::move(speculation));
     KTRY(attach_kv(*runner));
-    KASSIGN(auto executor,
-            MultiprocExecutor::start(std::move(workers[size_t(d)]), std::move(leader),
-                                     std::move(runner), kv_plan(sc), kWorkerStartTimeout));
+    KASSIGN(auto executor, MultiprocExecutor::start(
+                               std::move(workers[size_t(d)]), std::move(leader), std::move(runner),
+                               kv_plan(sc), a.ready_timeout, a.execute_timeout));
     opts.executors.push_back(std::move(executor));
   }
   return prepared;
@@ -328,11 +328,12 @@ Expected<std::unique_ptr<Engine>> build_engine(const EngineConfig& a) {
     const std::string endpoint = remote_rank_endpoint(a, d);
     KASSIGN(auto leader, HostCommLeader::bind(endpoint, 1));
     KLOG_INFO("waiting for data-parallel rank {} (a --headless node) at {}", d, endpoint);
-    if (Status st = leader->wait_for_workers(kWorkerStartTimeout, {}); !st.ok())
+    if (Status st = leader->wait_for_workers(a.ready_timeout, {}); !st.ok())
       return make_error("data-parallel rank {} did not connect to {}: {}", d, endpoint,
                         st.message());
-    auto executor = MultiprocExecutor::start(nullptr, std::move(leader), nullptr,
-                                             kv_plan(p.options.scheduler), kWorkerStartTimeout);
+    auto executor =
+        MultiprocExecutor::start(nullptr, std::move(leader), nullptr, kv_plan(p.options.scheduler),
+                                 a.ready_timeout, a.execute_timeout);
     if (!executor.ok())
       return make_error("data-parallel rank {} at {}: {}", d, endpoint, executor.error().message);
     KLOG_INFO("data-parallel rank {} joined from {}", d, endpoint);

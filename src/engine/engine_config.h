@@ -5,6 +5,7 @@
 // from the command line; tests fill it by hand.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -66,6 +67,11 @@ struct EngineConfig {
   // This host's address toward rank 0, named outright (the CLI reads VLLM_HOST_IP and
   // GLOO_SOCKET_IFNAME); empty: the route's source address.
   std::string host_ip, socket_ifnames;
+  // How long the ranks' workers may take to load and build their runners, and how long one step
+  // may wait for its workers (the CLI reads VLLM_ENGINE_READY_TIMEOUT_S and
+  // VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS; vLLM's defaults). A dead worker fails a wait at once.
+  std::chrono::seconds ready_timeout{600};
+  std::chrono::seconds execute_timeout{300};
   int local_data_parallel_ranks() const {
     return data_parallel_count > 0 ? data_parallel_count : data_parallel_size;
   }

@@ -30,15 +30,19 @@ std::string message(char kind, std::string_view body = {}) {
 
 MultiprocExecutor::MultiprocExecutor(std::unique_ptr<WorkerProcesses> processes,
                                      std::unique_ptr<HostCommLeader> workers,
-                                     std::unique_ptr<ModelRunner> runner)
-    : processes_(std::move(processes)), workers_(std::move(workers)), runner_(std::move(runner)) {}
+                                     std::unique_ptr<ModelRunner> runner,
+                                     std::chrono::milliseconds step_timeout)
+    : processes_(std::move(processes)),
+      workers_(std::move(workers)),
+      runner_(std::move(runner)),
+      step_timeout_(step_timeout) {}
 
 Expected<std::unique_ptr<MultiprocExecutor>> MultiprocExecutor::start(
     std::unique_ptr<WorkerProcesses> processes, std::unique_ptr<HostCommLeader> workers,
     std::unique_ptr<ModelRunner> runner, const WorkerKvPlan& plan,
-    std::chrono::milliseconds timeout) {
-  std::unique_ptr<MultiprocExecutor> e(
-      new MultiprocExecutor(std::move(processes), std::move(workers), std::move(runner)));
+    std::chrono::milliseconds timeout, std::chrono::milliseconds step_timeout) {
+  std::unique_ptr<MultiprocExecutor> e(new MultiprocExecutor(
+      std::move(processes), std::move(workers), std::move(runner), step_timeout));
   KTRY(e->workers_->broadcast(message(
       kInit,
       fmt::format("{} {} {}", plan.num_blocks, plan.num_state_slots, plan.num_state_checkpoints))));
@@ -100,7 +104,7 @@ Expected<RunnerOutput> MultiprocExecutor::execute(const SchedulerOutput& output)
       exception = e.what();
     }
   }
-  auto replies = workers_->gather(kStepTimeout, [this] { return check_alive(); });
+  auto replies = workers_->gather(step_timeout_, [this] { return check_alive(); });
   if (processes_)
     if (auto f = processes_->failure()) return fail(*f);
   if (!replies.ok()) return fail(replies.error().message);

@@ -40,9 +40,6 @@ struct WorkerKvPlan {
 
 class MultiprocExecutor final : public Executor {
  public:
-  // How long rank 0 waits for the workers' answers to one step, once its own part is done (the
-  // ranks run in lockstep, so this is a bound on a stuck worker, not on a step).
-  static constexpr std::chrono::seconds kStepTimeout{60};
   // How long the workers of a healthy group get to exit after being told to.
   static constexpr std::chrono::milliseconds kQuitGrace{5000};
 
@@ -50,10 +47,14 @@ class MultiprocExecutor final : public Executor {
   // has built its runner: an error says which rank failed and why. Without `processes` the
   // workers run elsewhere (a data-parallel rank on another host: its liveness is its connection);
   // without `runner` this process computes nothing and the first worker's answer is the step's.
+  // `step_timeout` bounds the wait for the workers' answers to one step after this process's own
+  // part (vLLM's VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS): a stuck worker, or a remote rank's whole
+  // step.
   static Expected<std::unique_ptr<MultiprocExecutor>> start(
       std::unique_ptr<WorkerProcesses> processes, std::unique_ptr<HostCommLeader> workers,
       std::unique_ptr<ModelRunner> runner, const WorkerKvPlan& plan,
-      std::chrono::milliseconds timeout);
+      std::chrono::milliseconds timeout,
+      std::chrono::milliseconds step_timeout = std::chrono::seconds(300));
   // Tells the workers to exit and waits for them.
   ~MultiprocExecutor() override;
 
@@ -62,7 +63,8 @@ class MultiprocExecutor final : public Executor {
 
  private:
   MultiprocExecutor(std::unique_ptr<WorkerProcesses> processes,
-                    std::unique_ptr<HostCommLeader> workers, std::unique_ptr<ModelRunner> runner);
+                    std::unique_ptr<HostCommLeader> workers, std::unique_ptr<ModelRunner> runner,
+                    std::chrono::milliseconds step_timeout);
   // Records the group's failure and returns it as the step's error.
   Error fail(const std::string& why);
   Status check_alive() const;
@@ -74,6 +76,7 @@ class MultiprocExecutor final : public Executor {
   std::unique_ptr<WorkerProcesses> processes_;
   std::unique_ptr<HostCommLeader> workers_;
   std::unique_ptr<ModelRunner> runner_;
+  const std::chrono::milliseconds step_timeout_;
   struct LoadTally {
     size_t ranks = 0;
     KvLoadResult result{0, true, "", 0};

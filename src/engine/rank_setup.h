@@ -24,9 +24,6 @@
 
 namespace kestrel {
 
-// How long rank 0 waits for its workers to load their shards and build their runners (vLLM's
-// VLLM_ENGINE_READY_TIMEOUT_S default); a worker that exits fails the wait at once.
-constexpr std::chrono::seconds kWorkerStartTimeout{600};
 // How long a rank waits at one collective for the others (a dead rank's group is aborted at
 // once; this bounds a hung one).
 constexpr std::chrono::seconds kCollectiveTimeout{60};

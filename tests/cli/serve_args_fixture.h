@@ -136,11 +136,11 @@ inline std::string hub(std::string_view id) {
 inline const std::string kTokenizerV41 =
     "--tokenizer-mode deepseek_v41: not supported yet (auto, hf)";
 inline const std::string kToolV41 =
-    "--tool-call-parser deepseek_v41: not supported (hermes, qwen3_coder, deepseek_v3, "
-    "deepseek_v31, llama3_json, mistral)";
+    "--tool-call-parser deepseek_v41: not supported (deepseek_v3, deepseek_v31, hermes, "
+    "llama3_json, mistral, qwen3_coder)";
 inline const std::string kReasoningV41 =
-    "--reasoning-parser deepseek_v41: not supported (qwen3, deepseek_r1, deepseek_v3, "
-    "deepseek_v31)";
+    "--reasoning-parser deepseek_v41: not supported (deepseek_r1, deepseek_v3, deepseek_v31, "
+    "qwen3)";
 inline const std::string kDspark =
     "--speculative-config method=dspark: DSpark drafting needs DeepSeek-V4.1, which Kestrel cannot "
     "load yet";
