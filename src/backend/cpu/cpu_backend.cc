@@ -15,6 +15,7 @@
 #include "backend/cpu/paged_attention.h"
 #include "backend/cpu/rope.h"
 #include "backend/cpu/sampling.h"
+#include "backend/cpu/thread_scratch.h"
 #include "base/thread_pool.h"
 
 namespace kestrel {
@@ -22,7 +23,8 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int threads, QuantCompute qc, bool pin) : pool_(threads, pin), quant_compute_(qc) {}
+  CpuBackend(int threads, QuantCompute qc, bool pin)
+      : pool_(threads, pin), scratch_(pool_.size()), quant_compute_(qc) {}
   std::string name() const override {
     return fmt::format("cpu ({} threads, {}, {} quantized matmuls)", pool_.size(),
                        cpu::linear_isa(), quant_compute_ == QuantCompute::kInt8 ? "int8" : "f32");
@@ -98,8 +100,9 @@ class CpuBackend final : public Backend {
   // A request's rows depend on each other (its drafts, its generator); requests do not.
   void sample(std::span<const SampleGroup> groups, std::span<GroupSamples> out) override {
     KCHECK(groups.size() == out.size(), "{} sample groups, {} outputs", groups.size(), out.size());
-    pool_.parallel_for(int64_t(groups.size()), 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) cpu::sample_group(groups[size_t(i)], out[size_t(i)]);
+    pool_.parallel_for(int64_t(groups.size()), 1, [&](int64_t b, int64_t e, int thread) {
+      for (int64_t i = b; i < e; ++i)
+        cpu::sample_group(groups[size_t(i)], out[size_t(i)], &scratch_[thread]);
     });
   }
   void score_tokens(const float* logits, int64_t rows, int64_t vocab, const int32_t* tokens,
@@ -134,8 +137,9 @@ class CpuBackend final : public Backend {
   }
   void rope(float* x, int64_t n_tokens, int n_heads, int head_dim, const int32_t* positions,
             const RopeParams& p) override {
-    pool_.parallel_for(n_tokens, 4, [&](int64_t b, int64_t e) {
-      cpu::apply_rope(x + b * n_heads * head_dim, e - b, n_heads, head_dim, positions + b, p);
+    pool_.parallel_for(n_tokens, 4, [&](int64_t b, int64_t e, int thread) {
+      cpu::apply_rope(x + b * n_heads * head_dim, e - b, n_heads, head_dim, positions + b, p,
+                      &scratch_[thread]);
     });
   }
   void write_kv(const KVLayer& cache, const float* k, const float* v, const AttentionBatch& batch,
@@ -143,17 +147,17 @@ class CpuBackend final : public Backend {
     // Tokens split over the threads: each range is the batch view shifted to its first token
     // (write_kv reads only num_tokens, slot_mapping and positions).
     const int64_t row = int64_t(cache.num_kv_heads) * cache.head_dim;
-    pool_.parallel_for(batch.num_tokens, 8, [&](int64_t b, int64_t e) {
+    pool_.parallel_for(batch.num_tokens, 8, [&](int64_t b, int64_t e, int thread) {
       AttentionBatch part = batch;
       part.num_tokens = e - b;
       part.slot_mapping = batch.slot_mapping + b;
       part.positions = batch.positions + b;
-      cpu::write_kv(cache, k + b * row, v + b * row, part, rope_k);
+      cpu::write_kv(cache, k + b * row, v + b * row, part, rope_k, &scratch_[thread]);
     });
   }
   void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch& batch,
                        int num_heads, float scale, float* out, DType act) override {
-    cpu::paged_attention(q, cache, batch, num_heads, scale, out, pool_, act);
+    cpu::paged_attention(q, cache, batch, num_heads, scale, out, pool_, act, &scratch_);
   }
   void write_mla_cache(const MlaCacheLayer& cache, const float* latent, const float* k_rope,
                        const AttentionBatch& batch) override {
@@ -161,7 +165,7 @@ class CpuBackend final : public Backend {
   }
   void moe_route(const float* logits, int64_t T, const MoeRouting& routing, int32_t* ids,
                  float* weights) override {
-    cpu::moe_route(logits, T, routing, ids, weights, pool_);
+    cpu::moe_route(logits, T, routing, ids, weights, pool_, &scratch_);
   }
   void moe_permute(const float* x, int64_t T, int64_t H, const int32_t* ids, int k, int E,
                    MoePermutation& perm, float* permuted) override {
@@ -174,11 +178,12 @@ class CpuBackend final : public Backend {
   void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer& cache,
                      const AttentionBatch& batch, int num_heads, float scale, float* out,
                      DType act) override {
-    cpu::mla_attention(q_lat, q_rope, cache, batch, num_heads, scale, out, pool_, act);
+    cpu::mla_attention(q_lat, q_rope, cache, batch, num_heads, scale, out, pool_, act, &scratch_);
   }
 
  private:
   ThreadPool pool_;
+  cpu::ThreadScratch scratch_;  // the kernels' per-thread scratch, one arena per pool thread
   QuantCompute quant_compute_;
   Workspace workspace_;
   std::vector<std::unique_ptr<uint8_t[]>> packed_;  // the copies prepare_weight made
