@@ -60,11 +60,11 @@ class CpuBackend final : public Backend {
     w.packed_kind = kind;
   }
   void linear(const Tensor& w, const float* x, int64_t m, float* y) override {
-    cpu::linear(w, x, m, y, pool_, quant_compute_);
+    cpu::linear(w, x, m, y, pool_, quant_compute_, &scratch_);
     if (w.out_bias != nullptr) add_bias(y, w.out_bias, m, w.rows());
   }
   void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m) override {
-    cpu::linear_group(jobs, x, m, pool_, quant_compute_);
+    cpu::linear_group(jobs, x, m, pool_, quant_compute_, &scratch_);
     for (const LinearJob& j : jobs)
       if (j.w->out_bias != nullptr) add_bias(j.y, j.w->out_bias, m, j.w->rows());
   }
