@@ -57,6 +57,19 @@ class Backend {
                             int top_n, TokenLogprobs* out) = 0;
   virtual void add_inplace(float* y, const float* x, int64_t n) = 0;
   virtual void add_bias(float* y, const float* bias, int64_t rows, int64_t n) = 0;
+  // x = r(x·f) for n values, r rounding to act (Gemma's scaled embeddings).
+  virtual void scale(float* x, int64_t n, float f, DType act) = 0;
+  // x = r(c·r(tanh(r(x / c)))) with c = cap, r rounding to act: Gemma's soft-capping of logits,
+  // each step rounded as the reference computes it in the activation dtype.
+  virtual void softcap(float* x, int64_t n, float cap, DType act) = 0;
+  // x[r, i] = r(x[r, i]·r(σ(r(g)))) for rows of dim, σ(g) = 1 / (1 + e^(−g)), r rounding to act;
+  // g = gate[r, i] with gate_dim == dim (a gate per value: gated attention's output) or gate[r]
+  // with gate_dim == 1 (a gate per row: Qwen's shared-expert scale).
+  virtual void sigmoid_mul(float* x, const float* gate, int64_t rows, int64_t dim, int64_t gate_dim,
+                           DType act) = 0;
+  // Every copy of `copies` (ops.h, RowCopy) in one pass. No copy's destination may overlap
+  // another's, or any source.
+  virtual void copy_rows(std::span<const RowCopy> copies) = 0;
   // Rounds activations to `dt` in place (emulates bf16/f16 activation storage).
   virtual void round_to(DType dt, float* x, int64_t n) = 0;
   virtual void embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) = 0;

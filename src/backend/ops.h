@@ -96,6 +96,21 @@ struct AttentionBatch {
   int sliding_window = 0;
 };
 
+// One strided copy of Backend::copy_rows: for each row r < rows and block b < blocks, the
+// `width` floats at src + s·src_row + b·src_block go to dst + r·dst_row + b·dst_block, where s is
+// r, or src_rows[r] for a gather. Strides are in floats. Splitting a projection's output into its
+// parts, regrouping heads and picking rows are all such copies.
+struct RowCopy {
+  const float* src = nullptr;
+  float* dst = nullptr;
+  int64_t rows = 0;
+  int64_t width = 0;
+  int64_t blocks = 1;
+  int64_t src_row = 0, dst_row = 0;
+  int64_t src_block = 0, dst_block = 0;
+  const int32_t* src_rows = nullptr;  // [rows]: which source row each row reads; null: row r
+};
+
 // An MoE router over logits [T, E]: per token, top_k expert ids and weights, in descending
 // selection score (ties to the lower expert id).
 struct MoeRouting {

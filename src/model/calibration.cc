@@ -62,6 +62,15 @@ class RangeRecorder final : public Backend {
   void add_bias(float* y, const float* bias, int64_t rows, int64_t n) override {
     inner_->add_bias(y, bias, rows, n);
   }
+  void scale(float* x, int64_t n, float f, DType act) override { inner_->scale(x, n, f, act); }
+  void softcap(float* x, int64_t n, float cap, DType act) override {
+    inner_->softcap(x, n, cap, act);
+  }
+  void sigmoid_mul(float* x, const float* gate, int64_t rows, int64_t dim, int64_t gate_dim,
+                   DType act) override {
+    inner_->sigmoid_mul(x, gate, rows, dim, gate_dim, act);
+  }
+  void copy_rows(std::span<const RowCopy> copies) override { inner_->copy_rows(copies); }
   void round_to(DType dt, float* x, int64_t n) override { inner_->round_to(dt, x, n); }
   void embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) override {
     inner_->embedding(table, ids, n, out);

@@ -122,6 +122,42 @@ class CpuBackend final : public Backend {
   void add_bias(float* y, const float* bias, int64_t rows, int64_t n) override {
     cpu::add_bias(y, bias, rows, n);
   }
+  void scale(float* x, int64_t n, float f, DType act) override {
+    // Split in whole vectors, as round_to below.
+    pool_.parallel_for((n + 7) / 8, 1 << 10, [&](int64_t b, int64_t e) {
+      cpu::scale(x + 8 * b, std::min(n, 8 * e) - 8 * b, f, act);
+    });
+  }
+  void softcap(float* x, int64_t n, float cap, DType act) override {
+    pool_.parallel_for(n, 4096,
+                       [&](int64_t b, int64_t e) { cpu::softcap(x + b, e - b, cap, act); });
+  }
+  void sigmoid_mul(float* x, const float* gate, int64_t rows, int64_t dim, int64_t gate_dim,
+                   DType act) override {
+    KCHECK(gate_dim == 1 || gate_dim == dim, "sigmoid_mul: {} gates for rows of {}", gate_dim, dim);
+    pool_.parallel_for(rows, 4096 / std::max<int64_t>(dim, 1) + 1, [&](int64_t b, int64_t e) {
+      cpu::sigmoid_mul(x + b * dim, gate + b * gate_dim, e - b, dim, gate_dim, act);
+    });
+  }
+  void copy_rows(std::span<const RowCopy> copies) override {
+    // The copies' rows form one range split over the threads.
+    int64_t rows = 0, floats = 0;
+    for (const RowCopy& c : copies) {
+      rows += c.rows;
+      floats += c.rows * c.blocks * c.width;
+    }
+    const int64_t per_row = floats / std::max<int64_t>(rows, 1);
+    pool_.parallel_for(rows, (1 << 13) / std::max<int64_t>(per_row, 1) + 1,
+                       [&](int64_t b, int64_t e) {
+                         int64_t base = 0;
+                         for (const RowCopy& c : copies) {
+                           const int64_t r0 = std::max(b - base, int64_t(0));
+                           const int64_t r1 = std::min(e - base, c.rows);
+                           if (r0 < r1) cpu::copy_rows(c, r0, r1);
+                           base += c.rows;
+                         }
+                       });
+  }
   void round_to(DType dt, float* x, int64_t n) override {
     if (dt == DType::F32) return;
     // Split in whole vectors so every element takes the same (vector) path whatever the split.

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "backend/cpu/simd_math.h"
 #include "base/fp16.h"
@@ -99,6 +100,41 @@ void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n, DT
   gated_product(gate, up, out, n, act, [&](__m256 g) {
     return _mm256_mul_ps(k, _mm256_fmadd_ps(_mm256_mul_ps(c, g), _mm256_mul_ps(g, g), g));
   });
+}
+
+void scale(float* x, int64_t n, float f, DType act) {
+  const __m256 vf = _mm256_set1_ps(f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(x + i, simd::round_to8(act, _mm256_mul_ps(_mm256_loadu_ps(x + i), vf)));
+  for (; i < n; ++i) x[i] = round_to(act, x[i] * f);
+}
+
+void softcap(float* x, int64_t n, float c, DType act) {
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = round_to(act, round_to(act, std::tanh(round_to(act, x[i] / c))) * c);
+}
+
+void sigmoid_mul(float* x, const float* gate, int64_t rows, int64_t dim, int64_t gate_dim,
+                 DType act) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* xr = x + r * dim;
+    const float* g = gate + r * gate_dim;
+    for (int64_t i = 0; i < dim; ++i) {
+      const float s =
+          round_to(act, 1.0f / (1.0f + std::exp(-round_to(act, g[gate_dim == 1 ? 0 : i]))));
+      xr[i] = round_to(act, xr[i] * s);
+    }
+  }
+}
+
+void copy_rows(const RowCopy& c, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* src = c.src + (c.src_rows != nullptr ? c.src_rows[r] : r) * c.src_row;
+    float* dst = c.dst + r * c.dst_row;
+    for (int64_t b = 0; b < c.blocks; ++b)
+      std::memcpy(dst + b * c.dst_block, src + b * c.src_block, size_t(c.width) * sizeof(float));
+  }
 }
 
 void add_inplace(float* y, const float* x, int64_t n) {
