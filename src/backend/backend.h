@@ -94,6 +94,14 @@ class Backend {
   virtual void moe_combine(const float* expert_out, const MoePermutation& perm,
                            const float* weights, int64_t T, int k, int64_t H, bool round_each,
                            DType act, float* out) = 0;
+  // Linear attention (Gated DeltaNet): the convolution with its SiLU and the recurrence over a
+  // batch's sequences (ops.h), each sequence's tokens in order.
+  virtual void causal_conv1d(const CausalConv1d& conv, const RecurrentBatch& batch) = 0;
+  virtual void gated_delta_rule(const GatedDeltaRule& rule, const RecurrentBatch& batch) = 0;
+  // x[r] = r(r(r(x[r]·s)·w)·silu(z[r])) for rows of dim, s = 1 / sqrt(mean(x[r]²) + eps) (the
+  // mean in f64), r rounding to act: the gated RMSNorm of the recurrence's output.
+  virtual void gated_rms_norm(float* x, const float* z, const float* w, float eps, int64_t rows,
+                              int64_t dim, DType act) = 0;
   // MLA over a latent cache, in the absorbed form: q_lat has W_UK folded in.
   virtual void write_mla_cache(const MlaCacheLayer& cache, const float* latent, const float* k_rope,
                                const AttentionBatch& batch) = 0;

@@ -103,6 +103,16 @@ class RangeRecorder final : public Backend {
                        const AttentionBatch& batch) override {
     inner_->write_mla_cache(cache, latent, k_rope, batch);
   }
+  void causal_conv1d(const CausalConv1d& conv, const RecurrentBatch& batch) override {
+    inner_->causal_conv1d(conv, batch);
+  }
+  void gated_delta_rule(const GatedDeltaRule& rule, const RecurrentBatch& batch) override {
+    inner_->gated_delta_rule(rule, batch);
+  }
+  void gated_rms_norm(float* x, const float* z, const float* w, float eps, int64_t rows,
+                      int64_t dim, DType act) override {
+    inner_->gated_rms_norm(x, z, w, eps, rows, dim, act);
+  }
   void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer& cache,
                      const AttentionBatch& batch, int num_heads, float scale, float* out,
                      DType act) override {

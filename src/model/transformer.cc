@@ -210,8 +210,6 @@ class TransformerModel final : public CausalLM {
                            experts_.get(),
                            cfg_.norm_offset,
                            {},
-                           {},
-                           {},
                            {}};
     experts_->finish_step(ctx);
   }
@@ -332,11 +330,34 @@ class TransformerModel final : public CausalLM {
                         tp_group_.get(),
                         experts_.get(),
                         cfg_.norm_offset,
-                        fb.query_start_loc,
-                        fb.state_slots,
-                        fb.state_snapshots,
-                        fb.state_holds,
+                        recurrent_batch(fb, kv),
                         rope_local_.rot_dim > 0 ? &rope_local_params_ : nullptr};
+  }
+
+  // The batch's sequences as linear-attention layers take them; a sequence's draft snapshots
+  // are its slot's first ones.
+  RecurrentBatch recurrent_batch(const ForwardBatch& fb, const KVCacheStorage& kv) {
+    const size_t S = fb.query_start_loc.size() - 1;
+    RecurrentBatch rb;
+    rb.num_seqs = int(S);
+    rb.query_start_loc = fb.query_start_loc.data();
+    rb.positions = fb.positions.data();
+    if (fb.state_slots.empty()) return rb;
+    KCHECK(fb.state_slots.size() == S && (fb.state_holds.empty() || fb.state_holds.size() == S) &&
+               (fb.state_snapshots.empty() || fb.state_snapshots.size() == S),
+           "{} state slots, {} holds and {} snapshot counts for {} sequences",
+           fb.state_slots.size(), fb.state_holds.size(), fb.state_snapshots.size(), S);
+    rb.state_slots = fb.state_slots.data();
+    if (!fb.state_holds.empty()) rb.hold_slots = fb.state_holds.data();
+    if (!fb.state_snapshots.empty()) {
+      snapshot_slots_.resize(S);
+      for (size_t s = 0; s < S; ++s)
+        snapshot_slots_[s] =
+            fb.state_snapshots[s] > 0 ? kv.draft_snapshot(fb.state_slots[s], 0) : -1;
+      rb.snapshot_counts = fb.state_snapshots.data();
+      rb.snapshot_slots = snapshot_slots_.data();
+    }
+    return rb;
   }
 
   // One view of the batch per KV cache group: the group's slots, tables and window.
@@ -473,6 +494,7 @@ class TransformerModel final : public CausalLM {
   std::unique_ptr<ExpertExchange> experts_;  // set under expert parallelism
   std::unique_ptr<KVCacheStorage> idle_kv_;  // finish_step()'s stand-in
   std::vector<float> head_local_;            // this rank's vocabulary rows of the logits
+  std::vector<int32_t> snapshot_slots_;      // recurrent_batch()'s
   int64_t tokens_ = 0;  // tokens of the last pass, whose residual stream ws_.x holds
 };
 

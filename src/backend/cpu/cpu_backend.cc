@@ -6,6 +6,7 @@
 
 #include "backend/cpu/bf16_tiles.h"
 #include "backend/cpu/float_panels.h"
+#include "backend/cpu/gated_deltanet.h"
 #include "backend/cpu/int8_matmul.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/mla_attention.h"
@@ -210,6 +211,18 @@ class CpuBackend final : public Backend {
   void moe_combine(const float* expert_out, const MoePermutation& perm, const float* weights,
                    int64_t T, int k, int64_t H, bool round_each, DType act, float* out) override {
     cpu::moe_combine(expert_out, perm, weights, T, k, H, round_each, act, out, pool_);
+  }
+  void causal_conv1d(const CausalConv1d& conv, const RecurrentBatch& batch) override {
+    cpu::causal_conv1d(conv, batch, pool_);
+  }
+  void gated_delta_rule(const GatedDeltaRule& rule, const RecurrentBatch& batch) override {
+    cpu::gated_delta_rule(rule, batch, pool_, scratch_);
+  }
+  void gated_rms_norm(float* x, const float* z, const float* w, float eps, int64_t rows,
+                      int64_t dim, DType act) override {
+    pool_.parallel_for(rows, 16, [&](int64_t b, int64_t e) {
+      cpu::gated_rms_norm(x + b * dim, z + b * dim, w, eps, e - b, dim, act);
+    });
   }
   void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer& cache,
                      const AttentionBatch& batch, int num_heads, float scale, float* out,
