@@ -104,11 +104,10 @@ void causal_conv1d(const CausalConv1d& p, const RecurrentBatch& b, ThreadPool& p
     }
     // The conv output and its SiLU are each rounded, as the reference stores them.
     for (int64_t t = 0; t < tokens; ++t) {
-      float* y = p.y + t * cd;
-      for (int64_t c = c0; c < c1; ++c) {
-        const float v = round_to(p.act, y[c]);
-        y[c] = round_to(p.act, v * sigmoid(v));
-      }
+      float* y = p.y + t * cd + c0;
+      round_to(p.act, y, c1 - c0);
+      for (int64_t c = 0; c < c1 - c0; ++c) y[c] *= sigmoid(y[c]);
+      round_to(p.act, y, c1 - c0);
     }
   });
 }

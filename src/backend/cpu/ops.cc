@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -111,19 +112,30 @@ void scale(float* x, int64_t n, float f, DType act) {
 }
 
 void softcap(float* x, int64_t n, float c, DType act) {
-  for (int64_t i = 0; i < n; ++i)
-    x[i] = round_to(act, round_to(act, std::tanh(round_to(act, x[i] / c))) * c);
+  for (int64_t i = 0; i < n; ++i) x[i] /= c;
+  round_to(act, x, n);
+  for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i]);
+  round_to(act, x, n);
+  for (int64_t i = 0; i < n; ++i) x[i] *= c;
+  round_to(act, x, n);
 }
 
 void sigmoid_mul(float* x, const float* gate, int64_t rows, int64_t dim, int64_t gate_dim,
                  DType act) {
+  // The gates a block at a time on the stack, so each rounding is one vector pass.
+  constexpr int64_t kBlock = 256;
+  float s[kBlock];
   for (int64_t r = 0; r < rows; ++r) {
-    float* xr = x + r * dim;
-    const float* g = gate + r * gate_dim;
-    for (int64_t i = 0; i < dim; ++i) {
-      const float s =
-          round_to(act, 1.0f / (1.0f + std::exp(-round_to(act, g[gate_dim == 1 ? 0 : i]))));
-      xr[i] = round_to(act, xr[i] * s);
+    for (int64_t i0 = 0; i0 < dim; i0 += kBlock) {
+      const int64_t n = std::min(kBlock, dim - i0);
+      const float* g = gate + r * gate_dim + (gate_dim == 1 ? 0 : i0);
+      for (int64_t i = 0; i < n; ++i) s[i] = g[gate_dim == 1 ? 0 : i];
+      round_to(act, s, n);
+      for (int64_t i = 0; i < n; ++i) s[i] = 1.0f / (1.0f + std::exp(-s[i]));
+      round_to(act, s, n);
+      float* xr = x + r * dim + i0;
+      for (int64_t i = 0; i < n; ++i) xr[i] *= s[i];
+      round_to(act, xr, n);
     }
   }
 }
