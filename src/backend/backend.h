@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -44,9 +43,6 @@ class Backend {
   // out = gelu_tanh(gate)·up (Gemma's GELU with the tanh approximation), rounded as silu_mul.
   virtual void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n,
                              DType act) = 0;
-  // Runs host work split in chunks of at least `grain` items on the backend's CPU threads.
-  virtual void parallel_for(int64_t n, int64_t grain,
-                            const std::function<void(int64_t, int64_t)>& fn) = 0;
   // One step's sampling, all requests at once (ops.h, SampleGroup): masks, penalties,
   // temperature, top-k/p, min-p, a draw from each request's generator, logprobs and the
   // verification of draft tokens. out[i] is groups[i]'s.

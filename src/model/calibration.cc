@@ -47,10 +47,6 @@ class RangeRecorder final : public Backend {
                      DType act) override {
     inner_->gelu_tanh_mul(gate, up, out, n, act);
   }
-  void parallel_for(int64_t n, int64_t grain,
-                    const std::function<void(int64_t, int64_t)>& fn) override {
-    inner_->parallel_for(n, grain, fn);
-  }
   void sample(std::span<const SampleGroup> groups, std::span<GroupSamples> out) override {
     inner_->sample(groups, out);
   }

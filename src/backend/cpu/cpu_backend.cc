@@ -94,10 +94,6 @@ class CpuBackend final : public Backend {
       cpu::gelu_tanh_mul(gate + b, up + b, out + b, e - b, act);
     });
   }
-  void parallel_for(int64_t n, int64_t grain,
-                    const std::function<void(int64_t, int64_t)>& fn) override {
-    pool_.parallel_for(n, grain, fn);
-  }
   // A request's rows depend on each other (its drafts, its generator); requests do not.
   void sample(std::span<const SampleGroup> groups, std::span<GroupSamples> out) override {
     KCHECK(groups.size() == out.size(), "{} sample groups, {} outputs", groups.size(), out.size());

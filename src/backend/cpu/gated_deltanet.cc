@@ -75,7 +75,7 @@ struct NormedQueriesKeys {
   std::vector<float> qk;  // per token [q | k], key_dim each
 };
 
-// x / sqrt(Σx² + 1e-6), the sum one FMA chain in order (as the reference's f32 sum is taken).
+// x / sqrt(Σx² + 1e-6) in f32, the sum one FMA chain in index order.
 void l2_normed(const float* x, int64_t n, float* out) {
   float ss = 0.0f;
   for (int64_t i = 0; i < n; ++i) ss = std::fma(x[i], x[i], ss);

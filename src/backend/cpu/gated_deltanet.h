@@ -17,6 +17,7 @@
 
 namespace kestrel::cpu {
 
+// Kernels of 2 to kMaxConvKernel (8) taps, held in registers.
 void causal_conv1d(const CausalConv1d& conv, const RecurrentBatch& batch, ThreadPool& pool);
 
 // `scratch`: pool's arenas (thread_scratch.h), for the normed queries and keys.
