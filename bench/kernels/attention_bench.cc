@@ -142,9 +142,11 @@ void bm_attention(benchmark::State& state, ModelShape model, DType dtype, int nu
                   int new_tokens, int window) {
   AttentionCase& c = cached_case(model, dtype, num_seqs, int(state.range(0)), new_tokens, window);
   ThreadPool pool(int(state.range(1)));
+  ThreadScratch scratch(pool.size());  // the backend's, kept across calls
   const float scale = 1.0f / std::sqrt(float(model.head_dim));
   for (auto _ : state) {
-    paged_attention(c.q.data(), c.layer, c.batch, model.num_heads, scale, c.out.data(), pool);
+    paged_attention(c.q.data(), c.layer, c.batch, model.num_heads, scale, c.out.data(), pool,
+                    DType::F32, &scratch);
     benchmark::DoNotOptimize(c.out.data());
     benchmark::ClobberMemory();
   }

@@ -54,11 +54,12 @@ Problem make_problem(int64_t n, int64_t k, int64_t m) {
 }
 
 // What serving runs: linear() over the weight as prepare_weight leaves it.
-void run_kestrel(Problem& p, const float* x, int64_t m, float* y, ThreadPool& pool) {
-  linear(p.packed, x, m, y, pool);
+void run_kestrel(Problem& p, const float* x, int64_t m, float* y, ThreadPool& pool,
+                 ThreadScratch& scratch) {
+  linear(p.packed, x, m, y, pool, QuantCompute::kInt8, &scratch);
 }
 
-void run_openblas(Problem& p, const float* x, int64_t m, float* y, ThreadPool&) {
+void run_openblas(Problem& p, const float* x, int64_t m, float* y, ThreadPool&, ThreadScratch&) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(p.n), int(p.k), 1.0f, x,
               int(p.k), static_cast<const float*>(p.w.data()), int(p.k), 0.0f, y, int(p.n));
 }
@@ -68,15 +69,16 @@ void bm_gemm(benchmark::State& state, int64_t n, int64_t k) {
   const int64_t m = state.range(0);
   Problem p = make_problem(n, k, m);
   ThreadPool pool(int(state.range(1)));
+  ThreadScratch scratch(pool.size());  // the backend's, kept across calls
   openblas_set_num_threads(int(state.range(1)));
   for (auto _ : state) {
-    Run(p, p.x.data(), m, p.y.data(), pool);
+    Run(p, p.x.data(), m, p.y.data(), pool, scratch);
     benchmark::DoNotOptimize(p.y.data());
     benchmark::ClobberMemory();
   }
   bool same = true;
   for (const int64_t r : {int64_t{0}, m / 2, m - 1}) {
-    Run(p, p.x.data() + r * k, 1, p.y1.data(), pool);
+    Run(p, p.x.data() + r * k, 1, p.y1.data(), pool, scratch);
     same = same && std::memcmp(p.y.data() + r * n, p.y1.data(), size_t(n) * sizeof(float)) == 0;
   }
   state.counters["rows_invariant"] = same ? 1 : 0;

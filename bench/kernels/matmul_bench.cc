@@ -163,13 +163,14 @@ void bm_linear(benchmark::State& state, WeightType type, MatShape shape) {
   const int64_t m = state.range(0);
   const Weight& w = cached_weight(type, shape);
   ThreadPool pool(int(state.range(1)));
+  ThreadScratch scratch(pool.size());  // the backend's, kept across calls
   std::vector<float> x(size_t(m * shape.k)), y(size_t(m * shape.n));
   std::minstd_rand rng{uint32_t(m)};
   std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
   for (float& v : x) v = ud(rng);
   set_packed_amx(type.amx);
   for (auto _ : state) {
-    linear(w.tensor, x.data(), m, y.data(), pool);
+    linear(w.tensor, x.data(), m, y.data(), pool, QuantCompute::kInt8, &scratch);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -44,9 +43,6 @@ class Backend {
   // out = gelu_tanh(gate)·up (Gemma's GELU with the tanh approximation), rounded as silu_mul.
   virtual void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n,
                              DType act) = 0;
-  // Runs host work split in chunks of at least `grain` items on the backend's CPU threads.
-  virtual void parallel_for(int64_t n, int64_t grain,
-                            const std::function<void(int64_t, int64_t)>& fn) = 0;
   // One step's sampling, all requests at once (ops.h, SampleGroup): masks, penalties,
   // temperature, top-k/p, min-p, a draw from each request's generator, logprobs and the
   // verification of draft tokens. out[i] is groups[i]'s.
@@ -57,6 +53,22 @@ class Backend {
                             int top_n, TokenLogprobs* out) = 0;
   virtual void add_inplace(float* y, const float* x, int64_t n) = 0;
   virtual void add_bias(float* y, const float* bias, int64_t rows, int64_t n) = 0;
+  // The largest |x[i]| of n values (0 for none; NaNs are passed over): what calibrating an FP8
+  // KV cache's scales reads. A maximum does not depend on the order, so neither does this.
+  virtual float max_abs(const float* x, int64_t n) = 0;
+  // x = r(x·f) for n values, r rounding to act (Gemma's scaled embeddings).
+  virtual void scale(float* x, int64_t n, float f, DType act) = 0;
+  // x = r(c·r(tanh(r(x / c)))) with c = cap, r rounding to act: Gemma's soft-capping of logits,
+  // each step rounded as the reference computes it in the activation dtype.
+  virtual void softcap(float* x, int64_t n, float cap, DType act) = 0;
+  // x[r, i] = r(x[r, i]·r(σ(r(g)))) for rows of dim, σ(g) = 1 / (1 + e^(−g)), r rounding to act;
+  // g = gate[r, i] with gate_dim == dim (a gate per value: gated attention's output) or gate[r]
+  // with gate_dim == 1 (a gate per row: Qwen's shared-expert scale).
+  virtual void sigmoid_mul(float* x, const float* gate, int64_t rows, int64_t dim, int64_t gate_dim,
+                           DType act) = 0;
+  // Every copy of `copies` (ops.h, RowCopy) in one pass. No copy's destination may overlap
+  // another's, or any source.
+  virtual void copy_rows(std::span<const RowCopy> copies) = 0;
   // Rounds activations to `dt` in place (emulates bf16/f16 activation storage).
   virtual void round_to(DType dt, float* x, int64_t n) = 0;
   virtual void embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) = 0;
@@ -81,6 +93,14 @@ class Backend {
   virtual void moe_combine(const float* expert_out, const MoePermutation& perm,
                            const float* weights, int64_t T, int k, int64_t H, bool round_each,
                            DType act, float* out) = 0;
+  // Linear attention (Gated DeltaNet): the convolution with its SiLU and the recurrence over a
+  // batch's sequences (ops.h), each sequence's tokens in order.
+  virtual void causal_conv1d(const CausalConv1d& conv, const RecurrentBatch& batch) = 0;
+  virtual void gated_delta_rule(const GatedDeltaRule& rule, const RecurrentBatch& batch) = 0;
+  // x[r] = r(r(r(x[r]·s)·w)·silu(z[r])) for rows of dim, s = 1 / sqrt(mean(x[r]²) + eps) (the
+  // mean in f64), r rounding to act: the gated RMSNorm of the recurrence's output.
+  virtual void gated_rms_norm(float* x, const float* z, const float* w, float eps, int64_t rows,
+                              int64_t dim, DType act) = 0;
   // MLA over a latent cache, in the absorbed form: q_lat has W_UK folded in.
   virtual void write_mla_cache(const MlaCacheLayer& cache, const float* latent, const float* k_rope,
                                const AttentionBatch& batch) = 0;

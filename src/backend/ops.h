@@ -97,6 +97,89 @@ struct AttentionBatch {
   int sliding_window = 0;
 };
 
+// One strided copy of Backend::copy_rows: for each row r < rows and block b < blocks, the
+// `width` floats at src + s·src_row + b·src_block go to dst + r·dst_row + b·dst_block, where s is
+// r, or src_rows[r] for a gather. Strides are in floats. Splitting a projection's output into its
+// parts, regrouping heads and picking rows are all such copies.
+struct RowCopy {
+  const float* src = nullptr;
+  float* dst = nullptr;
+  int64_t rows = 0;
+  int64_t width = 0;
+  int64_t blocks = 1;
+  int64_t src_row = 0, dst_row = 0;
+  int64_t src_block = 0, dst_block = 0;
+  const int32_t* src_rows = nullptr;  // [rows]: which source row each row reads; null: row r
+};
+
+// Where a recurrent layer keeps its sequences' states: num_slots slots, slot i's state at
+// base + i·slot_stride floats (what a slot holds is the op's: CausalConv1d, GatedDeltaRule).
+struct StateSlots {
+  float* base = nullptr;
+  int64_t slot_stride = 0;
+  int32_t num_slots = 0;
+  float* at(int32_t slot) const { return base + int64_t(slot) * slot_stride; }
+};
+
+// The sequences of a batch as a recurrent layer (linear attention) runs them: each over its
+// tokens in order, from the state in its slot — or from zeros when its first token is at
+// position 0 — leaving the state after its last token in the slot. A sequence's results do not
+// depend on the rest of the batch or on how its tokens are split into steps.
+struct RecurrentBatch {
+  int num_seqs = 0;
+  const int32_t* query_start_loc = nullptr;  // [num_seqs + 1] tokens of seq s: [qsl[s], qsl[s+1])
+  const int32_t* positions = nullptr;        // [num_tokens]
+  const int32_t* state_slots = nullptr;      // [num_seqs]
+  // [num_seqs] or null: a slot that also gets the sequence's state before its last token (-1:
+  // none), which a PD decode instance continues from; a one-token sequence holds the state it
+  // starts from.
+  const int32_t* hold_slots = nullptr;
+  // [num_seqs] each, or null: the states after the sequence's last n = snapshot_counts[s] tokens
+  // before its final one also go to slots snapshot_slots[s] + 0 .. n − 1 in token order (draft
+  // snapshots, which a rejected draft's state is restored from).
+  const int32_t* snapshot_counts = nullptr;
+  const int32_t* snapshot_slots = nullptr;
+};
+
+// Backend::causal_conv1d: y = r(silu(r(conv))), r rounding to act, where per sequence and
+// channel c the causal depthwise convolution of its inputs is
+// conv[t, c] = Σ_i weight[c, i]·in[t − kernel + 1 + i, c], taps oldest first, the inputs before
+// the sequence's first token of the step coming from the slot's state.
+struct CausalConv1d {
+  const float* x = nullptr;       // [num_tokens, channels]
+  const float* weight = nullptr;  // [channels, kernel]
+  int64_t channels = 0;
+  int kernel = 0;      // at least 2
+  float* y = nullptr;  // [num_tokens, channels]
+  StateSlots states;   // per slot [channels, kernel − 1]: the last inputs, oldest first
+  DType act = DType::F32;
+};
+
+// Backend::gated_delta_rule, per sequence and value head j (reading key head
+// j / (value_heads / key_heads)), token by token over a [key_dim, value_dim] state S in f32:
+// q and k L2-normed (x / sqrt(Σx² + 1e-6)) and q divided by sqrt(key_dim), β = r(σ(b)),
+// α = exp(decay_rate·softplus(a + dt_bias)); S = α·S; u = β·(v − Sᵀk); S = S + k·uᵀ;
+// out = r(Sᵀq), r rounding to act. softplus is torch's (threshold 20).
+struct GatedDeltaRule {
+  // Token t's q and k [key_heads, key_dim] and v [value_heads, value_dim] at q, k and v
+  // + t·stride.
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t stride = 0;
+  const float* b = nullptr;           // [num_tokens, value_heads]
+  const float* a = nullptr;           // [num_tokens, value_heads]
+  const float* dt_bias = nullptr;     // [value_heads]
+  const float* decay_rate = nullptr;  // [value_heads], −exp(A_log)
+  int key_heads = 0;
+  int value_heads = 0;
+  int64_t key_dim = 0;
+  int64_t value_dim = 0;
+  float* out = nullptr;  // [num_tokens, value_heads, value_dim]
+  StateSlots states;     // per slot [value_heads, key_dim, value_dim]
+  DType act = DType::F32;
+};
+
 // An MoE router over logits [T, E]: per token, top_k expert ids and weights, in descending
 // selection score (ties to the lower expert id).
 struct MoeRouting {

@@ -24,17 +24,26 @@ constexpr int kSpinIterations = 20000;
 // Chunks per thread: a few, so a late or slow thread leaves work the others can take.
 constexpr int64_t kChunksPerThread = 4;
 
-// The pool whose job this thread is running chunks of, if any: a parallel_for from inside a
-// job must not replace the job the other participants are still reading.
+// The pool whose job this thread is running chunks of, if any, and as which participant: a
+// parallel_for from inside a job must not replace the job the other participants are still
+// reading, and runs with the index its thread has in that job.
 thread_local const ThreadPool* t_in_job = nullptr;
+thread_local int t_thread = 0;
 
 class InJob {
  public:
-  explicit InJob(const ThreadPool* pool) : saved_(t_in_job) { t_in_job = pool; }
-  ~InJob() { t_in_job = saved_; }
+  InJob(const ThreadPool* pool, int thread) : saved_(t_in_job), saved_thread_(t_thread) {
+    t_in_job = pool;
+    t_thread = thread;
+  }
+  ~InJob() {
+    t_in_job = saved_;
+    t_thread = saved_thread_;
+  }
 
  private:
   const ThreadPool* saved_;
+  int saved_thread_;
 };
 
 // Binds the calling thread to the index-th CPU of the process's affinity mask (wrapping
@@ -63,7 +72,7 @@ ThreadPool::ThreadPool(int n_threads, bool pin) : pin_(pin) {
   for (int i = 1; i < n_threads_; ++i)
     workers_.emplace_back([this, i] {
       if (pin_) pin_to_cpu(i);
-      worker_loop();
+      worker_loop(i);
     });
 }
 
@@ -77,16 +86,16 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::work() {
-  const InJob in_job(this);
+void ThreadPool::work(int thread) {
+  const InJob in_job(this, thread);
   for (;;) {
     const int64_t begin = next_.fetch_add(chunk_, std::memory_order_relaxed);
     if (begin >= n_) return;
-    (*fn_)(begin, std::min(n_, begin + chunk_));
+    (*fn_)(begin, std::min(n_, begin + chunk_), thread);
   }
 }
 
-void ThreadPool::worker_loop() {
+void ThreadPool::worker_loop(int thread) {
   uint64_t seen = 0;
   for (;;) {
     uint64_t gen = generation_.load(std::memory_order_acquire);
@@ -114,16 +123,21 @@ void ThreadPool::worker_loop() {
       }
     }
     if (!joined) continue;
-    work();
+    work(thread);
     state_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int64_t, int64_t)>& fn) {
+  parallel_for(n, grain, [&fn](int64_t begin, int64_t end, int) { fn(begin, end); });
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain,
+                              const std::function<void(int64_t, int64_t, int)>& fn) {
   if (n <= 0) return;
   if (t_in_job == this) {
-    fn(0, n);
+    fn(0, n, t_thread);
     return;
   }
   if (pin_) {
@@ -135,12 +149,12 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   grain = std::max<int64_t>(grain, 1);
   const int64_t max_chunks = (n + grain - 1) / grain;
   const int64_t chunks = std::min<int64_t>(max_chunks, int64_t(n_threads_) * kChunksPerThread);
+  const std::lock_guard<std::mutex> turn(call_mu_);
   if (n_threads_ == 1 || chunks <= 1) {
-    const InJob in_job(this);
-    fn(0, n);
+    const InJob in_job(this, 0);
+    fn(0, n, 0);
     return;
   }
-  const std::lock_guard<std::mutex> turn(call_mu_);
   fn_ = &fn;
   n_ = n;
   chunk_ = (n + chunks - 1) / chunks;
@@ -152,7 +166,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
     generation_.fetch_add(1, std::memory_order_acq_rel);
   }
   if (sleepers_.load() > 0) cv_.notify_all();
-  work();
+  work(0);
   // Close the job, then wait only for workers that joined it. Spin briefly, then yield: when
   // cores are oversubscribed a joined straggler needs our core.
   state_.fetch_or(kClosed, std::memory_order_acq_rel);

@@ -32,14 +32,19 @@ class ThreadPool {
   // it: calls from different threads take turns (one job at a time), and a call made from
   // inside a job of this pool (fn calling parallel_for again) runs serially on that thread.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  // The same, with fn(begin, end, thread) told which participant runs the chunk: thread is in
+  // [0, size()), 0 for the caller, and no two chunks running at once have the same one, so it
+  // can index per-thread scratch. A call from inside a job runs with its thread's own index. A
+  // call that runs serially takes its turn like a job, so index 0 is never in use twice.
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
 
  private:
-  void worker_loop();
-  // Takes chunks of the current job until none are left.
-  void work();
+  void worker_loop(int thread);
+  // Takes chunks of the current job until none are left, as participant `thread`.
+  void work(int thread);
 
   // The current job. Written only while the job is closed (no worker registered).
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  const std::function<void(int64_t, int64_t, int)>* fn_ = nullptr;
   int64_t n_ = 0;
   int64_t chunk_ = 1;
   std::atomic<int64_t> next_{0};

@@ -47,10 +47,6 @@ class RangeRecorder final : public Backend {
                      DType act) override {
     inner_->gelu_tanh_mul(gate, up, out, n, act);
   }
-  void parallel_for(int64_t n, int64_t grain,
-                    const std::function<void(int64_t, int64_t)>& fn) override {
-    inner_->parallel_for(n, grain, fn);
-  }
   void sample(std::span<const SampleGroup> groups, std::span<GroupSamples> out) override {
     inner_->sample(groups, out);
   }
@@ -62,6 +58,16 @@ class RangeRecorder final : public Backend {
   void add_bias(float* y, const float* bias, int64_t rows, int64_t n) override {
     inner_->add_bias(y, bias, rows, n);
   }
+  float max_abs(const float* x, int64_t n) override { return inner_->max_abs(x, n); }
+  void scale(float* x, int64_t n, float f, DType act) override { inner_->scale(x, n, f, act); }
+  void softcap(float* x, int64_t n, float cap, DType act) override {
+    inner_->softcap(x, n, cap, act);
+  }
+  void sigmoid_mul(float* x, const float* gate, int64_t rows, int64_t dim, int64_t gate_dim,
+                   DType act) override {
+    inner_->sigmoid_mul(x, gate, rows, dim, gate_dim, act);
+  }
+  void copy_rows(std::span<const RowCopy> copies) override { inner_->copy_rows(copies); }
   void round_to(DType dt, float* x, int64_t n) override { inner_->round_to(dt, x, n); }
   void embedding(const Tensor& table, const int32_t* ids, int64_t n, float* out) override {
     inner_->embedding(table, ids, n, out);
@@ -93,6 +99,16 @@ class RangeRecorder final : public Backend {
   void write_mla_cache(const MlaCacheLayer& cache, const float* latent, const float* k_rope,
                        const AttentionBatch& batch) override {
     inner_->write_mla_cache(cache, latent, k_rope, batch);
+  }
+  void causal_conv1d(const CausalConv1d& conv, const RecurrentBatch& batch) override {
+    inner_->causal_conv1d(conv, batch);
+  }
+  void gated_delta_rule(const GatedDeltaRule& rule, const RecurrentBatch& batch) override {
+    inner_->gated_delta_rule(rule, batch);
+  }
+  void gated_rms_norm(float* x, const float* z, const float* w, float eps, int64_t rows,
+                      int64_t dim, DType act) override {
+    inner_->gated_rms_norm(x, z, w, eps, rows, dim, act);
   }
   void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer& cache,
                      const AttentionBatch& batch, int num_heads, float scale, float* out,

@@ -121,23 +121,36 @@ bool ExpertExchange::round(const LayerContext& ctx, bool done, int layer, const 
   std::vector<int64_t> cursor = peer_at;
   int64_t g = 0;
   ExpertRows& experts = *layers_[size_t(at)];
+  // Rows [from, from + n) of one buffer to [to, to + n) of another.
+  auto rows = [&](const float* src, int64_t from, float* dst, int64_t to, int64_t n) {
+    return RowCopy{.src = src + from * H_,
+                   .dst = dst + to * H_,
+                   .rows = n,
+                   .width = H_,
+                   .src_row = H_,
+                   .dst_row = H_};
+  };
   for (int64_t e = mine_.begin; e < mine_.end; ++e) {
     const int64_t first = g;
+    copies_.clear();
     for (int s = 0; s < peers_; ++s) {
       const int64_t n = count(s, e);
-      std::copy_n(recv_.data() + cursor[size_t(s)] * H_, n * H_, grouped_.data() + g * H_);
+      copies_.push_back(rows(recv_.data(), cursor[size_t(s)], grouped_.data(), g, n));
       g += n;
     }
+    ctx.be.copy_rows(copies_);
     if (g > first)
       experts.run_expert(ctx, int(e), grouped_.data() + first * H_, g - first,
                          outputs_.data() + first * H_);
     g = first;
+    copies_.clear();
     for (int s = 0; s < peers_; ++s) {
       const int64_t n = count(s, e);
-      std::copy_n(outputs_.data() + g * H_, n * H_, back_.data() + cursor[size_t(s)] * H_);
+      copies_.push_back(rows(outputs_.data(), g, back_.data(), cursor[size_t(s)], n));
       cursor[size_t(s)] += n;
       g += n;
     }
+    ctx.be.copy_rows(copies_);
   }
   float* into = done ? nullptr : res + int64_t(offsets[size_t(index_experts_.begin)]) * H_;
   check(comm_->all_to_all_v(back_.data(), recv_bytes_, into, send_bytes_));

@@ -22,6 +22,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/ops.h"
 #include "distributed/device_comm.h"
 #include "model/config.h"
 #include "model/tp_plan.h"
@@ -75,6 +76,7 @@ class ExpertExchange {
   std::vector<int64_t> header_, headers_;
   std::vector<size_t> send_bytes_, recv_bytes_;
   std::vector<float> recv_, grouped_, outputs_, back_;
+  std::vector<RowCopy> copies_;  // an expert's rows from (or back to) each peer
 };
 
 }  // namespace kestrel

@@ -1,8 +1,6 @@
 // Grouped-query attention over the paged KV cache (Llama, Qwen2, Qwen3 and Qwen3-MoE blocks), and
 // the gated attention of Qwen3-Next / Qwen3.5 (q_proj holds [query | gate] per head).
-#include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "model/layers.h"
 
@@ -54,21 +52,27 @@ class GqaAttention final : public AttentionLayer {
     const int64_t T = ctx.num_tokens;
     const int64_t qd = int64_t(nh_) * hd_, kvd = int64_t(nkv_) * hd_;  // this rank's
     Backend& be = ctx.be;
-    float* q = ctx.scratch.get(kSlotAttnQ, T * qd * (gate_ ? 2 : 1));
+    float* q = ctx.scratch.get(kSlotAttnQ, T * qd);
     float* k = ctx.scratch.get(kSlotAttnK, T * kvd);
     float* v = ctx.scratch.get(kSlotAttnV, T * kvd);
-    const LinearJob qkv[3] = {{&q_, q}, {&k_, k}, {&v_, v}};
+    // With the output gate q_proj gives [q | gate] per head, split into q and a buffer of its own
+    // (the attention output's, free until then).
+    float* qg = gate_ ? ctx.scratch.get(kSlotAttnOut, T * 2 * qd) : q;
+    const LinearJob qkv[3] = {{&q_, qg}, {&k_, k}, {&v_, v}};
     be.linear_group(qkv, h, T);
     float* gate = nullptr;
     if (gate_) {
-      // [q | gate] per head: queries packed to the front of q, gates to their own buffer.
       gate = ctx.scratch.get(kSlotAttnGate, T * qd);
-      for (int64_t r = 0; r < T * nh_; ++r) {
-        const float* src = q + r * 2 * hd_;
-        std::copy(src + hd_, src + 2 * hd_, gate + r * hd_);
-        // Row r moves down to r · hd, never over a later row's unread [q | gate].
-        std::memmove(q + r * hd_, src, size_t(hd_) * sizeof(float));
-      }
+      const int64_t rows = T * nh_;
+      const RowCopy halves[2] = {
+          {.src = qg, .dst = q, .rows = rows, .width = hd_, .src_row = 2 * hd_, .dst_row = hd_},
+          {.src = qg + hd_,
+           .dst = gate,
+           .rows = rows,
+           .width = hd_,
+           .src_row = 2 * hd_,
+           .dst_row = hd_}};
+      be.copy_rows(halves);
     }
     ctx.round(q, T * qd);
     ctx.round(k, T * kvd);
@@ -84,20 +88,15 @@ class GqaAttention final : public AttentionLayer {
     be.rope(q, T, nh_, hd_, ctx.positions, rope);
     // Before RoPE: rotation moves a pair's magnitude between its two values, within the headroom
     // calibration leaves.
-    kv_scales_.calibrate(k, v, T, kvd);
+    kv_scales_.calibrate(be, k, v, T, kvd);
     KVLayer cache = ctx.kv.layer(layer);
     kv_scales_.apply(cache);
     be.write_kv(cache, k, v, ctx.attention(layer), &rope);  // K rotated on its way into the cache
     float* attn = ctx.scratch.get(kSlotAttnOut, T * qd);
     be.paged_attention(q, cache, ctx.attention(layer), nh_, scale_, attn, ctx.act);
-    if (gate_) {
-      // attn · sigmoid(gate), the sigmoid and the product each rounded as the reference's are.
-      ctx.round(gate, T * qd);
-      for (int64_t i = 0; i < T * qd; ++i) gate[i] = 1.0f / (1.0f + std::exp(-gate[i]));
-      ctx.round(gate, T * qd);
-      for (int64_t i = 0; i < T * qd; ++i) attn[i] *= gate[i];
-      ctx.round(attn, T * qd);
-    }
+    // attn · sigmoid(gate), the gate, its sigmoid and the product each rounded as the
+    // reference's are.
+    if (gate_) be.sigmoid_mul(attn, gate, T, qd, qd, ctx.act);
     output_projection(ctx, o_, TpSplit::kAttention, attn, T, out);
   }
 

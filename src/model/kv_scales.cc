@@ -92,12 +92,6 @@ void warn_default_scales(DType dtype) {
         dtype_name(dtype));
 }
 
-float max_abs(const float* x, int64_t n) {
-  float m = 0.0f;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
-  return m;
-}
-
 float fp8_max(DType t) {
   return t == DType::F8_E5M2 ? kFp8E5M2Max : kFp8E4M3Max;
 }
@@ -207,18 +201,21 @@ float KvLayerScales::calibrated(float amax, float share_of_e4m3) const {
   return amax > 0.0f ? amax / (format_max_ * share_of_e4m3 / kFp8E4M3Max) : 1.0f;
 }
 
-void KvLayerScales::calibrate(const float* k, const float* v, int64_t rows, int64_t width) {
+void KvLayerScales::calibrate(Backend& be, const float* k, const float* v, int64_t rows,
+                              int64_t width) {
   if (!pending_ || rows == 0) return;
   pending_ = false;
-  if (k_scale_.empty()) k_scale_.assign(size_t(width), calibrated(max_abs(k, rows * width), 200));
-  if (v_scale_.empty()) v_scale_.assign(size_t(width), calibrated(max_abs(v, rows * width), 100));
+  if (k_scale_.empty())
+    k_scale_.assign(size_t(width), calibrated(be.max_abs(k, rows * width), 200));
+  if (v_scale_.empty())
+    v_scale_.assign(size_t(width), calibrated(be.max_abs(v, rows * width), 100));
 }
 
-void KvLayerScales::calibrate_latent(const float* latent, int64_t n_latent, const float* rope,
-                                     int64_t n_rope) {
+void KvLayerScales::calibrate_latent(Backend& be, const float* latent, int64_t n_latent,
+                                     const float* rope, int64_t n_rope) {
   if (!pending_ || n_latent == 0) return;
   pending_ = false;
-  latent_scale_ = calibrated(std::max(max_abs(latent, n_latent), max_abs(rope, n_rope)), 200);
+  latent_scale_ = calibrated(std::max(be.max_abs(latent, n_latent), be.max_abs(rope, n_rope)), 200);
 }
 
 }  // namespace kestrel

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/ops.h"
+#include "backend/backend.h"
 #include "base/status.h"
 #include "model/tp_plan.h"
 #include "model/weight_source.h"
@@ -58,9 +58,10 @@ class KvLayerScales {
   // --calculate-kv-scales: on the first call with tokens, sets the missing scales from this
   // batch's `rows` rows of K and V (`width` channels each, the rank's heads); later calls do
   // nothing.
-  void calibrate(const float* k, const float* v, int64_t rows, int64_t width);
+  void calibrate(Backend& be, const float* k, const float* v, int64_t rows, int64_t width);
   // The same for a latent cache: its n_latent latent and n_rope rope-key values.
-  void calibrate_latent(const float* latent, int64_t n_latent, const float* rope, int64_t n_rope);
+  void calibrate_latent(Backend& be, const float* latent, int64_t n_latent, const float* rope,
+                        int64_t n_rope);
   bool pending() const { return pending_; }
 
  private:

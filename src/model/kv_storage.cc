@@ -64,6 +64,13 @@ float* KVCacheStorage::state(int layer, int32_t slot) const {
                              size_t(layout_.state.floats_per_layer);
 }
 
+StateSlots KVCacheStorage::state_slots(int layer) const {
+  const int32_t n = num_state_entries();
+  KCHECK(n > 0, "no linear-attention state slots");
+  return StateSlots{state(layer, 0),
+                    int64_t(layout_.state.num_layers) * layout_.state.floats_per_layer, n};
+}
+
 void KVCacheStorage::copy_state(int32_t from, int32_t to) const {
   const int32_t n = num_state_entries();
   KCHECK(from >= 0 && from < n && to >= 0 && to < n, "state slots {} -> {} of {}", from, to, n);

@@ -54,6 +54,8 @@ class KVCacheStorage {
   // The linear-attention state of model layer `layer` in state slot `slot`
   // (layout().state.floats_per_layer values); checkpoints are slots too.
   float* state(int layer, int32_t slot) const;
+  // The same for every slot, as the recurrent ops take it (backend/ops.h).
+  StateSlots state_slots(int layer) const;
   // Every linear-attention layer's state of slot `from` into slot `to`.
   void copy_state(int32_t from, int32_t to) const;
   int32_t num_state_slots() const { return num_state_slots_; }

@@ -77,11 +77,9 @@ struct LayerContext {
   ExpertExchange* experts = nullptr;
   // Zero-centred norms (ModelConfig::norm_offset): weights hold 1 + w (see rms_norm below).
   bool norm_offset = false;
-  // Sequences of the batch ([S + 1] token offsets) and their linear-attention state slots.
-  std::span<const int32_t> query_start_loc;
-  std::span<const int32_t> state_slots;
-  std::span<const int32_t> state_snapshots;  // ForwardBatch::state_snapshots
-  std::span<const int32_t> state_holds;      // ForwardBatch::state_holds
+  // The batch's sequences as linear-attention layers run them: their state slots, holds and
+  // draft snapshots (ForwardBatch::state_slots, state_holds, state_snapshots).
+  RecurrentBatch recurrent;
   // Gemma3: the RoPE of sliding-window layers (null: every layer uses `rope`).
   const RopeParams* rope_local = nullptr;
 

@@ -86,16 +86,25 @@ class MlaAttention final : public AttentionLayer {
     float* latent = s.get(kSlotMlaLatent, T * r_);
     float* k_rope = s.get(kSlotMlaKRope, T * dr_);
     float* q_rope = s.get(kSlotMlaQRope, T * nh_ * dr_);
-    for (int64_t t = 0; t < T; ++t) {
-      std::copy_n(kva + t * (r_ + dr_), r_, latent + t * r_);
-      std::copy_n(kva + t * (r_ + dr_) + r_, dr_, k_rope + t * dr_);
-      for (int hh = 0; hh < nh_; ++hh)
-        std::copy_n(q + (t * nh_ + hh) * qk + dn_, dr_, q_rope + (t * nh_ + hh) * dr_);
-    }
+    const RowCopy parts[3] = {
+        {.src = kva, .dst = latent, .rows = T, .width = r_, .src_row = r_ + dr_, .dst_row = r_},
+        {.src = kva + r_,
+         .dst = k_rope,
+         .rows = T,
+         .width = dr_,
+         .src_row = r_ + dr_,
+         .dst_row = dr_},
+        {.src = q + dn_,
+         .dst = q_rope,
+         .rows = T * nh_,
+         .width = dr_,
+         .src_row = qk,
+         .dst_row = dr_}};
+    be.copy_rows(parts);
     be.rms_norm(latent, kv_a_norm_.data(), ctx.eps, T, r_, latent, ctx.act);
     be.rope(q_rope, T, nh_, int(dr_), ctx.positions, ctx.rope);
     be.rope(k_rope, T, 1, int(dr_), ctx.positions, ctx.rope);
-    kv_scales_.calibrate_latent(latent, T * r_, k_rope, T * dr_);
+    kv_scales_.calibrate_latent(ctx.be, latent, T * r_, k_rope, T * dr_);
     MlaCacheLayer cache = ctx.kv.mla_layer(layer, int(r_));
     kv_scales_.apply(cache);
     be.write_mla_cache(cache, latent, k_rope, ctx.attention(layer));
@@ -105,10 +114,21 @@ class MlaAttention final : public AttentionLayer {
     float* head_in = s.get(kSlotMlaHeadIn, T * std::max(dn_, r_));
     float* head_out = s.get(kSlotMlaHeadOut, T * std::max(dv_, r_));
     for (int hh = 0; hh < nh_; ++hh) {
-      for (int64_t t = 0; t < T; ++t) std::copy_n(q + (t * nh_ + hh) * qk, dn_, head_in + t * dn_);
+      const RowCopy in{.src = q + hh * qk,
+                       .dst = head_in,
+                       .rows = T,
+                       .width = dn_,
+                       .src_row = nh_ * qk,
+                       .dst_row = dn_};
+      be.copy_rows({&in, 1});
       be.linear(uk_t_[hh], head_in, T, head_out);
-      for (int64_t t = 0; t < T; ++t)
-        std::copy_n(head_out + t * r_, r_, q_lat + (t * nh_ + hh) * r_);
+      const RowCopy out{.src = head_out,
+                        .dst = q_lat + hh * r_,
+                        .rows = T,
+                        .width = r_,
+                        .src_row = r_,
+                        .dst_row = nh_ * r_};
+      be.copy_rows({&out, 1});
     }
     float* o_lat = s.get(kSlotMlaOLat, T * nh_ * r_);
     be.mla_attention(q_lat, q_rope, cache, ctx.attention(layer), nh_, scale_, o_lat, ctx.act);
@@ -116,11 +136,21 @@ class MlaAttention final : public AttentionLayer {
     // o_h = W_UV[h] · ō_h into [T, nh, dv].
     float* o = s.get(kSlotAttnOut, T * nh_ * dv_);
     for (int hh = 0; hh < nh_; ++hh) {
-      for (int64_t t = 0; t < T; ++t)
-        std::copy_n(o_lat + (t * nh_ + hh) * r_, r_, head_in + t * r_);
+      const RowCopy in{.src = o_lat + hh * r_,
+                       .dst = head_in,
+                       .rows = T,
+                       .width = r_,
+                       .src_row = nh_ * r_,
+                       .dst_row = r_};
+      be.copy_rows({&in, 1});
       be.linear(uv_[hh], head_in, T, head_out);
-      for (int64_t t = 0; t < T; ++t)
-        std::copy_n(head_out + t * dv_, dv_, o + (t * nh_ + hh) * dv_);
+      const RowCopy out{.src = head_out,
+                        .dst = o + hh * dv_,
+                        .rows = T,
+                        .width = dv_,
+                        .src_row = dv_,
+                        .dst_row = nh_ * dv_};
+      be.copy_rows({&out, 1});
     }
     ctx.round(o, T * nh_ * dv_);
     output_projection(ctx, o_, TpSplit::kAttention, o, T, out);

@@ -219,7 +219,9 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
         }
         float* all = ctx.scratch.get(kSlotTpIn, T * k_ * H_);
         tp.gather_rows(res + rank_rows_[size_t(shard.rank)].begin * H_, rank_rows_, H_, all);
-        std::copy_n(all, T * k_ * H_, res);
+        const RowCopy back{
+            .src = all, .dst = res, .rows = T * k_, .width = H_, .src_row = H_, .dst_row = H_};
+        be.copy_rows({&back, 1});
       }
     } else {
       for (int64_t e = 0; e < E_; ++e) {
@@ -238,12 +240,7 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
         // s · sigmoid(gate · h): the gate logit, its sigmoid and the product each rounded.
         float* g = ctx.scratch.get(kSlotMoeWeights, T);
         be.linear(shared_gate_, h, T, g);
-        ctx.round(g, T);
-        for (int64_t t = 0; t < T; ++t) g[t] = 1.0f / (1.0f + std::exp(-g[t]));
-        ctx.round(g, T);
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t i = 0; i < H_; ++i) s[t * H_ + i] *= g[t];
-        ctx.round(s, T * H_);
+        be.sigmoid_mul(s, g, T, H_, 1, ctx.act);
       }
       be.add_inplace(out, s, T * H_);
       ctx.round(out, T * H_);

@@ -7,8 +7,8 @@
 
 namespace kestrel {
 
-TpGroup::TpGroup(const ModelConfig& config, const TensorParallel& tp)
-    : rank_(tp.shard.rank), comm_(tp.comm), config_(config) {
+TpGroup::TpGroup(const ModelConfig& config, const TensorParallel& tp, Backend& be)
+    : rank_(tp.shard.rank), comm_(tp.comm), be_(be), config_(config) {
   KCHECK(tp.enabled() && comm_ != nullptr && comm_->size() == tp.shard.size,
          "a tensor-parallel group of {} ranks needs a communicator of that size", tp.shard.size);
   for (int r = 0; r < tp.shard.size; ++r) {
@@ -75,16 +75,27 @@ void TpGroup::gather(TpSplit split, const float* local, int64_t rows, float* out
   const int64_t mine = tp_range(shard(), split).size() * unit;
   send_.assign(part, 0.0f);
   recv_.resize(part * shards_.size());
-  for (int64_t r = 0; r < rows; ++r) std::copy_n(local + r * mine, mine, send_.data() + r * widest);
+  const RowCopy pack{.src = local,
+                     .dst = send_.data(),
+                     .rows = rows,
+                     .width = mine,
+                     .src_row = mine,
+                     .dst_row = widest};
+  be_.copy_rows({&pack, 1});
   // Not a programming error: a rank died or hangs. The step fails; the executor ends the group.
   if (Status st = comm_->all_gather(send_.data(), part, recv_.data()); !st.ok())
     throw std::runtime_error(st.message());
+  copies_.clear();
   for (size_t q = 0; q < shards_.size(); ++q) {
     const IndexRange ir = tp_range(shards_[q], split);
-    const int64_t begin = ir.begin * unit, n = ir.size() * unit;
-    for (int64_t r = 0; r < rows; ++r)
-      std::copy_n(recv_.data() + q * part + size_t(r * widest), n, out + r * total + begin);
+    copies_.push_back({.src = recv_.data() + q * part,
+                       .dst = out + ir.begin * unit,
+                       .rows = rows,
+                       .width = ir.size() * unit,
+                       .src_row = widest,
+                       .dst_row = total});
   }
+  be_.copy_rows(copies_);
 }
 
 void TpGroup::gather_rows(const float* local, std::span<const IndexRange> rows_of, int64_t width,
@@ -95,11 +106,24 @@ void TpGroup::gather_rows(const float* local, std::span<const IndexRange> rows_o
   send_.assign(part, 0.0f);
   recv_.resize(part * rows_of.size());
   const IndexRange mine = rows_of[size_t(rank_)];
-  std::copy_n(local, mine.size() * width, send_.data());
+  const RowCopy pack{.src = local,
+                     .dst = send_.data(),
+                     .rows = mine.size(),
+                     .width = width,
+                     .src_row = width,
+                     .dst_row = width};
+  be_.copy_rows({&pack, 1});
   if (Status st = comm_->all_gather(send_.data(), part, recv_.data()); !st.ok())
     throw std::runtime_error(st.message());
+  copies_.clear();
   for (size_t q = 0; q < rows_of.size(); ++q)
-    std::copy_n(recv_.data() + q * part, rows_of[q].size() * width, out + rows_of[q].begin * width);
+    copies_.push_back({.src = recv_.data() + q * part,
+                       .dst = out + rows_of[q].begin * width,
+                       .rows = rows_of[q].size(),
+                       .width = width,
+                       .src_row = width,
+                       .dst_row = width});
+  be_.copy_rows(copies_);
 }
 
 }  // namespace kestrel

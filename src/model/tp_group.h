@@ -15,6 +15,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/backend.h"
 #include "distributed/device_comm.h"
 #include "model/config.h"
 #include "model/tp_plan.h"
@@ -38,8 +39,9 @@ IndexRange tp_range(const TpShard& shard, TpSplit split);
 
 class TpGroup {
  public:
-  // `tp` must be enabled and planned from `config` (the whole model's).
-  TpGroup(const ModelConfig& config, const TensorParallel& tp);
+  // `tp` must be enabled and planned from `config` (the whole model's). The rows go in and out
+  // of the collectives' buffers by `be`'s copies.
+  TpGroup(const ModelConfig& config, const TensorParallel& tp, Backend& be);
 
   const TpShard& shard() const { return shards_[size_t(rank_)]; }
   int size() const { return int(shards_.size()); }
@@ -61,8 +63,10 @@ class TpGroup {
   std::vector<TpShard> shards_;  // every rank's, in rank order
   int rank_;
   DeviceComm* comm_;
+  Backend& be_;
   ModelConfig config_;
   std::vector<float> send_, recv_;  // parts padded to the widest rank's
+  std::vector<RowCopy> copies_;     // a gather's, one per rank
 };
 
 }  // namespace kestrel

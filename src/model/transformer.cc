@@ -86,7 +86,7 @@ class TransformerModel final : public CausalLM {
         rank_cfg_.linear.num_value_heads =
             tp_.shard.linear_key_heads.size() * cfg_.linear.value_heads_per_key_head();
       }
-      tp_group_ = std::make_unique<TpGroup>(cfg_, tp_);
+      tp_group_ = std::make_unique<TpGroup>(cfg_, tp_, be_);
     }
     if (tp_.experts_sharded())
       experts_ = std::make_unique<ExpertExchange>(cfg_, tp_.shard, tp_.ep_comm);
@@ -185,8 +185,7 @@ class TransformerModel final : public CausalLM {
       // Gemma: rows × sqrt(hidden), the factor in the weights' dtype as the reference casts it.
       float f = std::sqrt(float(H));
       be_.round_to(act_, &f, 1);
-      for (int64_t i = 0; i < T * H; ++i) x[i] *= f;
-      ctx.round(x, T * H);
+      be_.scale(x, T * H, f, act_);
     }
     run_blocks(ctx, blocks_, x);
     tokens_ = T;
@@ -211,8 +210,6 @@ class TransformerModel final : public CausalLM {
                            experts_.get(),
                            cfg_.norm_offset,
                            {},
-                           {},
-                           {},
                            {}};
     experts_->finish_step(ctx);
   }
@@ -235,25 +232,42 @@ class TransformerModel final : public CausalLM {
     const LayerContext ctx = context(fb, ab, rp, mtp_kv);
     be_.embedding(embed_, fb.token_ids.data(), T, e);
     ctx.round(e, T * H);
-    for (int64_t t = 0; t < T; ++t) {
-      ctx.rms_norm(e + t * H, mtp_->enorm.data(), 1, H, cat + t * 2 * H);
-      ctx.rms_norm(hidden + t * H, mtp_->hnorm.data(), 1, H, cat + t * 2 * H + H);
-    }
+    // [enorm(e) | hnorm(hidden)] per token; h may be `hidden` itself, which rms_norm allows.
+    float* h = ws_.h.data();
+    ctx.rms_norm(e, mtp_->enorm.data(), T, H, e);
+    ctx.rms_norm(hidden, mtp_->hnorm.data(), T, H, h);
+    const RowCopy halves[2] = {
+        {.src = e, .dst = cat, .rows = T, .width = H, .src_row = H, .dst_row = 2 * H},
+        {.src = h, .dst = cat + H, .rows = T, .width = H, .src_row = H, .dst_row = 2 * H}};
+    be_.copy_rows(halves);
     be_.linear(mtp_->eh_proj, cat, T, x);
     ctx.round(x, T * H);
     run_blocks(ctx, std::span<Block>(&mtp_->block, 1), x);
     tokens_ = T;
-    const size_t R = fb.logits_indices.size();
-    if (next_hidden != nullptr && !mtp_->drafts_from_normed)
-      for (size_t r = 0; r < R; ++r) {
-        const int64_t row = fb.logits_indices[r];
+    const int64_t R = int64_t(fb.logits_indices.size());
+    if (next_hidden != nullptr && !mtp_->drafts_from_normed) {
+      for (const int32_t row : fb.logits_indices)
         KCHECK(row >= 0 && row < T, "logits index {} out of range", row);
-        std::copy(x + row * H, x + (row + 1) * H, next_hidden + int64_t(r) * H);
-      }
+      const RowCopy pick{.src = x,
+                         .dst = next_hidden,
+                         .rows = R,
+                         .width = H,
+                         .src_row = H,
+                         .dst_row = H,
+                         .src_rows = fb.logits_indices.data()};
+      be_.copy_rows({&pick, 1});
+    }
     head(fb.logits_indices, mtp_->head_norm, mtp_->head, logits);
     // head() leaves the rows it normed in ws_.h.
-    if (next_hidden != nullptr && mtp_->drafts_from_normed)
-      std::copy_n(ws_.h.data(), R * size_t(H), next_hidden);
+    if (next_hidden != nullptr && mtp_->drafts_from_normed) {
+      const RowCopy normed{.src = ws_.h.data(),
+                           .dst = next_hidden,
+                           .rows = R,
+                           .width = H,
+                           .src_row = H,
+                           .dst_row = H};
+      be_.copy_rows({&normed, 1});
+    }
   }
 
  private:
@@ -316,11 +330,34 @@ class TransformerModel final : public CausalLM {
                         tp_group_.get(),
                         experts_.get(),
                         cfg_.norm_offset,
-                        fb.query_start_loc,
-                        fb.state_slots,
-                        fb.state_snapshots,
-                        fb.state_holds,
+                        recurrent_batch(fb, kv),
                         rope_local_.rot_dim > 0 ? &rope_local_params_ : nullptr};
+  }
+
+  // The batch's sequences as linear-attention layers take them; a sequence's draft snapshots
+  // are its slot's first ones.
+  RecurrentBatch recurrent_batch(const ForwardBatch& fb, const KVCacheStorage& kv) {
+    const size_t S = fb.query_start_loc.size() - 1;
+    RecurrentBatch rb;
+    rb.num_seqs = int(S);
+    rb.query_start_loc = fb.query_start_loc.data();
+    rb.positions = fb.positions.data();
+    if (fb.state_slots.empty()) return rb;
+    KCHECK(fb.state_slots.size() == S && (fb.state_holds.empty() || fb.state_holds.size() == S) &&
+               (fb.state_snapshots.empty() || fb.state_snapshots.size() == S),
+           "{} state slots, {} holds and {} snapshot counts for {} sequences",
+           fb.state_slots.size(), fb.state_holds.size(), fb.state_snapshots.size(), S);
+    rb.state_slots = fb.state_slots.data();
+    if (!fb.state_holds.empty()) rb.hold_slots = fb.state_holds.data();
+    if (!fb.state_snapshots.empty()) {
+      snapshot_slots_.resize(S);
+      for (size_t s = 0; s < S; ++s)
+        snapshot_slots_[s] =
+            fb.state_snapshots[s] > 0 ? kv.draft_snapshot(fb.state_slots[s], 0) : -1;
+      rb.snapshot_counts = fb.state_snapshots.data();
+      rb.snapshot_slots = snapshot_slots_.data();
+    }
+    return rb;
   }
 
   // One view of the batch per KV cache group: the group's slots, tables and window.
@@ -400,33 +437,25 @@ class TransformerModel final : public CausalLM {
       be_.round_to(act_, head_local_.data(), R * mine);
       tp_group_->gather(TpSplit::kVocab, head_local_.data(), R, logits);
     }
-    if (cfg_.final_logit_softcapping > 0) softcap(logits, R * cfg_.vocab_size);
-  }
-
-  // Gemma's c · tanh(logits / c): the quotient, the tanh and the product each rounded as the
-  // reference computes them in the activation dtype.
-  void softcap(float* logits, int64_t n) {
-    const float c = float(cfg_.final_logit_softcapping);
-    be_.parallel_for(n, 4096, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) logits[i] /= c;
-      be_.round_to(act_, logits + b, e - b);
-      for (int64_t i = b; i < e; ++i) logits[i] = std::tanh(logits[i]);
-      be_.round_to(act_, logits + b, e - b);
-      for (int64_t i = b; i < e; ++i) logits[i] *= c;
-      be_.round_to(act_, logits + b, e - b);
-    });
+    // Gemma's c · tanh(logits / c), each step rounded as the reference computes it.
+    if (cfg_.final_logit_softcapping > 0)
+      be_.softcap(logits, R * cfg_.vocab_size, float(cfg_.final_logit_softcapping), act_);
   }
 
   // Rows of the last pass's residual stream through `norm`, into out [rows.size(), hidden].
   void normed_rows(std::span<const int32_t> rows, const Norm& norm, float* out) {
     const int64_t H = cfg_.hidden_size;
     const int64_t R = int64_t(rows.size());
-    const float* x = ws_.x.data();
-    for (int64_t r = 0; r < R; ++r) {
-      const int32_t row = rows[r];
+    for (const int32_t row : rows)
       KCHECK(row >= 0 && row < tokens_, "logits index {} out of range", row);
-      std::copy(x + int64_t(row) * H, x + int64_t(row + 1) * H, out + r * H);
-    }
+    const RowCopy pick{.src = ws_.x.data(),
+                       .dst = out,
+                       .rows = R,
+                       .width = H,
+                       .src_row = H,
+                       .dst_row = H,
+                       .src_rows = rows.data()};
+    be_.copy_rows({&pick, 1});
     rms_norm_rows(be_, act_, cfg_.norm_offset, out, norm, float(cfg_.rms_norm_eps), R, H, out);
   }
 
@@ -465,6 +494,7 @@ class TransformerModel final : public CausalLM {
   std::unique_ptr<ExpertExchange> experts_;  // set under expert parallelism
   std::unique_ptr<KVCacheStorage> idle_kv_;  // finish_step()'s stand-in
   std::vector<float> head_local_;            // this rank's vocabulary rows of the logits
+  std::vector<int32_t> snapshot_slots_;      // recurrent_batch()'s
   int64_t tokens_ = 0;  // tokens of the last pass, whose residual stream ws_.x holds
 };
 

@@ -1,4 +1,4 @@
-// runner/logits_rules.h — applies a request's LogitsRules (sched/sampling_params.h: OpenAI's
+// runner/logits_rules.h — applies a request's LogitsRules (sampling/sampling_params.h: OpenAI's
 // logit_bias, vLLM's allowed_token_ids and bad_words) to a row of logits before the token mask,
 // sampling and logprobs. A pure function; the runner calls it once per sampled row.
 #pragma once

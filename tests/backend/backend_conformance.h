@@ -49,6 +49,24 @@ inline Interval product(Interval a, Interval b) {
   return {*std::min_element(p, p + 4), *std::max_element(p, p + 4)};
 }
 
+// The unit roundoff of rounding to t, and the most a rounding to t moves a value below its
+// normal range (f16's subnormals: half their spacing).
+inline double unit(DType t) {
+  return t == DType::BF16 ? 0x1p-8 : t == DType::F16 ? 0x1p-11 : kU;
+}
+inline double tiny(DType t) {
+  return t == DType::F16 ? 0x1p-25 : 0.0;
+}
+
+// Whether every value is one of t's: an op's last step rounded to t.
+inline ::testing::AssertionResult rounded_to(DType t, const std::vector<float>& v) {
+  for (size_t i = 0; i < v.size(); ++i)
+    if (cpu::test::rounded(t, v[i]) != v[i])
+      return ::testing::AssertionFailure()
+             << "value " << i << " (" << v[i] << ") is no " << dtype_name(t);
+  return ::testing::AssertionSuccess();
+}
+
 // Bitwise equality of n elements, naming the first that differs and counting them.
 template <typename T>
 ::testing::AssertionResult same_bits(const T* a, const T* b, size_t n) {

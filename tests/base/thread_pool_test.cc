@@ -112,6 +112,44 @@ TEST(ThreadPool, GrainLimitsChunks) {
   EXPECT_GE(smallest.load(), 5);
 }
 
+// The participant index: in range, the caller's 0, one OS thread per index, never two chunks
+// at once under one index (also for concurrent callers and serial calls), and a nested call runs
+// under its thread's index.
+TEST(ThreadPool, ParticipantIndicesAreExclusive) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> busy(3);
+  std::mutex mu;
+  std::vector<std::set<std::thread::id>> threads_of(3);
+  std::atomic<int> bad{0};
+  auto enter = [&](int thread) {
+    if (thread < 0 || thread >= 3 || busy[size_t(thread)].fetch_add(1) != 0) ++bad;
+    std::lock_guard<std::mutex> lock(mu);
+    threads_of[size_t(thread)].insert(std::this_thread::get_id());
+  };
+  auto leave = [&](int thread) { busy[size_t(thread)].fetch_sub(1); };
+  auto caller = [&](int64_t n) {
+    for (int round = 0; round < 100; ++round) {
+      pool.parallel_for(n, 1, [&](int64_t b, int64_t e, int thread) {
+        enter(thread);
+        std::this_thread::sleep_for(std::chrono::microseconds(20 * (e - b)));
+        pool.parallel_for(4, 1, [&](int64_t, int64_t, int inner) {
+          if (inner != thread) ++bad;
+        });
+        leave(thread);
+      });
+    }
+  };
+  std::thread a(caller, 24), b(caller, 1);  // b's calls run serially, as index 0
+  a.join();
+  b.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(threads_of[1].size(), 1u);
+  EXPECT_EQ(threads_of[2].size(), 1u);
+  int main_index = -1;
+  pool.parallel_for(1, 1, [&](int64_t, int64_t, int thread) { main_index = thread; });
+  EXPECT_EQ(main_index, 0);
+}
+
 }  // namespace
 // The CPUs the calling thread may run on.
 std::set<int> thread_cpus() {

@@ -131,16 +131,17 @@ class MapSource final : public WeightSource {
 };
 
 TEST(KvScales, AbsentFp8ScalesCalibrateOnceFromTheFirstBatch) {
+  const std::unique_ptr<Backend> be = make_cpu_backend(1);
   MapSource src({{"a.v_scale", {0.5f}}});  // V given per tensor, K absent
   KvCacheQuant q{DType::F8_E4M3};
   q.calculate_scales = true;
   auto s = KvLayerScales::load(src, q, "a.", IndexRange{0, 1}, 1, 4);
   ASSERT_TRUE(s.ok()) << s.error().message;
   EXPECT_TRUE(s->pending());
-  s->calibrate(nullptr, nullptr, 0, 4);  // an empty batch sets nothing
+  s->calibrate(*be, nullptr, nullptr, 0, 4);  // an empty batch sets nothing
   EXPECT_TRUE(s->pending());
   const float k[8] = {1, -3, 2, 0.5f, 0, 8, -1, 2}, v[8] = {9, 9, 9, 9, 9, 9, 9, 9};
-  s->calibrate(k, v, 2, 4);
+  s->calibrate(*be, k, v, 2, 4);
   EXPECT_FALSE(s->pending());
   KVLayer layer;
   s->apply(layer);
@@ -150,7 +151,7 @@ TEST(KvScales, AbsentFp8ScalesCalibrateOnceFromTheFirstBatch) {
     EXPECT_EQ(layer.v_scale[d], 0.5f);
   }
   const float big[8] = {100, 100, 100, 100, 100, 100, 100, 100};
-  s->calibrate(big, big, 2, 4);  // later batches change nothing
+  s->calibrate(*be, big, big, 2, 4);  // later batches change nothing
   s->apply(layer);
   EXPECT_FLOAT_EQ(layer.k_scale[0], 8.0f / 200.0f);
   // E5M2 scales map the same share of its larger range.
@@ -159,7 +160,7 @@ TEST(KvScales, AbsentFp8ScalesCalibrateOnceFromTheFirstBatch) {
   MapSource empty({});
   auto s5 = KvLayerScales::load(empty, q5, "a.", IndexRange{0, 1}, 1, 4);
   ASSERT_TRUE(s5.ok());
-  s5->calibrate(k, v, 2, 4);
+  s5->calibrate(*be, k, v, 2, 4);
   s5->apply(layer);
   EXPECT_FLOAT_EQ(layer.k_scale[0], 8.0f / (57344.0f * 200.0f / 448.0f));
   EXPECT_FLOAT_EQ(layer.v_scale[0], 9.0f / (57344.0f * 100.0f / 448.0f));

@@ -13,7 +13,7 @@ namespace kestrel::cpu {
 namespace {
 
 void widen_keys(const CacheRowCodec& c, const uint8_t* const* src, int nk, float* dst, int64_t hdp,
-                int hd) {
+                int hd, float*) {
   widen_cache_rows(c, src, nk, dst, hdp, hd);
   std::fill(dst + nk * hdp, dst + kAttentionKeyBlock * hdp, 0.0f);
 }

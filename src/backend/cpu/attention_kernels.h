@@ -16,9 +16,10 @@ constexpr int kAttentionKeyBlock = 8;
 
 struct AttentionKernels {
   // Widens nk <= 8 cached key rows (src[i], head dim hd, in the format c says) into the layout
-  // `scores` reads, 8·hdp floats (hdp = hd rounded up to 8); keys nk..7 are zero.
+  // `scores` reads, 8·hdp floats (hdp = hd rounded up to 8); keys nk..7 are zero. `row` is hdp
+  // floats of the caller's scratch.
   void (*widen_keys)(const CacheRowCodec& c, const uint8_t* const* src, int nk, float* dst,
-                     int64_t hdp, int hd);
+                     int64_t hdp, int hd, float* row);
   // For each row r < nq with active[r]: out[r·out_stride + jj] = dot(q_r, k_jj) (eight-lane
   // partial sums in dimension order, then hsum8x8), rounded to act, times scale, rounded to act.
   // q rows are hdp floats apart.

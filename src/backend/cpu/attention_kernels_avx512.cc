@@ -10,7 +10,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <vector>
 
 #include "backend/cpu/attention_rows.h"
 #include "backend/cpu/simd_math.h"
@@ -25,9 +24,7 @@ namespace {
 constexpr int kPairs = kAttentionKeyBlock / 2;
 
 void widen_keys(const CacheRowCodec& codec, const uint8_t* const* src, int nk, float* dst,
-                int64_t hdp, int hd) {
-  thread_local std::vector<float> row;
-  row.resize(size_t(hdp));
+                int64_t hdp, int hd, float* row) {
   const int64_t chunks = hdp / 8;
   for (int jj = 0; jj < kAttentionKeyBlock; ++jj) {
     float* base = dst + (jj / 2) * chunks * 16 + 8 * (jj % 2);
@@ -35,11 +32,11 @@ void widen_keys(const CacheRowCodec& codec, const uint8_t* const* src, int nk, f
       for (int64_t c = 0; c < chunks; ++c) _mm256_storeu_ps(base + 16 * c, _mm256_setzero_ps());
       continue;
     }
-    const float* w = row.data();
+    const float* w = row;
     if (codec.dtype == DType::F32 && hd == hdp) {
       w = reinterpret_cast<const float*>(src[jj]);
     } else {
-      widen_cache_row(codec, src[jj], row.data(), hd);
+      widen_cache_row(codec, src[jj], row, hd);
     }
     for (int64_t c = 0; c < chunks; ++c)
       _mm256_storeu_ps(base + 16 * c, _mm256_loadu_ps(w + 8 * c));

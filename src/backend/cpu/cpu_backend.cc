@@ -6,6 +6,7 @@
 
 #include "backend/cpu/bf16_tiles.h"
 #include "backend/cpu/float_panels.h"
+#include "backend/cpu/gated_deltanet.h"
 #include "backend/cpu/int8_matmul.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/mla_attention.h"
@@ -15,6 +16,7 @@
 #include "backend/cpu/paged_attention.h"
 #include "backend/cpu/rope.h"
 #include "backend/cpu/sampling.h"
+#include "backend/cpu/thread_scratch.h"
 #include "base/thread_pool.h"
 
 namespace kestrel {
@@ -22,7 +24,8 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int threads, QuantCompute qc, bool pin) : pool_(threads, pin), quant_compute_(qc) {}
+  CpuBackend(int threads, QuantCompute qc, bool pin)
+      : pool_(threads, pin), scratch_(pool_.size()), quant_compute_(qc) {}
   std::string name() const override {
     return fmt::format("cpu ({} threads, {}, {} quantized matmuls)", pool_.size(),
                        cpu::linear_isa(), quant_compute_ == QuantCompute::kInt8 ? "int8" : "f32");
@@ -58,11 +61,11 @@ class CpuBackend final : public Backend {
     w.packed_kind = kind;
   }
   void linear(const Tensor& w, const float* x, int64_t m, float* y) override {
-    cpu::linear(w, x, m, y, pool_, quant_compute_);
+    cpu::linear(w, x, m, y, pool_, quant_compute_, &scratch_);
     if (w.out_bias != nullptr) add_bias(y, w.out_bias, m, w.rows());
   }
   void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m) override {
-    cpu::linear_group(jobs, x, m, pool_, quant_compute_);
+    cpu::linear_group(jobs, x, m, pool_, quant_compute_, &scratch_);
     for (const LinearJob& j : jobs)
       if (j.w->out_bias != nullptr) add_bias(j.y, j.w->out_bias, m, j.w->rows());
   }
@@ -91,15 +94,12 @@ class CpuBackend final : public Backend {
       cpu::gelu_tanh_mul(gate + b, up + b, out + b, e - b, act);
     });
   }
-  void parallel_for(int64_t n, int64_t grain,
-                    const std::function<void(int64_t, int64_t)>& fn) override {
-    pool_.parallel_for(n, grain, fn);
-  }
   // A request's rows depend on each other (its drafts, its generator); requests do not.
   void sample(std::span<const SampleGroup> groups, std::span<GroupSamples> out) override {
     KCHECK(groups.size() == out.size(), "{} sample groups, {} outputs", groups.size(), out.size());
-    pool_.parallel_for(int64_t(groups.size()), 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) cpu::sample_group(groups[size_t(i)], out[size_t(i)]);
+    pool_.parallel_for(int64_t(groups.size()), 1, [&](int64_t b, int64_t e, int thread) {
+      for (int64_t i = b; i < e; ++i)
+        cpu::sample_group(groups[size_t(i)], out[size_t(i)], &scratch_[thread]);
     });
   }
   void score_tokens(const float* logits, int64_t rows, int64_t vocab, const int32_t* tokens,
@@ -119,6 +119,53 @@ class CpuBackend final : public Backend {
   void add_bias(float* y, const float* bias, int64_t rows, int64_t n) override {
     cpu::add_bias(y, bias, rows, n);
   }
+  void scale(float* x, int64_t n, float f, DType act) override {
+    // Split in whole vectors, as round_to below.
+    pool_.parallel_for((n + 7) / 8, 1 << 10, [&](int64_t b, int64_t e) {
+      cpu::scale(x + 8 * b, std::min(n, 8 * e) - 8 * b, f, act);
+    });
+  }
+  float max_abs(const float* x, int64_t n) override {
+    // One partial maximum per chunk of 4,096 values, then the maximum of those.
+    constexpr int64_t kChunk = 4096;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    std::vector<float> part(size_t(std::max<int64_t>(chunks, 1)), 0.0f);
+    pool_.parallel_for(chunks, 1, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c)
+        part[size_t(c)] = cpu::max_abs(x + c * kChunk, std::min(kChunk, n - c * kChunk));
+    });
+    return cpu::max_abs(part.data(), int64_t(part.size()));
+  }
+  void softcap(float* x, int64_t n, float cap, DType act) override {
+    pool_.parallel_for(n, 4096,
+                       [&](int64_t b, int64_t e) { cpu::softcap(x + b, e - b, cap, act); });
+  }
+  void sigmoid_mul(float* x, const float* gate, int64_t rows, int64_t dim, int64_t gate_dim,
+                   DType act) override {
+    KCHECK(gate_dim == 1 || gate_dim == dim, "sigmoid_mul: {} gates for rows of {}", gate_dim, dim);
+    pool_.parallel_for(rows, 4096 / std::max<int64_t>(dim, 1) + 1, [&](int64_t b, int64_t e) {
+      cpu::sigmoid_mul(x + b * dim, gate + b * gate_dim, e - b, dim, gate_dim, act);
+    });
+  }
+  void copy_rows(std::span<const RowCopy> copies) override {
+    // The copies' rows form one range split over the threads.
+    int64_t rows = 0, floats = 0;
+    for (const RowCopy& c : copies) {
+      rows += c.rows;
+      floats += c.rows * c.blocks * c.width;
+    }
+    const int64_t per_row = floats / std::max<int64_t>(rows, 1);
+    pool_.parallel_for(rows, (1 << 13) / std::max<int64_t>(per_row, 1) + 1,
+                       [&](int64_t b, int64_t e) {
+                         int64_t base = 0;
+                         for (const RowCopy& c : copies) {
+                           const int64_t r0 = std::max(b - base, int64_t(0));
+                           const int64_t r1 = std::min(e - base, c.rows);
+                           if (r0 < r1) cpu::copy_rows(c, r0, r1);
+                           base += c.rows;
+                         }
+                       });
+  }
   void round_to(DType dt, float* x, int64_t n) override {
     if (dt == DType::F32) return;
     // Split in whole vectors so every element takes the same (vector) path whatever the split.
@@ -134,8 +181,9 @@ class CpuBackend final : public Backend {
   }
   void rope(float* x, int64_t n_tokens, int n_heads, int head_dim, const int32_t* positions,
             const RopeParams& p) override {
-    pool_.parallel_for(n_tokens, 4, [&](int64_t b, int64_t e) {
-      cpu::apply_rope(x + b * n_heads * head_dim, e - b, n_heads, head_dim, positions + b, p);
+    pool_.parallel_for(n_tokens, 4, [&](int64_t b, int64_t e, int thread) {
+      cpu::apply_rope(x + b * n_heads * head_dim, e - b, n_heads, head_dim, positions + b, p,
+                      &scratch_[thread]);
     });
   }
   void write_kv(const KVLayer& cache, const float* k, const float* v, const AttentionBatch& batch,
@@ -143,17 +191,17 @@ class CpuBackend final : public Backend {
     // Tokens split over the threads: each range is the batch view shifted to its first token
     // (write_kv reads only num_tokens, slot_mapping and positions).
     const int64_t row = int64_t(cache.num_kv_heads) * cache.head_dim;
-    pool_.parallel_for(batch.num_tokens, 8, [&](int64_t b, int64_t e) {
+    pool_.parallel_for(batch.num_tokens, 8, [&](int64_t b, int64_t e, int thread) {
       AttentionBatch part = batch;
       part.num_tokens = e - b;
       part.slot_mapping = batch.slot_mapping + b;
       part.positions = batch.positions + b;
-      cpu::write_kv(cache, k + b * row, v + b * row, part, rope_k);
+      cpu::write_kv(cache, k + b * row, v + b * row, part, rope_k, &scratch_[thread]);
     });
   }
   void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch& batch,
                        int num_heads, float scale, float* out, DType act) override {
-    cpu::paged_attention(q, cache, batch, num_heads, scale, out, pool_, act);
+    cpu::paged_attention(q, cache, batch, num_heads, scale, out, pool_, act, &scratch_);
   }
   void write_mla_cache(const MlaCacheLayer& cache, const float* latent, const float* k_rope,
                        const AttentionBatch& batch) override {
@@ -161,7 +209,7 @@ class CpuBackend final : public Backend {
   }
   void moe_route(const float* logits, int64_t T, const MoeRouting& routing, int32_t* ids,
                  float* weights) override {
-    cpu::moe_route(logits, T, routing, ids, weights, pool_);
+    cpu::moe_route(logits, T, routing, ids, weights, pool_, &scratch_);
   }
   void moe_permute(const float* x, int64_t T, int64_t H, const int32_t* ids, int k, int E,
                    MoePermutation& perm, float* permuted) override {
@@ -171,14 +219,27 @@ class CpuBackend final : public Backend {
                    int64_t T, int k, int64_t H, bool round_each, DType act, float* out) override {
     cpu::moe_combine(expert_out, perm, weights, T, k, H, round_each, act, out, pool_);
   }
+  void causal_conv1d(const CausalConv1d& conv, const RecurrentBatch& batch) override {
+    cpu::causal_conv1d(conv, batch, pool_);
+  }
+  void gated_delta_rule(const GatedDeltaRule& rule, const RecurrentBatch& batch) override {
+    cpu::gated_delta_rule(rule, batch, pool_, scratch_);
+  }
+  void gated_rms_norm(float* x, const float* z, const float* w, float eps, int64_t rows,
+                      int64_t dim, DType act) override {
+    pool_.parallel_for(rows, 16, [&](int64_t b, int64_t e) {
+      cpu::gated_rms_norm(x + b * dim, z + b * dim, w, eps, e - b, dim, act);
+    });
+  }
   void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer& cache,
                      const AttentionBatch& batch, int num_heads, float scale, float* out,
                      DType act) override {
-    cpu::mla_attention(q_lat, q_rope, cache, batch, num_heads, scale, out, pool_, act);
+    cpu::mla_attention(q_lat, q_rope, cache, batch, num_heads, scale, out, pool_, act, &scratch_);
   }
 
  private:
   ThreadPool pool_;
+  cpu::ThreadScratch scratch_;  // the kernels' per-thread scratch, one arena per pool thread
   QuantCompute quant_compute_;
   Workspace workspace_;
   std::vector<std::unique_ptr<uint8_t[]>> packed_;  // the copies prepare_weight made

@@ -123,6 +123,11 @@ void widen_int4_panels(const uint8_t* src, int64_t count, int64_t k, uint8_t* ds
   }
 }
 
+// A chunk of int4 panels widened to int8, kept by the thread's arena.
+struct WidenedPanels {
+  std::vector<uint8_t> bytes;
+};
+
 void gemm(const Int8Gemm& g, int64_t p0, int64_t p1) {
   const size_t panel_bytes = int8_packed_panel_bytes(g.k);
   const int64_t chunks = (g.k + 63) / 64;
@@ -130,7 +135,9 @@ void gemm(const Int8Gemm& g, int64_t p0, int64_t p1) {
   const int64_t row_chunk =
       std::max<int64_t>(2, int64_t(kRowChunkBytes / (kPanelRows * g.x_stride)));
   const int64_t panel_chunk = std::max<int64_t>(2, int64_t(kPanelChunkBytes / panel_bytes));
-  thread_local std::vector<uint8_t> widened;
+  ScratchArena own;
+  std::vector<uint8_t>& widened =
+      (g.scratch != nullptr ? *g.scratch : own).get<WidenedPanels>().bytes;
   uint8_t* buffer =
       g.int4 ? cache_aligned(widened, size_t(std::min(panel_chunk, p1 - p0)) * panel_bytes)
              : nullptr;

@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/thread_scratch.h"
 #include "tensor/tensor.h"
 
 namespace kestrel::cpu {
@@ -70,6 +71,8 @@ struct Int8Gemm {
   const float* scale;   // [n]
   const int32_t* bias;  // [n] or null
   bool int4;            // w holds int4 panels (pack_int4_weight)
+  // The running thread's arena (thread_scratch.h); null: buffers of the call's own.
+  ScratchArena* scratch = nullptr;
 };
 // Computes panels [p0, p1) for every activation row.
 using Int8GemmFn = void (*)(const Int8Gemm& g, int64_t p0, int64_t p1);

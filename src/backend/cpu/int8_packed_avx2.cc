@@ -189,12 +189,19 @@ void int4_rows(const Int8Gemm& g, int64_t c0, int64_t c1, int64_t row) {
   for (int64_t p = c0; p < c1; ++p) int4_tile<R>(g, p, row);
 }
 
+// Activation rows widened to int16, kept by the thread's arena.
+struct WidenedRows {
+  std::vector<int16_t> codes;
+};
+
 void gemm_any(const Int8Gemm& g, int64_t p0, int64_t p1) {
   const size_t panel_bytes = g.int4 ? int4_packed_panel_bytes(g.k) : int8_packed_panel_bytes(g.k);
   const int64_t fit = int64_t(kPanelChunkBytes / panel_bytes);
   const int64_t chunk = fit > 4 ? fit : 4;
   const int64_t k64 = (g.k + 63) / 64 * 64;
-  thread_local std::vector<int16_t> widened;
+  ScratchArena own;
+  std::vector<int16_t>& widened =
+      (g.scratch != nullptr ? *g.scratch : own).get<WidenedRows>().codes;
   if (!g.int4 && widened.size() < size_t(kInt8Rows * k64)) widened.resize(size_t(kInt8Rows * k64));
   for (int64_t c0 = p0; c0 < p1; c0 += chunk) {
     const int64_t c1 = c0 + chunk < p1 ? c0 + chunk : p1;

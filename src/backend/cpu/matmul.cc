@@ -303,13 +303,13 @@ void set_linear_isa(const char* isa) {
 }
 
 void linear(const Tensor& w, const float* x, int64_t m, float* y, ThreadPool& pool,
-            QuantCompute mode) {
+            QuantCompute mode, ThreadScratch* thread_scratch) {
   const LinearJob job{&w, y};
-  linear_group(std::span<const LinearJob>(&job, 1), x, m, pool, mode);
+  linear_group(std::span<const LinearJob>(&job, 1), x, m, pool, mode, thread_scratch);
 }
 
 void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, ThreadPool& pool,
-                  QuantCompute mode) {
+                  QuantCompute mode, ThreadScratch* thread_scratch) {
   KCHECK(!jobs.empty(), "linear_group: no weights");
   const int64_t k = jobs[0].w->cols();
   const Isa isa = selected_isa().load();
@@ -473,7 +473,9 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
   // lands in changes its summation order.
   const int64_t row_grain = kMinMacsPerThread / std::max<int64_t>(1, m * k) + 1;
   const int64_t grain = any_packed ? row_grain / kPanelRows + 1 : row_grain;
-  pool.parallel_for(total_units, grain, [&](int64_t r0, int64_t r1) {
+  ThreadScratch own(thread_scratch != nullptr ? 0 : pool.size());
+  ThreadScratch& arenas = thread_scratch != nullptr ? *thread_scratch : own;
+  pool.parallel_for(total_units, grain, [&](int64_t r0, int64_t r1, int thread) {
     int64_t base = 0;
     for (size_t i = 0; i < jobs.size() && base < r1; base += prep[i].units, ++i) {
       const Prepared& p = prep[i];
@@ -482,7 +484,7 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       if (n0 >= n1) continue;
       float* y = jobs[i].y;
       if (p.gemm != nullptr) {
-        const PackedGemm g{jobs[i].w->dtype, p.w, p.n, k, packed_x, m, y, p.n};
+        const PackedGemm g{jobs[i].w->dtype, p.w, p.n, k, packed_x, m, y, p.n, &arenas[thread]};
         p.gemm(g, n0, n1);
         continue;
       }
@@ -508,7 +510,8 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
                          p.n,
                          w.block_scale,
                          w.row_bias,
-                         w.packed_kind == PackedKind::kInt4Panels};
+                         w.packed_kind == PackedKind::kInt4Panels,
+                         &arenas[thread]};
         p.igemm(g, n0, n1);
         continue;
       }

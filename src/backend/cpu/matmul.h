@@ -7,6 +7,7 @@
 #include <span>
 #include "backend/ops.h"
 
+#include "backend/cpu/thread_scratch.h"
 #include "base/thread_pool.h"
 #include "tensor/tensor.h"
 
@@ -15,16 +16,17 @@ namespace kestrel::cpu {
 // W: [N, K] (PyTorch [out, in]) of dtype F32/F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K, or
 // F8_E4M3 with its block scales (Tensor::block_scale; always computed in f32, fp8_matmul.h).
 // x: [M, K] f32 row-major; y: [M, N] f32 row-major (overwritten). K must be a multiple of the
-// weight's block size. Work is split over `pool`.
+// weight's block size. Work is split over `pool`; `thread_scratch`: its arenas
+// (thread_scratch.h), for the packed GEMMs; null: buffers of this call's own.
 void linear(const Tensor& w, const float* x, int64_t m, float* y, ThreadPool& pool,
-            QuantCompute mode = QuantCompute::kInt8);
+            QuantCompute mode = QuantCompute::kInt8, ThreadScratch* thread_scratch = nullptr);
 
 // Several weights applied to the same activations (e.g. q/k/v or gate/up projections), as one
 // parallel region: activations are quantized once per int8 format and the output rows of all
 // weights are split over the threads together. Each weight must have the same K; job i writes
 // [M, N_i] to its own y. At most 8 jobs.
 void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, ThreadPool& pool,
-                  QuantCompute mode = QuantCompute::kInt8);
+                  QuantCompute mode = QuantCompute::kInt8, ThreadScratch* thread_scratch = nullptr);
 
 // Whether the packed-weight kernels (packed_matmul.h) run now: this CPU and build have them and
 // the AVX-512 kernels are selected. A weight with a packed copy (Tensor::packed) is then read

@@ -141,6 +141,11 @@ constexpr size_t kRowChunkBytes = size_t(1) << 20;
 // came from L2 once the batch outgrew L1, and a 512-row batch ran 30 % slower than a 64-row one.)
 constexpr size_t kPanelChunkBytes = size_t(384) << 10;
 
+// A chunk of panels converted for the tile unit, kept by the thread's arena.
+struct ConvertedPanels {
+  std::vector<uint8_t> bytes;
+};
+
 template <DType T>
 void gemm(const PackedGemm& g, int64_t p0, int64_t p1) {
   using F = PackedFormat<T>;
@@ -149,7 +154,9 @@ void gemm(const PackedGemm& g, int64_t p0, int64_t p1) {
   const size_t converted_bytes = size_t(nb) * kTileBlockBytes;  // one panel, converted
   const int64_t chunk_panels =
       std::clamp<int64_t>(int64_t(kPanelChunkBytes / converted_bytes), 1, p1 - p0);
-  thread_local std::vector<uint8_t> buffer;
+  ScratchArena own;
+  std::vector<uint8_t>& buffer =
+      (g.scratch != nullptr ? *g.scratch : own).get<ConvertedPanels>().bytes;
   uint8_t* tb = cache_aligned(buffer, size_t(chunk_panels) * converted_bytes);
   _tile_loadconfig(&kTileConfig);
   const int64_t tiles = packed_activation_rows(g.m) / kPanelRows;

@@ -279,6 +279,11 @@ void check_mla_cache_dtype(DType t) {
          "unsupported MLA cache dtype {}", dtype_name(t));
 }
 
+// mla_attention's units, made by the caller and read by the job.
+struct AttentionUnits {
+  std::vector<Unit> units;
+};
+
 }  // namespace
 
 void write_mla_cache(const MlaCacheLayer& cache, const float* latent, const float* k_rope,
@@ -299,7 +304,7 @@ void write_mla_cache(const MlaCacheLayer& cache, const float* latent, const floa
 
 void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer& cache,
                    const AttentionBatch& batch, int num_heads, float scale, float* out,
-                   ThreadPool& pool, DType act) {
+                   ThreadPool& pool, DType act, ThreadScratch* scratch) {
   check_mla_cache_dtype(cache.dtype);
   KCHECK(num_heads > 0 && cache.latent_dim > 0 && cache.rope_dim >= 0,
          "bad MLA shape: {} heads, latent {}, rope {}", num_heads, cache.latent_dim,
@@ -316,10 +321,10 @@ void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer&
   const int splits = int(std::clamp<int64_t>(
       (2 * int64_t(pool.size()) + tiles - 1) / std::max<int64_t>(tiles, 1), 1, num_heads));
   const int split_heads = std::max(kMinHeads, (num_heads + splits - 1) / splits);
-  // Reused across calls: no allocation per layer once the largest batch has been seen. Named
-  // through a reference so the workers below see the caller's vector, not their own.
-  thread_local std::vector<Unit> reused;
-  std::vector<Unit>& units = reused;
+  ThreadScratch own(scratch != nullptr ? 0 : pool.size());
+  ThreadScratch& arenas = scratch != nullptr ? *scratch : own;
+  // In the caller's arena: no allocation per layer once the largest batch has been seen.
+  std::vector<Unit>& units = arenas[0].get<AttentionUnits>().units;
   units.clear();
   for_each_query_tile(batch, kQueryTile, [&](int s, int64_t t0, int64_t t1) {
     int ht = std::min(split_heads, std::max(kMinHeads, kMaxRows / int(t1 - t0)));
@@ -340,10 +345,9 @@ void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer&
   work *= kp + lp;
   const int64_t grain =
       std::max<int64_t>(1, kMinMacsPerThread * int64_t(units.size()) / std::max<int64_t>(work, 1));
-  pool.parallel_for(int64_t(units.size()), grain, [&](int64_t begin, int64_t end) {
-    thread_local Scratch scratch;
-    for (int64_t i = begin; i < end; ++i)
-      attend(params, units[size_t(i)], q_lat, q_rope, out, scratch);
+  pool.parallel_for(int64_t(units.size()), grain, [&](int64_t begin, int64_t end, int thread) {
+    Scratch& s = arenas[thread].get<Scratch>();
+    for (int64_t i = begin; i < end; ++i) attend(params, units[size_t(i)], q_lat, q_rope, out, s);
   });
 }
 

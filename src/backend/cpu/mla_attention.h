@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/cpu/paged_attention.h"
+#include "backend/cpu/thread_scratch.h"
 #include "backend/ops.h"
 #include "base/thread_pool.h"
 #include "tensor/dtype.h"
@@ -34,8 +35,9 @@ void write_mla_cache(const MlaCacheLayer& cache, const float* latent, const floa
 // probabilities are rounded to the cache dtype (f32 accumulation); with act = F16/BF16 the
 // scores, scaled scores, probabilities and output are rounded to act. A query's arithmetic
 // depends only on its own position and data, never on the batch or the thread split.
+// `scratch`: pool's arenas (thread_scratch.h); null: buffers of this call's own.
 void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer& cache,
                    const AttentionBatch& batch, int num_heads, float scale, float* out,
-                   ThreadPool& pool, DType act = DType::F32);
+                   ThreadPool& pool, DType act = DType::F32, ThreadScratch* scratch = nullptr);
 
 }  // namespace kestrel::cpu

@@ -37,13 +37,20 @@ struct TopK {
   }
 };
 
+// The routers' per-expert and per-group values, kept across calls: routing runs once per MoE
+// layer.
+struct RouterScratch {
+  std::vector<float> probs, u, sel, group_score;
+  std::vector<int32_t> kept;
+};
+
 }  // namespace
 
 void route_softmax_topk(const float* logits, int64_t T, int E, int k, bool norm_topk_prob,
-                        int32_t* ids, float* weights) {
+                        int32_t* ids, float* weights, ScratchArena* scratch) {
   KCHECK(E >= 1 && k >= 1 && k <= E, "softmax router: top-{} of {} experts", k, E);
-  // Reused across calls: routing runs once per MoE layer.
-  thread_local std::vector<float> probs;
+  ScratchArena own;
+  std::vector<float>& probs = (scratch != nullptr ? *scratch : own).get<RouterScratch>().probs;
   probs.resize(size_t(E));
   for (int64_t t = 0; t < T; ++t) {
     const float* x = logits + t * E;
@@ -66,7 +73,8 @@ void route_softmax_topk(const float* logits, int64_t T, int E, int k, bool norm_
 
 void route_grouped_sigmoid(const float* logits, const float* bias, int64_t T, int E, int k,
                            int n_group, int topk_group, bool norm_topk_prob,
-                           float routed_scaling_factor, int32_t* ids, float* weights) {
+                           float routed_scaling_factor, int32_t* ids, float* weights,
+                           ScratchArena* scratch) {
   KCHECK(n_group >= 1 && E >= 2 * n_group && E % n_group == 0,
          "grouped router: {} experts do not split into {} groups of at least two", E, n_group);
   KCHECK(topk_group >= 1 && topk_group <= n_group, "grouped router: keeps {} of {} groups",
@@ -75,9 +83,10 @@ void route_grouped_sigmoid(const float* logits, const float* bias, int64_t T, in
   KCHECK(k >= 1 && k <= topk_group * group_size,
          "grouped router: top-{} of the {} experts in {} kept groups", k, topk_group * group_size,
          topk_group);
-  // Reused across calls: routing runs once per MoE layer.
-  thread_local std::vector<float> u, sel, group_score;
-  thread_local std::vector<int32_t> kept;
+  ScratchArena own;
+  RouterScratch& s = (scratch != nullptr ? *scratch : own).get<RouterScratch>();
+  std::vector<float>&u = s.u, &sel = s.sel, &group_score = s.group_score;
+  std::vector<int32_t>& kept = s.kept;
   u.resize(size_t(E));
   sel.resize(size_t(E));
   group_score.resize(size_t(n_group));
@@ -135,16 +144,19 @@ void group_by_expert(const int32_t* ids, int64_t T, int k, int E, MoePermutation
 }
 
 void moe_route(const float* logits, int64_t T, const MoeRouting& r, int32_t* ids, float* weights,
-               ThreadPool& pool) {
+               ThreadPool& pool, ThreadScratch* scratch) {
   const int E = r.num_experts, k = r.top_k;
+  ThreadScratch own(scratch != nullptr ? 0 : pool.size());
+  ThreadScratch& arenas = scratch != nullptr ? *scratch : own;
   // Tokens are routed independently: chunks of them go to the threads.
-  pool.parallel_for(T, 16, [&](int64_t b, int64_t e) {
+  pool.parallel_for(T, 16, [&](int64_t b, int64_t e, int thread) {
     const float* l = logits + b * E;
     if (r.kind == MoeRouting::Kind::kGroupedSigmoid)
       route_grouped_sigmoid(l, r.bias, e - b, E, k, r.n_group, r.topk_group, r.norm_topk_prob,
-                            r.routed_scaling_factor, ids + b * k, weights + b * k);
+                            r.routed_scaling_factor, ids + b * k, weights + b * k, &arenas[thread]);
     else
-      route_softmax_topk(l, e - b, E, k, r.norm_topk_prob, ids + b * k, weights + b * k);
+      route_softmax_topk(l, e - b, E, k, r.norm_topk_prob, ids + b * k, weights + b * k,
+                         &arenas[thread]);
   });
 }
 

@@ -6,10 +6,14 @@
 // weights ([T, k] each). Order within a token is deterministic: descending selection score,
 // ties to the lower expert id. (HF's torch.topk leaves tie order, and with sorted=False all
 // order, unspecified; the set chosen is the same except among exact ties.)
+//
+// `scratch`: the calling thread's arena, or for the pool ops the pool's arenas
+// (thread_scratch.h); null: buffers of the call's own.
 #pragma once
 
 #include <cstdint>
 
+#include "backend/cpu/thread_scratch.h"
 #include "backend/ops.h"
 #include "base/thread_pool.h"
 
@@ -18,7 +22,7 @@ namespace kestrel::cpu {
 // Qwen3-MoE: p = softmax(logits) over all E experts, the k largest p, and with norm_topk_prob
 // the k weights divided by their sum. Selection score: p.
 void route_softmax_topk(const float* logits, int64_t T, int E, int k, bool norm_topk_prob,
-                        int32_t* ids, float* weights);
+                        int32_t* ids, float* weights, ScratchArena* scratch = nullptr);
 
 // DeepSeek-V3 "noaux_tc": u = sigmoid(logits); selection scores s = u + bias (bias [E], may be
 // null for none); the E experts form n_group groups of E / n_group consecutive experts, a
@@ -30,12 +34,13 @@ void route_softmax_topk(const float* logits, int64_t T, int E, int k, bool norm_
 // 1 ≤ topk_group ≤ n_group and 1 ≤ k ≤ topk_group · E / n_group.
 void route_grouped_sigmoid(const float* logits, const float* bias, int64_t T, int E, int k,
                            int n_group, int topk_group, bool norm_topk_prob,
-                           float routed_scaling_factor, int32_t* ids, float* weights);
+                           float routed_scaling_factor, int32_t* ids, float* weights,
+                           ScratchArena* scratch = nullptr);
 
 // Backend::moe_route, moe_permute and moe_combine (backend/backend.h) on `pool`: tokens, rows
 // and output tokens split over the threads; each result is the same whatever the split.
 void moe_route(const float* logits, int64_t T, const MoeRouting& routing, int32_t* ids,
-               float* weights, ThreadPool& pool);
+               float* weights, ThreadPool& pool, ThreadScratch* scratch = nullptr);
 void moe_permute(const float* x, int64_t T, int64_t H, const int32_t* ids, int k, int E,
                  MoePermutation& perm, float* permuted, ThreadPool& pool);
 void moe_combine(const float* expert_out, const MoePermutation& perm, const float* weights,

@@ -2,7 +2,9 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "backend/cpu/simd_math.h"
 #include "base/fp16.h"
@@ -99,6 +101,58 @@ void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n, DT
   gated_product(gate, up, out, n, act, [&](__m256 g) {
     return _mm256_mul_ps(k, _mm256_fmadd_ps(_mm256_mul_ps(c, g), _mm256_mul_ps(g, g), g));
   });
+}
+
+void scale(float* x, int64_t n, float f, DType act) {
+  const __m256 vf = _mm256_set1_ps(f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(x + i, simd::round_to8(act, _mm256_mul_ps(_mm256_loadu_ps(x + i), vf)));
+  for (; i < n; ++i) x[i] = round_to(act, x[i] * f);
+}
+
+float max_abs(const float* x, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+  return m;
+}
+
+void softcap(float* x, int64_t n, float c, DType act) {
+  for (int64_t i = 0; i < n; ++i) x[i] /= c;
+  round_to(act, x, n);
+  for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i]);
+  round_to(act, x, n);
+  for (int64_t i = 0; i < n; ++i) x[i] *= c;
+  round_to(act, x, n);
+}
+
+void sigmoid_mul(float* x, const float* gate, int64_t rows, int64_t dim, int64_t gate_dim,
+                 DType act) {
+  // The gates a block at a time on the stack, so each rounding is one vector pass.
+  constexpr int64_t kBlock = 256;
+  float s[kBlock];
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i0 = 0; i0 < dim; i0 += kBlock) {
+      const int64_t n = std::min(kBlock, dim - i0);
+      const float* g = gate + r * gate_dim + (gate_dim == 1 ? 0 : i0);
+      for (int64_t i = 0; i < n; ++i) s[i] = g[gate_dim == 1 ? 0 : i];
+      round_to(act, s, n);
+      for (int64_t i = 0; i < n; ++i) s[i] = 1.0f / (1.0f + std::exp(-s[i]));
+      round_to(act, s, n);
+      float* xr = x + r * dim + i0;
+      for (int64_t i = 0; i < n; ++i) xr[i] *= s[i];
+      round_to(act, xr, n);
+    }
+  }
+}
+
+void copy_rows(const RowCopy& c, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* src = c.src + (c.src_rows != nullptr ? c.src_rows[r] : r) * c.src_row;
+    float* dst = c.dst + r * c.dst_row;
+    for (int64_t b = 0; b < c.blocks; ++b)
+      std::memcpy(dst + b * c.dst_block, src + b * c.src_block, size_t(c.width) * sizeof(float));
+  }
 }
 
 void add_inplace(float* y, const float* x, int64_t n) {

@@ -1,9 +1,10 @@
 // backend/cpu/ops.h — elementwise and row-wise kernels of the decoder: RMSNorm, SwiGLU, residual
-// add, bias, embedding lookup. All activations are f32 rows.
+// add, bias, scaling and gating, row copies, embedding lookup. All activations are f32 rows.
 #pragma once
 
 #include <cstdint>
 
+#include "backend/ops.h"
 #include "base/thread_pool.h"
 #include "tensor/tensor.h"
 
@@ -37,6 +38,23 @@ void add_inplace(float* y, const float* x, int64_t n);
 
 // y[r, :] += bias for each of `rows` rows of `n`.
 void add_bias(float* y, const float* bias, int64_t rows, int64_t n);
+
+// x[i] = r(x[i]·f), r rounding to act.
+void scale(float* x, int64_t n, float f, DType act);
+
+// x[i] = r(c·r(tanh(r(x[i] / c)))), r rounding to act; tanh is libm's tanhf, one implementation
+// for every ISA.
+void softcap(float* x, int64_t n, float c, DType act);
+// The largest |x[i]| (0 for n = 0; NaNs are passed over).
+float max_abs(const float* x, int64_t n);
+
+// x[r, i] = r(x[r, i]·r(σ(r(g)))), g = gate[r·gate_dim + (gate_dim == 1 ? 0 : i)], σ the logistic
+// with libm's expf (one implementation for every ISA), r rounding to act.
+void sigmoid_mul(float* x, const float* gate, int64_t rows, int64_t dim, int64_t gate_dim,
+                 DType act);
+
+// Rows [r0, r1) of one RowCopy (backend/ops.h).
+void copy_rows(const RowCopy& c, int64_t r0, int64_t r1);
 
 // Rounds each value to the nearest `dt` (BF16 or F16) and back: emulates a model whose
 // activations are stored in that dtype. F32 is a no-op.

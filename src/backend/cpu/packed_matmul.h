@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "backend/cpu/thread_scratch.h"
 #include "tensor/tensor.h"
 
 namespace kestrel::cpu {
@@ -97,6 +98,8 @@ struct PackedGemm {
   int64_t m;
   float* y;
   int64_t y_stride;
+  // The running thread's arena (thread_scratch.h); null: buffers of the call's own.
+  ScratchArena* scratch = nullptr;
 };
 // Computes every row of y for the panels [p0, p1).
 using PackedGemmFn = void (*)(const PackedGemm& g, int64_t p0, int64_t p1);

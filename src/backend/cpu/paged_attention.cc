@@ -50,9 +50,9 @@ struct Unit {
   int kv_head;
 };
 
-// Per-thread buffers, grown as needed and reused across units.
+// Per-thread buffers, grown as needed and reused across units and calls.
 struct Scratch {
-  std::vector<float> q, out, scores, rows;
+  std::vector<float> q, out, scores, rows, key_row;
   std::vector<int64_t> offs;
   std::vector<uint8_t> active, all_active;
   std::vector<int8_t> first, end, all_first, all_end;
@@ -124,6 +124,7 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   s.out.assign(size_t(nq) * hdp, 0.0f);
   s.scores.resize(size_t(nq) * stride);
   s.rows.resize(size_t(kKeyBlock) * hdp);
+  s.key_row.resize(size_t(hdp));
   auto pos_of = [&](int r) { return int64_t(p.batch.positions[u.t0 + r / group]); };
   for (int r = 0; r < nq; ++r) {
     const int64_t t = u.t0 + r / group;
@@ -148,7 +149,7 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   for (int64_t j0 = begin; j0 < len; j0 += kKeyBlock) {
     const int nk = int(std::min<int64_t>(kKeyBlock, len - j0));
     block_rows(p.cache.k, j0, nk, src);
-    p.kernels.widen_keys(key_codec, src, nk, s.rows.data(), hdp, hd);
+    p.kernels.widen_keys(key_codec, src, nk, s.rows.data(), hdp, hd, s.key_row.data());
     const bool all = whole(j0);
     if (!all)
       for (int r = 0; r < nq; ++r)
@@ -197,21 +198,33 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   }
 }
 
+// write_kv's K row rotated on its way.
+struct RotatedKey {
+  std::vector<float> row;
+};
+
+// paged_attention's units, made by the caller and read by the job.
+struct AttentionUnits {
+  std::vector<Unit> units;
+};
+
 }  // namespace
 
 void write_kv(const KVLayer& cache, const float* k, const float* v, const AttentionBatch& batch,
-              const RopeParams* rope_k) {
+              const RopeParams* rope_k, ScratchArena* scratch) {
   const int hd = cache.head_dim;
   const int64_t row = int64_t(cache.num_kv_heads) * hd;
   const int64_t row_bytes = int64_t(cache_row_bytes(cache.dtype, hd));
-  thread_local std::vector<float> rotated;
+  ScratchArena own;
+  ScratchArena& arena = scratch != nullptr ? *scratch : own;
+  std::vector<float>& rotated = arena.get<RotatedKey>().row;
   for (int64_t t = 0; t < batch.num_tokens; ++t) {
     const int64_t slot = batch.slot_mapping[t];
     KCHECK(slot >= 0 && slot < cache.num_blocks * cache.block_size, "slot {} out of range", slot);
     const float* kr = k + t * row;
     if (rope_k != nullptr) {
       rotated.assign(kr, kr + row);
-      apply_rope(rotated.data(), 1, cache.num_kv_heads, hd, batch.positions + t, *rope_k);
+      apply_rope(rotated.data(), 1, cache.num_kv_heads, hd, batch.positions + t, *rope_k, &arena);
       kr = rotated.data();
     }
     for (int h = 0; h < cache.num_kv_heads; ++h) {
@@ -225,7 +238,8 @@ void write_kv(const KVLayer& cache, const float* k, const float* v, const Attent
 }
 
 void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch& batch,
-                     int num_heads, float scale, float* out, ThreadPool& pool, DType act) {
+                     int num_heads, float scale, float* out, ThreadPool& pool, DType act,
+                     ThreadScratch* scratch) {
   const int kvh = cache.num_kv_heads;
   KCHECK(num_heads % kvh == 0, "heads {} not a multiple of kv heads {}", num_heads, kvh);
   KCHECK(cache.dtype == DType::F32 || cache.dtype == DType::F16 || cache.dtype == DType::BF16 ||
@@ -234,10 +248,10 @@ void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch&
   // Units: each sequence's tokens in tiles of kQueryTile, times the KV heads; the longest
   // contexts (last tiles) first so the dynamic split ends evenly, and stably, so that a tile's
   // heads stay adjacent and one thread reads that sequence's blocks back to back.
-  // Reused across calls: no allocation per layer once the largest batch has been seen. Named
-  // through a reference so the workers below see the caller's vector, not their own.
-  thread_local std::vector<Unit> reused;
-  std::vector<Unit>& units = reused;
+  ThreadScratch own(scratch != nullptr ? 0 : pool.size());
+  ThreadScratch& arenas = scratch != nullptr ? *scratch : own;
+  // In the caller's arena: no allocation per layer once the largest batch has been seen.
+  std::vector<Unit>& units = arenas[0].get<AttentionUnits>().units;
   units.clear();
   for_each_query_tile(batch, kQueryTile, [&](int s, int64_t t0, int64_t t1) {
     for (int h = 0; h < kvh; ++h) units.push_back({t0, t1, s, h});
@@ -257,9 +271,9 @@ void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch&
   work *= int64_t(num_heads / kvh) * cache.head_dim;
   const int64_t grain =
       std::max<int64_t>(1, kMinMacsPerThread * int64_t(units.size()) / std::max<int64_t>(work, 1));
-  pool.parallel_for(int64_t(units.size()), grain, [&](int64_t begin, int64_t end) {
-    thread_local Scratch scratch;
-    for (int64_t i = begin; i < end; ++i) attend(params, units[size_t(i)], q, out, scratch);
+  pool.parallel_for(int64_t(units.size()), grain, [&](int64_t begin, int64_t end, int thread) {
+    Scratch& s = arenas[thread].get<Scratch>();
+    for (int64_t i = begin; i < end; ++i) attend(params, units[size_t(i)], q, out, s);
   });
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/cpu/rope.h"
+#include "backend/cpu/thread_scratch.h"
 #include "backend/ops.h"
 #include "base/thread_pool.h"
 #include "tensor/dtype.h"
@@ -17,9 +18,10 @@ namespace kestrel::cpu {
 // Stores the new tokens' K and V ([num_tokens, num_kv_heads, head_dim], f32) at their slots,
 // converted to the cache's row format (round to nearest even; quantized: cache_rows.h). With
 // rope_k, each K row is rotated (apply_rope at batch.positions) on its way into the cache — one
-// pass over K instead of two; k itself is left as it was.
+// pass over K instead of two; k itself is left as it was. `scratch`: the calling thread's arena
+// (thread_scratch.h); null: buffers of this call's own.
 void write_kv(const KVLayer& cache, const float* k, const float* v, const AttentionBatch& batch,
-              const RopeParams* rope_k = nullptr);
+              const RopeParams* rope_k = nullptr, ScratchArena* scratch = nullptr);
 
 // out[t, h, :] = softmax(q[t,h]·K[lo..pos_t]ᵀ·scale)·V for each token t (keys of its own sequence
 // up to and including its position, from lo = 0 or, with batch.sliding_window W > 0, from
@@ -33,8 +35,9 @@ void write_kv(const KVLayer& cache, const float* k, const float* v, const Attent
 // scores, scaled scores and the output are also rounded to it, as an eager reference computes.
 // Every query's arithmetic (order of sums included) depends only on its own position and data,
 // never on the other tokens of the batch or the thread split, so results are batch-invariant.
+// `scratch`: pool's arenas (thread_scratch.h); null: buffers of this call's own.
 void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch& batch,
                      int num_heads, float scale, float* out, ThreadPool& pool,
-                     DType act = DType::F32);
+                     DType act = DType::F32, ThreadScratch* scratch = nullptr);
 
 }  // namespace kestrel::cpu

@@ -10,11 +10,22 @@
 
 namespace kestrel::cpu {
 
+namespace {
+
+// The cos and sin of each pair, kept by the thread's arena: write_kv calls this once per token,
+// on every layer.
+struct RopeTables {
+  std::vector<float> cos_t, sin_t;
+};
+
+}  // namespace
+
 void apply_rope(float* x, int64_t n_tokens, int n_heads, int head_dim, const int32_t* positions,
-                const RopeParams& p) {
+                const RopeParams& p, ScratchArena* scratch) {
   const int half = p.rot_dim / 2;
-  // Per-thread tables: write_kv calls this once per token, on every layer.
-  thread_local std::vector<float> cos_t, sin_t;
+  ScratchArena own;
+  RopeTables& tables = (scratch != nullptr ? *scratch : own).get<RopeTables>();
+  std::vector<float>&cos_t = tables.cos_t, &sin_t = tables.sin_t;
   cos_t.resize(size_t(half));
   sin_t.resize(size_t(half));
   for (int64_t t = 0; t < n_tokens; ++t) {

@@ -250,7 +250,14 @@ float scale_logits(std::span<float> logits, float temperature) {
   return max;
 }
 
-int32_t sample_random(std::span<float> logits, const SamplingParams& p, SamplerRng& rng) {
+// A draw's weights, padded to whole groups of eight, and their group sums: kept by the thread's
+// arena, so a draw does not allocate.
+struct DrawWeights {
+  std::vector<float> weights, group_sums;
+};
+
+int32_t sample_random(std::span<float> logits, const SamplingParams& p, SamplerRng& rng,
+                      ScratchArena& scratch) {
   const float max = scale_logits(logits, p.temperature);
   if (!(max > kNegInf)) return 0;
 
@@ -265,8 +272,8 @@ int32_t sample_random(std::span<float> logits, const SamplingParams& p, SamplerR
 
   if (p.top_k > 0) apply_top_k(logits, static_cast<size_t>(p.top_k));
 
-  // Weights padded to whole groups of eight; reused by the thread, so a draw does not allocate.
-  thread_local std::vector<float> weights, group_sums;
+  DrawWeights& dw = scratch.get<DrawWeights>();
+  std::vector<float>&weights = dw.weights, &group_sums = dw.group_sums;
   const size_t n = logits.size(), groups = (n + 7) / 8;
   weights.resize(groups * 8);
   group_sums.resize(groups);
@@ -329,7 +336,7 @@ TokenLogprobs score_token(std::span<const float> logits, int32_t token, int top_
 
 TokenLogprobs sample(std::span<float> logits, const SamplingParams& p,
                      std::span<const int32_t> prompt_tokens, std::span<const int32_t> output_tokens,
-                     SamplerRng& rng) {
+                     SamplerRng& rng, ScratchArena* scratch) {
   TokenLogprobs result;
   if (logits.empty()) return result;
 
@@ -343,7 +350,10 @@ TokenLogprobs sample(std::span<float> logits, const SamplingParams& p,
   }
 
   apply_penalties(logits, p, prompt_tokens, output_tokens);
-  result.token = p.temperature < kGreedyEpsilon ? argmax(logits) : sample_random(logits, p, rng);
+  ScratchArena own;
+  result.token = p.temperature < kGreedyEpsilon
+                     ? argmax(logits)
+                     : sample_random(logits, p, rng, scratch != nullptr ? *scratch : own);
 
   if (p.logprobs >= 0) {
     result.logprob = static_cast<float>(static_cast<double>(raw[result.token]) - lse);
@@ -369,7 +379,7 @@ bool any_allowed(std::span<const float> row) {
 
 }  // namespace
 
-void sample_group(const SampleGroup& g, GroupSamples& out) {
+void sample_group(const SampleGroup& g, GroupSamples& out, ScratchArena* scratch) {
   out.tokens.clear();
   out.logprobs.clear();
   out.no_token_allowed = false;
@@ -390,7 +400,7 @@ void sample_group(const SampleGroup& g, GroupSamples& out) {
       out.no_token_allowed = i == 0;
       return;
     }
-    TokenLogprobs r = sample(row, *g.params, g.prompt, outputs, *g.rng);
+    TokenLogprobs r = sample(row, *g.params, g.prompt, outputs, *g.rng, scratch);
     out.tokens.push_back(r.token);
     if (g.params->logprobs >= 0) out.logprobs.push_back(std::move(r));
     if (i == g.drafts.size() || out.tokens.back() != g.drafts[i]) return;
