@@ -16,41 +16,26 @@ ModelRunner::ModelRunner(CausalLM& model, KVCacheStorage kv, Speculation specula
       spec_(std::move(speculation)) {
   // make_proposer refused a cached proposer without such a group; n-gram reads no table.
   if (const Expected<size_t> g = proposer_table_group(kv_.layout()); g.ok()) proposer_group_ = *g;
-  for (int32_t s = kv_.num_state_slots() - 1; s >= 0; --s) free_state_slots_.push_back(s);
   // A request verifying n drafts keeps the state after each of its tokens but the last: n.
   if (spec_.proposer) kv_.reserve_draft_snapshots(int32_t(spec_.proposer->max_drafts()));
 }
 
-Expected<int32_t> ModelRunner::state_slot(RequestHandle id, WorkerRequest& req, int64_t start,
-                                          int32_t checkpoint) {
-  if (checkpoint >= 0 && !kv_.is_checkpoint(checkpoint))
-    return make_error("request {}: state checkpoint {} is not one of slots [{}, {})", id,
-                      checkpoint, kv_.num_state_slots(),
-                      kv_.num_state_slots() + kv_.num_state_checkpoints());
-  if (req.state_slot < 0) {
-    if (start != 0 && checkpoint < 0)
-      return make_error("request {} continues at position {} without its linear-attention state",
-                        id, start);
-    if (free_state_slots_.empty())
-      return make_error("request {}: all {} linear-attention state slots are in use", id,
-                        kv_.num_state_slots());
-    req.state_slot = free_state_slots_.back();
-    free_state_slots_.pop_back();
+Status ModelRunner::copy_states(const SchedulerOutput& output, StateOpKind kind) {
+  const int32_t total = kv_.num_state_slots() + kv_.num_state_checkpoints();
+  for (const StateOp& op : output.state_ops) {
+    if (op.kind != kind || op.kind == StateOpKind::kHold) continue;
+    if (op.src < 0 || op.src >= total || op.dst < 0 || op.dst >= total || op.src == op.dst ||
+        (op.snapshot >= 0 &&
+         (op.src >= kv_.num_state_slots() || op.snapshot >= kv_.draft_snapshots_per_slot())))
+      return make_error("request {}: no state copy from slot {} (snapshot {}) to slot {} of {}",
+                        op.id, op.src, op.snapshot, op.dst, total);
+    kv_.copy_state(op.snapshot < 0 ? op.src : kv_.draft_snapshot(op.src, op.snapshot), op.dst);
   }
-  if (checkpoint >= 0) kv_.copy_state(checkpoint, req.state_slot);
-  return req.state_slot;
-}
-
-void ModelRunner::release_state_slot(RequestHandle id) {
-  WorkerRequest* req = requests_.find(id);
-  if (req == nullptr || req->state_slot < 0) return;
-  free_state_slots_.push_back(req->state_slot);
-  req->state_slot = -1;
+  return Status::Ok();
 }
 
 Expected<ModelRunner::Rows> ModelRunner::add_to_batch(const ScheduledTokens& work, int64_t offset,
-                                                      int64_t first_row, int32_t checkpoint,
-                                                      int32_t hold) {
+                                                      int64_t first_row, int32_t hold) {
   WorkerRequest* req = requests_.find(work.id);
   if (req == nullptr) return make_error("scheduled request {} is unknown to the worker", work.id);
   const int64_t num_drafts = static_cast<int64_t>(work.draft_token_ids.size());
@@ -90,7 +75,10 @@ Expected<ModelRunner::Rows> ModelRunner::add_to_batch(const ScheduledTokens& wor
   const int64_t count = scores_prompt ? work.num_tokens : samples ? num_drafts + 1 : 0;
   int32_t slot = -1;
   if (kv_.layout().state.num_layers > 0) {
-    KASSIGN(slot, state_slot(work.id, *req, start, checkpoint));
+    if (work.state_slot < 0 || work.state_slot >= kv_.num_state_slots())
+      return make_error("request {}: state slot {} is not one of the {} running slots", work.id,
+                        work.state_slot, kv_.num_state_slots());
+    slot = req->state_slot = work.state_slot;
   }
   const int32_t snapshots = slot >= 0 ? int32_t(num_drafts) : 0;
   if (snapshots > kv_.draft_snapshots_per_slot())
@@ -133,20 +121,9 @@ Expected<RunnerOutput> ModelRunner::execute(const SchedulerOutput& output) {
 }
 
 Expected<RunnerOutput> ModelRunner::run_step(const SchedulerOutput& output) {
-  // States the previous step left at a block boundary, before anything overwrites them.
-  for (const StateSnapshotSave& save : output.state_snapshot_saves) {
-    const WorkerRequest* req = requests_.find(save.id);
-    if (req == nullptr || req->state_slot < 0 || !kv_.is_checkpoint(save.slot) ||
-        save.snapshot >= kv_.draft_snapshots_per_slot())
-      return make_error("request {}: no state to save into checkpoint {}", save.id, save.slot);
-    kv_.copy_state(
-        save.snapshot < 0 ? req->state_slot : kv_.draft_snapshot(req->state_slot, save.snapshot),
-        save.slot);
-  }
-  // A finished or preempted request's state is not needed again (a preempted one restarts
-  // from position 0).
-  for (const RequestHandle id : output.finished_ids) release_state_slot(id);
-  for (const RequestHandle id : output.preempted_ids) release_state_slot(id);
+  // The copies before the forward pass come first, in the scheduler's order: a state the
+  // previous step left at a block boundary is saved before a slot it sits in is reused.
+  KTRY(copy_states(output, StateOpKind::kCopyBefore));
   KTRY(requests_.apply(output));
   if (spec_.proposer)
     for (const RequestHandle id : output.finished_ids) spec_.proposer->finished(id);
@@ -154,10 +131,9 @@ Expected<RunnerOutput> ModelRunner::run_step(const SchedulerOutput& output) {
   if (output.scheduled.empty()) return result;
   std::unordered_map<RequestHandle, const TokenMask*> masks;
   for (const TokenMask& m : output.token_masks) masks[m.id] = &m;
-  std::unordered_map<RequestHandle, int32_t> loads;
-  for (const StateCheckpointCopy& l : output.state_loads) loads[l.id] = l.slot;
   std::unordered_map<RequestHandle, int32_t> holds;
-  for (const StateCheckpointCopy& h : output.state_holds) holds[h.id] = h.slot;
+  for (const StateOp& op : output.state_ops)
+    if (op.kind == StateOpKind::kHold) holds[op.id] = op.dst;
   builder_.clear();
   std::vector<Rows> rows;
   int64_t num_rows = 0, num_batch_tokens = 0;
@@ -168,11 +144,9 @@ Expected<RunnerOutput> ModelRunner::run_step(const SchedulerOutput& output) {
                              m->second->bits.size() % size_t(m->second->num_rows) != 0))
       return make_error("request {}: {} token masks for {} drafts", work.id, m->second->num_rows,
                         work.draft_token_ids.size());
-    const auto load = loads.find(work.id);
     const auto hold = holds.find(work.id);
-    KASSIGN(Rows r,
-            add_to_batch(work, num_batch_tokens, num_rows, load == loads.end() ? -1 : load->second,
-                         hold == holds.end() ? -1 : hold->second));
+    KASSIGN(Rows r, add_to_batch(work, num_batch_tokens, num_rows,
+                                 hold == holds.end() ? -1 : hold->second));
     num_rows += r.count;
     num_batch_tokens += work.num_tokens;
     rows.push_back(r);
@@ -181,12 +155,7 @@ Expected<RunnerOutput> ModelRunner::run_step(const SchedulerOutput& output) {
   const int64_t vocab = model_.config().vocab_size;
   const ForwardBatch batch = builder_.batch();
   model_.forward_hidden(batch, kv_);
-  for (const StateCheckpointCopy& save : output.state_saves) {
-    const WorkerRequest* req = requests_.find(save.id);
-    if (req == nullptr || req->state_slot < 0 || !kv_.is_checkpoint(save.slot))
-      return make_error("request {}: no state to save into checkpoint {}", save.id, save.slot);
-    kv_.copy_state(req->state_slot, save.slot);
-  }
+  KTRY(copy_states(output, StateOpKind::kCopyAfter));
   // The sampled rows (a request's last drafts + 1) get their logits at once: they stay for the
   // masks and draws. Prompt rows are scored in chunks of kScoreChunkRows, so a long chunk of
   // prompt_logprobs costs bounded memory whatever the step's token budget.

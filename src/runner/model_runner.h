@@ -9,17 +9,15 @@
 // (spec_decode/proposer.h) it then proposes the drafts each sampled request verifies in its next
 // step, returned with its samples; a constrained request's drafts come back with a token mask per
 // position (the engine core cuts them where its grammar would not go). For models with
-// linear-attention layers it gives each running request a state slot of the KV storage when it
-// is first computed (from position 0) and takes it back when the request finishes or is
-// preempted; the scheduler runs at most max_num_seqs requests, the number of slots. A request
-// resuming from a prefix hit gets its state from the step's checkpoint (state_loads) before the
-// forward pass; requests whose tokens end on a checkpointed boundary leave a copy after it
-// (state_saves); after a step with drafts, the state it left at a boundary among the kept
-// tokens is saved from its snapshot before the next step (state_snapshot_saves). Under
-// speculative decoding the forward pass keeps the states after a request's
-// drafts (KVCacheStorage's draft snapshots), and sampling restores the one after the last
-// accepted token, so rejected drafts leave nothing in the recurrent state. Only the thread that
-// calls execute() touches it.
+// linear-attention layers the scheduler owns every state slot: a scheduled request's running
+// slot comes with its work (ScheduledTokens::state_slot), and the runner makes the copies the
+// step lists (SchedulerOutput::state_ops) — before the forward pass (a resumed checkpoint, a
+// loaded state, the previous step's boundary state saved from a snapshot), during it (a PD
+// producer's state before the prompt's last token) and after it (a checkpoint at a boundary).
+// Under speculative decoding the forward pass keeps the states after a request's drafts
+// (KVCacheStorage's draft snapshots), and sampling restores the one after the last accepted
+// token into its slot, so rejected drafts leave nothing in the recurrent state. Only the thread
+// that calls execute() touches it.
 #pragma once
 
 #include <cstdint>
@@ -77,18 +75,14 @@ class ModelRunner {
     bool samples;       // the last drafts + 1 rows are sampled
   };
 
-  // Checks `work` against the request's state and adds its tokens to the batch; `checkpoint`
-  // (-1: none) is the state it resumes from, `hold` (-1: none) the checkpoint slot that receives
-  // its state before its last token here (SchedulerOutput::state_holds).
+  // Checks `work` against the request's state and adds its tokens to the batch; `hold` (-1:
+  // none) is the checkpoint slot that receives its state before its last token here.
   Expected<Rows> add_to_batch(const ScheduledTokens& work, int64_t offset, int64_t first_row,
-                              int32_t checkpoint, int32_t hold);
+                              int32_t hold);
   void score_prompt(const Rows& r, const ForwardBatch& batch, RunnerOutput& out);
-  // The request's state slot, taken from the free ones if it holds none (with `checkpoint`'s
-  // state copied in when it is not -1); an error when it continues past position 0 without a
-  // state, or none is free.
-  Expected<int32_t> state_slot(RequestHandle id, WorkerRequest& req, int64_t start,
-                               int32_t checkpoint);
-  void release_state_slot(RequestHandle id);
+  // The step's copies of one kind (`op.kind == kind`), in order; an error names a slot outside
+  // the storage's.
+  Status copy_states(const SchedulerOutput& output, StateOpKind kind);
   // After sampling a request that verified `num_drafts` drafts and kept `num_accepted`: its
   // state back to the last kept token (linear-attention models).
   void roll_back_state(const WorkerRequest& req, size_t num_drafts, size_t num_accepted) const;
@@ -109,7 +103,6 @@ class ModelRunner {
   std::vector<GroupSamples> samples_;  // one per sampling request of a step
   std::vector<ProposalInput> proposal_inputs_;
   std::vector<std::vector<int32_t>> drafts_;
-  std::vector<int32_t> free_state_slots_;  // of kv_, none for models without state layers
   // Declared after kv_: stopped (its transfers with it) before the pool it uses goes.
   std::unique_ptr<KvWorker> kv_worker_;
 };

@@ -23,8 +23,8 @@ struct WorkerRequest {
   int64_t num_computed_tokens = 0;
   RequestSampling sampling;
   SamplerRng rng;  // the request's random stream: seed and draws so far
-  // Its linear-attention state slot in the KV storage while it runs (-1: none held), assigned
-  // by the ModelRunner.
+  // Its linear-attention running state slot in its latest step (-1: none), as the scheduler
+  // gave it (ScheduledTokens::state_slot).
   int32_t state_slot = -1;
 
   std::span<const int32_t> prompt() const {

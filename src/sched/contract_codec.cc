@@ -20,7 +20,7 @@
 namespace kestrel {
 namespace {
 
-constexpr const char* kSchedulerOutputTag = "kestrel.sched_output.v5";
+constexpr const char* kSchedulerOutputTag = "kestrel.sched_output.v6";
 constexpr const char* kRunnerOutputTag = "kestrel.runner_output.v3";
 
 // Each struct is listed once, in declaration order, and both directions walk that list, so the
@@ -57,17 +57,16 @@ KDESCRIBE(NewRequestData, KFIELD(id), KFIELD(prompt_token_ids), KFIELD(sampling)
           KFIELD(num_computed_tokens))
 KDESCRIBE(CachedRequestData, KFIELD(id), KFIELD(resumed_from_preemption), KFIELD(new_block_ids),
           KFIELD(num_computed_tokens))
-KDESCRIBE(ScheduledTokens, KFIELD(id), KFIELD(num_tokens), KFIELD(draft_token_ids))
+KDESCRIBE(ScheduledTokens, KFIELD(id), KFIELD(num_tokens), KFIELD(draft_token_ids),
+          KFIELD(state_slot))
 KDESCRIBE(TokenMask, KFIELD(id), KFIELD(bits), KFIELD(num_rows))
-KDESCRIBE(StateCheckpointCopy, KFIELD(id), KFIELD(slot))
-KDESCRIBE(StateSnapshotSave, KFIELD(id), KFIELD(slot), KFIELD(snapshot))
+KDESCRIBE(StateOp, KFIELD(kind), KFIELD(id), KFIELD(src), KFIELD(snapshot), KFIELD(dst))
 KDESCRIBE(KvLoad, KFIELD(load_id), KFIELD(id), KFIELD(host), KFIELD(port), KFIELD(tp_size),
           KFIELD(remote_blocks), KFIELD(local_blocks), KFIELD(remote_state), KFIELD(local_state),
           KFIELD(timeout_ms))
 KDESCRIBE(SchedulerOutput, KFIELD(new_requests), KFIELD(cached_requests), KFIELD(scheduled),
           KFIELD(token_masks), KFIELD(preempted_ids), KFIELD(finished_ids),
-          KFIELD(total_num_scheduled_tokens), KFIELD(kv_loads), KFIELD(state_loads),
-          KFIELD(state_saves), KFIELD(state_snapshot_saves), KFIELD(state_holds))
+          KFIELD(total_num_scheduled_tokens), KFIELD(kv_loads), KFIELD(state_ops))
 KDESCRIBE(TokenLogprob, KFIELD(token), KFIELD(logprob))
 KDESCRIBE(TokenLogprobs, KFIELD(token), KFIELD(logprob), KFIELD(rank), KFIELD(top))
 KDESCRIBE(RequestSamples, KFIELD(id), KFIELD(tokens), KFIELD(logprobs), KFIELD(draft_token_ids))
@@ -109,11 +108,10 @@ template <typename... S>
 constexpr bool every_member_described() {
   return ((aggregate_members<S>() == num_fields<S>()) && ...);
 }
-static_assert(
-    every_member_described<SamplingParams, TokenBias, LogitsRules, RequestSampling, NewRequestData,
-                           CachedRequestData, ScheduledTokens, TokenMask, StateCheckpointCopy,
-                           StateSnapshotSave, KvLoad, SchedulerOutput>(),
-    "a SchedulerOutput struct has a member its KDESCRIBE line does not list");
+static_assert(every_member_described<SamplingParams, TokenBias, LogitsRules, RequestSampling,
+                                     NewRequestData, CachedRequestData, ScheduledTokens, TokenMask,
+                                     StateOp, KvLoad, SchedulerOutput>(),
+              "a SchedulerOutput struct has a member its KDESCRIBE line does not list");
 static_assert(every_member_described<TokenLogprob, TokenLogprobs, RequestSamples, RequestFailure,
                                      KvLoadResult, RunnerOutput>(),
               "a RunnerOutput struct has a member its KDESCRIBE line does not list");
@@ -130,6 +128,7 @@ struct Writer {
 template <typename T>
 requires std::is_arithmetic_v<T>
 void put(Writer& w, T v);
+void put(Writer& w, StateOpKind v);
 void put(Writer& w, const std::string& v);
 template <typename T>
 void put(Writer& w, const std::vector<T>& v);
@@ -153,6 +152,9 @@ void put(Writer& w, T v) {
 }
 void put(Writer& w, const std::string& v) {
   w.pk().pack(v);
+}
+void put(Writer& w, StateOpKind v) {
+  put(w, static_cast<uint8_t>(v));
 }
 template <typename T>
 void put(Writer& w, const std::vector<T>& v) {
@@ -235,6 +237,7 @@ const msgpack::object_array& array_of(const msgpack::object& o, const char* what
 template <typename T>
 requires std::is_arithmetic_v<T>
 void get(const msgpack::object& o, T& out);
+void get(const msgpack::object& o, StateOpKind& out);
 void get(const msgpack::object& o, std::string& out);
 template <typename T>
 void get(const msgpack::object& o, std::vector<T>& out);
@@ -290,6 +293,12 @@ void get(const msgpack::object& o, T& out) {
   } else {
     fail("expected an integer, got {}", kind(o));
   }
+}
+void get(const msgpack::object& o, StateOpKind& out) {
+  uint8_t v = 0;
+  get(o, v);
+  if (v > static_cast<uint8_t>(StateOpKind::kCopyAfter)) fail("unknown state op kind {}", v);
+  out = static_cast<StateOpKind>(v);
 }
 void get(const msgpack::object& o, std::string& out) {
   if (o.type != msgpack::type::STR) fail("expected a string, got {}", kind(o));

@@ -111,6 +111,9 @@ struct Request {
   // copied into its own state slot by the step it resumes with.
   int32_t held_state = -1;
   int32_t loaded_state = -1;
+  // Linear-attention models: its running state slot, one of [0, max_num_seqs), from the step
+  // that first computes it until it finishes or is preempted (-1: none).
+  int32_t running_slot = -1;
 
   int64_t num_tokens() const { return static_cast<int64_t>(all_token_ids.size()); }
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }

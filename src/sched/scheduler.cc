@@ -57,6 +57,22 @@ Scheduler::Scheduler(const SchedulerConfig& config)
                                 config.num_state_checkpoints}) {
   const Status s = validate(config);
   KCHECK(s.ok(), "{}", s.message());
+  if (config_.has_recurrent_state)
+    for (int32_t slot = int32_t(config_.max_num_seqs) - 1; slot >= 0; --slot)
+      free_running_slots_.push_back(slot);
+}
+
+void Scheduler::take_running_slot(Request& req) {
+  if (!config_.has_recurrent_state || req.running_slot >= 0) return;
+  // At most max_num_seqs requests run, so a slot is free for each.
+  KCHECK(!free_running_slots_.empty(), "request {}: all {} running state slots are taken", req.id,
+         config_.max_num_seqs);
+  req.running_slot = free_running_slots_.back();
+  free_running_slots_.pop_back();
+}
+
+void Scheduler::put_back_running_slot(Request& req) {
+  if (req.running_slot >= 0) free_running_slots_.push_back(std::exchange(req.running_slot, -1));
 }
 
 Status Scheduler::add_request(RequestSpec spec) {
@@ -121,7 +137,8 @@ void Scheduler::save_checkpoint(Request& req, int64_t num_new, SchedulerOutput& 
   // In the prompt: every boundary before its last token (where a repeat of it can resume).
   if (end <= req.num_prompt_tokens() - 1) {
     if (const auto slot = kv_.reserve_checkpoint(req.block_hashes, end / config_.block_size))
-      out.state_saves.push_back(StateCheckpointCopy{req.id, *slot});
+      out.state_ops.push_back(
+          StateOp{StateOpKind::kCopyAfter, req.id, req.running_slot, -1, *slot});
     return;
   }
   // Past it, a step ending on a boundary keeps the state there for a later prompt that repeats
@@ -131,7 +148,7 @@ void Scheduler::save_checkpoint(Request& req, int64_t num_new, SchedulerOutput& 
   const size_t blocks = size_t(end / config_.block_size);
   if (drafts || blocks > req.block_hashes.size()) return;
   if (const auto slot = replace_decode_checkpoint(&req, req.block_hashes[blocks - 1]))
-    out.state_saves.push_back(StateCheckpointCopy{req.id, *slot});
+    out.state_ops.push_back(StateOp{StateOpKind::kCopyAfter, req.id, req.running_slot, -1, *slot});
 }
 
 std::optional<int32_t> Scheduler::replace_decode_checkpoint(Request* req, const BlockHash& hash) {
@@ -146,6 +163,7 @@ void Scheduler::add_to_output(Request& req, int64_t num_new, SchedulerOutput& ou
   ScheduledTokens work;
   work.id = req.id;
   work.num_tokens = num_new;
+  work.state_slot = req.running_slot;
   const int64_t known = req.num_tokens() - req.num_computed_tokens;
   if (num_new > known)
     work.draft_token_ids.assign(req.draft_token_ids.begin(),
@@ -196,6 +214,7 @@ Request* Scheduler::preempt_newest() {
   // A loaded state not yet copied is not needed any more (it starts again from position 0); a
   // held one stays, written already or by its next pass.
   if (victim->loaded_state >= 0) kv_.put_back_state_slot(std::exchange(victim->loaded_state, -1));
+  put_back_running_slot(*victim);  // it restarts from position 0
   victim->num_computed_tokens = 0;
   victim->status = RequestStatus::kPreempted;
   victim->resumed = victim->known_to_worker;
@@ -209,6 +228,7 @@ Request* Scheduler::give_back_newest() {
   running_.pop_back();
   kv_.free(victim->id);
   put_back_states(*victim);
+  put_back_running_slot(*victim);
   victim->status = RequestStatus::kFinishedStopped;
   finished_since_last_step_.push_back(victim->id);
   given_back_.push_back(victim->id);
@@ -287,14 +307,16 @@ void Scheduler::free_held(const HeldKv& held) {
 
 void Scheduler::transfer_state(Request& req, int64_t num_new, SchedulerOutput& out) {
   if (req.loaded_state >= 0) {
-    out.state_loads.push_back(StateCheckpointCopy{req.id, req.loaded_state});
+    out.state_ops.push_back(
+        StateOp{StateOpKind::kCopyBefore, req.id, req.loaded_state, -1, req.running_slot});
     copied_states_.push_back(std::exchange(req.loaded_state, -1));
   }
   // Only a step that ends at the prompt's last token has that token last (a recompute after
   // preemption may run past it; the state held then is still the one written first).
   if (req.held_state >= 0 && req.num_computed_tokens < req.num_prompt_tokens() &&
       req.num_computed_tokens + num_new == req.num_prompt_tokens())
-    out.state_holds.push_back(StateCheckpointCopy{req.id, req.held_state});
+    out.state_ops.push_back(
+        StateOp{StateOpKind::kHold, req.id, req.running_slot, -1, req.held_state});
 }
 
 void Scheduler::put_back_states(Request& req) {
@@ -366,6 +388,7 @@ SchedulerOutput Scheduler::schedule() {
       if (victim == req) break;
     }
     if (!scheduled) break;
+    take_running_slot(*req);
     transfer_state(*req, num_new, out);
     save_checkpoint(*req, num_new, out);
     add_to_output(*req, num_new, out);
@@ -400,8 +423,10 @@ SchedulerOutput Scheduler::schedule() {
     req->num_computed_tokens = hit.num_tokens;
     req->status = RequestStatus::kRunning;
     running_.push_back(req);
+    take_running_slot(*req);
     if (hit.state_checkpoint >= 0)
-      out.state_loads.push_back(StateCheckpointCopy{req->id, hit.state_checkpoint});
+      out.state_ops.push_back(
+          StateOp{StateOpKind::kCopyBefore, req->id, hit.state_checkpoint, -1, req->running_slot});
     transfer_state(*req, num_new, out);
     save_checkpoint(*req, num_new, out);
     add_to_output(*req, num_new, out);
@@ -504,14 +529,14 @@ void Scheduler::note_snapshot_save(const Request& req, int64_t start, const Sche
     if (boundary - 1 < first_kept) return;  // among the known tokens before the drafts
     snapshot = int32_t(boundary - 1 - first_kept);
   }
-  pending_snapshot_saves_.push_back(
-      SnapshotSave{req.id, req.block_hashes[size_t(boundary / bs) - 1], snapshot});
+  pending_snapshot_saves_.push_back(SnapshotSave{
+      req.id, req.block_hashes[size_t(boundary / bs) - 1], req.running_slot, snapshot});
 }
 
 void Scheduler::take_snapshot_saves(SchedulerOutput& out) {
   for (const SnapshotSave& s : pending_snapshot_saves_)
     if (const auto slot = replace_decode_checkpoint(find_request(s.id), s.hash))
-      out.state_snapshot_saves.push_back(StateSnapshotSave{s.id, *slot, s.snapshot});
+      out.state_ops.push_back(StateOp{StateOpKind::kCopyBefore, s.id, s.slot, s.snapshot, *slot});
   pending_snapshot_saves_.clear();
 }
 
@@ -551,6 +576,7 @@ void Scheduler::finish(RequestHandle id, RequestStatus status) {
     kv_.free(id);
   }
   put_back_states(*req);
+  put_back_running_slot(*req);
   req->status = status;
   finished_since_last_step_.push_back(id);
 }

@@ -18,9 +18,14 @@
 // Models with linear-attention layers move the request's recurrent state as well, as it stands
 // before the prompt's last token (the token the consumer computes again): the producer takes a
 // checkpoint slot for it at admission, the step that reaches that token leaves the state there
-// (SchedulerOutput::state_holds), and the slot is held with the blocks; the consumer's load
-// fills a checkpoint slot of its own, copied into the request's slot by its first step. Such a
-// consumer does not start from its local prefix cache: the state comes whole from the producer.
+// (a StateOpKind::kHold op), and the slot is held with the blocks; the consumer's load fills a
+// checkpoint slot of its own, copied into the request's slot by its first step. Such a consumer
+// does not start from its local prefix cache: the state comes whole from the producer.
+//
+// Every state slot of a linear-attention model is the scheduler's: each running request's slot
+// (Request::running_slot, given when it is first scheduled and taken back when it finishes or is
+// preempted), the prefix-cache checkpoints, and the held and loaded ones. The workers make the
+// copies SchedulerOutput::state_ops lists and use ScheduledTokens::state_slot.
 #pragma once
 
 #include <cstdint>
@@ -198,6 +203,11 @@ class Scheduler {
     return req.remote_decode && config_.has_recurrent_state;
   }
   void transfer_state(Request& req, int64_t num_new, SchedulerOutput& out);
+  // Linear-attention models: gives a request about to be computed a running state slot if it
+  // has none, and takes one back (finish, preemption). The workers' copies from a finished
+  // request's slot (its last snapshot save) precede any later use in the step's state_ops.
+  void take_running_slot(Request& req);
+  void put_back_running_slot(Request& req);
   // Gives back the request's transfer state slots that no step or load uses any more.
   void put_back_states(Request& req);
 
@@ -213,7 +223,8 @@ class Scheduler {
   struct SnapshotSave {
     RequestHandle id;
     BlockHash hash;
-    int32_t snapshot;  // -1: the request's slot
+    int32_t slot;      // the request's running slot in that step
+    int32_t snapshot;  // -1: the slot itself
   };
   std::vector<SnapshotSave> pending_snapshot_saves_;
   std::vector<BlockId> published_;  // blocks the last schedule() published to the prefix cache
@@ -225,6 +236,7 @@ class Scheduler {
   // Consumers' loaded states copied into their requests' slots by the last step: free again at
   // the next schedule().
   std::vector<int32_t> copied_states_;
+  std::vector<int32_t> free_running_slots_;  // linear-attention models: [0, max_num_seqs)
   uint64_t next_load_id_ = 1;
   int64_t next_arrival_ = 0;
   int64_t num_preemptions_ = 0;

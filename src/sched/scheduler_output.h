@@ -45,6 +45,9 @@ struct ScheduledTokens {
   RequestHandle id;
   int64_t num_tokens = 0;
   std::vector<int32_t> draft_token_ids;
+  // Models with linear-attention layers: the request's running state slot, one of
+  // [0, max_num_seqs), which the scheduler gave it (-1 for other models).
+  int32_t state_slot = -1;
   bool operator==(const ScheduledTokens&) const = default;
 };
 
@@ -78,23 +81,32 @@ struct KvLoad {
   bool operator==(const KvLoad&) const = default;
 };
 
-// Models with linear-attention layers, prefix caching: a request's recurrent state is copied from
-// checkpoint slot `slot` into its own before the step (it resumes from a prefix hit), or from its
-// own into `slot` after the step (its tokens this step end on a block boundary worth keeping).
-struct StateCheckpointCopy {
-  RequestHandle id;
-  int32_t slot = 0;
-  bool operator==(const StateCheckpointCopy&) const = default;
+// Models with linear-attention layers: one copy of a recurrent state between slots of the
+// workers' KV storage. The scheduler owns every slot — running ones [0, max_num_seqs), one per
+// running request, and the checkpoint slots after them (prefix-cache checkpoints, and states
+// held or loaded for a KV transfer) — and lists the copies a step needs, in the order the
+// workers make them; the workers only copy.
+enum class StateOpKind : uint8_t {
+  // Before the forward pass: slot `src` (or its draft snapshot `snapshot`) into slot `dst`. A
+  // request resuming from a checkpoint or a loaded state; a state the previous step left at a
+  // block boundary, saved into a checkpoint before this step overwrites it.
+  kCopyBefore,
+  // During the forward pass: the state of request `id`'s running slot `src` before the step's
+  // last token, into checkpoint `dst` (a PD producer's prompt, which its decode instance
+  // computes again from there).
+  kHold,
+  // After the forward pass: running slot `src` into checkpoint `dst` (the step's tokens end on a
+  // block boundary worth keeping).
+  kCopyAfter,
 };
 
-// Speculative decoding on such models: the state a request's previous step passed at a block
-// boundary (draft snapshot `snapshot` of its slot, or -1: the slot itself) is copied into
-// checkpoint slot `slot` before this step's forward pass overwrites either.
-struct StateSnapshotSave {
-  RequestHandle id;
-  int32_t slot = 0;
-  int32_t snapshot = -1;
-  bool operator==(const StateSnapshotSave&) const = default;
+struct StateOp {
+  StateOpKind kind = StateOpKind::kCopyBefore;
+  RequestHandle id;  // the request the copy is for (error messages, holds)
+  int32_t src = -1;
+  int32_t snapshot = -1;  // kCopyBefore: src's draft snapshot instead of src itself (-1: none)
+  int32_t dst = -1;
+  bool operator==(const StateOp&) const = default;
 };
 
 struct SchedulerOutput {
@@ -105,16 +117,8 @@ struct SchedulerOutput {
   std::vector<RequestHandle> preempted_ids;  // preempted during this step
   std::vector<RequestHandle> finished_ids;   // finished or aborted since the previous step
   int64_t total_num_scheduled_tokens = 0;
-  std::vector<KvLoad> kv_loads;                  // loads to start this step
-  std::vector<StateCheckpointCopy> state_loads;  // before the forward pass
-  std::vector<StateCheckpointCopy> state_saves;  // after it
-  // Before the forward pass, and before the step's finished and preempted requests give back
-  // their state slots.
-  std::vector<StateSnapshotSave> state_snapshot_saves;
-  // PD producers of such models: requests whose step ends at their prompt's last token, whose
-  // state before that token goes into checkpoint slot `slot` during the forward pass (their
-  // decode instance computes that token again from it).
-  std::vector<StateCheckpointCopy> state_holds;
+  std::vector<KvLoad> kv_loads;    // loads to start this step
+  std::vector<StateOp> state_ops;  // in the order they are made
   bool operator==(const SchedulerOutput&) const = default;
 };
 

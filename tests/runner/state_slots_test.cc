@@ -1,6 +1,7 @@
-// The ModelRunner's linear-attention state slots on a hybrid fixture: steps that would run a
-// request without its state, past the slots there are, or copy from or to a slot that is not a
-// checkpoint are errors that compute nothing; a finished request's slot serves the next one.
+// Linear-attention state slots on a hybrid fixture: the scheduler gives every running request a
+// slot of its own and takes it back when the request ends, so a finished request's slot serves
+// the next one; the runner refuses work without a running slot or past the slots it has, and
+// copies that reach outside its storage, computing nothing.
 #include <gtest/gtest.h>
 
 #include "runner/model_runner.h"
@@ -59,36 +60,50 @@ class StateSlots : public ::testing::Test {
   SchedulerOutput first_;
 };
 
-TEST_F(StateSlots, ARequestCannotContinueWithoutItsState) {
+TEST_F(StateSlots, WorkNeedsOneOfTheRunningSlots) {
+  ASSERT_EQ(first_.scheduled[0].state_slot, 0);
   SchedulerOutput bad = first_;
-  bad.new_requests[0].num_computed_tokens = 4;
-  bad.scheduled[0].num_tokens -= 4;
-  expect_error(bad, "continues at position 4 without its linear-attention state");
-  // With a checkpoint to resume from it may.
-  bad.state_loads.push_back(StateCheckpointCopy{7, 2});
-  EXPECT_TRUE(runner()->execute(bad).ok());
+  bad.scheduled[0].state_slot = -1;
+  expect_error(bad, "state slot -1 is not one of the 2 running slots");
+  bad.scheduled[0].state_slot = 2;  // a checkpoint
+  expect_error(bad, "state slot 2 is not one of the 2 running slots");
+  EXPECT_TRUE(runner()->execute(first_).ok());
 }
 
-TEST_F(StateSlots, CopiesOnlyBetweenARequestAndACheckpoint) {
+TEST_F(StateSlots, CopiesStayWithinTheStorage) {
   SchedulerOutput bad = first_;
-  bad.state_loads.push_back(StateCheckpointCopy{7, 1});  // a running slot, not a checkpoint
-  expect_error(bad, "is not one of slots [2, 4)");
+  bad.state_ops.push_back(StateOp{StateOpKind::kCopyBefore, 7, 4, -1, 0});  // past the slots
+  expect_error(bad, "no state copy from slot 4 (snapshot -1) to slot 0 of 4");
   bad = first_;
-  bad.state_saves.push_back(StateCheckpointCopy{7, 4});  // past the checkpoints
-  expect_error(bad, "no state to save into checkpoint 4");
+  bad.state_ops.push_back(StateOp{StateOpKind::kCopyAfter, 7, 0, -1, -1});
+  expect_error(bad, "no state copy from slot 0 (snapshot -1) to slot -1 of 4");
   bad = first_;
-  bad.state_saves.push_back(StateCheckpointCopy{8, 2});  // a request the worker does not run
-  expect_error(bad, "request 8: no state to save");
+  // A checkpoint has no draft snapshots.
+  bad.state_ops.push_back(StateOp{StateOpKind::kCopyBefore, 7, 2, 0, 3});
+  expect_error(bad, "no state copy from slot 2 (snapshot 0) to slot 3 of 4");
 }
 
-TEST_F(StateSlots, NoMoreRunningRequestsThanSlots) {
+TEST_F(StateSlots, RunningRequestsHoldDistinctSlotsUntilTheyEnd) {
   Scheduler sched(config());
   ASSERT_TRUE(sched.add_request(sampled_spec(1, kPrompt, 4, 1)).ok());
   ASSERT_TRUE(sched.add_request(sampled_spec(2, kPrompt, 4, 2)).ok());
+  ASSERT_TRUE(sched.add_request(sampled_spec(3, kPrompt, 4, 3)).ok());  // waits: two run at most
   const SchedulerOutput two = sched.schedule();
   ASSERT_EQ(two.scheduled.size(), 2u);
-  expect_error(two, "all 1 linear-attention state slots are in use", 1);
-  EXPECT_TRUE(runner(2)->execute(two).ok());
+  EXPECT_NE(two.scheduled[0].state_slot, two.scheduled[1].state_slot);
+  for (const ScheduledTokens& w : two.scheduled)
+    EXPECT_TRUE(w.state_slot == 0 || w.state_slot == 1);
+  // A runner with one slot cannot run the second.
+  expect_error(two, "state slot 1 is not one of the 1 running slots", 1);
+  // The first ends: the waiting one takes its slot.
+  const int32_t freed = two.scheduled[0].state_slot;
+  sched.abort(1);
+  const SchedulerOutput next = sched.schedule();
+  const ScheduledTokens* third = nullptr;
+  for (const ScheduledTokens& w : next.scheduled)
+    if (w.id == 3) third = &w;
+  ASSERT_NE(third, nullptr);
+  EXPECT_EQ(third->state_slot, freed);
 }
 
 TEST_F(StateSlots, OneSlotServesRequestsOneAfterAnother) {

@@ -50,7 +50,7 @@ SchedulerOutput full_scheduler_output() {
                           .resumed_from_preemption = true,
                           .new_block_ids = {{5, 6, 7}, {8}},
                           .num_computed_tokens = 0}};
-  out.scheduled = {{.id = 10, .num_tokens = 5, .draft_token_ids = {}},
+  out.scheduled = {{.id = 10, .num_tokens = 5, .draft_token_ids = {}, .state_slot = 3},
                    {.id = 20, .num_tokens = 4, .draft_token_ids = {100, 101, 102}}};
   out.token_masks = {{.id = 11, .bits = {0, ~0ull, 0x8000000000000001ull}}};
   out.preempted_ids = {22, 0};
@@ -66,10 +66,10 @@ SchedulerOutput full_scheduler_output() {
                    .remote_state = 130,
                    .local_state = 66,
                    .timeout_ms = 1500}};
-  out.state_loads = {{.id = 10, .slot = 70}};
-  out.state_saves = {{.id = 20, .slot = 71}, {.id = 10, .slot = 0x7fffffff}};
-  out.state_snapshot_saves = {{.id = 20, .slot = 72, .snapshot = 2}, {.id = 10, .slot = 5}};
-  out.state_holds = {{.id = 40, .slot = 73}};
+  out.state_ops = {{.kind = StateOpKind::kCopyBefore, .id = 20, .src = 1, .snapshot = 2, .dst = 72},
+                   {.kind = StateOpKind::kCopyBefore, .id = 10, .src = 70, .dst = 3},
+                   {.kind = StateOpKind::kHold, .id = 40, .src = 0, .dst = 73},
+                   {.kind = StateOpKind::kCopyAfter, .id = 10, .src = 3, .dst = 0x7fffffff}};
   return out;
 }
 
@@ -157,7 +157,7 @@ TEST(ContractCodecTest, WrongKindIsError) {
 }
 
 TEST(ContractCodecTest, FutureVersionIsError) {
-  std::string bytes = hand_made("kestrel.sched_output.v6", [](auto& p) { p.pack_array(0); });
+  std::string bytes = hand_made("kestrel.sched_output.v7", [](auto& p) { p.pack_array(0); });
   Expected<SchedulerOutput> s = decode_scheduler_output(bytes);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error().message.find("v6"), std::string::npos) << s.error().message;
@@ -165,15 +165,15 @@ TEST(ContractCodecTest, FutureVersionIsError) {
 
 TEST(ContractCodecTest, WrongTypeNamesTheField) {
   // SchedulerOutput whose first new request has a string id (handles are integers).
-  std::string bytes = hand_made("kestrel.sched_output.v5", [](auto& p) {
-    p.pack_array(12);
+  std::string bytes = hand_made("kestrel.sched_output.v6", [](auto& p) {
+    p.pack_array(9);
     p.pack_array(1);
     p.pack_array(5);
     p.pack(std::string("req-17"));
     for (int i = 0; i < 4; ++i) p.pack_nil();
     for (int i = 0; i < 5; ++i) p.pack_array(0);
     p.pack(0);
-    for (int i = 0; i < 5; ++i) p.pack_array(0);
+    for (int i = 0; i < 2; ++i) p.pack_array(0);
   });
   Expected<SchedulerOutput> s = decode_scheduler_output(bytes);
   ASSERT_FALSE(s.ok());
@@ -182,10 +182,10 @@ TEST(ContractCodecTest, WrongTypeNamesTheField) {
 }
 
 TEST(ContractCodecTest, WrongArrayLengthAndRangeAreErrors) {
-  // A body of 11 fields instead of 12.
-  std::string short_body = hand_made("kestrel.sched_output.v5", [](auto& p) {
-    p.pack_array(11);
-    for (int i = 0; i < 11; ++i) p.pack_array(0);
+  // A body of 8 fields instead of 9.
+  std::string short_body = hand_made("kestrel.sched_output.v6", [](auto& p) {
+    p.pack_array(8);
+    for (int i = 0; i < 8; ++i) p.pack_array(0);
   });
   EXPECT_FALSE(decode_scheduler_output(short_body).ok());
   // A TokenLogprob whose token does not fit int32.
@@ -221,6 +221,15 @@ TEST(ContractCodecTest, WrongArrayLengthAndRangeAreErrors) {
   r = decode_runner_output(big_id);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("sampled[0].id"), std::string::npos) << r.error().message;
+}
+
+TEST(ContractCodecTest, AnUnknownStateOpKindIsError) {
+  SchedulerOutput out;
+  out.state_ops = {{.kind = static_cast<StateOpKind>(7), .id = 1, .src = 0, .dst = 3}};
+  auto back = decode_scheduler_output(encode(out));
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.error().message.find("unknown state op kind 7"), std::string::npos)
+      << back.error().message;
 }
 
 TEST(ContractCodecTest, EveryTruncationIsError) {
@@ -293,7 +302,7 @@ TEST(ContractCodecTest, HugeLengthsAreErrorsWithoutHugeAllocation) {
   ASSERT_FALSE(a.ok());
   EXPECT_FALSE(a.error().message.empty());
 
-  std::string nested = hand_made("kestrel.sched_output.v5", [](auto& p) { p.pack_array(12); });
+  std::string nested = hand_made("kestrel.sched_output.v6", [](auto& p) { p.pack_array(9); });
   nested += std::string("\xdd\x80\x00\x00\x00", 5);
   EXPECT_FALSE(decode_scheduler_output(nested).ok());
 

@@ -56,6 +56,13 @@ inline const CachedRequestData* find_cached(const SchedulerOutput& out, RequestH
     if (r.id == id) return &r;
   return nullptr;
 }
+// The step's state copies of one kind, in order.
+inline std::vector<StateOp> ops_of(const SchedulerOutput& out, StateOpKind kind) {
+  std::vector<StateOp> ops;
+  for (const StateOp& op : out.state_ops)
+    if (op.kind == kind) ops.push_back(op);
+  return ops;
+}
 // The position the request's work starts at this step (its computed tokens), or -1.
 inline int64_t start_of(const SchedulerOutput& out, RequestHandle id) {
   if (const NewRequestData* n = find_new(out, id)) return n->num_computed_tokens;

@@ -186,12 +186,15 @@ TEST(SchedulerRemoteKvHybrid, AProducerHoldsTheStateBeforeThePromptsLastTokenWit
   r.remote_decode = true;
   ASSERT_TRUE(h.s.add_request(r).ok());
   const StepResult first = h.step();
-  EXPECT_TRUE(first.out.state_holds.empty());      // this chunk stops short of the prompt's end
-  EXPECT_EQ(h.s.kv().num_taken_state_slots(), 1);  // taken at admission
+  EXPECT_TRUE(ops_of(first.out, StateOpKind::kHold).empty());  // this chunk stops short of the end
+  EXPECT_EQ(h.s.kv().num_taken_state_slots(), 1);              // taken at admission
   const StepResult last = h.step();
-  ASSERT_EQ(last.out.state_holds.size(), 1u);
-  const int32_t slot = last.out.state_holds[0].slot;
-  EXPECT_EQ(last.out.state_holds[0].id, 1u);
+  const std::vector<StateOp> holds = ops_of(last.out, StateOpKind::kHold);
+  ASSERT_EQ(holds.size(), 1u);
+  const int32_t slot = holds[0].dst;
+  EXPECT_EQ(holds[0].id, 1u);
+  ASSERT_NE(find(last.out, 1), nullptr);
+  EXPECT_EQ(holds[0].src, find(last.out, 1)->state_slot);  // from the request's running slot
   EXPECT_GE(slot, first_checkpoint(c));
   ASSERT_EQ(h.s.request(1)->status, RequestStatus::kFinishedLength);
   auto held = h.s.take_held();
@@ -261,7 +264,9 @@ TEST(SchedulerRemoteKvHybrid, AConsumerLoadsTheStateAndCopiesItWhenItResumes) {
   const StepResult resumed = h.step();
   ASSERT_NE(find(resumed.out, 1), nullptr);
   EXPECT_EQ(find(resumed.out, 1)->num_tokens, 1);  // the prompt's last token, from the state
-  EXPECT_EQ(resumed.out.state_loads, (std::vector<StateCheckpointCopy>{{1, load.local_state}}));
+  EXPECT_EQ(ops_of(resumed.out, StateOpKind::kCopyBefore),
+            (std::vector<StateOp>{{StateOpKind::kCopyBefore, 1, load.local_state, -1,
+                                   find(resumed.out, 1)->state_slot}}));
   EXPECT_EQ(h.s.kv().num_taken_state_slots(), 1);  // until that step has run
   h.step();
   EXPECT_EQ(h.s.kv().num_taken_state_slots(), 0);
@@ -285,7 +290,7 @@ TEST(SchedulerRemoteKvHybrid, AFailedOrAbandonedLoadGivesTheStateSlotBack) {
   const StepResult next = h.step();
   ASSERT_NE(find(next.out, 1), nullptr);
   EXPECT_EQ(start_of(next.out, 1), 0);
-  EXPECT_TRUE(next.out.state_loads.empty());
+  EXPECT_TRUE(ops_of(next.out, StateOpKind::kCopyBefore).empty());
   // Aborted mid-load: the slot goes with the load until the workers report it.
   h.s.abort(2);
   EXPECT_EQ(h.s.kv().num_taken_state_slots(), 1);
