@@ -10,7 +10,7 @@ import jsonschema
 import openai
 import pytest
 
-from kestrel_e2e import post_json, request
+from kestrel_e2e import metric, post_json, request, scrape, wait_for
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
            "required": ["city"]}
@@ -206,17 +206,19 @@ def test_background_response_and_cancel(start_server):
         time.sleep(0.1)
         done = client.responses.retrieve(bg.id)
     assert done.status in ("completed", "incomplete") and done.usage.output_tokens > 0
+    generated = metric(scrape(srv.base_url), "vllm:generation_tokens_total")
     long = client.responses.create(model=srv.model, input="Write forever.", background=True,
                                    max_output_tokens=1500, extra_body={"ignore_eos": True})
     cancelled = client.responses.cancel(long.id)
     assert cancelled.status == "cancelled"
-    time.sleep(0.5)
-    assert client.responses.retrieve(long.id).status == "cancelled"
-    # The engine request is gone: nothing runs any more.
+    # The engine request is gone: nothing runs any more (the gauge follows the next step), and it
+    # stopped well short of its 1,500 tokens.
     def running():
-        _, _, data = request(srv.base_url, "GET", "/metrics")
-        return [l for l in data.decode().splitlines() if l.startswith("vllm:num_requests_running")]
-    assert all(l.endswith(" 0") or l.endswith(" 0.0") for l in running()), running()
+        return metric(scrape(srv.base_url), "vllm:num_requests_running")
+
+    assert wait_for(lambda: running() == 0, timeout=30), running()
+    assert metric(scrape(srv.base_url), "vllm:generation_tokens_total") - generated < 1500
+    assert client.responses.retrieve(long.id).status == "cancelled"
 
 
 def test_without_the_store(client, model, base_url):
