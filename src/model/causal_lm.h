@@ -84,11 +84,9 @@ class CausalLM {
 
   // Multi-token prediction modules stored with the model (num_nextn_predict_layers, loaded).
   virtual int num_mtp_modules() const { return 0; }
-  // The final-normed hidden states [logits_indices.size(), hidden] of the last forward(): the
-  // input an MTP module takes next to the following token.
-  virtual const float* last_hidden() const { return nullptr; }
   // The final-normed hidden states [rows.size(), hidden] of any rows of the last
-  // forward_hidden(), as the head would see them; valid until the next forward.
+  // forward_hidden(), as the head would see them (the input an MTP module takes next to the
+  // following token); valid until the next forward.
   virtual void final_hidden(std::span<const int32_t> rows, float* out) {
     (void)rows, (void)out;
     KCHECK(false, "this model does not expose its hidden states");

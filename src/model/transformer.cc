@@ -141,7 +141,6 @@ class TransformerModel final : public CausalLM {
   DType kv_cache_dtype() const override { return kv_.dtype; }
   Backend& backend() override { return be_; }
   int num_mtp_modules() const override { return mtp_ ? 1 : 0; }
-  const float* last_hidden() const override { return ws_.h.data(); }
 
   size_t weight_bytes() const override {
     size_t b = lm_head_.nbytes();
@@ -225,7 +224,7 @@ class TransformerModel final : public CausalLM {
     ws_.ensure(T, H);
     float* x = ws_.x.data();
     float* cat = ws_.cat.data();
-    // The embeddings go to y, so `hidden` may be last_hidden() itself.
+    // The embeddings go to y: `hidden` may be ws_.h, where head() leaves its normed rows.
     float* e = ws_.y.data();
     const std::vector<AttentionBatch> ab = attention_batches(fb, mtp_kv);
     const RopeParams rp = rope_params();
@@ -420,7 +419,7 @@ class TransformerModel final : public CausalLM {
   }
 
   // Only the requested rows of the last pass go through the final norm and the head; their
-  // normed hidden states stay in ws_.h (last_hidden()). Under tensor parallelism `w` holds this
+  // normed hidden states stay in ws_.h. Under tensor parallelism `w` holds this
   // rank's vocabulary rows: each rank computes its rows' logits and a gather gives every rank
   // all of them.
   void head(std::span<const int32_t> rows, const Norm& norm, const Tensor& w, float* logits) {

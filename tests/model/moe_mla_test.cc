@@ -194,7 +194,10 @@ TEST_P(MtpGolden, LogitsMatchReference) {
     bb.add(prompt, 0, tables, size_t(n), lm->config.linear.enabled() ? 0 : -1);
     std::vector<float> logits(n * V);
     lm->model->forward(bb.batch(), kv, logits.data());
-    std::vector<float> hidden(lm->model->last_hidden(), lm->model->last_hidden() + (n - 1) * H);
+    std::vector<int32_t> rows(size_t(n - 1));
+    std::iota(rows.begin(), rows.end(), 0);
+    std::vector<float> hidden(size_t((n - 1) * H));
+    lm->model->final_hidden(rows, hidden.data());
 
     BatchBuilder mb(kBlock);
     mb.add(std::span<const int32_t>(prompt.data() + 1, n - 1), 0, table,
