@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cpu/float_panels.h"
+#include "backend/cpu/linear_plan.h"
 #include "backend/cpu/matmul.h"
 #include "base/thread_pool.h"
 #include "tensor/tensor.h"
@@ -30,8 +31,8 @@ struct Problem {
   int64_t n, k, m;
   HostBuffer w;
   std::vector<float> x, y, y1;
-  std::unique_ptr<uint8_t[]> panels;  // the float-panel copy a CPU backend makes (AVX-512)
-  Tensor packed;                      // w with that copy attached
+  std::unique_ptr<CpuLinearPlan> plan;  // the plan a CPU backend makes (float panels on AVX-512)
+  LinearWeight packed;                  // w with that plan
 };
 
 Problem make_problem(int64_t n, int64_t k, int64_t m) {
@@ -44,12 +45,9 @@ Problem make_problem(int64_t n, int64_t k, int64_t m) {
   for (float& v : p.x) v = ud(rng);
   p.y.resize(size_t(m * n));
   p.y1.resize(size_t(n));
-  p.packed = p.w.view();
-  if (packed_weights_supported()) {
-    p.panels = pack_float_weight(p.packed);
-    p.packed.packed = p.panels.get();
-    p.packed.packed_kind = PackedKind::kPanels;
-  }
+  p.packed = LinearWeight{p.w.view()};
+  p.plan = make_linear_plan(p.packed.w, QuantCompute::kInt8, DType::F32);
+  p.packed.plan = p.plan.get();
   return p;
 }
 

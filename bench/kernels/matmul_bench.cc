@@ -33,6 +33,7 @@
 #include "backend/cpu/bf16_tiles.h"
 #include "backend/cpu/float_panels.h"
 #include "backend/cpu/int8_matmul.h"
+#include "backend/cpu/linear_plan.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/packed_matmul.h"
 #include "base/thread_pool.h"
@@ -58,9 +59,9 @@ struct MatShape {
 // A random [N, K] weight of one type, plus its packed copy when asked for.
 struct Weight {
   HostBuffer data;
-  std::unique_ptr<uint8_t[]> packed;
-  std::vector<float> block_scale;  // fp8: per 128x128 block; w8a8: per row
-  Tensor tensor;
+  std::unique_ptr<CpuLinearPlan> plan;  // the packed kernel's plan, with its copy
+  std::vector<float> block_scale;       // fp8: per 128x128 block; w8a8: per row
+  LinearWeight tensor;
   size_t bytes_per_call = 0;  // what one linear() call reads from the weight
 };
 
@@ -78,8 +79,8 @@ void fill_fp8(Weight& w, const MatShape& shape, std::minstd_rand& rng) {
   w.block_scale.resize(
       size_t(((shape.n + kBlock - 1) / kBlock) * ((shape.k + kBlock - 1) / kBlock)));
   for (float& s : w.block_scale) s = scale(rng);
-  w.tensor.block_scale = w.block_scale.data();
-  w.tensor.scale_block_rows = w.tensor.scale_block_cols = kBlock;
+  w.tensor.scales.block = w.block_scale.data();
+  w.tensor.scales.block_rows = w.tensor.scales.block_cols = kBlock;
   w.bytes_per_call = w.tensor.nbytes() + w.block_scale.size() * sizeof(float);
 }
 
@@ -91,16 +92,23 @@ void fill_int8(Weight& w, const MatShape& shape, bool int4, std::minstd_rand& rn
   std::uniform_real_distribution<float> scale(1e-3f, 1e-2f);
   w.block_scale.resize(size_t(shape.n));
   for (float& s : w.block_scale) s = scale(rng);
-  w.tensor.block_scale = w.block_scale.data();
-  w.tensor.scale_block_rows = 1;
-  w.tensor.scale_block_cols = shape.k;
+  w.tensor.scales.block = w.block_scale.data();
+  w.tensor.scales.block_rows = 1;
+  w.tensor.scales.block_cols = shape.k;
   w.bytes_per_call = w.tensor.nbytes() + w.block_scale.size() * sizeof(float);
+}
+
+// The plan of the row with `packing` (the case runs only where the row exists).
+void pin(Weight& w, Packing packing) {
+  w.plan = make_linear_plan(w.tensor.w, packing);
+  KCHECK(w.plan != nullptr, "no {} kernel at {}", packing_name(packing), linear_isa());
+  w.tensor.plan = w.plan.get();
 }
 
 std::unique_ptr<Weight> make_weight(const WeightType& type, const MatShape& shape) {
   auto w = std::make_unique<Weight>();
   w->data = HostBuffer(type.dtype, {shape.n, shape.k});
-  w->tensor = w->data.view();
+  w->tensor = LinearWeight{w->data.view()};
   std::vector<float> row(shape.k);
   std::minstd_rand rng(uint32_t(shape.n * 7919 + shape.k));
   std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
@@ -112,9 +120,7 @@ std::unique_ptr<Weight> make_weight(const WeightType& type, const MatShape& shap
   if (type.dtype == DType::I8) {
     fill_int8(*w, shape, type.int4, rng);
     if (type.packed) {
-      w->packed = type.int4 ? pack_int4_weight(w->tensor) : pack_int8_weight(w->tensor);
-      w->tensor.packed = w->packed.get();
-      w->tensor.packed_kind = type.int4 ? PackedKind::kInt4Panels : PackedKind::kPanels;
+      pin(*w, type.int4 ? Packing::kInt4Panels : Packing::kInt8Panels);
       // What a call reads: the packed panels (and the row scales).
       w->bytes_per_call =
           (type.int4 ? int4_packed_panel_bytes(shape.k) : int8_packed_panel_bytes(shape.k)) *
@@ -125,20 +131,15 @@ std::unique_ptr<Weight> make_weight(const WeightType& type, const MatShape& shap
   }
   for (int64_t r = 0; r < shape.n; ++r) {
     for (float& v : row) v = ud(rng);
-    quantize_row(type.dtype, row.data(), dst + size_t(r) * w->tensor.row_bytes(), shape.k);
+    quantize_row(type.dtype, row.data(), dst + size_t(r) * w->tensor.w.row_bytes(), shape.k);
   }
   w->bytes_per_call = w->tensor.nbytes();
   if (type.bf16_tiles) {
-    w->packed = pack_bf16_tiles(w->tensor);
-    w->tensor.packed = w->packed.get();
-    w->tensor.packed_kind = PackedKind::kBf16Tiles;
-  } else if (type.packed && float_packable(w->tensor)) {
-    w->packed = pack_float_weight(w->tensor);
-    w->tensor.packed = w->packed.get();
-    w->tensor.packed_kind = PackedKind::kPanels;
+    pin(*w, Packing::kBf16Tiles);
+  } else if (type.packed && float_packable(w->tensor.w)) {
+    pin(*w, Packing::kFloatPanels);
   } else if (type.packed) {
-    w->packed = pack_weight(w->tensor);
-    w->tensor.packed = w->packed.get();
+    pin(*w, Packing::kQ8Panels);
     w->bytes_per_call = packed_panel_bytes(type.dtype, shape.k) * size_t(packed_panels(shape.n));
   }
   return w;

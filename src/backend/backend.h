@@ -21,14 +21,14 @@ class Backend {
   // Scratch memory for the forward pass (backend/workspace.h).
   virtual Workspace& workspace() = 0;
 
-  // Lets the backend keep a copy of a matmul weight in the layout its kernels read fastest: sets
-  // w.packed (and w.packed_kind) when it makes one. The backend owns the copy, so it must outlive
-  // every use of w. `act` is the model's activation dtype: with BF16 activations a BF16 weight
-  // may become a bf16 GEMM (activations rounded to bf16, as the reference's bf16 matmul takes
-  // them).
-  virtual void prepare_weight(Tensor& w, DType act) = 0;
-  // y[m, N] = x[m, K] · W[N, K]ᵀ for weights of any supported dtype.
-  virtual void linear(const Tensor& w, const float* x, int64_t m, float* y) = 0;
+  // Chooses how the backend multiplies w (LinearWeight::plan: its kernel, the activation format
+  // and a packed copy in the layout that kernel reads fastest), from one table per backend, and
+  // logs the choice at debug level under `name`. The backend owns the plan and the copy. `act` is
+  // the model's activation dtype: with BF16 activations a BF16 weight may become a bf16 GEMM
+  // (activations rounded to bf16, as the reference's bf16 matmul takes them).
+  virtual void prepare_weight(LinearWeight& w, DType act, const std::string& name) = 0;
+  // y[m, N] = x[m, K] · W[N, K]ᵀ (+ w.bias) for weights of any supported dtype.
+  virtual void linear(const LinearWeight& w, const float* x, int64_t m, float* y) = 0;
   // Several weights over the same x in one pass: activations prepared once, the output rows of
   // all weights split over the threads together (at most 8 jobs, the same K).
   virtual void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m) = 0;

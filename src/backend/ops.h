@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/linear_weight.h"
 #include "sampling/sampling_params.h"
 #include "tensor/dtype.h"
 #include "tensor/tensor.h"
@@ -21,7 +22,7 @@ enum class QuantCompute {
 
 // One weight of a linear_group: y[m, N] = x[m, K] · wᵀ.
 struct LinearJob {
-  const Tensor* w;
+  const LinearWeight* w;
   float* y;
 };
 

@@ -13,7 +13,10 @@ void set_log_prefix(const std::string& prefix);
 
 }  // namespace kestrel
 
-#define KLOG_DEBUG(...) SPDLOG_DEBUG(__VA_ARGS__)
+// Debug lines are compiled in (SPDLOG_DEBUG is not, below spdlog's default active level) and
+// printed when the level is debug.
+#define KLOG_DEBUG(...) \
+  SPDLOG_LOGGER_CALL(::spdlog::default_logger_raw(), ::spdlog::level::debug, __VA_ARGS__)
 #define KLOG_INFO(...) SPDLOG_INFO(__VA_ARGS__)
 #define KLOG_WARN(...) SPDLOG_WARN(__VA_ARGS__)
 #define KLOG_ERROR(...) SPDLOG_ERROR(__VA_ARGS__)

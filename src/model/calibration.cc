@@ -23,8 +23,10 @@ class RangeRecorder final : public Backend {
 
   std::string name() const override { return inner_->name(); }
   Workspace& workspace() override { return inner_->workspace(); }
-  void prepare_weight(Tensor& w, DType act) override { inner_->prepare_weight(w, act); }
-  void linear(const Tensor& w, const float* x, int64_t m, float* y) override {
+  void prepare_weight(LinearWeight& w, DType act, const std::string& name) override {
+    inner_->prepare_weight(w, act, name);
+  }
+  void linear(const LinearWeight& w, const float* x, int64_t m, float* y) override {
     record(w, x, m);
     inner_->linear(w, x, m, y);
   }
@@ -117,8 +119,8 @@ class RangeRecorder final : public Backend {
   }
 
  private:
-  void record(const Tensor& w, const float* x, int64_t m) {
-    const auto it = watched_.find(w.data);
+  void record(const LinearWeight& w, const float* x, int64_t m) {
+    const auto it = watched_.find(w.w.data);
     if (it == watched_.end() || m == 0) return;
     ActivationRange& r = *it->second;
     const auto [lo, hi] = std::minmax_element(x, x + m * w.cols());

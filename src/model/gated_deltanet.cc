@@ -46,7 +46,8 @@ class GatedDeltaNet final : public AttentionLayer {
       // Grouped by key head: a rank's heads are one run of rows.
       KASSIGN(qkvz_, linear("in_proj_qkvz", 2 * kd + 2 * vd, rows(0, 2 * dk + 2 * rho * dv)));
       KASSIGN(ba_, linear("in_proj_ba", 2 * nv, rows(0, 2 * rho)));
-      for (Tensor* t : {&qkvz_, &ba_}) lc.be.prepare_weight(*t, lc.act);
+      lc.be.prepare_weight(qkvz_, lc.act, p + "in_proj_qkvz");
+      lc.be.prepare_weight(ba_, lc.act, p + "in_proj_ba");
     } else {
       // [q | k | v]: a rank's heads are a run of rows in each part.
       const int64_t cd = whole.conv_dim();
@@ -56,11 +57,17 @@ class GatedDeltaNet final : public AttentionLayer {
       KASSIGN(z_, linear("in_proj_z", vd, rows(0, rho * dv)));
       KASSIGN(b_, linear("in_proj_b", nv, rows(0, rho)));
       KASSIGN(a_, linear("in_proj_a", nv, rows(0, rho)));
-      for (Tensor* t : {&q_, &k_, &v_, &z_, &b_, &a_}) lc.be.prepare_weight(*t, lc.act);
+      for (const auto& [t, name] : {std::pair{&q_, "in_proj_qkv (q)"},
+                                    {&k_, "in_proj_qkv (k)"},
+                                    {&v_, "in_proj_qkv (v)"},
+                                    {&z_, "in_proj_z"},
+                                    {&b_, "in_proj_b"},
+                                    {&a_, "in_proj_a"}})
+        lc.be.prepare_weight(*t, lc.act, p + name);
     }
     KASSIGN(out_, load_linear(lc.src, p + "out_proj", H_, vd, c, lc.store,
                               lc.tp ? lc.tp->hidden : IndexRange{}));
-    lc.be.prepare_weight(out_, lc.act);
+    lc.be.prepare_weight(out_, lc.act, p + "out_proj");
     const int64_t K = whole.conv_kernel;
     KASSIGN(const Tensor conv, lc.src.get(p + "conv1d.weight", Shape{whole.conv_dim(), 1, K}));
     std::vector<float> all(size_t(whole.conv_dim() * K));
@@ -126,8 +133,8 @@ class GatedDeltaNet final : public AttentionLayer {
 
   size_t weight_bytes() const override {
     size_t n = out_.nbytes();
-    for (const Tensor* t : {&qkvz_, &ba_, &q_, &k_, &v_, &z_, &b_, &a_})
-      if (t->data != nullptr) n += t->nbytes();
+    for (const LinearWeight* t : {&qkvz_, &ba_, &q_, &k_, &v_, &z_, &b_, &a_})
+      if (t->defined()) n += t->nbytes();
     return n;
   }
 
@@ -190,9 +197,9 @@ class GatedDeltaNet final : public AttentionLayer {
 
   LinearAttentionConfig l_;  // this rank's heads (all of them in one process)
   int64_t H_ = 0;
-  Tensor qkvz_, ba_;              // Qwen3-Next's grouped projections
-  Tensor q_, k_, v_, z_, b_, a_;  // Qwen3.5's flat ones (in_proj_qkv's three parts)
-  Tensor out_;
+  LinearWeight qkvz_, ba_;              // Qwen3-Next's grouped projections
+  LinearWeight q_, k_, v_, z_, b_, a_;  // Qwen3.5's flat ones (in_proj_qkv's three parts)
+  LinearWeight out_;
   std::vector<float> conv_;        // [conv_dim, conv_kernel]
   std::vector<float> dt_bias_;     // [value heads]
   std::vector<float> decay_rate_;  // -exp(A_log) [value heads]

@@ -34,16 +34,18 @@ class GqaAttention final : public AttentionLayer {
     const IndexRange o_rows = lc.tp ? lc.tp->hidden : IndexRange{};
     KASSIGN(o_, load_linear(lc.src, p + "o_proj", H_, qd, c, lc.store, o_rows));
     // q/k/v biases (Qwen2's attention_bias, or a quantizer's smoothing) come with the linears
-    // (Tensor::out_bias); a config that declares them needs them.
+    // (LinearWeight::bias); a config that declares them needs them.
     if (c.attention_bias)
       for (const auto& [t, name] : {std::pair{&q_, "q_proj"}, {&k_, "k_proj"}, {&v_, "v_proj"}})
-        if (t->out_bias == nullptr && !lc.src.has(p + name + ".bias"))
+        if (t->bias == nullptr && !lc.src.has(p + name + ".bias"))
           return make_error("{}{}.bias: missing (the config sets attention_bias)", p, name);
     if (qk_norm_) {
       KASSIGN(q_norm_, load_norm_with_bias(lc.src, p + "q_norm", hd_, c));
       KASSIGN(k_norm_, load_norm_with_bias(lc.src, p + "k_norm", hd_, c));
     }
-    for (Tensor* t : {&q_, &k_, &v_, &o_}) lc.be.prepare_weight(*t, lc.act);
+    for (const auto& [t, name] :
+         {std::pair{&q_, "q_proj"}, {&k_, "k_proj"}, {&v_, "v_proj"}, {&o_, "o_proj"}})
+      lc.be.prepare_weight(*t, lc.act, p + name);
     KASSIGN(kv_scales_, KvLayerScales::load(lc.src, lc.kv, p, kv, c.num_key_value_heads, hd_));
     return Status::Ok();
   }
@@ -109,7 +111,7 @@ class GqaAttention final : public AttentionLayer {
   int nh_ = 0, nkv_ = 0, hd_ = 0;
   bool qk_norm_ = false, gate_ = false;
   float scale_ = 1.0f;  // of the attention scores
-  Tensor q_, k_, v_, o_;
+  LinearWeight q_, k_, v_, o_;
   Norm q_norm_, k_norm_;
   KvLayerScales kv_scales_;
 };

@@ -55,8 +55,8 @@ void LayerContext::rms_norm(const float* x, const Norm& n, int64_t rows, int64_t
   rms_norm_rows(be, act, norm_offset, x, n, eps, rows, dim, y);
 }
 
-void output_projection(const LayerContext& ctx, const Tensor& w, TpSplit in_split, const float* in,
-                       int64_t m, float* out) {
+void output_projection(const LayerContext& ctx, const LinearWeight& w, TpSplit in_split,
+                       const float* in, int64_t m, float* out) {
   if (ctx.tp == nullptr) {
     ctx.be.linear(w, in, m, out);
     ctx.round(out, m * w.rows());

@@ -110,7 +110,7 @@ void add_rms_norm_rows(Backend& be, DType act, bool offset, float* x, const floa
 // tensor parallelism `in` holds this rank's features of `in_split` and w this rank's hidden rows
 // over the whole input: the input is gathered, the rank's rows computed, and the output
 // gathered, so every rank gets all of it in the bits one process computes.
-void output_projection(const LayerContext& ctx, const Tensor& w, TpSplit in_split, const float* in,
-                       int64_t m, float* out);
+void output_projection(const LayerContext& ctx, const LinearWeight& w, TpSplit in_split,
+                       const float* in, int64_t m, float* out);
 
 }  // namespace kestrel

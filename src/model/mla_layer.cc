@@ -45,13 +45,17 @@ class MlaAttention final : public AttentionLayer {
     KASSIGN(kv_a_, load_linear(lc.src, p + "kv_a_proj_with_mqa", r_ + dr_, H_, c, lc.store));
     KASSIGN(kv_a_norm_, load_vector(lc.src, p + "kv_a_layernorm.weight", r_));
     const int64_t kv_b_rows = all_heads * (dn_ + dv_);
-    KASSIGN(const Tensor kv_b, load_linear(lc.src, p + "kv_b_proj", kv_b_rows, r_, c, lc.store));
+    KASSIGN(const LinearWeight kv_b,
+            load_linear(lc.src, p + "kv_b_proj", kv_b_rows, r_, c, lc.store));
     const IndexRange o_rows = lc.tp ? lc.tp->hidden : IndexRange{};
     KASSIGN(o_, load_linear(lc.src, p + "o_proj", H_, all_heads * dv_, c, lc.store, o_rows));
     split_kv_b(kv_b, heads, lc.store);
     KASSIGN(kv_scales_, KvLayerScales::load_latent(lc.src, lc.kv, p));
-    for (Tensor* t : {&q_a_, &q_b_, &kv_a_, &o_})
-      if (t->defined()) lc.be.prepare_weight(*t, lc.act);
+    for (const auto& [t, name] : {std::pair{&q_a_, "q_a_proj"},
+                                  {&q_b_, q_a_.defined() ? "q_b_proj" : "q_proj"},
+                                  {&kv_a_, "kv_a_proj_with_mqa"},
+                                  {&o_, "o_proj"}})
+      if (t->defined()) lc.be.prepare_weight(*t, lc.act, p + name);
 
     // Softmax scale of the (dn + dr)-wide heads, times mscale² under YaRN (as transformers).
     scale_ = float(1.0 / std::sqrt(double(qk)));
@@ -167,25 +171,25 @@ class MlaAttention final : public AttentionLayer {
   // kv_b_proj is [nh · (dn + dv), r], head-major, each head [dn rows of W_UK | dv rows of W_UV].
   // Kept as f32 (exact for bf16 and dequantized FP8 alike): W_UK[h] transposed to [r, dn] so the
   // fold is a plain x·Wᵀ, and W_UV[h] as its [dv, r] rows; only the heads in `heads`.
-  void split_kv_b(const Tensor& kv_b, IndexRange heads, WeightStore& store) {
+  void split_kv_b(const LinearWeight& kv_b, IndexRange heads, WeightStore& store) {
     const std::vector<float> w = dequantize_matrix(kv_b);
     for (int64_t hh = heads.begin; hh < heads.end; ++hh) {
       const float* head = w.data() + size_t(hh) * (dn_ + dv_) * r_;
       std::vector<float>& uk = store.f32.emplace_back(size_t(r_ * dn_));
       for (int64_t i = 0; i < dn_; ++i)
         for (int64_t j = 0; j < r_; ++j) uk[j * dn_ + i] = head[i * r_ + j];
-      uk_t_.push_back(Tensor{uk.data(), DType::F32, Shape{r_, dn_}});
+      uk_t_.emplace_back(Tensor{uk.data(), DType::F32, Shape{r_, dn_}});
       std::vector<float>& uv = store.f32.emplace_back(head + dn_ * r_, head + (dn_ + dv_) * r_);
-      uv_.push_back(Tensor{uv.data(), DType::F32, Shape{dv_, r_}});
+      uv_.emplace_back(Tensor{uv.data(), DType::F32, Shape{dv_, r_}});
     }
   }
 
   int64_t H_ = 0, qr_ = 0, r_ = 0, dn_ = 0, dr_ = 0, dv_ = 0;
   int nh_ = 0;
   float scale_ = 1.0f;
-  Tensor q_a_, q_b_, kv_a_, o_;
+  LinearWeight q_a_, q_b_, kv_a_, o_;
   std::vector<float> q_a_norm_, kv_a_norm_;
-  std::vector<Tensor> uk_t_, uv_;
+  std::vector<LinearWeight> uk_t_, uv_;
   KvLayerScales kv_scales_;
 };
 

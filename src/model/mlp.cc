@@ -24,20 +24,24 @@ class DenseMlp final : public FfnLayer {
     KASSIGN(gate_, load_linear(lc.src, p + "gate_proj", width, H_, lc.cfg, lc.store, f));
     KASSIGN(up_, load_linear(lc.src, p + "up_proj", width, H_, lc.cfg, lc.store, f));
     KASSIGN(down_, load_linear(lc.src, p + "down_proj", H_, width, lc.cfg, lc.store, out_rows));
-    for (Tensor* t : {&gate_, &up_, &down_}) lc.be.prepare_weight(*t, lc.act);
+    for (const auto& [t, name] :
+         {std::pair{&gate_, "gate_proj"}, {&up_, "up_proj"}, {&down_, "down_proj"}})
+      lc.be.prepare_weight(*t, lc.act, p + name);
     return Status::Ok();
   }
   // From views into fused expert tensors (a tensor-parallel rank's rows already).
-  void set(const LoadContext& lc, Tensor gate, Tensor up, Tensor down) {
+  void set(const LoadContext& lc, const std::string& p, Tensor gate, Tensor up, Tensor down) {
     H_ = lc.cfg.hidden_size;
     gelu_ = lc.cfg.hidden_act == "gelu_pytorch_tanh";
     split_ = TpSplit::kMoeIntermediate;
     sharded_ = lc.tp != nullptr;
     I_ = gate.rows();
-    gate_ = gate;
-    up_ = up;
-    down_ = down;
-    for (Tensor* t : {&gate_, &up_, &down_}) lc.be.prepare_weight(*t, lc.act);
+    gate_.w = gate;
+    up_.w = up;
+    down_.w = down;
+    for (const auto& [t, name] :
+         {std::pair{&gate_, "gate_proj"}, {&up_, "up_proj"}, {&down_, "down_proj"}})
+      lc.be.prepare_weight(*t, lc.act, p + name);
   }
 
   void forward(const LayerContext& ctx, const float* h, float* out) override {
@@ -71,7 +75,7 @@ class DenseMlp final : public FfnLayer {
   bool gelu_ = false;
   TpSplit split_ = TpSplit::kIntermediate;
   bool sharded_ = false;  // loaded as a tensor-parallel rank's rows: its outputs are gathered
-  Tensor gate_, up_, down_;
+  LinearWeight gate_, up_, down_;
 };
 
 // Rows [first, first + rows) of t viewed as a [rows, cols] matrix.
@@ -140,7 +144,7 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
       KASSIGN(shared_, make_dense_mlp(lc, p + "shared_expert.", m.shared_expert_intermediate_size,
                                       TpSplit::kSharedIntermediate));
       KASSIGN(shared_gate_, load_linear(lc.src, p + "shared_expert_gate", 1, H_, lc.cfg, lc.store));
-      lc.be.prepare_weight(shared_gate_, lc.act);
+      lc.be.prepare_weight(shared_gate_, lc.act, p + "shared_expert_gate");
       has_shared_gate_ = true;
     }
     return Status::Ok();
@@ -165,8 +169,7 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
     const int64_t I = cfg_.moe_intermediate_size;
     KASSIGN(const Tensor gate_up, lc.src.get(p + "experts.gate_up_proj", Shape{E_, 2 * I, H_}));
     KASSIGN(const Tensor down, lc.src.get(p + "experts.down_proj", Shape{E_, H_, I}));
-    if (gate_up.block_scale != nullptr || down.block_scale != nullptr ||
-        gate_up.dtype == DType::F8_E4M3 || down.dtype == DType::F8_E4M3)
+    if (gate_up.dtype == DType::F8_E4M3 || down.dtype == DType::F8_E4M3)
       return make_error("{}experts: fused FP8 expert tensors are not supported", p);
     // A tensor-parallel rank's rows: its features of gate and up, its hidden rows of down (its
     // experts whole under expert parallelism).
@@ -177,7 +180,8 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
     if (!split) view.tp = nullptr;
     for (int64_t e = mine_.begin; e < mine_.end; ++e) {
       auto expert = std::make_unique<DenseMlp>();
-      expert->set(view, rows_of(gate_up, e * 2 * I + f.begin, f.size(), H_),
+      expert->set(view, fmt::format("{}experts.{}.", p, e),
+                  rows_of(gate_up, e * 2 * I + f.begin, f.size(), H_),
                   rows_of(gate_up, e * 2 * I + I + f.begin, f.size(), H_),
                   rows_of(down, e * H_ + h.begin, h.size(), I));
       experts_[size_t(e)] = std::move(expert);
@@ -276,7 +280,7 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
   MoeConfig cfg_;
   int64_t H_ = 0;
   int E_ = 0, k_ = 0;
-  Tensor gate_;
+  LinearWeight gate_;
   std::vector<float> bias_;
   std::vector<std::unique_ptr<DenseMlp>> experts_;  // null: another rank's (expert parallelism)
   IndexRange mine_;                                 // the experts this rank runs
@@ -284,7 +288,7 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
   int layer_id_ = -1;                  // with the exchange
   std::vector<IndexRange> rank_rows_;  // each TP rank's block of permuted rows
   std::unique_ptr<DenseMlp> shared_;
-  Tensor shared_gate_;  // [1, hidden]: Qwen's per-token scale of the shared expert
+  LinearWeight shared_gate_;  // [1, hidden]: Qwen's per-token scale of the shared expert
   bool has_shared_gate_ = false;
   std::vector<int32_t> ids_;
   MoeRouting routing_;

@@ -27,7 +27,7 @@ struct Block {
 struct MtpModule {
   std::vector<float> enorm, hnorm;
   Norm head_norm;
-  Tensor eh_proj, head;
+  LinearWeight eh_proj, head;
   Block block;
   bool drafts_from_normed = false;
 };
@@ -105,20 +105,20 @@ class TransformerModel final : public CausalLM {
     const std::string& m = cfg_.weight_prefix;
     KASSIGN(embed_, src.get(m + "embed_tokens.weight", Shape{V, H}));
     if (src.has("lm_head.weight") && !cfg_.tie_word_embeddings) {
-      KASSIGN(lm_head_, src.get("lm_head.weight", Shape{V, H}));
+      KASSIGN(lm_head_.w, src.get("lm_head.weight", Shape{V, H}));
     } else {
-      lm_head_ = embed_;
+      lm_head_.w = embed_;
       tied_ = true;
     }
     // Vocabulary-parallel head: this rank's rows (a view; the embedding stays whole, since
     // every rank looks up every token).
-    lm_head_ = vocab_rows(lm_head_);
+    lm_head_.w = vocab_rows(lm_head_.w);
     KASSIGN(final_norm_, load_norm_with_bias(src, m + "norm", H, cfg_));
     for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) {
       KASSIGN(Block b, load_block(lc, fmt::format("{}layers.{}.", m, i), i));
       blocks_.push_back(std::move(b));
     }
-    be_.prepare_weight(lm_head_, act_);
+    be_.prepare_weight(lm_head_, act_, "lm_head");
     rope_ = make_rope_table(cfg_, src.rope_freq_divisors());
     if (cfg_.rope_local_theta > 0) {
       ModelConfig local = cfg_;
@@ -156,7 +156,7 @@ class TransformerModel final : public CausalLM {
     if (mtp_) {
       b += mtp_->eh_proj.nbytes() + mtp_->block.attn->weight_bytes() +
            mtp_->block.ffn->resident_bytes();
-      if (mtp_->head.data != lm_head_.data) b += mtp_->head.nbytes();
+      if (mtp_->head.w.data != lm_head_.w.data) b += mtp_->head.nbytes();
     }
     return b;
   }
@@ -284,15 +284,15 @@ class TransformerModel final : public CausalLM {
     KASSIGN(m->enorm, load_norm(lc.src, p + "enorm.weight", H, cfg_));
     KASSIGN(m->hnorm, load_norm(lc.src, p + "hnorm.weight", H, cfg_));
     KASSIGN(m->head_norm, load_norm_with_bias(lc.src, p + "shared_head.norm", H, cfg_));
-    KASSIGN(m->eh_proj, lc.src.get(p + "eh_proj.weight", Shape{H, 2 * H}));
+    KASSIGN(m->eh_proj.w, lc.src.get(p + "eh_proj.weight", Shape{H, 2 * H}));
     if (lc.src.has(p + "shared_head.head.weight")) {
-      KASSIGN(m->head, lc.src.get(p + "shared_head.head.weight", Shape{V, H}));
-      m->head = vocab_rows(m->head);
-      be_.prepare_weight(m->head, act_);
+      KASSIGN(m->head.w, lc.src.get(p + "shared_head.head.weight", Shape{V, H}));
+      m->head.w = vocab_rows(m->head.w);
+      be_.prepare_weight(m->head, act_, p + "shared_head.head");
     } else {
       m->head = lm_head_;
     }
-    be_.prepare_weight(m->eh_proj, act_);
+    be_.prepare_weight(m->eh_proj, act_, p + "eh_proj");
     KASSIGN(m->block, load_block(lc, p, cfg_.num_hidden_layers));
     mtp_ = std::move(m);
     return Status::Ok();
@@ -306,8 +306,8 @@ class TransformerModel final : public CausalLM {
     KASSIGN(m->enorm, load_norm(lc.src, "mtp.pre_fc_norm_embedding.weight", H, cfg_));
     KASSIGN(m->hnorm, load_norm(lc.src, "mtp.pre_fc_norm_hidden.weight", H, cfg_));
     KASSIGN(m->head_norm, load_norm_with_bias(lc.src, "mtp.norm", H, cfg_));
-    KASSIGN(m->eh_proj, lc.src.get("mtp.fc.weight", Shape{H, 2 * H}));
-    be_.prepare_weight(m->eh_proj, act_);
+    KASSIGN(m->eh_proj.w, lc.src.get("mtp.fc.weight", Shape{H, 2 * H}));
+    be_.prepare_weight(m->eh_proj, act_, "mtp.fc");
     m->head = lm_head_;
     m->drafts_from_normed = true;
     KASSIGN(m->block, load_block(lc, "mtp.layers.0.", cfg_.num_hidden_layers));
@@ -422,7 +422,7 @@ class TransformerModel final : public CausalLM {
   // normed hidden states stay in ws_.h. Under tensor parallelism `w` holds this
   // rank's vocabulary rows: each rank computes its rows' logits and a gather gives every rank
   // all of them.
-  void head(std::span<const int32_t> rows, const Norm& norm, const Tensor& w, float* logits) {
+  void head(std::span<const int32_t> rows, const Norm& norm, const LinearWeight& w, float* logits) {
     const int64_t R = int64_t(rows.size());
     float* h = ws_.h.data();
     normed_rows(rows, norm, h);
@@ -479,7 +479,8 @@ class TransformerModel final : public CausalLM {
   Backend& be_;
   TensorParallel tp_;
   WeightStore store_;
-  Tensor embed_, lm_head_;
+  Tensor embed_;
+  LinearWeight lm_head_;
   bool tied_ = false;  // lm_head_ is (part of) embed_
   Norm final_norm_;
   std::vector<Block> blocks_;

@@ -59,23 +59,23 @@ Expected<float> scalar(WeightSource& src, const std::string& name) {
   return v;
 }
 
-// Rows `shard` of an I8 weight with one scale per row (`scale`, the whole tensor's).
-Tensor int8_rows(Tensor w, const float* scale, IndexRange shard) {
+// Rows `shard` of an I8 weight with one scale per row (`scale`, the whole tensor's) and its
+// activation scheme `sc`.
+LinearWeight int8_rows(Tensor w, WeightScales sc, const float* scale, IndexRange shard) {
   const int64_t cols = w.cols();
   w.data = w.row(shard.begin);
   w.shape = Shape{shard.size(), cols};
-  w.block_scale = scale + shard.begin;
-  w.scale_block_rows = 1;
-  w.scale_block_cols = cols;
-  return w;
+  sc.block = scale + shard.begin;
+  sc.block_rows = 1;
+  sc.block_cols = cols;
+  return LinearWeight{w, sc};
 }
 
 // msModelSlim's W8A8_DYNAMIC, W4A8_DYNAMIC and W8A8 (model/modelslim.h): the int8 weight (int4
-// widened), one scale per row and the activation scheme (Tensor::act_scale), rows `shard` of
-// them.
-Expected<Tensor> load_int8_linear(WeightSource& src, const std::string& prefix,
-                                  const std::string& type, int64_t rows, int64_t cols,
-                                  WeightStore& store, IndexRange shard) {
+// widened), one scale per row and the activation scheme (WeightScales), rows `shard` of them.
+Expected<LinearWeight> load_int8_linear(WeightSource& src, const std::string& prefix,
+                                        const std::string& type, int64_t rows, int64_t cols,
+                                        WeightStore& store, IndexRange shard) {
   const bool int4 = type == "W4A8_DYNAMIC";
   if (int4 && rows % 2 != 0)
     return make_error("{}.weight: W4A8_DYNAMIC packs two rows per byte; {} rows", prefix, rows);
@@ -88,6 +88,7 @@ Expected<Tensor> load_int8_linear(WeightSource& src, const std::string& prefix,
     return make_error("{}.weight: {} weights are int8, this one is {}", prefix, type,
                       dtype_name(w.dtype));
   const float* scale = nullptr;
+  WeightScales sc;
   if (int4) {
     // Widened to int8 (the exact int32 kernel runs them as they are): twice the bytes of the
     // packed file, which a packed int4 kernel would save.
@@ -117,10 +118,10 @@ Expected<Tensor> load_int8_linear(WeightSource& src, const std::string& prefix,
                   st.message());
     }
   } else {
-    KASSIGN(w.act_scale, scalar(src, prefix + ".input_scale"));
-    KASSIGN(w.act_offset, scalar(src, prefix + ".input_offset"));
-    if (!(w.act_scale > 0.0f))
-      return make_error("{}.input_scale: {} is not a positive scale", prefix, w.act_scale);
+    KASSIGN(sc.act_scale, scalar(src, prefix + ".input_scale"));
+    KASSIGN(sc.act_offset, scalar(src, prefix + ".input_offset"));
+    if (!(sc.act_scale > 0.0f))
+      return make_error("{}.input_scale: {} is not a positive scale", prefix, sc.act_scale);
     // deq_scale: f32, or (f16 models) int64 holding the f32 bit pattern.
     KASSIGN(const Tensor deq, src.get(prefix + ".deq_scale", Shape{rows}));
     std::vector<float>& d = store.f32.emplace_back(size_t(rows));
@@ -136,17 +137,17 @@ Expected<Tensor> load_int8_linear(WeightSource& src, const std::string& prefix,
     KASSIGN(const Tensor bias, src.get(prefix + ".quant_bias", Shape{rows}));
     if (bias.dtype != DType::I32)
       return make_error("{}.quant_bias: int32 expected, got {}", prefix, dtype_name(bias.dtype));
-    w.row_bias = bias.as<int32_t>() + shard.begin;
+    sc.row_bias = bias.as<int32_t>() + shard.begin;
   }
-  return int8_rows(w, scale, shard);
+  return int8_rows(w, sc, scale, shard);
 }
 
 // compressed-tensors int8 (ModelConfig::compressed_tensors): weight_scale per row ([rows, 1]) or
 // per tensor ([1]); static activations fold their scale into the row scales and their zero
 // point into an int32 row bias: s_x · s_w · Σ (q − zp) · w = (s_x · s_w) · (Σ q · w − zp · Σ w).
-Expected<Tensor> load_compressed_int8(WeightSource& src, const std::string& prefix, Tensor w,
-                                      const ModelConfig& cfg, WeightStore& store,
-                                      IndexRange shard) {
+Expected<LinearWeight> load_compressed_int8(WeightSource& src, const std::string& prefix, Tensor w,
+                                            const ModelConfig& cfg, WeightStore& store,
+                                            IndexRange shard) {
   const int64_t rows = w.rows(), cols = w.cols();
   std::vector<float>& scale = store.f32.emplace_back(size_t(rows));
   KASSIGN(const Tensor s, get_either(src, prefix + ".weight_scale", Shape{rows, 1}, Shape{1}));
@@ -157,63 +158,64 @@ Expected<Tensor> load_compressed_int8(WeightSource& src, const std::string& pref
   } else {
     dequantize_row(s.dtype, s.data, scale.data(), rows);
   }
+  WeightScales sc;
   if (!cfg.compressed_tensors.dynamic_activations) {
-    KASSIGN(w.act_scale, scalar(src, prefix + ".input_scale"));
-    if (!(w.act_scale > 0.0f))
-      return make_error("{}.input_scale: {} is not a positive scale", prefix, w.act_scale);
-    for (float& v : scale) v *= w.act_scale;
+    KASSIGN(sc.act_scale, scalar(src, prefix + ".input_scale"));
+    if (!(sc.act_scale > 0.0f))
+      return make_error("{}.input_scale: {} is not a positive scale", prefix, sc.act_scale);
+    for (float& v : scale) v *= sc.act_scale;
     if (src.has(prefix + ".input_zero_point")) {
-      KASSIGN(w.act_offset, scalar(src, prefix + ".input_zero_point"));
+      KASSIGN(sc.act_offset, scalar(src, prefix + ".input_zero_point"));
     }
-    if (w.act_offset != 0.0f) {
+    if (sc.act_offset != 0.0f) {
       std::vector<int32_t>& bias = store.i32.emplace_back(size_t(rows));
-      const auto zp = int32_t(w.act_offset);
+      const auto zp = int32_t(sc.act_offset);
       for (int64_t r = 0; r < rows; ++r) {
         int32_t sum = 0;
         for (int64_t c = 0; c < cols; ++c) sum += w.as<int8_t>()[r * cols + c];
         bias[size_t(r)] = -zp * sum;
       }
-      w.row_bias = bias.data() + shard.begin;
+      sc.row_bias = bias.data() + shard.begin;
     }
   }
-  return int8_rows(w, scale.data(), shard);
+  return int8_rows(w, sc, scale.data(), shard);
 }
 
 }  // namespace
 
 namespace {
 
-Expected<Tensor> load_linear_weight(WeightSource& src, const std::string& prefix, int64_t rows,
-                                    int64_t cols, const ModelConfig& cfg, WeightStore& store,
-                                    IndexRange shard);
+Expected<LinearWeight> load_linear_weight(WeightSource& src, const std::string& prefix,
+                                          int64_t rows, int64_t cols, const ModelConfig& cfg,
+                                          WeightStore& store, IndexRange shard);
 
 }  // namespace
 
 // The weight, and its `.bias` when the checkpoint has one (rows `shard` of it) and the layer does
 // not fold it: a static W8A8 layer's quant_bias already holds round(bias / deq_scale), so only
 // the other schemes add it (msModelSlim's anti-outlier smoothing gives q/k/v and gate/up biases).
-Expected<Tensor> load_linear(WeightSource& src, const std::string& prefix, int64_t rows,
-                             int64_t cols, const ModelConfig& cfg, WeightStore& store,
-                             IndexRange shard) {
+Expected<LinearWeight> load_linear(WeightSource& src, const std::string& prefix, int64_t rows,
+                                   int64_t cols, const ModelConfig& cfg, WeightStore& store,
+                                   IndexRange shard) {
   if (shard.size() == 0) shard = IndexRange{0, rows};
   if (shard.begin < 0 || shard.end > rows)
     return make_error("{}.weight: rows [{}, {}) of a tensor of {}", prefix, shard.begin, shard.end,
                       rows);
-  KASSIGN(Tensor w, load_linear_weight(src, prefix, rows, cols, cfg, store, shard));
+  KASSIGN(LinearWeight w, load_linear_weight(src, prefix, rows, cols, cfg, store, shard));
   const bool folded =
       cfg.modelslim && cfg.modelslim->scheme(cfg.modelslim->layer_type(prefix)) == "W8A8";
   if (!folded && src.has(prefix + ".bias")) {
     KASSIGN(std::vector<float> b, load_vector(src, prefix + ".bias", rows));
-    w.out_bias = store.f32.emplace_back(b.begin() + shard.begin, b.begin() + shard.end).data();
+    w.bias = store.f32.emplace_back(b.begin() + shard.begin, b.begin() + shard.end).data();
   }
   return w;
 }
 
 namespace {
 
-Expected<Tensor> load_linear_weight(WeightSource& src, const std::string& prefix, int64_t rows,
-                                    int64_t cols, const ModelConfig& cfg, WeightStore& store,
-                                    IndexRange shard) {
+Expected<LinearWeight> load_linear_weight(WeightSource& src, const std::string& prefix,
+                                          int64_t rows, int64_t cols, const ModelConfig& cfg,
+                                          WeightStore& store, IndexRange shard) {
   if (cfg.modelslim) {
     const std::string type = cfg.modelslim->scheme(cfg.modelslim->layer_type(prefix));
     if (type == "W8A8" || type == "W8A8_DYNAMIC" || type == "W4A8_DYNAMIC")
@@ -229,7 +231,7 @@ Expected<Tensor> load_linear_weight(WeightSource& src, const std::string& prefix
   if (w.dtype != DType::F8_E4M3) {
     w.data = w.row(shard.begin);
     w.shape = Shape{shard.size(), cols};
-    return w;
+    return LinearWeight{w};
   }
   if (!cfg.fp8.enabled)
     return make_error("{}.weight is float8_e4m3 but config.json declares no fp8 quantization",
@@ -241,35 +243,38 @@ Expected<Tensor> load_linear_weight(WeightSource& src, const std::string& prefix
     return make_error("{}.weight: rows [{}, {}) do not fall on the {}-row FP8 scale blocks", prefix,
                       shard.begin, shard.end, br);
   KASSIGN(Tensor s, src.get(prefix + ".weight_scale_inv", Shape{sr, sc}));
+  WeightScales scales;
   if (s.dtype == DType::F32) {
-    w.block_scale = s.as<float>();
+    scales.block = s.as<float>();
   } else {
     std::vector<float>& owned = store.f32.emplace_back(size_t(sr * sc));
     dequantize_row(s.dtype, s.data, owned.data(), sr * sc);
-    w.block_scale = owned.data();
+    scales.block = owned.data();
   }
-  w.block_scale += (shard.begin / br) * sc;
+  scales.block += (shard.begin / br) * sc;
+  scales.block_rows = br;
+  scales.block_cols = bc;
   w.data = w.row(shard.begin);
   w.shape = Shape{shard.size(), cols};
-  w.scale_block_rows = br;
-  w.scale_block_cols = bc;
-  return w;
+  return LinearWeight{w, scales};
 }
 
 }  // namespace
 
-std::vector<float> dequantize_matrix(const Tensor& w) {
+std::vector<float> dequantize_matrix(const LinearWeight& lw) {
+  const Tensor& w = lw.w;
+  const WeightScales& s = lw.scales;
   const int64_t rows = w.rows(), cols = w.cols();
   std::vector<float> out(size_t(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
     float* dst = out.data() + r * cols;
     dequantize_row(w.dtype, w.row(r), dst, cols);
-    if (w.block_scale == nullptr) continue;
-    const int64_t blocks_per_row = (cols + w.scale_block_cols - 1) / w.scale_block_cols;
-    const float* scales = w.block_scale + (r / w.scale_block_rows) * blocks_per_row;
+    if (s.block == nullptr) continue;
+    const int64_t blocks_per_row = (cols + s.block_cols - 1) / s.block_cols;
+    const float* scales = s.block + (r / s.block_rows) * blocks_per_row;
     // A static I8 weight's row scale is deq_scale = input_scale · weight scale.
-    const float unfold = w.dtype == DType::I8 && w.act_scale > 0.0f ? 1.0f / w.act_scale : 1.0f;
-    for (int64_t c = 0; c < cols; ++c) dst[c] *= scales[c / w.scale_block_cols] * unfold;
+    const float unfold = w.dtype == DType::I8 && s.act_scale > 0.0f ? 1.0f / s.act_scale : 1.0f;
+    for (int64_t c = 0; c < cols; ++c) dst[c] *= scales[c / s.block_cols] * unfold;
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/linear_weight.h"
 #include "model/config.h"
 #include "model/tp_plan.h"
 #include "model/weight_source.h"
@@ -44,13 +45,13 @@ struct WeightStore {
 // ceil(cols / bc)], the config's block size); its shard must start on a scale block. In an
 // msModelSlim checkpoint (cfg.modelslim) the layer's type decides: W8A8_DYNAMIC, W4A8_DYNAMIC,
 // W8A8 and W8A8_MIX (as one of the first and third, ModelSlimDescription::scheme) give an I8
-// weight with its per-row scales and activation scheme (Tensor::act_scale). A `prefix + ".bias"`
-// becomes Tensor::out_bias, except where a static layer's quant_bias already holds it.
-Expected<Tensor> load_linear(WeightSource& src, const std::string& prefix, int64_t rows,
-                             int64_t cols, const ModelConfig& cfg, WeightStore& store,
-                             IndexRange shard = {});
+// weight with its per-row scales and activation scheme (WeightScales). A `prefix + ".bias"`
+// becomes LinearWeight::bias, except where a static layer's quant_bias already holds it.
+Expected<LinearWeight> load_linear(WeightSource& src, const std::string& prefix, int64_t rows,
+                                   int64_t cols, const ModelConfig& cfg, WeightStore& store,
+                                   IndexRange shard = {});
 
 // The values of a 2-D weight (any dtype, block scales applied) as f32, row-major.
-std::vector<float> dequantize_matrix(const Tensor& w);
+std::vector<float> dequantize_matrix(const LinearWeight& w);
 
 }  // namespace kestrel

@@ -46,35 +46,10 @@ struct Shape {
   std::string str() const;
 };
 
-// kInt4Panels: an I8 weight whose codes all fit int4 (msModelSlim's W4A8), packed at half the
-// bytes of its int8 panels (backend/cpu/int8_matmul.h).
-enum class PackedKind : uint8_t { kNone, kPanels, kBf16Tiles, kInt4Panels };
-
 struct Tensor {
   const void* data = nullptr;
   DType dtype = DType::F32;
   Shape shape;
-  // Optional second copy of the same values in a layout the backend's kernels prefer (see
-  // backend/cpu/packed_matmul.h), owned by the backend that made it; kernels that cannot read it
-  // use `data`.
-  const void* packed = nullptr;
-  // Which layout `packed` is in, for dtypes with more than one (BF16: float panels, or AMX bf16
-  // tiles read with bf16 activations).
-  PackedKind packed_kind = PackedKind::kNone;
-  // Block scales of an F8_E4M3 weight (DeepSeek-V3's `weight_scale_inv`, set by the loader):
-  // value[r][c] = fp8[r][c] · block_scale[(r / scale_block_rows) · ceil(cols / scale_block_cols)
-  // + c / scale_block_cols]. nullptr: every scale is 1.
-  const float* block_scale = nullptr;
-  int64_t scale_block_rows = 0, scale_block_cols = 0;
-  // I8 weights (msModelSlim W8A8 and W8A8_DYNAMIC, backend/cpu/int8_matmul.h): block_scale has
-  // one scale per row (scale_block_rows 1, scale_block_cols the row). act_scale 0: activations
-  // are quantized per token, symmetric; otherwise per tensor, code = round(x / act_scale +
-  // act_offset), and row_bias (one int32 per row, or null) is added to the integer sums.
-  float act_scale = 0.0f, act_offset = 0.0f;
-  const int32_t* row_bias = nullptr;
-  // A float bias added to every output row by Backend::linear (one per row of this tensor, or
-  // null): a checkpoint's `<linear>.bias`, where the layer does not fold it elsewhere.
-  const float* out_bias = nullptr;
 
   int64_t numel() const { return shape.numel(); }
   size_t nbytes() const { return dtype_bytes(dtype, numel()); }

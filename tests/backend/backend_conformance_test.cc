@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/backend_conformance.h"
+#include "backend/cpu/linear_plan.h"
 #include "tensor/quant_formats.h"
 
 namespace kestrel::conformance {
@@ -90,6 +91,12 @@ struct Weights {
     return t;
   }
 };
+
+// The packing of the plan prepare_weight chose for w on the CPU backend.
+cpu::Packing packing_of(const LinearWeight& w) {
+  const auto* plan = dynamic_cast<const cpu::CpuLinearPlan*>(w.plan);
+  return plan != nullptr ? plan->kernel().packing : cpu::Packing::kNone;
+}
 
 Weights make_weights(DType t, int64_t n, int64_t k, std::mt19937& rng) {
   Weights w{t,
@@ -171,8 +178,8 @@ TEST_F(BackendConformance, LinearFloatWeights) {
         SCOPED_TRACE(testing::Message()
                      << dtype_name(t) << " m=" << s.m << " N=" << s.n << " K=" << s.k);
         std::vector<float> y1(size_t(s.m * s.n), kNaN), y2 = y1;
-        one->linear(w.tensor(), x.data(), s.m, y1.data());
-        two->linear(w.tensor(), x.data(), s.m, y2.data());
+        one->linear(LinearWeight{w.tensor()}, x.data(), s.m, y1.data());
+        two->linear(LinearWeight{w.tensor()}, x.data(), s.m, y2.data());
         expect_within(y2, ref, "linear");
         EXPECT_TRUE(same_bits(y1, y2));
       });
@@ -196,18 +203,18 @@ TEST_F(BackendConformance, LinearQuantizedWeights) {
         SCOPED_TRACE(testing::Message()
                      << dtype_name(t) << " m=" << s.m << " N=" << s.n << " K=" << s.k);
         std::vector<float> y1(size_t(s.m * s.n), kNaN), y2 = y1;
-        one->linear(w.tensor(), x.data(), s.m, y1.data());
-        two->linear(w.tensor(), x.data(), s.m, y2.data());
+        one->linear(LinearWeight{w.tensor()}, x.data(), s.m, y1.data());
+        two->linear(LinearWeight{w.tensor()}, x.data(), s.m, y2.data());
         expect_within(y2, int8_ref, "int8 linear");
         EXPECT_TRUE(same_bits(y1, y2));
-        one_f32->linear(w.tensor(), x.data(), s.m, y1.data());
-        two_f32->linear(w.tensor(), x.data(), s.m, y2.data());
+        one_f32->linear(LinearWeight{w.tensor()}, x.data(), s.m, y1.data());
+        two_f32->linear(LinearWeight{w.tensor()}, x.data(), s.m, y2.data());
         expect_within(y2, f32_ref, "f32-compute linear");
         EXPECT_TRUE(same_bits(y1, y2));
         if (isa != "avx512") return;
-        Tensor packed = w.tensor();
-        one->prepare_weight(packed, DType::F32);
-        ASSERT_NE(packed.packed, nullptr) << "no packed copy under AVX-512";
+        LinearWeight packed{w.tensor()};
+        one->prepare_weight(packed, DType::F32, "w");
+        ASSERT_EQ(packing_of(packed), cpu::Packing::kQ8Panels) << "no packed copy under AVX-512";
         ++packed_runs;
         one->linear(packed, x.data(), s.m, y1.data());
         two->linear(packed, x.data(), s.m, y2.data());
@@ -234,22 +241,21 @@ TEST_F(BackendConformance, LinearInt8WeightsArePackedForEverySimdIsa) {
     for (int8_t& c : codes) c = int8_t(code(rng));
     std::vector<float> scale(static_cast<size_t>(n));
     for (float& v : scale) v = s(rng);
-    Tensor plain{codes.data(), DType::I8, Shape{n, k}};
-    plain.block_scale = scale.data();
-    plain.scale_block_rows = 1;
-    plain.scale_block_cols = k;
+    LinearWeight plain{Tensor{codes.data(), DType::I8, Shape{n, k}}};
+    plain.scales.block = scale.data();
+    plain.scales.block_rows = 1;
+    plain.scales.block_cols = k;
     const std::vector<float> x = randn(size_t(m * k), rng);
     std::vector<float> rows(size_t(m * n), kNaN);
     cpu::set_linear_isa("scalar");
     one->linear(plain, x.data(), m, rows.data());
     for_each_isa([&](const std::string& isa) {
       SCOPED_TRACE(testing::Message() << "int4 " << int4);
-      Tensor packed = plain;
-      one->prepare_weight(packed, DType::F32);
-      ASSERT_EQ(packed.packed != nullptr, isa != "scalar");
-      if (packed.packed != nullptr) {
-        EXPECT_EQ(packed.packed_kind, int4 ? PackedKind::kInt4Panels : PackedKind::kPanels);
-      }
+      LinearWeight packed = plain;
+      one->prepare_weight(packed, DType::F32, "w");
+      EXPECT_EQ(packing_of(packed), isa == "scalar" ? cpu::Packing::kNone
+                                    : int4          ? cpu::Packing::kInt4Panels
+                                                    : cpu::Packing::kInt8Panels);
       std::vector<float> y1(size_t(m * n), kNaN), y2 = y1;
       one->linear(packed, x.data(), m, y1.data());
       two->linear(packed, x.data(), m, y2.data());
@@ -269,9 +275,9 @@ TEST_F(BackendConformance, LinearGroup) {
   for (const int64_t k : {96, 320}) {
     const int64_t m = 5;
     std::vector<Weights> ws;
-    std::vector<Tensor> tensors;
+    std::vector<LinearWeight> tensors;
     for (int i = 0; i < 6; ++i) ws.push_back(make_weights(types[i], ns[i], k, rng));
-    for (const Weights& w : ws) tensors.push_back(w.tensor());
+    for (const Weights& w : ws) tensors.emplace_back(w.tensor());
     const std::vector<float> x = randn(size_t(m * k), rng);
     for_each_isa([&](const std::string&) {
       for (const bool int8 : {true, false}) {

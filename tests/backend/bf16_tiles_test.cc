@@ -2,6 +2,7 @@
 // last panel; linear() over them equals the float64 sum of bf16-rounded activations times the
 // weights, and each output is the same bits whatever the batch or thread count.
 #include "backend/cpu/bf16_tiles.h"
+#include "backend/cpu/linear_plan.h"
 
 #include <gtest/gtest.h>
 
@@ -20,8 +21,9 @@ namespace {
 
 struct Weights {
   std::vector<uint16_t> bits;
-  std::unique_ptr<uint8_t[]> packed;
-  Tensor tensor;
+  std::unique_ptr<uint8_t[]> packed;    // pack_bf16_tiles' copy, for the layout checks
+  std::unique_ptr<CpuLinearPlan> plan;  // the bf16-tile plan linear() runs (AMX only)
+  LinearWeight tensor;
 };
 
 Weights make_weights(int64_t n, int64_t k, uint32_t seed) {
@@ -30,10 +32,10 @@ Weights make_weights(int64_t n, int64_t k, uint32_t seed) {
   Weights w;
   w.bits.resize(size_t(n * k));
   for (auto& b : w.bits) b = f32_to_bf16(normal(rng));
-  w.tensor = Tensor{w.bits.data(), DType::BF16, Shape{n, k}};
-  w.packed = pack_bf16_tiles(w.tensor);
-  w.tensor.packed = w.packed.get();
-  w.tensor.packed_kind = PackedKind::kBf16Tiles;
+  w.tensor = LinearWeight{Tensor{w.bits.data(), DType::BF16, Shape{n, k}}};
+  w.packed = pack_bf16_tiles(w.tensor.w);
+  w.plan = make_linear_plan(w.tensor.w, Packing::kBf16Tiles);
+  w.tensor.plan = w.plan.get();
   return w;
 }
 

@@ -3,6 +3,7 @@
 // every output by the same FMA sequence whatever the batch, tile or thread count (bit-equal to
 // the row computed alone), and other ISAs ignore the packed copy.
 #include "backend/cpu/float_panels.h"
+#include "backend/cpu/linear_plan.h"
 
 #include <gtest/gtest.h>
 
@@ -21,9 +22,10 @@ namespace {
 
 struct FloatWeights {
   std::vector<uint8_t> bytes;
-  std::vector<float> values;  // the weights as stored (after rounding to the dtype)
-  std::unique_ptr<uint8_t[]> packed;
-  Tensor tensor;
+  std::vector<float> values;            // the weights as stored (after rounding to the dtype)
+  std::unique_ptr<uint8_t[]> packed;    // pack_float_weight's copy, for the layout checks
+  std::unique_ptr<CpuLinearPlan> plan;  // the float-panel plan linear() runs (AVX-512 only)
+  LinearWeight tensor;
 };
 
 FloatWeights make_weights(DType t, int64_t n, int64_t k, uint32_t seed) {
@@ -44,10 +46,10 @@ FloatWeights make_weights(DType t, int64_t n, int64_t k, uint32_t seed) {
       w.values[i] = t == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
     }
   }
-  w.tensor = Tensor{w.bytes.data(), t, Shape{n, k}};
-  w.packed = pack_float_weight(w.tensor);
-  w.tensor.packed = w.packed.get();
-  w.tensor.packed_kind = PackedKind::kPanels;
+  w.tensor = LinearWeight{Tensor{w.bytes.data(), t, Shape{n, k}}};
+  w.packed = pack_float_weight(w.tensor.w);
+  w.plan = make_linear_plan(w.tensor.w, Packing::kFloatPanels);
+  w.tensor.plan = w.plan.get();
   return w;
 }
 

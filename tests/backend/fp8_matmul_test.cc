@@ -71,7 +71,7 @@ TEST(Fp8Conversion, F16BitsAreTheValueTimesTwoToTheMinusEight) {
 }
 
 // A random [n, k] FP8 weight: every finite code equally likely, and one random scale per block of
-// br x bc elements (br = 0: no block_scale, every scale 1).
+// br x bc elements (br = 0: no block scales, every scale 1).
 struct Fp8Weights {
   int64_t n, k, br, bc;
   std::vector<uint8_t> codes;
@@ -92,12 +92,12 @@ struct Fp8Weights {
     }
   }
   int64_t blocks_per_row() const { return br > 0 ? (k + bc - 1) / bc : 1; }
-  Tensor tensor() const {
-    Tensor t{codes.data(), DType::F8_E4M3, Shape{n, k}};
+  LinearWeight tensor() const {
+    LinearWeight t{Tensor{codes.data(), DType::F8_E4M3, Shape{n, k}}};
     if (br > 0) {
-      t.block_scale = scales.data();
-      t.scale_block_rows = br;
-      t.scale_block_cols = bc;
+      t.scales.block = scales.data();
+      t.scales.block_rows = br;
+      t.scales.block_cols = bc;
     }
     return t;
   }
@@ -226,8 +226,9 @@ TEST_F(Fp8LinearTest, GroupWithOtherDtypesEqualsSeparateCalls) {
     quantize_row(DType::F16, src.data() + (40 + r) * k, f16.data() + r * dtype_bytes(DType::F16, k),
                  k);
   }
-  const Tensor tensors[4] = {a.tensor(), Tensor{q8.data(), DType::Q8_0, Shape{40, k}}, b.tensor(),
-                             Tensor{f16.data(), DType::F16, Shape{23, k}}};
+  const LinearWeight tensors[4] = {
+      a.tensor(), LinearWeight{Tensor{q8.data(), DType::Q8_0, Shape{40, k}}}, b.tensor(),
+      LinearWeight{Tensor{f16.data(), DType::F16, Shape{23, k}}}};
   const auto x = randn(m * k, 703);
   for (const auto& isa : available_isas()) {
     set_linear_isa(isa.c_str());
@@ -255,9 +256,9 @@ TEST(Fp8LinearDeathTest, RejectsEmptyScaleBlocks) {
   std::vector<uint8_t> codes(64, 0x38);
   std::vector<float> x(32, 1.0f), y(2), scale(1, 1.0f);
   ThreadPool pool(1);
-  Tensor w{codes.data(), DType::F8_E4M3, Shape{2, 32}};
-  w.block_scale = scale.data();
-  w.scale_block_rows = 128;
+  LinearWeight w{Tensor{codes.data(), DType::F8_E4M3, Shape{2, 32}}};
+  w.scales.block = scale.data();
+  w.scales.block_rows = 128;
   EXPECT_DEATH(linear(w, x.data(), 1, y.data(), pool), "block scale of 128x0");
 }
 

@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/linear_plan.h"
 #include "backend/cpu/matmul.h"
 #include "backend/linear_checks.h"
 
@@ -39,19 +40,23 @@ struct Int8Weights {
       act_offset = 3.0f;
     }
   }
-  std::shared_ptr<uint8_t[]> packed;  // pack(): the packed GEMM's copy
-  void pack() { packed = int4 ? pack_int4_weight(tensor()) : pack_int8_weight(tensor()); }
-  Tensor tensor() const {
-    Tensor t{codes.data(), DType::I8, Shape{n, k}};
-    t.packed = packed.get();
-    t.packed_kind = int4 && packed ? PackedKind::kInt4Panels : PackedKind::kPanels;
-    t.block_scale = scale.data();
-    t.scale_block_rows = 1;
-    t.scale_block_cols = k;
-    t.act_scale = act_scale;
-    t.act_offset = act_offset;
-    t.row_bias = bias.empty() ? nullptr : bias.data();
-    return t;
+  std::shared_ptr<CpuLinearPlan> plan;  // pack(): the packed GEMM's plan, with its copy
+  void pack() {
+    plan = make_linear_plan(tensor(), int4 ? Packing::kInt4Panels : Packing::kInt8Panels);
+    ASSERT_NE(plan, nullptr) << "no int8 GEMM at " << linear_isa();
+  }
+  Tensor tensor() const { return Tensor{codes.data(), DType::I8, Shape{n, k}}; }
+  LinearWeight weight() const {
+    WeightScales s;
+    s.block = scale.data();
+    s.block_rows = 1;
+    s.block_cols = k;
+    s.act_scale = act_scale;
+    s.act_offset = act_offset;
+    s.row_bias = bias.empty() ? nullptr : bias.data();
+    LinearWeight w{tensor(), s};
+    w.plan = plan.get();
+    return w;
   }
 };
 
@@ -112,7 +117,7 @@ TEST_F(Int8LinearTest, MatchesFloat64OfTheSameQuantizedMathOnEveryIsa) {
                            << " N=" << n << " K=" << k);
               set_linear_isa(isa.c_str());
               std::vector<float> y(size_t(m * n), -1.0f);
-              linear(w.tensor(), x.data(), m, y.data(), pool);
+              linear(w.weight(), x.data(), m, y.data(), pool);
               Mismatches bad;
               bad.check(y, want, bound, "vs float64");
               EXPECT_EQ(bad.count, 0) << bad.first;
@@ -126,9 +131,9 @@ TEST_F(Int8LinearTest, MatchesFloat64OfTheSameQuantizedMathOnEveryIsa) {
 
 TEST_F(Int8LinearTest, RowsDoNotDependOnBatch) {
   Int8Weights w(70, 300, 90);
-  expect_rows_do_not_depend_on_batch(w.tensor(), randn(19 * 300, 91), 19);
+  expect_rows_do_not_depend_on_batch(w.weight(), randn(19 * 300, 91), 19);
   w.pack();
-  expect_rows_do_not_depend_on_batch(w.tensor(), randn(19 * 300, 92), 19);
+  expect_rows_do_not_depend_on_batch(w.weight(), randn(19 * 300, 92), 19);
 }
 
 // AMX (batches from a few rows) and VNNI must agree bit for bit, and with the float64 math:
@@ -149,9 +154,9 @@ TEST_F(Int8LinearTest, AmxAndVnniGiveTheSameBits) {
           const auto x = randn(m * k, seed++);
           std::vector<float> amx(size_t(m * n), -1.0f), vnni(size_t(m * n), -2.0f);
           set_packed_amx(true);
-          linear(w.tensor(), x.data(), m, amx.data(), pool);
+          linear(w.weight(), x.data(), m, amx.data(), pool);
           set_packed_amx(false);
-          linear(w.tensor(), x.data(), m, vnni.data(), pool);
+          linear(w.weight(), x.data(), m, vnni.data(), pool);
           set_packed_amx(true);
           ASSERT_EQ(std::memcmp(amx.data(), vnni.data(), amx.size() * sizeof(float)), 0);
           const std::vector<double> want = reference(w, x, m);
@@ -185,14 +190,14 @@ TEST_F(Int8LinearTest, Int4PanelsGiveTheInt8Bits) {
           std::vector<float> rows(size_t(m * n)), vnni(rows.size(), -1.0f), amx(rows.size()),
               avx2(rows.size(), -3.0f);
           set_linear_isa("scalar");
-          linear(plain.tensor(), x.data(), m, rows.data(), pool);
+          linear(plain.weight(), x.data(), m, rows.data(), pool);
           set_linear_isa("avx2");
-          linear(w.tensor(), x.data(), m, avx2.data(), pool);
+          linear(w.weight(), x.data(), m, avx2.data(), pool);
           set_linear_isa("auto");
           set_packed_amx(false);
-          linear(w.tensor(), x.data(), m, vnni.data(), pool);
+          linear(w.weight(), x.data(), m, vnni.data(), pool);
           set_packed_amx(true);
-          linear(w.tensor(), x.data(), m, amx.data(), pool);
+          linear(w.weight(), x.data(), m, amx.data(), pool);
           EXPECT_EQ(std::memcmp(rows.data(), vnni.data(), rows.size() * sizeof(float)), 0);
           EXPECT_EQ(std::memcmp(rows.data(), amx.data(), rows.size() * sizeof(float)), 0);
           EXPECT_EQ(std::memcmp(rows.data(), avx2.data(), rows.size() * sizeof(float)), 0);
@@ -212,7 +217,7 @@ TEST(Int8Activations, DynamicAndStaticCodes) {
   Int8Weights w(1, 6, 1);
   const float x[6] = {0.5f, -2.54f, 1.27f, 0.0f, 2.54f, -0.01f};
   std::vector<uint8_t> row(int8_activation_row_bytes(6));
-  quantize_int8_row(w.tensor(), x, 6, row.data());
+  quantize_int8_row(w.weight().scales, x, 6, row.data());
   float a;
   std::memcpy(&a, row.data(), sizeof a);
   EXPECT_FLOAT_EQ(a, 2.54f / 127.0f);
@@ -222,7 +227,7 @@ TEST(Int8Activations, DynamicAndStaticCodes) {
   // Static: round(x / 0.01 + 3), clamped.
   w.act_scale = 0.01f;
   w.act_offset = 3.0f;
-  quantize_int8_row(w.tensor(), x, 6, row.data());
+  quantize_int8_row(w.weight().scales, x, 6, row.data());
   std::memcpy(&a, row.data(), sizeof a);
   EXPECT_EQ(a, 1.0f);
   const int want_static[6] = {53, -128, 127, 3, 127, 2};
@@ -230,7 +235,7 @@ TEST(Int8Activations, DynamicAndStaticCodes) {
   // An all-zero row: codes 0, scale 0, no NaN.
   const float zeros[6] = {};
   w.act_scale = 0.0f;
-  quantize_int8_row(w.tensor(), zeros, 6, row.data());
+  quantize_int8_row(w.weight().scales, zeros, 6, row.data());
   std::memcpy(&a, row.data(), sizeof a);
   EXPECT_EQ(a, 0.0f);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(int(q[i]), 128);

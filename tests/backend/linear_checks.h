@@ -28,15 +28,15 @@ inline std::vector<float> randn(int64_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-// w carries a packed copy: the AVX2 and scalar kernels ignore it (the same bits as the plain
-// weight), while the default ISA really runs the packed kernel (other bits) and agrees with the
-// plain weight within rel_tol. x holds m rows of w's K.
-inline void check_other_isas_ignore_packed_copy(const Tensor& w, const std::vector<float>& x,
+// w has a plan with an AVX-512 packed copy: the AVX2 and scalar kernels ignore it (the same bits
+// as the plain weight), while the default ISA really runs the packed kernel (other bits) and
+// agrees with the plain weight within rel_tol. x holds m rows of w's K.
+inline void check_other_isas_ignore_packed_copy(const LinearWeight& w, const std::vector<float>& x,
                                                 int64_t m, double rel_tol) {
   ThreadPool pool(1);
   const int64_t n = w.rows();
-  Tensor plain = w;
-  plain.packed = nullptr;
+  LinearWeight plain = w;
+  plain.plan = nullptr;
   for (const char* isa : {"avx2", "scalar"}) {
     set_linear_isa(isa);
     std::vector<float> a(m * n), b(m * n);
@@ -66,7 +66,7 @@ inline std::vector<std::string> available_isas() {
 
 // Batch invariance on every ISA: each of the m rows of x gives the same bits alone as in the
 // batch, and a batch that starts three rows later (each row elsewhere in its tile) too.
-inline void expect_rows_do_not_depend_on_batch(const Tensor& w, const std::vector<float>& x,
+inline void expect_rows_do_not_depend_on_batch(const LinearWeight& w, const std::vector<float>& x,
                                                int64_t m) {
   const int64_t n = w.rows(), k = w.cols();
   ThreadPool pool(2);

@@ -28,7 +28,7 @@ struct Weights {
   int64_t n, k;
   std::vector<uint8_t> bytes;
   std::vector<double> deq;  // [n, k], exactly the values the format encodes
-  Tensor tensor() const { return Tensor{bytes.data(), type, Shape{n, k}}; }
+  LinearWeight tensor() const { return LinearWeight{Tensor{bytes.data(), type, Shape{n, k}}}; }
   size_t row_bytes() const { return dtype_bytes(type, k); }
 };
 
@@ -262,7 +262,7 @@ TEST(LinearGroup, EqualsSeparateCallsBitwise) {
     ThreadPool pool(threads);
     const Weights* ws[4] = {&a, &b, &c, &d};
     std::vector<std::vector<float>> sep(4), grp(4);
-    std::vector<Tensor> tensors;
+    std::vector<LinearWeight> tensors;
     for (const Weights* w : ws) tensors.push_back(w->tensor());
     std::vector<LinearJob> jobs;
     for (int i = 0; i < 4; ++i) {
@@ -322,9 +322,9 @@ TEST(LinearDeathTest, RejectsPartialBlocksAndUnsupportedTypes) {
   std::vector<uint8_t> wbytes(4096);
   std::vector<float> x(64, 1.0f), y(4);
   ThreadPool pool(1);
-  const Tensor partial{wbytes.data(), DType::Q4_K, Shape{2, 64}};
+  const LinearWeight partial{Tensor{wbytes.data(), DType::Q4_K, Shape{2, 64}}};
   EXPECT_DEATH(linear(partial, x.data(), 1, y.data(), pool), "not a multiple");
-  const Tensor ints{wbytes.data(), DType::I32, Shape{2, 32}};
+  const LinearWeight ints{Tensor{wbytes.data(), DType::I32, Shape{2, 32}}};
   EXPECT_DEATH(linear(ints, x.data(), 1, y.data(), pool), "unsupported weight dtype");
 }
 

@@ -5,6 +5,7 @@
 // same bits on AMX and VNNI, and the same numbers whichever ISA is forced (the packed copy is then
 // ignored).
 #include "backend/cpu/packed_matmul.h"
+#include "backend/cpu/linear_plan.h"
 
 #include <gtest/gtest.h>
 
@@ -81,8 +82,9 @@ TEST(PackedActivation, SameCodesAsQ8_0AndScalesPerRowTile) {
 
 struct PackedWeights {
   std::vector<uint8_t> bytes;
-  std::unique_ptr<uint8_t[]> packed;
-  Tensor tensor;
+  std::unique_ptr<uint8_t[]> packed;    // pack_weight's copy, for the layout checks
+  std::unique_ptr<CpuLinearPlan> plan;  // the q8-panel plan linear() runs (AVX-512 only)
+  LinearWeight tensor;
 };
 
 PackedWeights make_packed(DType t, int64_t n, int64_t k, uint32_t seed) {
@@ -91,9 +93,10 @@ PackedWeights make_packed(DType t, int64_t n, int64_t k, uint32_t seed) {
   const auto src = randn(n * k, seed);
   for (int64_t r = 0; r < n; ++r)
     quantize_row(t, src.data() + r * k, w.bytes.data() + r * dtype_bytes(t, k), k);
-  w.tensor = Tensor{w.bytes.data(), t, Shape{n, k}};
-  w.packed = pack_weight(w.tensor);
-  w.tensor.packed = w.packed.get();
+  w.tensor = LinearWeight{Tensor{w.bytes.data(), t, Shape{n, k}}};
+  w.packed = pack_weight(w.tensor.w);
+  w.plan = make_linear_plan(w.tensor.w, Packing::kQ8Panels);
+  w.tensor.plan = w.plan.get();
   return w;
 }
 
@@ -105,7 +108,7 @@ TEST(PackWeight, KeepsEveryValueAndPadsTheLastPanel) {
     const size_t block_bytes = packed_block_bytes(t), codes = packed_block_code_bytes(t);
     std::vector<float> deq(k);
     for (int64_t r = 0; r < packed_panels(n) * kPanelRows; ++r) {
-      if (r < n) dequantize_row(t, w.tensor.row(r), deq.data(), k);
+      if (r < n) dequantize_row(t, w.tensor.w.row(r), deq.data(), k);
       const uint8_t* panel = w.packed.get() + (r / kPanelRows) * packed_panel_bytes(t, k);
       const int pr = int(r % kPanelRows);
       for (int64_t i = 0; i < k; ++i) {
@@ -160,7 +163,7 @@ TEST_P(PackedLinear, EqualsDequantizedWeightsTimesQuantizedActivations) {
     for (int64_t n : {1, 7, 16, 33}) {
       const PackedWeights w = make_packed(t, n, k, seed++);
       std::vector<float> deq(n * k);
-      for (int64_t r = 0; r < n; ++r) dequantize_row(t, w.tensor.row(r), deq.data() + r * k, k);
+      for (int64_t r = 0; r < n; ++r) dequantize_row(t, w.tensor.w.row(r), deq.data() + r * k, k);
       for (int64_t m : {1, 3, 8, 9, 20, 33}) {
         const auto x = randn(m * k, seed++);
         std::vector<float> y(m * n, -1.0f);

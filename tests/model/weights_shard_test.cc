@@ -65,7 +65,7 @@ TEST(WeightsShard, RowsOfAFloatWeightAreAView) {
   WeightStore store;
   auto part = load_linear(src, "w", 6, 4, ModelConfig{}, store, IndexRange{2, 5});
   ASSERT_TRUE(part.ok());
-  EXPECT_EQ(part->data, w.data() + 8);
+  EXPECT_EQ(part->w.data, w.data() + 8);
   EXPECT_EQ(part->rows(), 3);
 }
 

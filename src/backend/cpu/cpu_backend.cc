@@ -4,19 +4,17 @@
 #include <memory>
 #include <vector>
 
-#include "backend/cpu/bf16_tiles.h"
-#include "backend/cpu/float_panels.h"
 #include "backend/cpu/gated_deltanet.h"
-#include "backend/cpu/int8_matmul.h"
+#include "backend/cpu/linear_plan.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/mla_attention.h"
 #include "backend/cpu/moe_routing.h"
 #include "backend/cpu/ops.h"
-#include "backend/cpu/packed_matmul.h"
 #include "backend/cpu/paged_attention.h"
 #include "backend/cpu/rope.h"
 #include "backend/cpu/sampling.h"
 #include "backend/cpu/thread_scratch.h"
+#include "base/logging.h"
 #include "base/thread_pool.h"
 
 namespace kestrel {
@@ -25,49 +23,31 @@ namespace {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int threads, QuantCompute qc, bool pin)
-      : pool_(threads, pin), scratch_(pool_.size()), quant_compute_(qc) {}
+      : pool_(threads, pin), scratch_(pool_.size()), quant_compute_(qc) {
+    KLOG_DEBUG("linear kernels at {}, in order of preference:{}", cpu::linear_isa(),
+               cpu::describe_linear_kernels());
+  }
   std::string name() const override {
     return fmt::format("cpu ({} threads, {}, {} quantized matmuls)", pool_.size(),
                        cpu::linear_isa(), quant_compute_ == QuantCompute::kInt8 ? "int8" : "f32");
   }
   Workspace& workspace() override { return workspace_; }
-  void prepare_weight(Tensor& w, DType act) override {
-    if (w.packed != nullptr) return;
-    PackedKind kind = PackedKind::kPanels;
-    // I8 panels serve the AVX2 GEMM as well; the other packed formats are AVX-512's.
-    // AMX switched off (packed_amx_active) keeps BF16 weights on the FMA panels as well.
-    if (w.dtype == DType::I8 && w.shape.ndim == 2) {
-      if (cpu::selected_int8_gemm() == nullptr) return;
-      if (cpu::fits_int4(w)) {
-        packed_.push_back(cpu::pack_int4_weight(w));
-        kind = PackedKind::kInt4Panels;
-      } else {
-        packed_.push_back(cpu::pack_int8_weight(w));
-      }
-    } else if (!cpu::packed_weights_supported()) {
-      return;
-    } else if (act == DType::BF16 && w.dtype == DType::BF16 && w.shape.ndim == 2 &&
-               cpu::packed_amx_active() && cpu::bf16_tiles_supported()) {
-      packed_.push_back(cpu::pack_bf16_tiles(w));
-      kind = PackedKind::kBf16Tiles;
-    } else if (cpu::float_packable(w)) {
-      packed_.push_back(cpu::pack_float_weight(w));
-    } else if (quant_compute_ == QuantCompute::kInt8 && cpu::packable(w)) {
-      packed_.push_back(cpu::pack_weight(w));
-    } else {
-      return;
-    }
-    w.packed = packed_.back().get();
-    w.packed_kind = kind;
+  void prepare_weight(LinearWeight& w, DType act, const std::string& name) override {
+    if (w.plan != nullptr) return;
+    std::unique_ptr<cpu::CpuLinearPlan> plan = cpu::make_linear_plan(w.w, quant_compute_, act);
+    if (plan == nullptr) return;  // linear() names the dtype it cannot multiply
+    KLOG_DEBUG("linear plan: {} {} [{}, {}] → {}", name, dtype_name(w.w.dtype), w.rows(), w.cols(),
+               plan->describe());
+    w.plan = plans_.emplace_back(std::move(plan)).get();
   }
-  void linear(const Tensor& w, const float* x, int64_t m, float* y) override {
+  void linear(const LinearWeight& w, const float* x, int64_t m, float* y) override {
     cpu::linear(w, x, m, y, pool_, quant_compute_, &scratch_);
-    if (w.out_bias != nullptr) add_bias(y, w.out_bias, m, w.rows());
+    if (w.bias != nullptr) add_bias(y, w.bias, m, w.rows());
   }
   void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m) override {
     cpu::linear_group(jobs, x, m, pool_, quant_compute_, &scratch_);
     for (const LinearJob& j : jobs)
-      if (j.w->out_bias != nullptr) add_bias(j.y, j.w->out_bias, m, j.w->rows());
+      if (j.w->bias != nullptr) add_bias(j.y, j.w->bias, m, j.w->rows());
   }
   void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t dim, float* y,
                 DType act) override {
@@ -242,7 +222,9 @@ class CpuBackend final : public Backend {
   cpu::ThreadScratch scratch_;  // the kernels' per-thread scratch, one arena per pool thread
   QuantCompute quant_compute_;
   Workspace workspace_;
-  std::vector<std::unique_ptr<uint8_t[]>> packed_;  // the copies prepare_weight made
+  // The plans prepare_weight made (and their packed copies). Written while the model loads, on
+  // the loading thread, before any forward pass reads them.
+  std::vector<std::unique_ptr<cpu::CpuLinearPlan>> plans_;
 };
 
 }  // namespace

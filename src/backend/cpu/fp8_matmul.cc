@@ -66,23 +66,25 @@ const Fp8Kernels& fp8_kernels(std::string_view isa) {
   return k != nullptr ? *k : scalar_fp8_kernels();
 }
 
-Fp8Weight fp8_weight(const Tensor& w) {
+Fp8Weight fp8_weight(const LinearWeight& lw) {
+  const Tensor& w = lw.w;
+  const WeightScales& s = lw.scales;
   KCHECK(w.dtype == DType::F8_E4M3, "fp8_weight: dtype {} is not f8_e4m3", dtype_name(w.dtype));
   Fp8Weight f;
   f.codes = static_cast<const uint8_t*>(w.data);
   f.k = w.cols();
-  if (w.block_scale == nullptr) {
+  if (s.block == nullptr) {
     f.scale = &kUnitScale;
     f.block_rows = std::max<int64_t>(w.rows(), 1);
     f.block_cols = std::max<int64_t>(f.k, 1);
     return f;
   }
-  KCHECK(w.scale_block_rows > 0 && w.scale_block_cols > 0,
-         "fp8_weight: block scale of {}x{} elements (both must be at least 1)", w.scale_block_rows,
-         w.scale_block_cols);
-  f.scale = w.block_scale;
-  f.block_rows = w.scale_block_rows;
-  f.block_cols = w.scale_block_cols;
+  KCHECK(s.block_rows > 0 && s.block_cols > 0,
+         "fp8_weight: block scale of {}x{} elements (both must be at least 1)", s.block_rows,
+         s.block_cols);
+  f.scale = s.block;
+  f.block_rows = s.block_rows;
+  f.block_cols = s.block_cols;
   f.scale_stride = (f.k + f.block_cols - 1) / f.block_cols;
   return f;
 }

@@ -1,5 +1,5 @@
 // backend/cpu/fp8_matmul.h — the linear() kernels for F8_E4M3 weights with block scales
-// (Tensor::block_scale, DeepSeek-V3's 128×128 `weight_scale_inv`).
+// (WeightScales::block, DeepSeek-V3's 128×128 `weight_scale_inv`).
 //
 // A kernel has the DotFn contract of matmul_kernels.h, except that `w` points to an Fp8Row: the
 // row's codes and its block scales. Within each block of columns the unscaled products are summed
@@ -13,7 +13,7 @@
 #include <string_view>
 
 #include "backend/cpu/matmul_kernels.h"
-#include "tensor/tensor.h"
+#include "backend/linear_weight.h"
 
 namespace kestrel::cpu {
 
@@ -50,8 +50,8 @@ struct Fp8Weight {
   }
 };
 
-// w must be F8_E4M3. Without block_scale every scale is 1 (one block spanning each row). Aborts
+// w must be F8_E4M3. Without block scales every scale is 1 (one block spanning each row). Aborts
 // with a message on a block size below 1.
-Fp8Weight fp8_weight(const Tensor& w);
+Fp8Weight fp8_weight(const LinearWeight& w);
 
 }  // namespace kestrel::cpu

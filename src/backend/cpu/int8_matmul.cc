@@ -43,7 +43,7 @@ size_t int8_activation_row_bytes(int64_t k) {
   return kInt8ActHeaderBytes + (size_t(k) + 63) / 64 * 64;
 }
 
-void quantize_int8_row(const Tensor& w, const float* x, int64_t k, uint8_t* dst) {
+void quantize_int8_row(const WeightScales& w, const float* x, int64_t k, uint8_t* dst) {
   float a = 1.0f;
   uint8_t* q = dst + kInt8ActHeaderBytes;
   // Eight lanes at a time with the scalar loop's operations (an IEEE division, then round half
@@ -157,11 +157,12 @@ std::unique_ptr<uint8_t[]> pack_int4_weight(const Tensor& w) {
   return out;
 }
 
-Int8Row int8_row(const Tensor& w, int64_t j) {
-  KCHECK(w.dtype == DType::I8 && w.block_scale != nullptr && w.scale_block_rows == 1,
+Int8Row int8_row(const LinearWeight& w, int64_t j) {
+  const WeightScales& s = w.scales;
+  KCHECK(w.w.dtype == DType::I8 && s.block != nullptr && s.block_rows == 1,
          "int8_row: an I8 weight needs one scale per row");
-  return {static_cast<const int8_t*>(w.data) + j * w.cols(), w.block_scale[j],
-          w.row_bias != nullptr ? w.row_bias[j] : 0};
+  return {static_cast<const int8_t*>(w.w.data) + j * w.cols(), s.block[j],
+          s.row_bias != nullptr ? s.row_bias[j] : 0};
 }
 
 const Int8Kernels& scalar_int8_kernels() {

@@ -1,5 +1,5 @@
 // backend/cpu/int8_matmul.h — the linear() kernels for I8 weights with one scale per output row
-// (msModelSlim's W8A8_DYNAMIC and W8A8, see Tensor::act_scale): int8 activations times int8
+// (msModelSlim's W8A8_DYNAMIC and W8A8, see WeightScales): int8 activations times int8
 // weights summed exactly in int32 over the whole row, then one float epilogue per output,
 //   y[m][n] = float(Σ_k q_x[m][k] · w[n][k] + bias[n]) · a[m] · s_w[n],
 // with per-token activations a[m] = max|x[m]| / 127, q_x = round(x / a) and bias 0, or per
@@ -18,7 +18,7 @@
 
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/thread_scratch.h"
-#include "tensor/tensor.h"
+#include "backend/linear_weight.h"
 
 namespace kestrel::cpu {
 
@@ -30,10 +30,10 @@ struct Int8Row {
 
 constexpr size_t kInt8ActHeaderBytes = 64;
 size_t int8_activation_row_bytes(int64_t k);
-// One activation row of `w`'s scheme (its act_scale, act_offset) into `dst`.
-void quantize_int8_row(const Tensor& w, const float* x, int64_t k, uint8_t* dst);
+// One activation row of a weight's scheme (its act_scale, act_offset) into `dst`.
+void quantize_int8_row(const WeightScales& w, const float* x, int64_t k, uint8_t* dst);
 // Weight row j of an I8 tensor with its scale and bias.
-Int8Row int8_row(const Tensor& w, int64_t j);
+Int8Row int8_row(const LinearWeight& w, int64_t j);
 
 struct Int8Kernels {
   DotFn dot;      // w: const Int8Row*; x: int8_activation rows
@@ -79,8 +79,8 @@ using Int8GemmFn = void (*)(const Int8Gemm& g, int64_t p0, int64_t p1);
 // nullptr when this build has no such code; callers check CPU support themselves.
 Int8GemmFn avx512_int8_gemm();
 Int8GemmFn avx2_int8_gemm();
-// The GEMM of the ISA linear_isa() names, or nullptr where it has none (scalar): the CPU backend
-// packs I8 weights only where this is not null.
+// The GEMM of the ISA linear_isa() names, or nullptr where it has none (scalar; the plan table,
+// linear_plan.h, has int8 panel rows at the ISAs where it is not null).
 Int8GemmFn selected_int8_gemm();
 // nullptr when this build, the CPU or the kernel has no AMX int8. Reads the activation rows in
 // whole tiles of kPanelRows: the buffer must have int8_gemm_activation_rows(m) of them.

@@ -1,0 +1,28 @@
+// backend/cpu/cpu_isa.h — which SIMD level the CPU kernels run: the best this CPU and build
+// support, capped for tests and for users who want another CPU's path (cap_cpu_isa,
+// backend/backend.h), and whether AMX tiles may be used. Process-wide, set before a backend runs;
+// every kernel reads the same choice, so all of a forward pass runs at one level.
+#pragma once
+
+namespace kestrel::cpu {
+
+enum class Isa { kScalar, kAvx2, kAvx512 };
+
+const char* isa_name(Isa isa);
+// The level linear() and the other per-ISA kernels use now.
+Isa selected_isa();
+
+// Which SIMD implementation linear() uses on this CPU ("avx512", "avx2", "scalar"): the best the
+// CPU runs, or at most the one set_linear_isa named.
+const char* linear_isa();
+// linear_isa() is "avx512": the other per-ISA kernels (attention, round_to, silu_mul) follow it.
+bool avx512_selected();
+// Forces an ISA for tests (falls back if the CPU lacks it); "auto" restores detection.
+void set_linear_isa(const char* isa);
+
+// Whether AMX may run where the CPU has it (set_packed_amx(false) switches it off: AMX and VNNI
+// give the same bits, and the switch exists to compare them).
+bool amx_enabled();
+void set_packed_amx(bool on);
+
+}  // namespace kestrel::cpu

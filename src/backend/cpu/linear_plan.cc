@@ -1,0 +1,324 @@
+#include "backend/cpu/linear_plan.h"
+
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/cpu/fp8_matmul.h"
+#include "backend/cpu/linear_runs.h"
+#include "base/status.h"
+#include "tensor/quant_formats.h"
+
+namespace kestrel::cpu {
+namespace {
+
+// QuantCompute::kF32: one weight block at a time is decoded to f32 (exactly, by the shared
+// dequantizer) and dotted with every activation row of the tile.
+template <DType T>
+void dequant_dot(const void* w, const void* x, size_t x_stride, int nx, int64_t k, float* out,
+                 int64_t out_stride) {
+  const DTypeInfo& info = dtype_info(T);
+  float block[QK_K];
+  float acc[kMaxTileRows] = {};
+  const auto* wb = static_cast<const uint8_t*>(w);
+  for (int64_t b = 0; b < k / info.block_elems; ++b) {
+    dequantize_row(T, wb + b * info.block_bytes, block, info.block_elems);
+    for (int r = 0; r < nx; ++r) {
+      const float* xr =
+          reinterpret_cast<const float*>(static_cast<const uint8_t*>(x) + size_t(r) * x_stride) +
+          b * info.block_elems;
+      float s = 0.0f;
+      for (int i = 0; i < info.block_elems; ++i) s += block[i] * xr[i];
+      acc[r] += s;
+    }
+  }
+  for (int r = 0; r < nx; ++r) out[r * out_stride] = acc[r];
+}
+
+bool is_matrix(const Tensor& w, DType) {
+  return w.shape.ndim == 2;
+}
+bool fits_int4_panels(const Tensor& w, DType) {
+  return w.shape.ndim == 2 && fits_int4(w);
+}
+bool fits_float_panels(const Tensor& w, DType) {
+  return float_packable(w);
+}
+bool fits_q8_panels(const Tensor& w, DType) {
+  return packable(w);
+}
+// AMX bf16 tiles take activations rounded to bf16: only where the model computes in bf16.
+bool fits_bf16_tiles(const Tensor& w, DType act) {
+  return act == DType::BF16 && w.shape.ndim == 2 && amx_enabled() && bf16_tiles_supported();
+}
+
+const DotKernels* dot_kernels_of(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return avx512_dot_kernels();
+    case Isa::kAvx2:
+      return avx2_dot_kernels();
+    default:
+      return &scalar_dot_kernels();
+  }
+}
+
+// The rows of one ISA, best first for each weight dtype.
+void add_rows(Isa isa, std::vector<LinearKernel>& t) {
+  const DotKernels* dk = dot_kernels_of(isa);
+  if (dk == nullptr) return;
+  const DotKernels& k = *dk;
+  constexpr ModeMatch kAny = ModeMatch::kAny, kInt8 = ModeMatch::kInt8, kF32 = ModeMatch::kF32;
+
+  // Packed copies first: where a row fits, its GEMM beats the row kernels.
+  const Int8GemmFn int8_gemm = isa == Isa::kAvx512 ? avx512_int8_gemm()
+                               : isa == Isa::kAvx2 ? avx2_int8_gemm()
+                                                   : nullptr;
+  if (int8_gemm != nullptr) {
+    const Int8GemmFn amx = isa == Isa::kAvx512 ? amx_int8_gemm() : nullptr;
+    t.push_back({.name = "i8 int4-panel gemm",
+                 .dtype = DType::I8,
+                 .packing = Packing::kInt4Panels,
+                 .isa = isa,
+                 .mode = kAny,
+                 .act = ActFormat::kInt8,
+                 .run = run_int8_panels,
+                 .fits = fits_int4_panels,
+                 .pack = pack_int4_weight,
+                 .int8_gemm = int8_gemm,
+                 .int8_gemm_amx = amx});
+    t.push_back({.name = "i8 int8-panel gemm",
+                 .dtype = DType::I8,
+                 .packing = Packing::kInt8Panels,
+                 .isa = isa,
+                 .mode = kAny,
+                 .act = ActFormat::kInt8,
+                 .run = run_int8_panels,
+                 .fits = is_matrix,
+                 .pack = pack_int8_weight,
+                 .int8_gemm = int8_gemm,
+                 .int8_gemm_amx = amx});
+  }
+  if (isa == Isa::kAvx512) {
+    if (Bf16GemmFn bf16 = amx_bf16_gemm())
+      t.push_back({.name = "bf16 amx-tile gemm",
+                   .dtype = DType::BF16,
+                   .packing = Packing::kBf16Tiles,
+                   .isa = isa,
+                   .mode = kAny,
+                   .act = ActFormat::kBf16,
+                   .run = run_bf16_tiles,
+                   .fits = fits_bf16_tiles,
+                   .pack = pack_bf16_tiles,
+                   .bf16_gemm = bf16});
+    if (FloatGemmFn fg = avx512_float_gemm())
+      for (DType d : {DType::F32, DType::F16, DType::BF16})
+        t.push_back({.name = "float-panel gemm",
+                     .dtype = d,
+                     .packing = Packing::kFloatPanels,
+                     .isa = isa,
+                     .mode = kAny,
+                     .act = ActFormat::kF32,
+                     .run = run_float_panels,
+                     .fits = fits_float_panels,
+                     .pack = pack_float_weight,
+                     .float_gemm = fg});
+    if (PackedGemmFn q8 = avx512_packed_gemm())
+      for (DType d : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+        t.push_back({.name = "q8-panel gemm",
+                     .dtype = d,
+                     .packing = Packing::kQ8Panels,
+                     .isa = isa,
+                     .mode = kInt8,
+                     .act = ActFormat::kPackedQ8,
+                     .run = run_q8_panels,
+                     .fits = fits_q8_panels,
+                     .pack = pack_weight,
+                     .q8_gemm = q8,
+                     .q8_gemm_amx = amx_packed_gemm()});
+  }
+
+  // Row kernels over the stored rows: every dtype has one at every ISA.
+  const Fp8Kernels& fp8 = fp8_kernels(isa_name(isa));
+  t.push_back({.name = "fp8 block-scaled dot",
+               .dtype = DType::F8_E4M3,
+               .packing = Packing::kNone,
+               .isa = isa,
+               .mode = kAny,
+               .act = ActFormat::kF32,
+               .run = run_fp8_rows,
+               .dot = fp8.dot,
+               .tile_rows = fp8.tile_rows});
+  const Int8Kernels& i8 = int8_kernels(isa_name(isa));
+  t.push_back({.name = "i8 dot",
+               .dtype = DType::I8,
+               .packing = Packing::kNone,
+               .isa = isa,
+               .mode = kAny,
+               .act = ActFormat::kInt8,
+               .run = run_int8_rows,
+               .dot = i8.dot,
+               .tile_rows = i8.tile_rows});
+  struct Float {
+    DType dtype;
+    DotFn dot;
+    RowsDotFn rows;
+  };
+  for (const Float& f : {Float{DType::F32, k.f32, k.f32_rows}, Float{DType::F16, k.f16, k.f16_rows},
+                         Float{DType::BF16, k.bf16, k.bf16_rows}})
+    t.push_back({.name = "float dot",
+                 .dtype = f.dtype,
+                 .packing = Packing::kNone,
+                 .isa = isa,
+                 .mode = kAny,
+                 .act = ActFormat::kF32,
+                 .run = run_dot_rows,
+                 .dot = f.dot,
+                 .rows_dot = f.rows,
+                 .tile_rows = k.float_tile_rows});
+  struct Quant {
+    DType dtype;
+    DotFn dot;
+    ActFormat act;
+    DotFn dequant;
+  };
+  const Quant quants[] = {
+      {DType::Q4_0, k.q4_0, ActFormat::kQ8_0, dequant_dot<DType::Q4_0>},
+      {DType::Q4_1, k.q4_1, ActFormat::kQ8_1, dequant_dot<DType::Q4_1>},
+      {DType::Q5_0, k.q5_0, ActFormat::kQ8_0, dequant_dot<DType::Q5_0>},
+      {DType::Q5_1, k.q5_1, ActFormat::kQ8_1, dequant_dot<DType::Q5_1>},
+      {DType::Q8_0, k.q8_0, ActFormat::kQ8_0, dequant_dot<DType::Q8_0>},
+      {DType::Q4_K, k.q4_k, ActFormat::kQ8_K, dequant_dot<DType::Q4_K>},
+      {DType::Q5_K, k.q5_k, ActFormat::kQ8_K, dequant_dot<DType::Q5_K>},
+      {DType::Q6_K, k.q6_k, ActFormat::kQ8_K, dequant_dot<DType::Q6_K>},
+  };
+  for (const Quant& q : quants) {
+    t.push_back({.name = "quant·q8 dot",
+                 .dtype = q.dtype,
+                 .packing = Packing::kNone,
+                 .isa = isa,
+                 .mode = kInt8,
+                 .act = q.act,
+                 .run = run_dot_rows,
+                 .dot = q.dot});
+    // The dequantizing kernel is portable C++: the same at every ISA.
+    t.push_back({.name = "dequant·f32 dot",
+                 .dtype = q.dtype,
+                 .packing = Packing::kNone,
+                 .isa = isa,
+                 .mode = kF32,
+                 .act = ActFormat::kF32,
+                 .run = run_dot_rows,
+                 .dot = q.dequant});
+  }
+}
+
+std::vector<LinearKernel> build_table() {
+  std::vector<LinearKernel> t;
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) add_rows(isa, t);
+  return t;
+}
+
+const char* mode_name(ModeMatch m) {
+  switch (m) {
+    case ModeMatch::kInt8:
+      return "int8";
+    case ModeMatch::kF32:
+      return "f32";
+    default:
+      return "any";
+  }
+}
+
+}  // namespace
+
+bool serves(ModeMatch m, QuantCompute mode) {
+  return m == ModeMatch::kAny || (m == ModeMatch::kInt8) == (mode == QuantCompute::kInt8);
+}
+
+const char* act_format_name(ActFormat f) {
+  switch (f) {
+    case ActFormat::kQ8_0:
+      return "q8_0";
+    case ActFormat::kQ8_1:
+      return "q8_1";
+    case ActFormat::kQ8_K:
+      return "q8_k";
+    case ActFormat::kPackedQ8:
+      return "q8_0 tiles";
+    case ActFormat::kBf16:
+      return "bf16 tiles";
+    case ActFormat::kInt8:
+      return "int8 (weight's scheme)";
+    default:
+      return "f32";
+  }
+}
+
+const char* packing_name(Packing p) {
+  switch (p) {
+    case Packing::kQ8Panels:
+      return "q8 panels";
+    case Packing::kFloatPanels:
+      return "float panels";
+    case Packing::kBf16Tiles:
+      return "bf16 tiles";
+    case Packing::kInt8Panels:
+      return "int8 panels";
+    case Packing::kInt4Panels:
+      return "int4 panels";
+    default:
+      return "rows";
+  }
+}
+
+std::span<const LinearKernel> linear_kernels() {
+  static const std::vector<LinearKernel> table = build_table();
+  return table;
+}
+
+const LinearKernel* choose_linear_kernel(const Tensor& w, Isa isa, QuantCompute mode, DType act,
+                                         bool allow_packing) {
+  for (const LinearKernel& r : linear_kernels()) {
+    if (r.dtype != w.dtype || r.isa != isa || !serves(r.mode, mode)) continue;
+    if (r.panels() && !allow_packing) continue;
+    if (r.fits != nullptr && !r.fits(w, act)) continue;
+    return &r;
+  }
+  return nullptr;
+}
+
+const LinearKernel* find_linear_kernel(DType dtype, Packing packing, Isa isa, QuantCompute mode) {
+  for (const LinearKernel& r : linear_kernels())
+    if (r.dtype == dtype && r.packing == packing && r.isa == isa && serves(r.mode, mode)) return &r;
+  return nullptr;
+}
+
+std::string describe_linear_kernels() {
+  std::string s;
+  for (const LinearKernel& r : linear_kernels())
+    s += fmt::format("\n  {:<7} {:<8} {:<12} mode {:<4} act {:<22} {}", isa_name(r.isa),
+                     dtype_name(r.dtype), packing_name(r.packing), mode_name(r.mode),
+                     act_format_name(r.act), r.name);
+  return s;
+}
+
+std::string CpuLinearPlan::describe() const {
+  return fmt::format("{} {} ({}, {} activations)", isa_name(kernel_.isa), kernel_.name,
+                     packing_name(kernel_.packing), act_format_name(kernel_.act));
+}
+
+std::unique_ptr<CpuLinearPlan> make_linear_plan(const Tensor& w, QuantCompute mode, DType act) {
+  const LinearKernel* k = choose_linear_kernel(w, selected_isa(), mode, act, true);
+  if (k == nullptr) return nullptr;
+  return std::make_unique<CpuLinearPlan>(*k, k->pack != nullptr ? k->pack(w) : nullptr);
+}
+
+std::unique_ptr<CpuLinearPlan> make_linear_plan(const Tensor& w, Packing packing,
+                                                QuantCompute mode) {
+  const LinearKernel* k = find_linear_kernel(w.dtype, packing, selected_isa(), mode);
+  if (k == nullptr) return nullptr;
+  return std::make_unique<CpuLinearPlan>(*k, k->pack != nullptr ? k->pack(w) : nullptr);
+}
+
+}  // namespace kestrel::cpu
