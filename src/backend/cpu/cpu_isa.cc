@@ -75,6 +75,10 @@ Isa selected_isa() {
   return isa_choice().load();
 }
 
+Isa best_cpu_isa() {
+  return best_isa(Isa::kAvx512);
+}
+
 const char* linear_isa() {
   return isa_name(selected_isa());
 }

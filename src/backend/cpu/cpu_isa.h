@@ -11,6 +11,8 @@ enum class Isa { kScalar, kAvx2, kAvx512 };
 const char* isa_name(Isa isa);
 // The level linear() and the other per-ISA kernels use now.
 Isa selected_isa();
+// The best level this CPU and build run (what "auto" selects).
+Isa best_cpu_isa();
 
 // Which SIMD implementation linear() uses on this CPU ("avx512", "avx2", "scalar"): the best the
 // CPU runs, or at most the one set_linear_isa named.

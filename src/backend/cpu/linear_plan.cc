@@ -215,7 +215,8 @@ void add_rows(Isa isa, std::vector<LinearKernel>& t) {
 
 std::vector<LinearKernel> build_table() {
   std::vector<LinearKernel> t;
-  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) add_rows(isa, t);
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar})
+    if (int(isa) <= int(best_cpu_isa())) add_rows(isa, t);
   return t;
 }
 
