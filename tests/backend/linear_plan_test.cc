@@ -49,7 +49,7 @@ TEST_F(LinearPlanTest, EveryDtypeHasARowOverItsStoredRowsAtEveryIsaAndMode) {
         EXPECT_EQ(k->packing, Packing::kNone);
         EXPECT_EQ(k->isa, isa);
         EXPECT_EQ(k->dtype, d);
-        EXPECT_NE(k->dot, nullptr);
+        EXPECT_TRUE(k->dot != nullptr || k->rows_dot != nullptr);
         // The exact lookup finds the same row.
         EXPECT_EQ(find_linear_kernel(d, Packing::kNone, isa, mode), k);
       }
@@ -67,8 +67,9 @@ TEST_F(LinearPlanTest, ActivationFormatFollowsTheComputeMode) {
     const Isa isa = isa_of(name);
     EXPECT_EQ(choose_linear_kernel(q4k, isa, QuantCompute::kInt8, DType::F32, false)->act,
               ActFormat::kQ8_K);
+    // Q4_1 takes Q8_0 codes with exact sums (the packed GEMMs' values), not llama.cpp's Q8_1.
     EXPECT_EQ(choose_linear_kernel(q4_1, isa, QuantCompute::kInt8, DType::F32, false)->act,
-              ActFormat::kQ8_1);
+              ActFormat::kQ8S);
     EXPECT_EQ(choose_linear_kernel(q4k, isa, QuantCompute::kF32, DType::F32, false)->act,
               ActFormat::kF32);
   }
@@ -87,13 +88,12 @@ TEST_F(LinearPlanTest, PackedRowsComeFirstWhereTheirGemmRuns) {
     const Tensor f16{bytes.data(), DType::F16, Shape{4, 64}};
     const Tensor i8{wide.data(), DType::I8, Shape{4, 64}};
     const Tensor i4{narrow.data(), DType::I8, Shape{4, 64}};
-    const bool avx512 = isa == Isa::kAvx512;
-    EXPECT_EQ(packing(q8, QuantCompute::kInt8), avx512 ? Packing::kQ8Panels : Packing::kNone);
+    const bool avx512 = isa == Isa::kAvx512, simd = isa != Isa::kScalar;
+    EXPECT_EQ(packing(q8, QuantCompute::kInt8), simd ? Packing::kQ8Panels : Packing::kNone);
     // The panels hold int8 activations' blocks: f32 compute reads the stored rows.
     EXPECT_EQ(packing(q8, QuantCompute::kF32), Packing::kNone);
     EXPECT_EQ(packing(f16, QuantCompute::kInt8), avx512 ? Packing::kFloatPanels : Packing::kNone);
     // I8 panels serve the AVX2 GEMM too; codes that fit int4 take half the bytes.
-    const bool simd = isa != Isa::kScalar;
     EXPECT_EQ(packing(i8, QuantCompute::kInt8), simd ? Packing::kInt8Panels : Packing::kNone);
     EXPECT_EQ(packing(i4, QuantCompute::kInt8), simd ? Packing::kInt4Panels : Packing::kNone);
     // A vector is not a matrix: no panels.

@@ -65,13 +65,14 @@ DType activation_format(DType t) {
 }
 
 // One activation row as the integer kernels see it: the decoded int8 values, and for Q8_1
-// the per-block s = f16(d * sum(codes)) the Q4_1/Q5_1 min term uses.
+// the per-block s the min term uses: f16(d * sum(codes)) for Q5_1 (llama.cpp's Q8_1), the exact
+// f32 d * sum(codes) for Q4_1 (q8_block_dot.h: what the packed GEMMs use too).
 struct QuantizedRow {
   std::vector<double> x;
   std::vector<double> s;
 };
 
-QuantizedRow quantized_activation(DType act, const float* x, int64_t k) {
+QuantizedRow quantized_activation(DType act, const float* x, int64_t k, bool exact_sums) {
   QuantizedRow q{std::vector<double>(x, x + k), {}};
   if (act == DType::Q8_0) {
     std::vector<BlockQ8_0> b(k / 32);
@@ -81,7 +82,11 @@ QuantizedRow quantized_activation(DType act, const float* x, int64_t k) {
     std::vector<BlockQ8_1> b(k / 32);
     quantize_row_q8_1(x, b.data(), k);
     for (int64_t i = 0; i < k; ++i) q.x[i] = double(f16_to_f32(b[i / 32].d)) * b[i / 32].qs[i % 32];
-    for (const auto& blk : b) q.s.push_back(f16_to_f32(blk.s));
+    for (const auto& blk : b) {
+      int sum = 0;
+      for (int8_t c : blk.qs) sum += c;
+      q.s.push_back(exact_sums ? f16_to_f32(blk.d) * float(sum) : f16_to_f32(blk.s));
+    }
   } else if (act == DType::Q8_K) {
     std::vector<BlockQ8_K> b(k / 256);
     quantize_row_q8_k(x, b.data(), k);
@@ -112,7 +117,7 @@ Reference reference(const Weights& w, const std::vector<float>& x, int64_t m) {
   Reference r;
   for (int64_t i = 0; i < m; ++i) {
     const float* xr = x.data() + i * k;
-    const QuantizedRow q = quantized_activation(act, xr, k);
+    const QuantizedRow q = quantized_activation(act, xr, k, w.type == DType::Q4_1);
     for (int64_t j = 0; j < w.n; ++j) {
       const double* wr = w.deq.data() + j * k;
       double tight = 0, scale = 0, exact = 0, abs_exact = 0, bound = 0;

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/fp8_matmul.h"
 #include "backend/cpu/linear_runs.h"
+#include "backend/cpu/q8_block_dot.h"
 #include "base/status.h"
 #include "tensor/quant_formats.h"
 
@@ -123,20 +124,25 @@ void add_rows(Isa isa, std::vector<LinearKernel>& t) {
                      .fits = fits_float_panels,
                      .pack = pack_float_weight,
                      .float_gemm = fg});
-    if (PackedGemmFn q8 = avx512_packed_gemm())
-      for (DType d : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
-        t.push_back({.name = "q8-panel gemm",
-                     .dtype = d,
-                     .packing = Packing::kQ8Panels,
-                     .isa = isa,
-                     .mode = kInt8,
-                     .act = ActFormat::kPackedQ8,
-                     .run = run_q8_panels,
-                     .fits = fits_q8_panels,
-                     .pack = pack_weight,
-                     .q8_gemm = q8,
-                     .q8_gemm_amx = amx_packed_gemm()});
   }
+  // Q4_0/Q4_1/Q8_0 panels: VNNI (and AMX for batches) on AVX-512, two 8-lane halves per panel
+  // on AVX2; every one gives the row kernels' bits (q8_block_dot.h).
+  const PackedGemmFn q8 = isa == Isa::kAvx512 ? avx512_packed_gemm()
+                          : isa == Isa::kAvx2 ? avx2_packed_gemm()
+                                              : nullptr;
+  if (q8 != nullptr)
+    for (DType d : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+      t.push_back({.name = "q8-panel gemm",
+                   .dtype = d,
+                   .packing = Packing::kQ8Panels,
+                   .isa = isa,
+                   .mode = kInt8,
+                   .act = ActFormat::kPackedQ8,
+                   .run = run_q8_panels,
+                   .fits = fits_q8_panels,
+                   .pack = pack_weight,
+                   .q8_gemm = q8,
+                   .q8_gemm_amx = isa == Isa::kAvx512 ? amx_packed_gemm() : nullptr});
 
   // Row kernels over the stored rows: every dtype has one at every ISA.
   const Fp8Kernels& fp8 = fp8_kernels(isa_name(isa));
@@ -176,31 +182,39 @@ void add_rows(Isa isa, std::vector<LinearKernel>& t) {
                  .dot = f.dot,
                  .rows_dot = f.rows,
                  .tile_rows = k.float_tile_rows});
+  // Q4_0, Q4_1 and Q8_0 follow the packed GEMMs' arithmetic at every ISA (q8_block_dot.h): the
+  // AVX2 kernels serve AVX-512 CPUs too.
+  const Q8BlockKernels& qb =
+      isa == Isa::kScalar ? scalar_q8_block_kernels() : *avx2_q8_block_kernels();
   struct Quant {
     DType dtype;
     DotFn dot;
+    RowsDotFn rows_dot;
     ActFormat act;
     DotFn dequant;
   };
   const Quant quants[] = {
-      {DType::Q4_0, k.q4_0, ActFormat::kQ8_0, dequant_dot<DType::Q4_0>},
-      {DType::Q4_1, k.q4_1, ActFormat::kQ8_1, dequant_dot<DType::Q4_1>},
-      {DType::Q5_0, k.q5_0, ActFormat::kQ8_0, dequant_dot<DType::Q5_0>},
-      {DType::Q5_1, k.q5_1, ActFormat::kQ8_1, dequant_dot<DType::Q5_1>},
-      {DType::Q8_0, k.q8_0, ActFormat::kQ8_0, dequant_dot<DType::Q8_0>},
-      {DType::Q4_K, k.q4_k, ActFormat::kQ8_K, dequant_dot<DType::Q4_K>},
-      {DType::Q5_K, k.q5_k, ActFormat::kQ8_K, dequant_dot<DType::Q5_K>},
-      {DType::Q6_K, k.q6_k, ActFormat::kQ8_K, dequant_dot<DType::Q6_K>},
+      {DType::Q4_0, nullptr, qb.q4_0, ActFormat::kQ8S, dequant_dot<DType::Q4_0>},
+      {DType::Q4_1, nullptr, qb.q4_1, ActFormat::kQ8S, dequant_dot<DType::Q4_1>},
+      {DType::Q5_0, k.q5_0, nullptr, ActFormat::kQ8_0, dequant_dot<DType::Q5_0>},
+      {DType::Q5_1, k.q5_1, nullptr, ActFormat::kQ8_1, dequant_dot<DType::Q5_1>},
+      {DType::Q8_0, nullptr, qb.q8_0, ActFormat::kQ8S, dequant_dot<DType::Q8_0>},
+      {DType::Q4_K, k.q4_k, nullptr, ActFormat::kQ8_K, dequant_dot<DType::Q4_K>},
+      {DType::Q5_K, k.q5_k, nullptr, ActFormat::kQ8_K, dequant_dot<DType::Q5_K>},
+      {DType::Q6_K, k.q6_k, nullptr, ActFormat::kQ8_K, dequant_dot<DType::Q6_K>},
   };
   for (const Quant& q : quants) {
-    t.push_back({.name = "quant·q8 dot",
-                 .dtype = q.dtype,
-                 .packing = Packing::kNone,
-                 .isa = isa,
-                 .mode = kInt8,
-                 .act = q.act,
-                 .run = run_dot_rows,
-                 .dot = q.dot});
+    t.push_back(
+        {.name = q.rows_dot != nullptr ? "q8-block dot (the panels' arithmetic)" : "quant·q8 dot",
+         .dtype = q.dtype,
+         .packing = Packing::kNone,
+         .isa = isa,
+         .mode = kInt8,
+         .act = q.act,
+         .run = run_dot_rows,
+         .dot = q.dot,
+         .rows_dot = q.rows_dot,
+         .tile_rows = q.rows_dot != nullptr ? qb.tile_rows : kMaxTileRows});
     // The dequantizing kernel is portable C++: the same at every ISA.
     t.push_back({.name = "dequant·f32 dot",
                  .dtype = q.dtype,
@@ -245,6 +259,8 @@ const char* act_format_name(ActFormat f) {
       return "q8_1";
     case ActFormat::kQ8_K:
       return "q8_k";
+    case ActFormat::kQ8S:
+      return "q8_0+sums";
     case ActFormat::kPackedQ8:
       return "q8_0 tiles";
     case ActFormat::kBf16:

@@ -39,7 +39,8 @@ enum class ActFormat : uint8_t {
   kQ8_0,      // quantized per 32-element block (llama.cpp's formats)
   kQ8_1,      //
   kQ8_K,      // per 256-element super-block
-  kPackedQ8,  // Q8_0 codes in row tiles with their scales apart (PackedActivations)
+  kQ8S,       // Q8_0 codes with f32 d and the exact sum (q8_block_dot.h)
+  kPackedQ8,  // the same values in row tiles with their scales apart (PackedActivations)
   kBf16,      // rounded to bf16, row tiles for the AMX tiles (bf16_tiles.h)
   kInt8,      // the weight's own int8 scheme (int8_matmul.h): quantized per weight
 };

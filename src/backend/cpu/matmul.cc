@@ -6,6 +6,7 @@
 
 #include "backend/cpu/aligned_scratch.h"
 #include "backend/cpu/linear_plan.h"
+#include "backend/cpu/q8_block_dot.h"
 #include "base/status.h"
 #include "tensor/quant_formats.h"
 
@@ -26,7 +27,7 @@ constexpr int64_t kMinQuantElemsPerThread = int64_t(1) << 14;
 // The calling thread's activation buffers (its arena, thread_scratch.h): grow-only, so
 // steady-state calls do not allocate.
 struct LinearBuffers {
-  std::vector<uint8_t> q8[4];  // ActFormat kQ8_0, kQ8_1, kQ8_K, kPackedQ8
+  std::vector<uint8_t> q8[5];  // ActFormat kQ8_0, kQ8_1, kQ8_K, kQ8S, kPackedQ8
   std::vector<uint8_t> int8[kMaxJobs];
   std::vector<float> xt;
   std::vector<uint16_t> bf16;
@@ -59,6 +60,8 @@ size_t activation_row_bytes(ActFormat act, int64_t k) {
       return dtype_bytes(DType::Q8_1, k);
     case ActFormat::kQ8_K:
       return dtype_bytes(DType::Q8_K, k);
+    case ActFormat::kQ8S:
+      return size_t(k / QK) * sizeof(BlockQ8S);
     case ActFormat::kPackedQ8: {
       // Code rows in whole cache lines, so that tile loads of a row never straddle two, and an
       // odd number of them: sixteen rows a power-of-two apart would share one L1 set.
@@ -80,6 +83,8 @@ void quantize_activation_row(ActFormat act, const float* x, void* dst, int64_t k
       return quantize_row_q8_0(x, static_cast<BlockQ8_0*>(dst), k);
     case ActFormat::kQ8_1:
       return quantize_row_q8_1(x, static_cast<BlockQ8_1*>(dst), k);
+    case ActFormat::kQ8S:
+      return quantize_row_q8s(x, static_cast<BlockQ8S*>(dst), k);
     default:
       return quantize_row_q8_k(x, static_cast<BlockQ8_K*>(dst), k);
   }

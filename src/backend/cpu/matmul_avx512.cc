@@ -186,22 +186,12 @@ struct FloatDot {
 template <typename W>
 struct Pair;
 template <>
-struct Pair<Q4_0W> {
-  static __m512i codes(const BlockQ4_0* b) {
-    return _mm512_sub_epi8(nibbles64(b[0].qs, b[1].qs), _mm512_set1_epi8(8));
-  }
-};
-template <>
 struct Pair<Q5_0W> {
   static __m512i codes(const BlockQ5_0* b) {
     const __m512i q = _mm512_or_si512(nibbles64(b[0].qs, b[1].qs),
                                       bits_to_0x10(load_u32(b[0].qh), load_u32(b[1].qh)));
     return _mm512_sub_epi8(q, _mm512_set1_epi8(16));
   }
-};
-template <>
-struct Pair<Q8_0W> {
-  static __m512i codes(const BlockQ8_0* b) { return join(load256(b[0].qs), load256(b[1].qs)); }
 };
 
 template <typename W>
@@ -250,10 +240,6 @@ struct SymDot {
 
 // ---- 32-element blocks with a min against Q8_1, two blocks per step ----
 
-template <>
-struct Pair<Q4_1W> {
-  static __m512i codes(const BlockQ4_1* b) { return nibbles64(b[0].qs, b[1].qs); }
-};
 template <>
 struct Pair<Q5_1W> {
   static __m512i codes(const BlockQ5_1* b) {

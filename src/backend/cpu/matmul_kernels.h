@@ -28,7 +28,8 @@ using RowsDotFn = void (*)(const void* w, size_t w_stride, int64_t nw, const voi
                            size_t x_stride, int nx, int64_t k, float* out, int64_t out_stride);
 
 struct DotKernels {
-  DotFn f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k;
+  // Q4_0, Q4_1 and Q8_0 are q8_block_dot.h's: one arithmetic with the packed GEMMs.
+  DotFn f32, f16, bf16, q5_0, q5_1, q4_k, q5_k, q6_k;
   // Where set, the float weights' kernels over several weight rows (same results as f32/f16/bf16).
   RowsDotFn f32_rows = nullptr, f16_rows = nullptr, bf16_rows = nullptr;
   int float_tile_rows = kMaxTileRows;  // rows the f32/f16/bf16 kernels take per call

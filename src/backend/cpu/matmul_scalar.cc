@@ -58,39 +58,20 @@ struct FloatDot {
   }
 };
 
-// ---- 32-element blocks against Q8_0 (symmetric weights) ----
-
-// Decoders give the block's f32 scale and its signed codes.
-struct Q4_0W {
-  using Block = BlockQ4_0;
-  static float decode(const Block& b, int8_t* q) {
-    for (int j = 0; j < QK / 2; ++j) {
-      q[j] = int8_t((b.qs[j] & 0xF) - 8);
-      q[j + QK / 2] = int8_t((b.qs[j] >> 4) - 8);
-    }
-    return f16_to_f32(b.d);
-  }
-};
+// ---- 32-element blocks against Q8_0 (symmetric weights; Q4_0 and Q8_0: q8_block_dot.h) ----
 
 int q5_code(const uint8_t* qs, uint32_t qh, int j) {
   const int nib = j < QK / 2 ? (qs[j] & 0xF) : (qs[j - QK / 2] >> 4);
   return nib | int(((qh >> j) & 1) << 4);
 }
 
+// Decoders give the block's f32 scale and its signed codes.
 struct Q5_0W {
   using Block = BlockQ5_0;
   static float decode(const Block& b, int8_t* q) {
     uint32_t qh;
     std::memcpy(&qh, b.qh, 4);
     for (int j = 0; j < QK; ++j) q[j] = int8_t(q5_code(b.qs, qh, j) - 16);
-    return f16_to_f32(b.d);
-  }
-};
-
-struct Q8_0W {
-  using Block = BlockQ8_0;
-  static float decode(const Block& b, int8_t* q) {
-    std::memcpy(q, b.qs, QK);
     return f16_to_f32(b.d);
   }
 };
@@ -115,16 +96,6 @@ struct SymDot {
 };
 
 // ---- 32-element blocks with a min against Q8_1: d_w*d_x*sum(q*y) + m_w*s_x ----
-
-struct Q4_1W {
-  using Block = BlockQ4_1;
-  static void decode(const Block& b, int8_t* q) {
-    for (int j = 0; j < QK / 2; ++j) {
-      q[j] = int8_t(b.qs[j] & 0xF);
-      q[j + QK / 2] = int8_t(b.qs[j] >> 4);
-    }
-  }
-};
 
 struct Q5_1W {
   using Block = BlockQ5_1;
@@ -237,11 +208,8 @@ const DotKernels& scalar_dot_kernels() {
       .f32 = dispatch_tile<FloatDot<F32W>>,
       .f16 = dispatch_tile<FloatDot<F16W>>,
       .bf16 = dispatch_tile<FloatDot<BF16W>>,
-      .q4_0 = dispatch_tile<SymDot<Q4_0W>>,
-      .q4_1 = dispatch_tile<MinDot<Q4_1W>>,
       .q5_0 = dispatch_tile<SymDot<Q5_0W>>,
       .q5_1 = dispatch_tile<MinDot<Q5_1W>>,
-      .q8_0 = dispatch_tile<SymDot<Q8_0W>>,
       .q4_k = dispatch_tile<KQuantDot<BlockQ4_K, false>>,
       .q5_k = dispatch_tile<KQuantDot<BlockQ5_K, true>>,
       .q6_k = dispatch_tile<Q6KDot>,

@@ -1,7 +1,8 @@
 // backend/cpu/matmul_x86_common.h — the 256-bit helpers and weight decoders that the AVX2 and
 // AVX-512 dot-product kernels share, and the dtype-to-kernel table both fill.
 //
-// Include only from matmul_*.cc files, inside their ISA guard. Everything here has internal
+// Include only from the x86 kernel files (matmul_*.cc, q8_block_dot_avx2.cc), inside their ISA
+// guard. Everything here has internal
 // linkage (an unnamed namespace), so each including file gets its own copy compiled with its own
 // flags: the linker can never keep an AVX-512-compiled copy for the AVX2 path.
 #pragma once
@@ -28,7 +29,7 @@ float f16(uint16_t h) {
   return _cvtsh_ss(h);
 }
 
-float hsum256(__m256 v) {
+[[maybe_unused]] float hsum256(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -99,12 +100,6 @@ struct BF16W {
 // ---- the 32 codes of one 32-element block ----
 
 // Signed codes, against Q8_0.
-struct Q4_0W {
-  using Block = BlockQ4_0;
-  static __m256i codes(const Block& b) {
-    return _mm256_sub_epi8(nibbles32(b.qs), _mm256_set1_epi8(8));
-  }
-};
 struct Q5_0W {
   using Block = BlockQ5_0;
   static __m256i codes(const Block& b) {
@@ -112,16 +107,8 @@ struct Q5_0W {
     return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
   }
 };
-struct Q8_0W {
-  using Block = BlockQ8_0;
-  static __m256i codes(const Block& b) { return load256(b.qs); }
-};
 
 // Unsigned codes with a min, against Q8_1.
-struct Q4_1W {
-  using Block = BlockQ4_1;
-  static __m256i codes(const Block& b) { return nibbles32(b.qs); }
-};
 struct Q5_1W {
   using Block = BlockQ5_1;
   static __m256i codes(const Block& b) {
@@ -168,7 +155,7 @@ struct KQuantCodes {
 };
 
 // Q6_K: 32 * sum_j sc_j * bsums_j in eight int32 lanes, the -32 code offset of one super-block.
-__m256i q6k_offset(const void* bsums, __m256i sc16) {
+[[maybe_unused]] __m256i q6k_offset(const void* bsums, __m256i sc16) {
   return _mm256_slli_epi32(_mm256_madd_epi16(load256(bsums), sc16), 5);
 }
 
@@ -183,11 +170,8 @@ constexpr DotKernels make_dot_kernels() {
       .f32 = dispatch_tile<FloatDot<F32W>>,
       .f16 = dispatch_tile<FloatDot<F16W>>,
       .bf16 = dispatch_tile<FloatDot<BF16W>>,
-      .q4_0 = dispatch_tile<SymDot<Q4_0W>>,
-      .q4_1 = dispatch_tile<MinDot<Q4_1W>>,
       .q5_0 = dispatch_tile<SymDot<Q5_0W>>,
       .q5_1 = dispatch_tile<MinDot<Q5_1W>>,
-      .q8_0 = dispatch_tile<SymDot<Q8_0W>>,
       .q4_k = dispatch_tile<KQuantDot<BlockQ4_K, false>>,
       .q5_k = dispatch_tile<KQuantDot<BlockQ5_K, true>>,
       .q6_k = dispatch_tile<Q6KDot>,

@@ -85,47 +85,52 @@ size_t packed_activation_scale_bytes(int64_t m, int64_t k) {
          sizeof(float);
 }
 
+Q8BlockScale quantize_q8_block(const float* x, int8_t* codes) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    amax = _mm256_max_ps(amax, _mm256_and_ps(v[i], abs_mask));
+  }
+  amax = _mm256_max_ps(amax, _mm256_permute2f128_ps(amax, amax, 1));
+  amax = _mm256_max_ps(amax, _mm256_shuffle_ps(amax, amax, _MM_SHUFFLE(1, 0, 3, 2)));
+  amax = _mm256_max_ps(amax, _mm256_shuffle_ps(amax, amax, _MM_SHUFFLE(2, 3, 0, 1)));
+  const float d = _mm256_cvtss_f32(amax) / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  __m256i q32[4];
+  for (int i = 0; i < 4; ++i) {
+    __m256 q = round_away(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
+    q = _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+    q32[i] = _mm256_cvttps_epi32(q);
+  }
+  // Narrow to 32 int8 codes in element order (packs interleave 128-bit lanes; the permute
+  // undoes it).
+  const __m256i q16a = _mm256_packs_epi32(q32[0], q32[1]);
+  const __m256i q16b = _mm256_packs_epi32(q32[2], q32[3]);
+  const __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16a, q16b),
+                                                 _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), q8);
+  __m256i acc =
+      _mm256_add_epi32(_mm256_add_epi32(q32[0], q32[1]), _mm256_add_epi32(q32[2], q32[3]));
+  acc = _mm256_hadd_epi32(acc, acc);
+  acc = _mm256_hadd_epi32(acc, acc);
+  const int sum = _mm256_extract_epi32(acc, 0) + _mm256_extract_epi32(acc, 4);
+  // d rounded to f16 as f32_to_f16 does (nearest even), in one F16C round trip.
+  const float dr = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  return {dr, sum};
+}
+
 void quantize_row_packed(const float* x, int8_t* codes, float* scales, int64_t row, int64_t k) {
   KCHECK(k % QK == 0, "packed activation row of {} elements is not whole blocks", k);
   const int64_t nb = k / QK, tile = row / kPanelRows;
   const int lane = int(row % kPanelRows);
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-  for (int64_t b = 0; b < nb; ++b, x += QK) {
-    __m256 v[4];
-    __m256 amax = _mm256_setzero_ps();
-    for (int i = 0; i < 4; ++i) {
-      v[i] = _mm256_loadu_ps(x + 8 * i);
-      amax = _mm256_max_ps(amax, _mm256_and_ps(v[i], abs_mask));
-    }
-    amax = _mm256_max_ps(amax, _mm256_permute2f128_ps(amax, amax, 1));
-    amax = _mm256_max_ps(amax, _mm256_shuffle_ps(amax, amax, _MM_SHUFFLE(1, 0, 3, 2)));
-    amax = _mm256_max_ps(amax, _mm256_shuffle_ps(amax, amax, _MM_SHUFFLE(2, 3, 0, 1)));
-    const float d = _mm256_cvtss_f32(amax) / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    __m256i q32[4];
-    for (int i = 0; i < 4; ++i) {
-      __m256 q = round_away(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
-      q = _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
-      q32[i] = _mm256_cvttps_epi32(q);
-    }
-    // Narrow to 32 int8 codes in element order (packs interleave 128-bit lanes; the permute
-    // undoes it).
-    const __m256i q16a = _mm256_packs_epi32(q32[0], q32[1]);
-    const __m256i q16b = _mm256_packs_epi32(q32[2], q32[3]);
-    const __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16a, q16b),
-                                                   _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + QK * b), q8);
-    __m256i acc =
-        _mm256_add_epi32(_mm256_add_epi32(q32[0], q32[1]), _mm256_add_epi32(q32[2], q32[3]));
-    acc = _mm256_hadd_epi32(acc, acc);
-    acc = _mm256_hadd_epi32(acc, acc);
-    const int sum = _mm256_extract_epi32(acc, 0) + _mm256_extract_epi32(acc, 4);
-    // d rounded to f16 as f32_to_f16 does (nearest even), in one F16C round trip.
-    const float dr = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (int64_t b = 0; b < nb; ++b) {
+    const Q8BlockScale q = quantize_q8_block(x + b * QK, codes + b * QK);
     float* s = scales + (tile * nb + b) * 3 * kPanelRows;
-    s[lane] = dr;
-    s[kPanelRows + lane] = dr * float(sum);
-    std::memcpy(s + 2 * kPanelRows + lane, &sum, sizeof(sum));
+    s[lane] = q.d;
+    s[kPanelRows + lane] = q.d * float(q.sum);
+    std::memcpy(s + 2 * kPanelRows + lane, &q.sum, sizeof(q.sum));
   }
 }
 

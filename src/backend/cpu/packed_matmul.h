@@ -85,6 +85,15 @@ inline int64_t packed_activation_rows(int64_t m) {
 // Bytes of the scale area for M rows of K.
 size_t packed_activation_scale_bytes(int64_t m, int64_t k);
 
+// One block of 32 activations as Q8_0 codes (round(x / d), d = max|x| / 127, clamped to ±127),
+// with d rounded to f16 (returned as f32) and the codes' exact sum: what every int8 kernel over
+// Q4_0/Q4_1/Q8_0 weights reads (q8_block_dot.h).
+struct Q8BlockScale {
+  float d;
+  int32_t sum;
+};
+Q8BlockScale quantize_q8_block(const float* x, int8_t* codes);
+
 // Quantizes row `row` of the activations (x: its K floats) into codes (its code row) and the
 // scale area.
 void quantize_row_packed(const float* x, int8_t* codes, float* scales, int64_t row, int64_t k);
@@ -107,5 +116,7 @@ using PackedGemmFn = void (*)(const PackedGemm& g, int64_t p0, int64_t p1);
 // nullptr where this build or CPU lacks the instructions (AMX also needs the kernel's consent).
 PackedGemmFn avx512_packed_gemm();
 PackedGemmFn amx_packed_gemm();
+// The same GEMM on AVX2 (two 8-lane halves per panel; matmul_packed_avx2.cc): the same bits.
+PackedGemmFn avx2_packed_gemm();
 
 }  // namespace kestrel::cpu

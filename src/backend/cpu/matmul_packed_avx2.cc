@@ -1,0 +1,203 @@
+// AVX2 GEMM over packed weights (layout in packed_matmul.h): the VNNI kernel's walk with each
+// 64-byte quad row taken as two 32-byte halves, rows 0–7 and 8–15 of the panel, as eight f32
+// lanes each. Four activation codes broadcast to every lane meet a half in maddubs + madd (no
+// int16 saturation: Q4 codes are below 16, and Q8_0's go through the sign trick), the integer
+// block sums are exact, and each lane then takes the arithmetic's per-block step — the same bits
+// as the AVX-512 kernels and the row kernels of q8_block_dot.h.
+#include "backend/cpu/packed_matmul.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace kestrel::cpu {
+namespace {
+
+constexpr int kHalves = 2;  // 8-lane halves of a 16-row panel
+
+template <DType T>
+struct Format {
+  static constexpr bool kNibbles = T != DType::Q8_0;
+  static constexpr bool kMin = T == DType::Q4_1;
+  static constexpr int kOffsetShift = T == DType::Q4_0 ? 3 : 0;  // Q4_0's u = code + 8
+  static constexpr int kCodeBytes = kNibbles ? kPanelBlockCodes / 2 : kPanelBlockCodes;
+  static constexpr int kBlockBytes = kCodeBytes + (kMin ? 2 : 1) * kPanelRows * 2;
+};
+
+__m256i broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm256_set1_epi32(v);
+}
+
+// c += the four-code dot products of eight rows' unsigned codes u (< 128) with a.
+__m256i dot_add(__m256i c, __m256i u, __m256i a) {
+  return _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1)));
+}
+
+__m256 half_scales(const uint8_t* block, int code_bytes, int which, int half) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(
+      reinterpret_cast<const __m128i*>(block + code_bytes + which * kPanelRows * 2 + half * 16)));
+}
+
+void store_half(float* y, __m256 v, int valid) {
+  if (valid >= 8) {
+    _mm256_storeu_ps(y, v);
+  } else if (valid > 0) {
+    alignas(32) float t[8];
+    _mm256_store_ps(t, v);
+    std::memcpy(y, t, size_t(valid) * sizeof(float));
+  }
+}
+
+template <DType T, int R, int P>
+void tile(const PackedGemm& g, int64_t panel, int64_t row) {
+  using F = Format<T>;
+  const int64_t nb = g.k / 32;
+  const size_t panel_bytes = size_t(nb) * F::kBlockBytes;
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+  const uint8_t* wp[P];
+  for (int p = 0; p < P; ++p) wp[p] = g.w + size_t(panel + p) * panel_bytes;
+  const int8_t* xr[R];
+  __m256 acc[R][P][kHalves];
+  for (int r = 0; r < R; ++r) {
+    xr[r] = g.x.codes + size_t(row + r) * g.x.stride;
+    for (int p = 0; p < P; ++p)
+      for (int h = 0; h < kHalves; ++h) acc[r][p][h] = _mm256_setzero_ps();
+  }
+  // R <= 2 rows starting at a multiple of R lie in one tile of the scale area.
+  const int64_t scale_tile = row / kPanelRows;
+  const int lane = int(row % kPanelRows);
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i c[R][P][kHalves];
+    for (int r = 0; r < R; ++r)
+      for (int p = 0; p < P; ++p)
+        for (int h = 0; h < kHalves; ++h) c[r][p][h] = _mm256_setzero_si256();
+    if constexpr (F::kNibbles) {
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {
+        __m256i a0[R], a1[R];
+        for (int r = 0; r < R; ++r) {
+          a0[r] = broadcast4(xr[r] + 4 * t);
+          a1[r] = broadcast4(xr[r] + 4 * (t + 4));
+        }
+        for (int p = 0; p < P; ++p)
+          for (int h = 0; h < kHalves; ++h) {
+            const __m256i v =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp[p] + 64 * t + 32 * h));
+            const __m256i lo = _mm256_and_si256(v, low4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            for (int r = 0; r < R; ++r)
+              c[r][p][h] = dot_add(dot_add(c[r][p][h], lo, a0[r]), hi, a1[r]);
+          }
+      }
+    } else {
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) {
+        __m256i a[R];
+        for (int r = 0; r < R; ++r) a[r] = broadcast4(xr[r] + 4 * q);
+        for (int p = 0; p < P; ++p)
+          for (int h = 0; h < kHalves; ++h) {
+            // u = code + 128: flipping the top bit gives the signed code w, and |w|·(a with w's
+            // sign) keeps every int16 pair sum in range.
+            const __m256i w = _mm256_xor_si256(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp[p] + 64 * q + 32 * h)),
+                _mm256_set1_epi8(char(0x80)));
+            const __m256i aw = _mm256_abs_epi8(w);
+            for (int r = 0; r < R; ++r)
+              c[r][p][h] = dot_add(c[r][p][h], aw, _mm256_sign_epi8(a[r], w));
+          }
+      }
+    }
+    __m256 dw[P][kHalves], mw[P][kHalves];
+    for (int p = 0; p < P; ++p) {
+      for (int h = 0; h < kHalves; ++h) {
+        dw[p][h] = half_scales(wp[p], F::kCodeBytes, 0, h);
+        mw[p][h] = F::kMin ? half_scales(wp[p], F::kCodeBytes, 1, h) : _mm256_setzero_ps();
+      }
+      wp[p] += F::kBlockBytes;
+    }
+    const float* ts = g.x.tile_scales(scale_tile, b);
+    for (int r = 0; r < R; ++r) {
+      const __m256 dx = _mm256_set1_ps(ts[lane + r]), s = _mm256_set1_ps(ts[kPanelRows + lane + r]);
+      int32_t qsum;
+      std::memcpy(&qsum, ts + 2 * kPanelRows + lane + r, sizeof(qsum));
+      const __m256i offset = _mm256_set1_epi32(qsum << F::kOffsetShift);
+      for (int p = 0; p < P; ++p)
+        for (int h = 0; h < kHalves; ++h) {
+          const __m256i cs =
+              F::kOffsetShift != 0 ? _mm256_sub_epi32(c[r][p][h], offset) : c[r][p][h];
+          __m256 a =
+              _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(cs), dx), dw[p][h], acc[r][p][h]);
+          if constexpr (F::kMin) a = _mm256_fmadd_ps(mw[p][h], s, a);
+          acc[r][p][h] = a;
+        }
+      xr[r] += 32;
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    const int valid = int(std::min<int64_t>(kPanelRows, g.n - (panel + p) * kPanelRows));
+    for (int r = 0; r < R; ++r)
+      for (int h = 0; h < kHalves; ++h)
+        store_half(g.y + (row + r) * g.y_stride + (panel + p) * kPanelRows + 8 * h, acc[r][p][h],
+                   valid - 8 * h);
+  }
+}
+
+// Panels [p0, p1) for rows row .. row+R-1: two panels per tile for one row (more independent
+// chains for decode), one for two rows.
+template <DType T, int R>
+void rows(const PackedGemm& g, int64_t p0, int64_t p1, int64_t row) {
+  constexpr int P = R == 1 ? 2 : 1;
+  int64_t p = p0;
+  for (; p + P <= p1; p += P) tile<T, R, P>(g, p, row);
+  for (; p < p1; ++p) tile<T, R, 1>(g, p, row);
+}
+
+// Panels are taken in chunks of about this many bytes, which stay in L2 while every row pair
+// passes over them.
+constexpr size_t kPanelChunkBytes = size_t(256) << 10;
+
+template <DType T>
+void gemm(const PackedGemm& g, int64_t p0, int64_t p1) {
+  const size_t panel_bytes = packed_panel_bytes(T, g.k);
+  const int64_t chunk = std::max<int64_t>(4, int64_t(kPanelChunkBytes / panel_bytes));
+  for (int64_t c0 = p0; c0 < p1; c0 += chunk) {
+    const int64_t c1 = std::min(p1, c0 + chunk);
+    int64_t row = 0;
+    for (; row + 2 <= g.m; row += 2) rows<T, 2>(g, c0, c1, row);
+    if (row < g.m) rows<T, 1>(g, c0, c1, row);
+  }
+}
+
+void gemm_any(const PackedGemm& g, int64_t p0, int64_t p1) {
+  switch (g.type) {
+    case DType::Q4_0:
+      return gemm<DType::Q4_0>(g, p0, p1);
+    case DType::Q4_1:
+      return gemm<DType::Q4_1>(g, p0, p1);
+    default:
+      return gemm<DType::Q8_0>(g, p0, p1);
+  }
+}
+
+}  // namespace
+
+PackedGemmFn avx2_packed_gemm() {
+  return gemm_any;
+}
+
+}  // namespace kestrel::cpu
+
+#else
+
+namespace kestrel::cpu {
+PackedGemmFn avx2_packed_gemm() {
+  return nullptr;
+}
+}  // namespace kestrel::cpu
+
+#endif

@@ -1,0 +1,173 @@
+// The AVX2 kernels of q8_block_dot.h: eight weight rows at a time as the eight f32 lanes, so the
+// per-block step of every output is one lane of one fma, in the order the scalar kernel and the
+// AVX-512 panel GEMMs use. A block's integer sums come from maddubs/madd (exact) and are reduced
+// across the eight rows with hadd, which only adds integers.
+#include "backend/cpu/q8_block_dot.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include "backend/cpu/matmul_x86_common.h"
+
+namespace kestrel::cpu {
+namespace {
+
+constexpr int kLanes = 8;
+
+// Eight int32 sums of u·y over groups of four bytes; u unsigned (< 128), y signed.
+__m256i dot_u8(__m256i u, __m256i y) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
+}
+
+// A block's codes as VNNI-style operands: `u` unsigned (|w| for signed codes) and `sign` the
+// codes whose signs go onto the activations (null vector for unsigned codes).
+struct Operand {
+  __m256i u, sign;
+};
+
+template <DType T>
+struct Format;
+template <>
+struct Format<DType::Q4_0> {
+  using Block = BlockQ4_0;
+  static constexpr bool kMin = false;
+  static Operand codes(const Block& b) {
+    const __m256i w = _mm256_sub_epi8(nibbles32(b.qs), _mm256_set1_epi8(8));
+    return {_mm256_abs_epi8(w), w};
+  }
+};
+template <>
+struct Format<DType::Q4_1> {
+  using Block = BlockQ4_1;
+  static constexpr bool kMin = true;
+  static Operand codes(const Block& b) { return {nibbles32(b.qs), _mm256_setzero_si256()}; }
+};
+template <>
+struct Format<DType::Q8_0> {
+  using Block = BlockQ8_0;
+  static constexpr bool kMin = false;
+  static Operand codes(const Block& b) {
+    const __m256i w = load256(b.qs);
+    return {_mm256_abs_epi8(w), w};
+  }
+};
+
+template <DType T>
+__m256i block_dot(const Operand& w, __m256i y) {
+  if constexpr (Format<T>::kMin) return dot_u8(w.u, y);
+  return dot_u8(w.u, _mm256_sign_epi8(y, w.sign));
+}
+
+// Lane i = the sum of p[i]'s eight lanes.
+__m256i reduce8(const __m256i* p) {
+  const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+  const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+  const __m256i lo = _mm256_hadd_epi32(h01, h23), hi = _mm256_hadd_epi32(h45, h67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
+                          _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+// The eight blocks' leading f16 pair (d, and m for Q4_1) in one gather: lane i from
+// base + offsets[i].
+__m256i gather_heads(const uint8_t* base, __m256i offsets) {
+  return _mm256_i32gather_epi32(reinterpret_cast<const int*>(base), offsets, 1);
+}
+// The low (high) f16 of each lane, as f32.
+__m256 low_f16(__m256i v) {
+  const __m256i pick = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0,
+                                        1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i h = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, pick), 0b1000);
+  return _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+}
+__m256 high_f16(__m256i v) {
+  return low_f16(_mm256_srli_epi32(v, 16));
+}
+
+// Weight rows [j0, j0 + 8) (fewer at the end: `valid`; the missing lanes repeat the last row and
+// are not stored) against NX activation rows.
+template <DType T, int NX>
+void eight_rows(const uint8_t* w, size_t ws, int valid, const uint8_t* x, size_t xs, int64_t nb,
+                float* out, int64_t os) {
+  using Block = typename Format<T>::Block;
+  static_assert(offsetof(Block, d) == 0);
+  const Block* rows[kLanes];
+  alignas(32) int32_t offsets[kLanes];
+  for (int i = 0; i < kLanes; ++i) {
+    const int at = i < valid ? i : valid - 1;
+    rows[i] = reinterpret_cast<const Block*>(w + size_t(at) * ws);
+    offsets[i] = int32_t(size_t(at) * ws);
+  }
+  const __m256i heads_at = _mm256_load_si256(reinterpret_cast<const __m256i*>(offsets));
+  const BlockQ8S* xr[NX];
+  __m256 acc[NX];
+#pragma GCC unroll 4
+  for (int r = 0; r < NX; ++r) {
+    xr[r] = reinterpret_cast<const BlockQ8S*>(x + size_t(r) * xs);
+    acc[r] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i p[NX][kLanes];
+#pragma GCC unroll 8
+    for (int i = 0; i < kLanes; ++i) {
+      const Operand c = Format<T>::codes(rows[i][b]);
+#pragma GCC unroll 4
+      for (int r = 0; r < NX; ++r) p[r][i] = block_dot<T>(c, load256(xr[r][b].qs));
+    }
+    const __m256i heads = gather_heads(w + size_t(b) * sizeof(Block), heads_at);
+    const __m256 dw = low_f16(heads);
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; ++r) {
+      const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(reduce8(p[r])), _mm256_set1_ps(xr[r][b].d));
+      acc[r] = _mm256_fmadd_ps(t, dw, acc[r]);
+    }
+    if constexpr (Format<T>::kMin) {
+      const __m256 mw = high_f16(heads);
+#pragma GCC unroll 4
+      for (int r = 0; r < NX; ++r) acc[r] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xr[r][b].s), acc[r]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < NX; ++r) {
+    if (valid == kLanes) {
+      _mm256_storeu_ps(out + r * os, acc[r]);
+    } else {
+      alignas(32) float v[kLanes];
+      _mm256_store_ps(v, acc[r]);
+      std::memcpy(out + r * os, v, size_t(valid) * sizeof(float));
+    }
+  }
+}
+
+template <DType T>
+void rows_dot(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, int nx, int64_t k,
+              float* out, int64_t os) {
+  using Rows =
+      void (*)(const uint8_t*, size_t, int, const uint8_t*, size_t, int64_t, float*, int64_t);
+  static constexpr Rows kRows[kMaxTileRows] = {eight_rows<T, 1>, eight_rows<T, 2>, eight_rows<T, 3>,
+                                               eight_rows<T, 4>};
+  const Rows run = kRows[nx < 1 ? 0 : nx > kMaxTileRows ? kMaxTileRows - 1 : nx - 1];
+  const auto* wb = static_cast<const uint8_t*>(w);
+  for (int64_t j = 0; j < nw; j += kLanes)
+    run(wb + size_t(j) * ws, ws, int(std::min<int64_t>(kLanes, nw - j)),
+        static_cast<const uint8_t*>(x), xs, k / QK, out + j, os);
+}
+
+const Q8BlockKernels kAvx2{rows_dot<DType::Q4_0>, rows_dot<DType::Q4_1>, rows_dot<DType::Q8_0>,
+                           kMaxTileRows};
+
+}  // namespace
+
+const Q8BlockKernels* avx2_q8_block_kernels() {
+  return &kAvx2;
+}
+
+}  // namespace kestrel::cpu
+
+#else
+
+namespace kestrel::cpu {
+const Q8BlockKernels* avx2_q8_block_kernels() {
+  return nullptr;
+}
+}  // namespace kestrel::cpu
+
+#endif
