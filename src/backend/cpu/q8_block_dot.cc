@@ -1,6 +1,7 @@
 // The portable kernels of q8_block_dot.h: the arithmetic written out, one output at a time.
 #include "backend/cpu/q8_block_dot.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/packed_matmul.h"
@@ -45,24 +46,28 @@ void rows_dot(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, in
               float* out, int64_t os) {
   using Block = typename Codes<T>::Block;
   const int64_t nb = k / QK;
+  nx = std::min(nx, kMaxTileRows);
+  const BlockQ8S* xr[kMaxTileRows];
+  for (int r = 0; r < nx; ++r)
+    xr[r] = reinterpret_cast<const BlockQ8S*>(static_cast<const uint8_t*>(x) + size_t(r) * xs);
   int8_t q[QK];
   for (int64_t j = 0; j < nw; ++j) {
     const auto* wb =
         reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + size_t(j) * ws);
-    for (int r = 0; r < nx; ++r) {
-      const auto* xb =
-          reinterpret_cast<const BlockQ8S*>(static_cast<const uint8_t*>(x) + size_t(r) * xs);
-      float acc = 0.0f;
-      for (int64_t b = 0; b < nb; ++b) {
-        Codes<T>::get(wb[b], q);
+    float acc[kMaxTileRows] = {};
+    for (int64_t b = 0; b < nb; ++b) {
+      Codes<T>::get(wb[b], q);  // once for every activation row
+      const float dw = f16_to_f32(wb[b].d);
+      for (int r = 0; r < nx; ++r) {
+        const BlockQ8S& y = xr[r][b];
         int32_t c = 0;
-        for (int i = 0; i < QK; ++i) c += int32_t(q[i]) * int32_t(xb[b].qs[i]);
-        const float t = float(c) * xb[b].d;
-        acc = std::fma(t, f16_to_f32(wb[b].d), acc);
-        if constexpr (T == DType::Q4_1) acc = std::fma(f16_to_f32(wb[b].m), xb[b].s, acc);
+        for (int i = 0; i < QK; ++i) c += int32_t(q[i]) * int32_t(y.qs[i]);
+        const float t = float(c) * y.d;
+        acc[r] = std::fma(t, dw, acc[r]);
+        if constexpr (T == DType::Q4_1) acc[r] = std::fma(f16_to_f32(wb[b].m), y.s, acc[r]);
       }
-      out[r * os + j] = acc;
     }
+    for (int r = 0; r < nx; ++r) out[r * os + j] = acc[r];
   }
 }
 
