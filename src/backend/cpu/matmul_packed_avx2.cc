@@ -77,6 +77,13 @@ void tile(const PackedGemm& g, int64_t panel, int64_t row) {
       for (int p = 0; p < P; ++p)
         for (int h = 0; h < kHalves; ++h) c[r][p][h] = _mm256_setzero_si256();
     if constexpr (F::kNibbles) {
+      // The block's eight maddubs pairs are summed in int16 first: codes below 16 times |x| <=
+      // 127 give at most 8 · 2 · 15 · 127 = 30480, so no sum saturates; one madd per half then
+      // widens them.
+      __m256i c16[R][P][kHalves];
+      for (int r = 0; r < R; ++r)
+        for (int p = 0; p < P; ++p)
+          for (int h = 0; h < kHalves; ++h) c16[r][p][h] = _mm256_setzero_si256();
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) {
         __m256i a0[R], a1[R];
@@ -91,9 +98,15 @@ void tile(const PackedGemm& g, int64_t panel, int64_t row) {
             const __m256i lo = _mm256_and_si256(v, low4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
             for (int r = 0; r < R; ++r)
-              c[r][p][h] = dot_add(dot_add(c[r][p][h], lo, a0[r]), hi, a1[r]);
+              c16[r][p][h] =
+                  _mm256_add_epi16(c16[r][p][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, a0[r]),
+                                                                  _mm256_maddubs_epi16(hi, a1[r])));
           }
       }
+      for (int r = 0; r < R; ++r)
+        for (int p = 0; p < P; ++p)
+          for (int h = 0; h < kHalves; ++h)
+            c[r][p][h] = _mm256_madd_epi16(c16[r][p][h], _mm256_set1_epi16(1));
     } else {
 #pragma GCC unroll 8
       for (int q = 0; q < 8; ++q) {
