@@ -110,6 +110,9 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
     E_ = int(m.num_experts);
     k_ = int(m.num_experts_per_tok);
     KASSIGN(gate_, load_linear(lc.src, p + "gate", E_, H_, lc.cfg, lc.store));
+    // Planned for f32 activations whatever the model's dtype: the router's logits come from the
+    // f32 activations (rounded afterwards where the reference's gate is a bf16 Linear).
+    lc.be.prepare_weight(gate_, DType::F32, p + "gate");
     routing_.num_experts = E_;
     routing_.top_k = k_;
     routing_.norm_topk_prob = m.norm_topk_prob;

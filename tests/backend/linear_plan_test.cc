@@ -88,11 +88,11 @@ TEST_F(LinearPlanTest, PackedRowsComeFirstWhereTheirGemmRuns) {
     const Tensor f16{bytes.data(), DType::F16, Shape{4, 64}};
     const Tensor i8{wide.data(), DType::I8, Shape{4, 64}};
     const Tensor i4{narrow.data(), DType::I8, Shape{4, 64}};
-    const bool avx512 = isa == Isa::kAvx512, simd = isa != Isa::kScalar;
+    const bool simd = isa != Isa::kScalar;
     EXPECT_EQ(packing(q8, QuantCompute::kInt8), simd ? Packing::kQ8Panels : Packing::kNone);
     // The panels hold int8 activations' blocks: f32 compute reads the stored rows.
     EXPECT_EQ(packing(q8, QuantCompute::kF32), Packing::kNone);
-    EXPECT_EQ(packing(f16, QuantCompute::kInt8), avx512 ? Packing::kFloatPanels : Packing::kNone);
+    EXPECT_EQ(packing(f16, QuantCompute::kInt8), simd ? Packing::kFloatPanels : Packing::kNone);
     // I8 panels serve the AVX2 GEMM too; codes that fit int4 take half the bytes.
     EXPECT_EQ(packing(i8, QuantCompute::kInt8), simd ? Packing::kInt8Panels : Packing::kNone);
     EXPECT_EQ(packing(i4, QuantCompute::kInt8), simd ? Packing::kInt4Panels : Packing::kNone);

@@ -14,6 +14,7 @@
 #include "base/mmap_file.h"
 #include "model/batch_builder.h"
 #include "model/loader.h"
+#include "prompt_logits.h"
 #include "test_paths.h"
 
 namespace kestrel {
@@ -106,6 +107,38 @@ TEST(DefaultModelOnEveryIsa, SameLogitsBitsAndGreedyTokens) {
   }
   ASSERT_TRUE(cap_cpu_isa("auto").ok());
 }
+
+// Fixtures of the other formats the guarantee covers: float weights (f32 and bf16 activations,
+// dense, MoE, hybrid linear attention, Gemma's gating and soft-capping) and I8.
+class FixtureOnEveryIsa : public testing::TestWithParam<const char*> {};
+
+TEST_P(FixtureOnEveryIsa, SameLogitsBits) {
+  const std::vector<int32_t> prompt = {5, 17, 42, 7, 99, 3, 64, 12, 8, 31, 77, 2, 15, 40, 9, 21};
+  std::vector<float> first;
+  std::string first_isa;
+  for (const char* isa : {"avx512", "avx2", "scalar"}) {
+    ASSERT_TRUE(cap_cpu_isa(isa).ok());
+    if (make_cpu_backend(1)->name().find(std::string(", ") + isa + ",") == std::string::npos)
+      continue;
+    const std::vector<float> logits = prompt_logits(fixture(GetParam()), prompt);
+    ASSERT_FALSE(logits.empty());
+    if (first.empty()) {
+      first = logits;
+      first_isa = isa;
+      continue;
+    }
+    size_t differ = 0;
+    for (size_t i = 0; i < logits.size(); ++i)
+      differ += std::memcmp(&logits[i], &first[i], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0u) << isa << " against " << first_isa << " (" << logits.size() << " logits)";
+  }
+  ASSERT_TRUE(cap_cpu_isa("auto").ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, FixtureOnEveryIsa,
+                         testing::Values("llama3_f32", "llama3_bf16", "qwen3_moe_bf16",
+                                         "qwen3_w8a8_dynamic", "deepseek_v3_bf16"),
+                         [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace kestrel

@@ -1,5 +1,6 @@
-// backend/cpu/float_panels.h — a packed copy of F32/F16/BF16 weights for the AVX-512 float GEMM
-// (matmul_float_panel_avx512.cc), the float counterpart of packed_matmul.h's int8 panels.
+// backend/cpu/float_panels.h — a packed copy of F32/F16/BF16 weights for the float GEMMs
+// (matmul_float_panel_avx512.cc, matmul_float_panel_avx2.cc), the float counterpart of
+// packed_matmul.h's int8 panels.
 //
 // Why: the row-major weight makes a dot product per output — sixteen partial sums along K, then
 // a horizontal sum — so every activation row re-converts each weight vector and the register tile
@@ -57,5 +58,8 @@ using FloatGemmFn = void (*)(const FloatGemm& g, int64_t p0, int64_t p1);
 
 // nullptr where this build lacks AVX-512.
 FloatGemmFn avx512_float_gemm();
+// The same GEMM on AVX2 (two 8-lane halves per panel; matmul_float_panel_avx2.cc), the same
+// bits; it does not read xt.
+FloatGemmFn avx2_float_gemm();
 
 }  // namespace kestrel::cpu

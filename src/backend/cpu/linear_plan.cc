@@ -112,19 +112,25 @@ void add_rows(Isa isa, std::vector<LinearKernel>& t) {
                    .fits = fits_bf16_tiles,
                    .pack = pack_bf16_tiles,
                    .bf16_gemm = bf16});
-    if (FloatGemmFn fg = avx512_float_gemm())
-      for (DType d : {DType::F32, DType::F16, DType::BF16})
-        t.push_back({.name = "float-panel gemm",
-                     .dtype = d,
-                     .packing = Packing::kFloatPanels,
-                     .isa = isa,
-                     .mode = kAny,
-                     .act = ActFormat::kF32,
-                     .run = run_float_panels,
-                     .fits = fits_float_panels,
-                     .pack = pack_float_weight,
-                     .float_gemm = fg});
   }
+  // Float panels: every output one fma chain along K (float_panels.h), on AVX-512 and on AVX2
+  // alike; the scalar row kernel computes the same chain.
+  const FloatGemmFn fg = isa == Isa::kAvx512 ? avx512_float_gemm()
+                         : isa == Isa::kAvx2 ? avx2_float_gemm()
+                                             : nullptr;
+  if (fg != nullptr)
+    for (DType d : {DType::F32, DType::F16, DType::BF16})
+      t.push_back({.name = "float-panel gemm",
+                   .dtype = d,
+                   .packing = Packing::kFloatPanels,
+                   .isa = isa,
+                   .mode = kAny,
+                   .act = ActFormat::kF32,
+                   .run = run_float_panels,
+                   .fits = fits_float_panels,
+                   .pack = pack_float_weight,
+                   .float_gemm = fg,
+                   .reads_xt = isa == Isa::kAvx512});
   // Q4_0/Q4_1/Q8_0 panels: VNNI (and AMX for batches) on AVX-512, two 8-lane halves per panel
   // on AVX2; every one gives the row kernels' bits (q8_block_dot.h).
   const PackedGemmFn q8 = isa == Isa::kAvx512 ? avx512_packed_gemm()

@@ -99,6 +99,7 @@ struct LinearKernel {
   int tile_rows = kMaxTileRows;
   PackedGemmFn q8_gemm = nullptr, q8_gemm_amx = nullptr;
   FloatGemmFn float_gemm = nullptr;
+  bool reads_xt = false;  // float_gemm reads small batches transposed (LinearCall::xt)
   Bf16GemmFn bf16_gemm = nullptr;
   Int8GemmFn int8_gemm = nullptr, int8_gemm_amx = nullptr;
 

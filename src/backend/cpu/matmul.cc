@@ -248,7 +248,7 @@ void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, Th
       c.x = formats[f].x;
       c.x_stride = formats[f].stride;
       c.packed_x = formats[f].packed;
-    } else if (kr.float_gemm != nullptr && m <= kFloatSinglePassRows) {
+    } else if (kr.reads_xt && m <= kFloatSinglePassRows) {
       // The float panels of a small batch read x transposed (once for all of them).
       if (xt == nullptr) {
         if (bufs.xt.size() < size_t(m * k)) bufs.xt.resize(size_t(m * k));

@@ -1,6 +1,7 @@
 // Portable dot-product kernels: the reference the SIMD kernels are tested against, and the
 // fallback on CPUs without AVX2. Quantized blocks use exact integer dot products against the
 // int8 activations, then scale in f32, as ggml's generic code does.
+#include <cmath>
 #include <cstring>
 
 #include "backend/cpu/matmul_kernels.h"
@@ -52,7 +53,7 @@ struct FloatDot {
     for (int64_t i = 0; i < k; ++i) {
       const float wi = W::at(w, i);
 #pragma GCC unroll 4
-      for (int r = 0; r < NX; ++r) acc[r] += wi * row<float>(x, xs, r)[i];
+      for (int r = 0; r < NX; ++r) acc[r] = std::fma(wi, row<float>(x, xs, r)[i], acc[r]);
     }
     store<NX>(acc, out, os);
   }

@@ -1,0 +1,139 @@
+// AVX2 float GEMM over float panels (float_panels.h): each sixteen-row panel as two 8-lane
+// halves; per k, the halves' weights (converted once) meet R broadcast activations in one FMA
+// per output. Every output is the sequential chain float_panels.h states — the AVX-512 kernel's
+// bits.
+#include "backend/cpu/float_panels.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace kestrel::cpu {
+namespace {
+
+constexpr int kHalves = 2;
+
+template <DType T>
+__m256 load8(const uint8_t* p) {
+  if constexpr (T == DType::F32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  } else if constexpr (T == DType::F16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+  }
+}
+
+constexpr size_t elem_bytes(DType t) {
+  return t == DType::F32 ? 4 : 2;
+}
+
+template <DType T, int R, int P>
+void tile(const FloatGemm& g, int64_t panel, int64_t row) {
+  constexpr size_t kStep = kPanelRows * elem_bytes(T);  // bytes per k in a panel
+  const size_t panel_bytes = float_panel_bytes(T, g.k);
+  const uint8_t* wp[P];
+  for (int p = 0; p < P; ++p) wp[p] = g.w + size_t(panel + p) * panel_bytes;
+  const float* xr[R];
+  __m256 acc[R][P][kHalves];
+  for (int r = 0; r < R; ++r) {
+    xr[r] = g.x + (row + r) * g.k;
+    for (int p = 0; p < P; ++p)
+      for (int h = 0; h < kHalves; ++h) acc[r][p][h] = _mm256_setzero_ps();
+  }
+  for (int64_t k = 0; k < g.k; ++k) {
+    __m256 w[P][kHalves];
+    for (int p = 0; p < P; ++p)
+      for (int h = 0; h < kHalves; ++h)
+        w[p][h] = load8<T>(wp[p] + size_t(k) * kStep + h * 8 * elem_bytes(T));
+    for (int r = 0; r < R; ++r) {
+      const __m256 x = _mm256_broadcast_ss(xr[r] + k);
+      for (int p = 0; p < P; ++p)
+        for (int h = 0; h < kHalves; ++h) acc[r][p][h] = _mm256_fmadd_ps(x, w[p][h], acc[r][p][h]);
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    const int valid = int(std::min<int64_t>(kPanelRows, g.n - (panel + p) * kPanelRows));
+    for (int r = 0; r < R; ++r)
+      for (int h = 0; h < kHalves; ++h) {
+        float* y = g.y + (row + r) * g.y_stride + (panel + p) * kPanelRows + 8 * h;
+        const int n = valid - 8 * h;
+        if (n >= 8) {
+          _mm256_storeu_ps(y, acc[r][p][h]);
+        } else if (n > 0) {
+          alignas(32) float t[8];
+          _mm256_store_ps(t, acc[r][p][h]);
+          std::memcpy(y, t, size_t(n) * sizeof(float));
+        }
+      }
+  }
+}
+
+// Panels [p0, p1) for rows row .. row+R-1, P panels per tile.
+template <DType T, int R>
+void rows(const FloatGemm& g, int64_t p0, int64_t p1, int64_t row) {
+  constexpr int P = R <= 2 ? 2 : 1;
+  int64_t p = p0;
+  for (; p + P <= p1; p += P) tile<T, R, P>(g, p, row);
+  for (; p < p1; ++p) tile<T, R, 1>(g, p, row);
+}
+
+// Panels are taken in chunks of about this many bytes, which stay in L2 while every row tile
+// passes over them.
+constexpr size_t kPanelChunkBytes = size_t(256) << 10;
+
+template <DType T>
+void gemm(const FloatGemm& g, int64_t p0, int64_t p1) {
+  const int64_t chunk = std::max<int64_t>(2, int64_t(kPanelChunkBytes / float_panel_bytes(T, g.k)));
+  for (int64_t c0 = p0; c0 < p1; c0 += chunk) {
+    const int64_t c1 = std::min(p1, c0 + chunk);
+    int64_t row = 0;
+    for (; row + 4 <= g.m; row += 4) rows<T, 4>(g, c0, c1, row);
+    switch (g.m - row) {
+      case 3:
+        rows<T, 3>(g, c0, c1, row);
+        break;
+      case 2:
+        rows<T, 2>(g, c0, c1, row);
+        break;
+      case 1:
+        rows<T, 1>(g, c0, c1, row);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+void gemm_any(const FloatGemm& g, int64_t p0, int64_t p1) {
+  switch (g.type) {
+    case DType::F32:
+      return gemm<DType::F32>(g, p0, p1);
+    case DType::F16:
+      return gemm<DType::F16>(g, p0, p1);
+    default:
+      return gemm<DType::BF16>(g, p0, p1);
+  }
+}
+
+}  // namespace
+
+FloatGemmFn avx2_float_gemm() {
+  return gemm_any;
+}
+
+}  // namespace kestrel::cpu
+
+#else
+
+namespace kestrel::cpu {
+FloatGemmFn avx2_float_gemm() {
+  return nullptr;
+}
+}  // namespace kestrel::cpu
+
+#endif
