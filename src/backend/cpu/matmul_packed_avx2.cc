@@ -60,12 +60,16 @@ void tile(const PackedGemm& g, int64_t panel, int64_t row) {
   const size_t panel_bytes = size_t(nb) * F::kBlockBytes;
   const __m256i low4 = _mm256_set1_epi8(0xF);
   const uint8_t* wp[P];
+#pragma GCC unroll 8
   for (int p = 0; p < P; ++p) wp[p] = g.w + size_t(panel + p) * panel_bytes;
   const int8_t* xr[R];
   __m256 acc[R][P][kHalves];
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     xr[r] = g.x.codes + size_t(row + r) * g.x.stride;
+#pragma GCC unroll 8
     for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
       for (int h = 0; h < kHalves; ++h) acc[r][p][h] = _mm256_setzero_ps();
   }
   // R <= 2 rows starting at a multiple of R lie in one tile of the scale area.
@@ -73,46 +77,62 @@ void tile(const PackedGemm& g, int64_t panel, int64_t row) {
   const int lane = int(row % kPanelRows);
   for (int64_t b = 0; b < nb; ++b) {
     __m256i c[R][P][kHalves];
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
       for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
         for (int h = 0; h < kHalves; ++h) c[r][p][h] = _mm256_setzero_si256();
     if constexpr (F::kNibbles) {
       // The block's eight maddubs pairs are summed in int16 first: codes below 16 times |x| <=
       // 127 give at most 8 · 2 · 15 · 127 = 30480, so no sum saturates; one madd per half then
       // widens them.
       __m256i c16[R][P][kHalves];
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
         for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
           for (int h = 0; h < kHalves; ++h) c16[r][p][h] = _mm256_setzero_si256();
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) {
         __m256i a0[R], a1[R];
+#pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           a0[r] = broadcast4(xr[r] + 4 * t);
           a1[r] = broadcast4(xr[r] + 4 * (t + 4));
         }
+#pragma GCC unroll 8
         for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
           for (int h = 0; h < kHalves; ++h) {
             const __m256i v =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp[p] + 64 * t + 32 * h));
             const __m256i lo = _mm256_and_si256(v, low4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+#pragma GCC unroll 8
             for (int r = 0; r < R; ++r)
               c16[r][p][h] =
                   _mm256_add_epi16(c16[r][p][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, a0[r]),
                                                                   _mm256_maddubs_epi16(hi, a1[r])));
           }
       }
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
         for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
           for (int h = 0; h < kHalves; ++h)
             c[r][p][h] = _mm256_madd_epi16(c16[r][p][h], _mm256_set1_epi16(1));
     } else {
 #pragma GCC unroll 8
       for (int q = 0; q < 8; ++q) {
         __m256i a[R];
+#pragma GCC unroll 8
         for (int r = 0; r < R; ++r) a[r] = broadcast4(xr[r] + 4 * q);
+#pragma GCC unroll 8
         for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
           for (int h = 0; h < kHalves; ++h) {
             // u = code + 128: flipping the top bit gives the signed code w, and |w|·(a with w's
             // sign) keeps every int16 pair sum in range.
@@ -120,13 +140,16 @@ void tile(const PackedGemm& g, int64_t panel, int64_t row) {
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp[p] + 64 * q + 32 * h)),
                 _mm256_set1_epi8(char(0x80)));
             const __m256i aw = _mm256_abs_epi8(w);
+#pragma GCC unroll 8
             for (int r = 0; r < R; ++r)
               c[r][p][h] = dot_add(c[r][p][h], aw, _mm256_sign_epi8(a[r], w));
           }
       }
     }
     __m256 dw[P][kHalves], mw[P][kHalves];
+#pragma GCC unroll 8
     for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 8
       for (int h = 0; h < kHalves; ++h) {
         dw[p][h] = half_scales(wp[p], F::kCodeBytes, 0, h);
         mw[p][h] = F::kMin ? half_scales(wp[p], F::kCodeBytes, 1, h) : _mm256_setzero_ps();
@@ -134,12 +157,15 @@ void tile(const PackedGemm& g, int64_t panel, int64_t row) {
       wp[p] += F::kBlockBytes;
     }
     const float* ts = g.x.tile_scales(scale_tile, b);
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m256 dx = _mm256_set1_ps(ts[lane + r]), s = _mm256_set1_ps(ts[kPanelRows + lane + r]);
       int32_t qsum;
       std::memcpy(&qsum, ts + 2 * kPanelRows + lane + r, sizeof(qsum));
       const __m256i offset = _mm256_set1_epi32(qsum << F::kOffsetShift);
+#pragma GCC unroll 8
       for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
         for (int h = 0; h < kHalves; ++h) {
           const __m256i cs =
               F::kOffsetShift != 0 ? _mm256_sub_epi32(c[r][p][h], offset) : c[r][p][h];
@@ -151,9 +177,12 @@ void tile(const PackedGemm& g, int64_t panel, int64_t row) {
       xr[r] += 32;
     }
   }
+#pragma GCC unroll 8
   for (int p = 0; p < P; ++p) {
     const int valid = int(std::min<int64_t>(kPanelRows, g.n - (panel + p) * kPanelRows));
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
       for (int h = 0; h < kHalves; ++h)
         store_half(g.y + (row + r) * g.y_stride + (panel + p) * kPanelRows + 8 * h, acc[r][p][h],
                    valid - 8 * h);

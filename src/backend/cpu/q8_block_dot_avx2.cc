@@ -91,6 +91,7 @@ void eight_rows(const uint8_t* w, size_t ws, int valid, const uint8_t* x, size_t
   static_assert(offsetof(Block, d) == 0);
   const Block* rows[kLanes];
   alignas(32) int32_t offsets[kLanes];
+#pragma GCC unroll 8
   for (int i = 0; i < kLanes; ++i) {
     const int at = i < valid ? i : valid - 1;
     rows[i] = reinterpret_cast<const Block*>(w + size_t(at) * ws);
