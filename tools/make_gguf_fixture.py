@@ -18,6 +18,13 @@ quant_types.gguf
 tiny_llama_meta.gguf
     llama.* hyper-parameters written with GGUFWriter's own key helpers, a 40-token vocabulary and no
     vocab_size key, bos/eos/eot ids, linear rope scaling and only token_embd.weight (tied embeddings).
+tiny_llama_quants.gguf
+    a random 2-layer llama (hidden 256, 4 heads of 64, 2 KV heads, FFN 512, vocab 256) whose
+    linears hold every GGUF weight format Kestrel computes with int8 activations (Q4_0, Q4_1,
+    Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; token_embd Q4_K, output Q6_K), for the test that every ISA
+    gives the same logits bits (tests/model/cpu_isa_logits_test.cc). K-quant blocks are random
+    bytes with scales sized for weights of about 0.02; the others are gguf.quants.quantize of
+    normal data.
 tiny_qwen3_meta.gguf
     qwen3.* hyper-parameters with attention.key_length != embedding_length / head_count, no
     head_count_kv, vocab_size as uint64, yarn rope scaling (with beta_fast and attn_factor), and an
@@ -145,6 +152,71 @@ def make_tiny_llama(path: Path) -> None:
     write(w)
 
 
+def quant_tensor(rng: np.random.Generator, qtype: QT, rows: int, cols: int) -> np.ndarray:
+    """Raw blocks of a [rows, cols] weight of about 0.02 in magnitude."""
+    if qtype in (QT.Q4_K, QT.Q5_K, QT.Q6_K):
+        block_elems, block_bytes = quants.GGML_QUANT_SIZES[qtype]
+        n_blocks = cols // block_elems
+        raw = rng.integers(0, 256, size=(rows, n_blocks, block_bytes), dtype=np.uint8)
+
+        def f16(lo: float, hi: float) -> np.ndarray:
+            return rng.uniform(lo, hi, size=(rows, n_blocks, 1)).astype(np.float16).view(np.uint8)
+
+        if qtype == QT.Q6_K:  # d · sc · (q - 32), sc signed 8-bit, q - 32 in [-32, 31]
+            raw[..., block_bytes - 2:] = f16(-2e-5, 2e-5)
+        else:  # d · sc · q - dmin · mn, sc and mn 6-bit, q 4 (5) bits
+            top = 2e-4 if qtype == QT.Q4_K else 1e-4
+            raw[..., 0:2] = f16(top / 4, top)
+            raw[..., 2:4] = f16(top / 4, top)
+        return raw.reshape(rows, n_blocks * block_bytes)
+    return quants.quantize(0.02 * rng.standard_normal((rows, cols)).astype(np.float32), qtype)
+
+
+def make_tiny_llama_quants(path: Path) -> None:
+    rng = np.random.default_rng(SEED + 3)
+    hidden, ffn, heads, kv_heads, vocab = 256, 512, 4, 2, 256
+    head_dim = hidden // heads
+    w = GGUFWriter(str(path), "llama")
+    w.add_context_length(1024)
+    w.add_embedding_length(hidden)
+    w.add_block_count(2)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_rope_dimension_count(head_dim)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(token_list(vocab))
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+
+    def add(name: str, qtype: QT, rows: int, cols: int) -> None:
+        w.add_tensor(name, quant_tensor(rng, qtype, rows, cols), raw_dtype=qtype)
+
+    def norm(name: str) -> None:
+        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(hidden)).astype(np.float32))
+
+    add("token_embd.weight", QT.Q4_K, vocab, hidden)
+    layers = [
+        {"attn_q": QT.Q4_K, "attn_k": QT.Q5_K, "attn_v": QT.Q6_K, "attn_output": QT.Q5_0,
+         "ffn_gate": QT.Q5_1, "ffn_up": QT.Q4_0, "ffn_down": QT.Q6_K},
+        {"attn_q": QT.Q5_0, "attn_k": QT.Q5_1, "attn_v": QT.Q8_0, "attn_output": QT.Q4_1,
+         "ffn_gate": QT.Q4_K, "ffn_up": QT.Q5_K, "ffn_down": QT.Q5_1},
+    ]
+    shapes = {"attn_q": (hidden, hidden), "attn_k": (kv_heads * head_dim, hidden),
+              "attn_v": (kv_heads * head_dim, hidden), "attn_output": (hidden, hidden),
+              "ffn_gate": (ffn, hidden), "ffn_up": (ffn, hidden), "ffn_down": (hidden, ffn)}
+    for i, types in enumerate(layers):
+        norm(f"blk.{i}.attn_norm.weight")
+        for name, qtype in types.items():
+            add(f"blk.{i}.{name}.weight", qtype, *shapes[name])
+        norm(f"blk.{i}.ffn_norm.weight")
+    norm("output_norm.weight")
+    add("output.weight", QT.Q6_K, vocab, hidden)
+    write(w)
+
+
 def make_tiny_qwen3(path: Path) -> None:
     rng = np.random.default_rng(SEED + 2)
     w = GGUFWriter(str(path), "qwen3")
@@ -175,6 +247,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     make_quant_types(out / "quant_types.gguf")
     make_tiny_llama(out / "tiny_llama_meta.gguf")
+    make_tiny_llama_quants(out / "tiny_llama_quants.gguf")
     make_tiny_qwen3(out / "tiny_qwen3_meta.gguf")
     for f in sorted(out.glob("*.gguf")):
         print(f"{f}: {f.stat().st_size} bytes")

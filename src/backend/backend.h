@@ -110,11 +110,14 @@ class Backend {
 };
 
 // Process-wide choices of the CPU kernels, made before a backend runs (the CLI takes them from
-// KESTREL_CPU_ISA and KESTREL_CPU_AMX): the best ISA this CPU runs, capped at `isa` ("auto",
-// "avx512", "avx2", "scalar"; another name is an error), so one machine can run another CPU's
-// path; and whether batches may use AMX tiles where the CPU has them (the same bits either way).
+// KESTREL_CPU_ISA, KESTREL_CPU_AMX and KESTREL_CPU_AMX_BF16): the best ISA this CPU runs, capped
+// at `isa` ("auto", "avx512", "avx2", "scalar"; another name is an error), so one machine can run
+// another CPU's path; whether batches may use AMX int8 tiles where the CPU has them (the same bits
+// either way); and whether BF16 models may use the AMX-BF16 tiles (off by default: faster
+// prefill, but another arithmetic, so the bits differ from every other CPU's).
 Status cap_cpu_isa(const std::string& isa);
 void enable_cpu_amx(bool on);
+void enable_cpu_amx_bf16(bool on);
 
 // The CPU backend with `threads` compute threads (0 = all cores), bound one per CPU when
 // `pin_threads` (ThreadPool); `quant_compute` says how quantized weights are multiplied (see

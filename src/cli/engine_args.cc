@@ -24,6 +24,7 @@ Status apply_cpu_environment() {
     if (Status st = cap_cpu_isa(isa); !st.ok())
       return make_error("KESTREL_CPU_ISA: {}", st.message());
   enable_cpu_amx(env_or_empty("KESTREL_CPU_AMX") != "0");
+  enable_cpu_amx_bf16(env_or_empty("KESTREL_CPU_AMX_BF16") == "1");
   return Status::Ok();
 }
 

@@ -33,6 +33,7 @@ class LinearPlanTest : public testing::Test {
   void TearDown() override {
     set_linear_isa("auto");
     set_packed_amx(true);
+    set_amx_bf16(false);
   }
 };
 
@@ -49,7 +50,7 @@ TEST_F(LinearPlanTest, EveryDtypeHasARowOverItsStoredRowsAtEveryIsaAndMode) {
         EXPECT_EQ(k->packing, Packing::kNone);
         EXPECT_EQ(k->isa, isa);
         EXPECT_EQ(k->dtype, d);
-        EXPECT_TRUE(k->dot != nullptr || k->rows_dot != nullptr);
+        EXPECT_TRUE(k->dot != nullptr || k->rows_dot != nullptr || k->fp8_rows != nullptr);
         // The exact lookup finds the same row.
         EXPECT_EQ(find_linear_kernel(d, Packing::kNone, isa, mode), k);
       }
@@ -102,11 +103,17 @@ TEST_F(LinearPlanTest, PackedRowsComeFirstWhereTheirGemmRuns) {
   }
 }
 
-// bf16 tiles round activations to bf16: only a model computing in bf16 gets them, only with AMX.
-TEST_F(LinearPlanTest, Bf16TilesOnlyForBf16ActivationsWithAmx) {
+// bf16 tiles round activations to bf16 and accumulate in their own way: only a model computing
+// in bf16 gets them, only with AMX, and only when asked for (set_amx_bf16).
+TEST_F(LinearPlanTest, Bf16TilesOnlyForBf16ActivationsWithAmxWhenAsked) {
   std::vector<uint8_t> bytes(1 << 16);
   const Tensor bf16{bytes.data(), DType::BF16, Shape{4, 64}};
   if (!avx512_selected()) GTEST_SKIP() << "no AVX-512 here";
+  EXPECT_EQ(
+      choose_linear_kernel(bf16, Isa::kAvx512, QuantCompute::kInt8, DType::BF16, true)->packing,
+      Packing::kFloatPanels)
+      << "the tiles are off by default";
+  set_amx_bf16(true);
   EXPECT_EQ(
       choose_linear_kernel(bf16, Isa::kAvx512, QuantCompute::kInt8, DType::F32, true)->packing,
       Packing::kFloatPanels);

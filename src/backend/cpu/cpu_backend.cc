@@ -240,6 +240,10 @@ void enable_cpu_amx(bool on) {
   cpu::set_packed_amx(on);
 }
 
+void enable_cpu_amx_bf16(bool on) {
+  cpu::set_amx_bf16(on);
+}
+
 std::unique_ptr<Backend> make_cpu_backend(int threads, QuantCompute quant_compute,
                                           bool pin_threads) {
   return std::make_unique<CpuBackend>(threads, quant_compute, pin_threads);

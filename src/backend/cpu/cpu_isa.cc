@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/packed_matmul.h"
 #include "base/status.h"
 
 namespace kestrel::cpu {
@@ -25,7 +26,7 @@ bool cpu_supports(Isa isa) {
       // every one of them must be present.
       return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512vnni") && avx512_dot_kernels() != nullptr;
+             __builtin_cpu_supports("avx512vnni") && avx512_packed_gemm() != nullptr;
   }
   return false;
 #else
@@ -55,6 +56,11 @@ std::atomic<Isa>& isa_choice() {
 
 std::atomic<bool>& amx_choice() {
   static std::atomic<bool> on{true};
+  return on;
+}
+
+std::atomic<bool>& amx_bf16_choice() {
+  static std::atomic<bool> on{false};
   return on;
 }
 
@@ -99,6 +105,14 @@ bool amx_enabled() {
 
 void set_packed_amx(bool on) {
   amx_choice().store(on);
+}
+
+bool amx_bf16_enabled() {
+  return amx_bf16_choice().load();
+}
+
+void set_amx_bf16(bool on) {
+  amx_bf16_choice().store(on);
 }
 
 }  // namespace kestrel::cpu

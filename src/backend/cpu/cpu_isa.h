@@ -26,5 +26,10 @@ void set_linear_isa(const char* isa);
 // give the same bits, and the switch exists to compare them).
 bool amx_enabled();
 void set_packed_amx(bool on);
+// Whether BF16 weights under BF16 activations may use the AMX-BF16 tiles (bf16_tiles.h). Off by
+// default: TDPBF16PS accumulates each pair of products in its own way, so its results differ from
+// the fma chain every other ISA computes (float_panels.h) in the last bit of some outputs.
+bool amx_bf16_enabled();
+void set_amx_bf16(bool on);
 
 }  // namespace kestrel::cpu

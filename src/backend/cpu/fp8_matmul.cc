@@ -1,54 +1,62 @@
-// Portable FP8 kernel (the reference for the SIMD ones and the fallback without AVX2), kernel
-// selection, and the block-scale layout of a weight.
+// The portable FP8 kernel of fp8_matmul.h (the arithmetic written out, one output at a time) and
+// the block-scale layout of a weight.
 #include "backend/cpu/fp8_matmul.h"
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 
+#include "base/fp16.h"
 #include "base/status.h"
 #include "tensor/fp8.h"
 
 namespace kestrel::cpu {
 namespace {
 
-// Every code's exact value, NaN codes included: a lookup is cheaper than decoding the fields.
-const float* fp8_values() {
+// Every code's v = value · 2⁻⁸ as the SIMD kernels decode it (fp8_matmul.h).
+const float* fp8_scaled_values() {
   static const std::array<float, 256> table = [] {
     std::array<float, 256> t{};
-    for (int c = 0; c < 256; ++c) t[size_t(c)] = fp8_e4m3_to_f32(uint8_t(c));
+    for (int c = 0; c < 256; ++c) t[size_t(c)] = f16_to_f32(fp8_e4m3_to_f16_scaled(uint8_t(c)));
     return t;
   }();
   return table.data();
 }
 
-struct Fp8Dot {
-  template <int NX>
-  static void run(const void* w, const void* x, size_t xs, int64_t k, float* out, int64_t os) {
-    const Fp8Row& row = *static_cast<const Fp8Row*>(w);
-    const float* values = fp8_values();
-    const float* xr[NX];
-    float total[NX] = {};
+template <int NX>
+void one_row(const Fp8Weight& w, int64_t j, const float* const* xr, float* out, int64_t os) {
+  const float* values = fp8_scaled_values();
+  const uint8_t* q = w.row_codes(j);
+  const float* scale = w.row_scales(j);
+  float acc[NX] = {};
+  for (int64_t c0 = 0, b = 0; c0 < w.k; c0 += w.block_cols, ++b) {
+    const int64_t c1 = std::min(w.k, c0 + w.block_cols);
+    float s[NX] = {};
+    for (int64_t i = c0; i < c1; ++i) {
+      const float v = values[q[i]];
 #pragma GCC unroll 4
-    for (int r = 0; r < NX; ++r) {
-      xr[r] = reinterpret_cast<const float*>(static_cast<const uint8_t*>(x) + size_t(r) * xs);
+      for (int r = 0; r < NX; ++r) s[r] = std::fma(v, xr[r][i], s[r]);
     }
-    for (int64_t c0 = 0, b = 0; c0 < k; c0 += row.block_cols, ++b) {
-      const int64_t c1 = std::min(k, c0 + row.block_cols);
-      float acc[NX] = {};
-      for (int64_t i = c0; i < c1; ++i) {
-        const float wi = values[row.codes[i]];
+    const float sb = scale[b] * kFp8F16Scale;
 #pragma GCC unroll 4
-        for (int r = 0; r < NX; ++r) acc[r] += wi * xr[r][i];
-      }
-#pragma GCC unroll 4
-      for (int r = 0; r < NX; ++r) total[r] += acc[r] * row.scale[b];
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < NX; ++r) out[r * os] = total[r];
+    for (int r = 0; r < NX; ++r) acc[r] = std::fma(s[r], sb, acc[r]);
   }
-};
+#pragma GCC unroll 4
+  for (int r = 0; r < NX; ++r) out[r * os] = acc[r];
+}
 
-constexpr Fp8Kernels kScalarFp8Kernels = {dispatch_tile<Fp8Dot>, kMaxTileRows};
+void fp8_rows(const Fp8Weight& w, int64_t j0, int64_t nw, const void* x, size_t xs, int nx,
+              float* out, int64_t os) {
+  const float* xr[kMaxTileRows];
+  nx = std::clamp(nx, 1, kMaxTileRows);
+  for (int r = 0; r < nx; ++r)
+    xr[r] = reinterpret_cast<const float*>(static_cast<const uint8_t*>(x) + size_t(r) * xs);
+  using Row = void (*)(const Fp8Weight&, int64_t, const float* const*, float*, int64_t);
+  static constexpr Row kRow[kMaxTileRows] = {one_row<1>, one_row<2>, one_row<3>, one_row<4>};
+  for (int64_t j = 0; j < nw; ++j) kRow[nx - 1](w, j0 + j, xr, out + j, os);
+}
+
+constexpr Fp8Kernels kScalarFp8Kernels = {fp8_rows, kMaxTileRows};
 
 // The scale of an FP8 weight without block_scale.
 constexpr float kUnitScale = 1.0f;
@@ -57,13 +65,6 @@ constexpr float kUnitScale = 1.0f;
 
 const Fp8Kernels& scalar_fp8_kernels() {
   return kScalarFp8Kernels;
-}
-
-const Fp8Kernels& fp8_kernels(std::string_view isa) {
-  const Fp8Kernels* k = nullptr;
-  if (isa == "avx512") k = avx512_fp8_kernels();
-  if (k == nullptr && (isa == "avx512" || isa == "avx2")) k = avx2_fp8_kernels();
-  return k != nullptr ? *k : scalar_fp8_kernels();
 }
 
 Fp8Weight fp8_weight(const LinearWeight& lw) {

@@ -1,43 +1,20 @@
 // backend/cpu/fp8_matmul.h — the linear() kernels for F8_E4M3 weights with block scales
-// (WeightScales::block, DeepSeek-V3's 128×128 `weight_scale_inv`).
+// (WeightScales::block, DeepSeek-V3's 128×128 `weight_scale_inv`), one arithmetic on every ISA.
 //
-// A kernel has the DotFn contract of matmul_kernels.h, except that `w` points to an Fp8Row: the
-// row's codes and its block scales. Within each block of columns the unscaled products are summed
-// in f32 and the sum is multiplied by the block's scale once; the block sums are then added up.
-// Each weight element is decoded once per call and used for every activation row of the tile.
-// NaN codes (0x7F, 0xFF), which quantized checkpoints never hold, give NaN in the scalar kernel
-// and ±480 in the SIMD ones (fp8_e4m3_to_f16_scaled).
+// A code's value enters as v = value · 2⁻⁸ (fp8_e4m3_to_f16_scaled, exact; NaN codes, which
+// quantized checkpoints never hold, become ±480 · 2⁻⁸ everywhere). Per output, per block b of
+// columns in order from a zero acc: s_b = one fma chain over the block's columns in order,
+// s = fma(v_i, x_i, s) from zero; then acc = fma(s_b, scale_b · 2⁸, acc). Scaling by a power of
+// two is exact, so this is the unscaled block sum times the block's scale, save for products
+// below f32's normal range.
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/linear_weight.h"
 
 namespace kestrel::cpu {
-
-// One weight row as the FP8 kernels read it: k codes, and scale[b] for columns
-// [b · block_cols, (b + 1) · block_cols).
-struct Fp8Row {
-  const uint8_t* codes;
-  const float* scale;
-  int64_t block_cols;
-};
-
-struct Fp8Kernels {
-  DotFn dot;      // w: const Fp8Row*; x: f32 rows
-  int tile_rows;  // activation rows per call, at most kMaxWideTileRows
-};
-
-const Fp8Kernels& scalar_fp8_kernels();
-// nullptr when this build has no such code; callers check CPU support themselves.
-const Fp8Kernels* avx2_fp8_kernels();
-const Fp8Kernels* avx512_fp8_kernels();
-
-// The kernels of an ISA named as linear_isa() names it ("avx512", "avx2", "scalar"), falling back
-// to narrower ones this build lacks. The caller has checked that the CPU runs the ISA.
-const Fp8Kernels& fp8_kernels(std::string_view isa);
 
 // Where an FP8 weight's rows and block scales are.
 struct Fp8Weight {
@@ -45,10 +22,25 @@ struct Fp8Weight {
   const float* scale = nullptr;    // [ceil(rows / block_rows), scale_stride]
   int64_t k = 0, block_rows = 1, block_cols = 1, scale_stride = 0;
 
-  Fp8Row row(int64_t j) const {
-    return {codes + j * k, scale + (j / block_rows) * scale_stride, block_cols};
-  }
+  const uint8_t* row_codes(int64_t j) const { return codes + j * k; }
+  // Row j's block scales: scale b covers columns [b · block_cols, (b + 1) · block_cols).
+  const float* row_scales(int64_t j) const { return scale + (j / block_rows) * scale_stride; }
 };
+
+// out[r · out_stride + j] = row j0 + j of w against row r of x (f32 rows x_stride bytes apart),
+// for j < nw, r < nx (1 ≤ nx ≤ tile_rows).
+using Fp8RowsFn = void (*)(const Fp8Weight& w, int64_t j0, int64_t nw, const void* x,
+                           size_t x_stride, int nx, float* out, int64_t out_stride);
+
+struct Fp8Kernels {
+  Fp8RowsFn rows;
+  int tile_rows;  // activation rows per call
+};
+
+const Fp8Kernels& scalar_fp8_kernels();
+// nullptr when this build has no AVX2 code; callers check CPU support themselves. AVX-512 CPUs
+// run these too.
+const Fp8Kernels* avx2_fp8_kernels();
 
 // w must be F8_E4M3. Without block scales every scale is 1 (one block spanning each row). Aborts
 // with a message on a block size below 1.

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/fp8_matmul.h"
+#include "backend/cpu/kquant_dot.h"
 #include "backend/cpu/linear_runs.h"
 #include "backend/cpu/q8_block_dot.h"
 #include "base/status.h"
@@ -48,20 +49,16 @@ bool fits_float_panels(const Tensor& w, DType) {
 bool fits_q8_panels(const Tensor& w, DType) {
   return packable(w);
 }
-// AMX bf16 tiles take activations rounded to bf16: only where the model computes in bf16.
+// AMX bf16 tiles take activations rounded to bf16: only where the model computes in bf16, and
+// only when asked for (cpu_isa.h: another arithmetic).
 bool fits_bf16_tiles(const Tensor& w, DType act) {
-  return act == DType::BF16 && w.shape.ndim == 2 && amx_enabled() && bf16_tiles_supported();
+  return act == DType::BF16 && w.shape.ndim == 2 && amx_enabled() && amx_bf16_enabled() &&
+         bf16_tiles_supported();
 }
 
+// The float row kernels of an ISA: AVX-512 CPUs run the AVX2 ones (one arithmetic).
 const DotKernels* dot_kernels_of(Isa isa) {
-  switch (isa) {
-    case Isa::kAvx512:
-      return avx512_dot_kernels();
-    case Isa::kAvx2:
-      return avx2_dot_kernels();
-    default:
-      return &scalar_dot_kernels();
-  }
+  return isa == Isa::kScalar ? &scalar_dot_kernels() : avx2_dot_kernels();
 }
 
 // The rows of one ISA, best first for each weight dtype.
@@ -151,7 +148,8 @@ void add_rows(Isa isa, std::vector<LinearKernel>& t) {
                    .q8_gemm_amx = isa == Isa::kAvx512 ? amx_packed_gemm() : nullptr});
 
   // Row kernels over the stored rows: every dtype has one at every ISA.
-  const Fp8Kernels& fp8 = fp8_kernels(isa_name(isa));
+  // FP8 and the float row kernels: the AVX2 ones serve AVX-512 CPUs too (one arithmetic).
+  const Fp8Kernels& fp8 = isa == Isa::kScalar ? scalar_fp8_kernels() : *avx2_fp8_kernels();
   t.push_back({.name = "fp8 block-scaled dot",
                .dtype = DType::F8_E4M3,
                .packing = Packing::kNone,
@@ -159,7 +157,7 @@ void add_rows(Isa isa, std::vector<LinearKernel>& t) {
                .mode = kAny,
                .act = ActFormat::kF32,
                .run = run_fp8_rows,
-               .dot = fp8.dot,
+               .fp8_rows = fp8.rows,
                .tile_rows = fp8.tile_rows});
   const Int8Kernels& i8 = int8_kernels(isa_name(isa));
   t.push_back({.name = "i8 dot",
@@ -173,11 +171,10 @@ void add_rows(Isa isa, std::vector<LinearKernel>& t) {
                .tile_rows = i8.tile_rows});
   struct Float {
     DType dtype;
-    DotFn dot;
     RowsDotFn rows;
   };
-  for (const Float& f : {Float{DType::F32, k.f32, k.f32_rows}, Float{DType::F16, k.f16, k.f16_rows},
-                         Float{DType::BF16, k.bf16, k.bf16_rows}})
+  for (const Float& f :
+       {Float{DType::F32, k.f32}, Float{DType::F16, k.f16}, Float{DType::BF16, k.bf16}})
     t.push_back({.name = "float dot",
                  .dtype = f.dtype,
                  .packing = Packing::kNone,
@@ -185,42 +182,40 @@ void add_rows(Isa isa, std::vector<LinearKernel>& t) {
                  .mode = kAny,
                  .act = ActFormat::kF32,
                  .run = run_dot_rows,
-                 .dot = f.dot,
                  .rows_dot = f.rows,
-                 .tile_rows = k.float_tile_rows});
-  // Q4_0, Q4_1 and Q8_0 follow the packed GEMMs' arithmetic at every ISA (q8_block_dot.h): the
-  // AVX2 kernels serve AVX-512 CPUs too.
+                 .tile_rows = k.tile_rows});
+  // The quantized formats follow one arithmetic at every ISA (q8_block_dot.h, kquant_dot.h; for
+  // Q4_0, Q4_1 and Q8_0 also the packed GEMMs'): the AVX2 kernels serve AVX-512 CPUs too.
   const Q8BlockKernels& qb =
       isa == Isa::kScalar ? scalar_q8_block_kernels() : *avx2_q8_block_kernels();
+  const KQuantKernels& kq = isa == Isa::kScalar ? scalar_kquant_kernels() : *avx2_kquant_kernels();
   struct Quant {
     DType dtype;
-    DotFn dot;
     RowsDotFn rows_dot;
     ActFormat act;
+    int tile_rows;
     DotFn dequant;
   };
   const Quant quants[] = {
-      {DType::Q4_0, nullptr, qb.q4_0, ActFormat::kQ8S, dequant_dot<DType::Q4_0>},
-      {DType::Q4_1, nullptr, qb.q4_1, ActFormat::kQ8S, dequant_dot<DType::Q4_1>},
-      {DType::Q5_0, k.q5_0, nullptr, ActFormat::kQ8_0, dequant_dot<DType::Q5_0>},
-      {DType::Q5_1, k.q5_1, nullptr, ActFormat::kQ8_1, dequant_dot<DType::Q5_1>},
-      {DType::Q8_0, nullptr, qb.q8_0, ActFormat::kQ8S, dequant_dot<DType::Q8_0>},
-      {DType::Q4_K, k.q4_k, nullptr, ActFormat::kQ8_K, dequant_dot<DType::Q4_K>},
-      {DType::Q5_K, k.q5_k, nullptr, ActFormat::kQ8_K, dequant_dot<DType::Q5_K>},
-      {DType::Q6_K, k.q6_k, nullptr, ActFormat::kQ8_K, dequant_dot<DType::Q6_K>},
+      {DType::Q4_0, qb.q4_0, ActFormat::kQ8S, qb.tile_rows, dequant_dot<DType::Q4_0>},
+      {DType::Q4_1, qb.q4_1, ActFormat::kQ8S, qb.tile_rows, dequant_dot<DType::Q4_1>},
+      {DType::Q5_0, qb.q5_0, ActFormat::kQ8S, qb.tile_rows, dequant_dot<DType::Q5_0>},
+      {DType::Q5_1, qb.q5_1, ActFormat::kQ8S, qb.tile_rows, dequant_dot<DType::Q5_1>},
+      {DType::Q8_0, qb.q8_0, ActFormat::kQ8S, qb.tile_rows, dequant_dot<DType::Q8_0>},
+      {DType::Q4_K, kq.q4_k, ActFormat::kQ8_K, kq.tile_rows, dequant_dot<DType::Q4_K>},
+      {DType::Q5_K, kq.q5_k, ActFormat::kQ8_K, kq.tile_rows, dequant_dot<DType::Q5_K>},
+      {DType::Q6_K, kq.q6_k, ActFormat::kQ8_K, kq.tile_rows, dequant_dot<DType::Q6_K>},
   };
   for (const Quant& q : quants) {
-    t.push_back(
-        {.name = q.rows_dot != nullptr ? "q8-block dot (the panels' arithmetic)" : "quant·q8 dot",
-         .dtype = q.dtype,
-         .packing = Packing::kNone,
-         .isa = isa,
-         .mode = kInt8,
-         .act = q.act,
-         .run = run_dot_rows,
-         .dot = q.dot,
-         .rows_dot = q.rows_dot,
-         .tile_rows = q.rows_dot != nullptr ? qb.tile_rows : kMaxTileRows});
+    t.push_back({.name = "quant·q8 dot (one arithmetic)",
+                 .dtype = q.dtype,
+                 .packing = Packing::kNone,
+                 .isa = isa,
+                 .mode = kInt8,
+                 .act = q.act,
+                 .run = run_dot_rows,
+                 .rows_dot = q.rows_dot,
+                 .tile_rows = q.tile_rows});
     // The dequantizing kernel is portable C++: the same at every ISA.
     t.push_back({.name = "dequant·f32 dot",
                  .dtype = q.dtype,
@@ -259,10 +254,6 @@ bool serves(ModeMatch m, QuantCompute mode) {
 
 const char* act_format_name(ActFormat f) {
   switch (f) {
-    case ActFormat::kQ8_0:
-      return "q8_0";
-    case ActFormat::kQ8_1:
-      return "q8_1";
     case ActFormat::kQ8_K:
       return "q8_k";
     case ActFormat::kQ8S:

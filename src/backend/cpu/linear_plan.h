@@ -24,6 +24,7 @@
 #include "backend/cpu/bf16_tiles.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/float_panels.h"
+#include "backend/cpu/fp8_matmul.h"
 #include "backend/cpu/int8_matmul.h"
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/packed_matmul.h"
@@ -36,9 +37,7 @@ namespace kestrel::cpu {
 // How activations enter a kernel.
 enum class ActFormat : uint8_t {
   kF32,       // the f32 rows as given
-  kQ8_0,      // quantized per 32-element block (llama.cpp's formats)
-  kQ8_1,      //
-  kQ8_K,      // per 256-element super-block
+  kQ8_K,      // quantized per 256-element super-block (llama.cpp's Q8_K, kquant_dot.h)
   kQ8S,       // Q8_0 codes with f32 d and the exact sum (q8_block_dot.h)
   kPackedQ8,  // the same values in row tiles with their scales apart (PackedActivations)
   kBf16,      // rounded to bf16, row tiles for the AMX tiles (bf16_tiles.h)
@@ -94,8 +93,9 @@ struct LinearKernel {
   bool (*fits)(const Tensor& w, DType act) = nullptr;
   std::unique_ptr<uint8_t[]> (*pack)(const Tensor& w) = nullptr;  // packing != kNone
   // What `run` calls, by kind.
-  DotFn dot = nullptr;  // a row kernel (for FP8 and I8: over Fp8Row / Int8Row)
+  DotFn dot = nullptr;  // a row kernel (for I8: over Int8Row)
   RowsDotFn rows_dot = nullptr;
+  Fp8RowsFn fp8_rows = nullptr;
   int tile_rows = kMaxTileRows;
   PackedGemmFn q8_gemm = nullptr, q8_gemm_amx = nullptr;
   FloatGemmFn float_gemm = nullptr;

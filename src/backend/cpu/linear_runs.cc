@@ -13,12 +13,13 @@ constexpr int64_t kWeightGroupBytes = int64_t(256) << 10;
 // Bytes of activation rows one kernel call may read: about half of a 48 KiB L1.
 constexpr int64_t kActivationTileBytes = int64_t(24) << 10;
 
-// Weight rows [n0, n1) against every activation row, `dot_row(j, x, nx, out)` computing row j's
-// outputs for a tile of nx activation rows. Each output is computed whole by one kernel call, so
-// neither the split nor the tile it lands in changes its summation order.
-template <class DotRow>
+// Weight rows [n0, n1) against every activation row, `dot_rows(j0, j1, x, nx, out)` computing
+// rows [j0, j1)'s outputs for a tile of nx activation rows (out at column j0). Each output is
+// computed whole by one kernel call, so neither the split nor the tile it lands in changes its
+// summation order.
+template <class DotRows>
 void tile_loop(const LinearKernel& kern, const LinearCall& c, int64_t n0, int64_t n1,
-               DotRow dot_row) {
+               DotRows dot_rows) {
   // Activation tiles stay within half of L1, next to the weight row streaming past them. Float
   // kernels keep at least four rows: they convert each weight vector once per call, and at large
   // K their f32 rows would otherwise shrink the tile to one row, converting every weight once per
@@ -38,12 +39,7 @@ void tile_loop(const LinearKernel& kern, const LinearCall& c, int64_t n0, int64_
       const int nx = int(std::min<int64_t>(tile, c.m - m0));
       const uint8_t* xt = c.x + size_t(m0) * c.x_stride;
       float* y = c.y + m0 * c.n;
-      if (kern.rows_dot != nullptr) {
-        kern.rows_dot(c.weights + size_t(g0) * c.row_bytes, c.row_bytes, g1 - g0, xt, c.x_stride,
-                      nx, c.k, y + g0, c.n);
-        continue;
-      }
-      for (int64_t j = g0; j < g1; ++j) dot_row(j, xt, nx, y + j);
+      dot_rows(g0, g1, xt, nx, y + g0);
     }
   }
 }
@@ -52,25 +48,32 @@ void tile_loop(const LinearKernel& kern, const LinearCall& c, int64_t n0, int64_
 
 void run_dot_rows(const LinearKernel& kern, const LinearCall& c, ScratchArena&, int64_t u0,
                   int64_t u1) {
-  tile_loop(kern, c, u0, u1, [&](int64_t j, const uint8_t* x, int nx, float* out) {
-    kern.dot(c.weights + size_t(j) * c.row_bytes, x, c.x_stride, nx, c.k, out, c.n);
+  tile_loop(kern, c, u0, u1, [&](int64_t j0, int64_t j1, const uint8_t* x, int nx, float* out) {
+    if (kern.rows_dot != nullptr) {
+      kern.rows_dot(c.weights + size_t(j0) * c.row_bytes, c.row_bytes, j1 - j0, x, c.x_stride, nx,
+                    c.k, out, c.n);
+      return;
+    }
+    for (int64_t j = j0; j < j1; ++j)
+      kern.dot(c.weights + size_t(j) * c.row_bytes, x, c.x_stride, nx, c.k, out + (j - j0), c.n);
   });
 }
 
 void run_fp8_rows(const LinearKernel& kern, const LinearCall& c, ScratchArena&, int64_t u0,
                   int64_t u1) {
   const Fp8Weight w = fp8_weight(*c.w);
-  tile_loop(kern, c, u0, u1, [&](int64_t j, const uint8_t* x, int nx, float* out) {
-    const Fp8Row row = w.row(j);
-    kern.dot(&row, x, c.x_stride, nx, c.k, out, c.n);
+  tile_loop(kern, c, u0, u1, [&](int64_t j0, int64_t j1, const uint8_t* x, int nx, float* out) {
+    kern.fp8_rows(w, j0, j1 - j0, x, c.x_stride, nx, out, c.n);
   });
 }
 
 void run_int8_rows(const LinearKernel& kern, const LinearCall& c, ScratchArena&, int64_t u0,
                    int64_t u1) {
-  tile_loop(kern, c, u0, u1, [&](int64_t j, const uint8_t* x, int nx, float* out) {
-    const Int8Row row = int8_row(*c.w, j);
-    kern.dot(&row, x, c.x_stride, nx, c.k, out, c.n);
+  tile_loop(kern, c, u0, u1, [&](int64_t j0, int64_t j1, const uint8_t* x, int nx, float* out) {
+    for (int64_t j = j0; j < j1; ++j) {
+      const Int8Row row = int8_row(*c.w, j);
+      kern.dot(&row, x, c.x_stride, nx, c.k, out + (j - j0), c.n);
+    }
   });
 }
 

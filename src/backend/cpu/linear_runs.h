@@ -6,10 +6,10 @@
 
 namespace kestrel::cpu {
 
-// Row kernels (LinearKernel::dot or rows_dot) over the stored rows, in activation tiles.
+// Row kernels (LinearKernel::rows_dot, else dot) over the stored rows, in activation tiles.
 void run_dot_rows(const LinearKernel& kern, const LinearCall& c, ScratchArena& scratch, int64_t u0,
                   int64_t u1);
-// The same with the row kernel reading Fp8Row (the row's block scales beside its codes).
+// The same with LinearKernel::fp8_rows (each row's block scales found from the weight's).
 void run_fp8_rows(const LinearKernel& kern, const LinearCall& c, ScratchArena& scratch, int64_t u0,
                   int64_t u1);
 // The same with the row kernel reading Int8Row (the row's scale and integer bias).

@@ -27,7 +27,7 @@ constexpr int64_t kMinQuantElemsPerThread = int64_t(1) << 14;
 // The calling thread's activation buffers (its arena, thread_scratch.h): grow-only, so
 // steady-state calls do not allocate.
 struct LinearBuffers {
-  std::vector<uint8_t> q8[5];  // ActFormat kQ8_0, kQ8_1, kQ8_K, kQ8S, kPackedQ8
+  std::vector<uint8_t> q8[3];  // ActFormat kQ8_K, kQ8S, kPackedQ8
   std::vector<uint8_t> int8[kMaxJobs];
   std::vector<float> xt;
   std::vector<uint16_t> bf16;
@@ -54,10 +54,6 @@ Chosen kernel_for(const LinearWeight& w, Isa isa, QuantCompute mode) {
 
 size_t activation_row_bytes(ActFormat act, int64_t k) {
   switch (act) {
-    case ActFormat::kQ8_0:
-      return dtype_bytes(DType::Q8_0, k);
-    case ActFormat::kQ8_1:
-      return dtype_bytes(DType::Q8_1, k);
     case ActFormat::kQ8_K:
       return dtype_bytes(DType::Q8_K, k);
     case ActFormat::kQ8S:
@@ -79,10 +75,6 @@ size_t activation_row_bytes(ActFormat act, int64_t k) {
 
 void quantize_activation_row(ActFormat act, const float* x, void* dst, int64_t k) {
   switch (act) {
-    case ActFormat::kQ8_0:
-      return quantize_row_q8_0(x, static_cast<BlockQ8_0*>(dst), k);
-    case ActFormat::kQ8_1:
-      return quantize_row_q8_1(x, static_cast<BlockQ8_1*>(dst), k);
     case ActFormat::kQ8S:
       return quantize_row_q8s(x, static_cast<BlockQ8S*>(dst), k);
     default:
@@ -119,7 +111,7 @@ Prepared prepare_activations(ActFormat act, const float* x, int64_t m, int64_t k
   const int64_t rows = tiles ? packed_activation_rows(m) : m;
   const size_t code_bytes = size_t(rows) * p.stride;
   const size_t bytes = code_bytes + (tiles ? packed_activation_scale_bytes(m, k) : 0);
-  uint8_t* q = cache_aligned(bufs.q8[int(act) - int(ActFormat::kQ8_0)], bytes);
+  uint8_t* q = cache_aligned(bufs.q8[int(act) - int(ActFormat::kQ8_K)], bytes);
   p.x = q;
   const size_t stride = p.stride;
   if (!tiles) {

@@ -1,6 +1,7 @@
-// backend/cpu/matmul_kernels.h — the per-ISA dot-product kernels behind linear().
+// backend/cpu/matmul_kernels.h — the row-kernel contracts behind linear(), and the float
+// weights' row kernels.
 //
-// A kernel computes the dot products of one weight row with up to kMaxTileRows activation rows,
+// A kernel computes the dot products of weight rows with up to kMaxTileRows activation rows,
 // decoding each weight block once for all of them. Each output's arithmetic is the same whatever
 // the number of rows in the tile, so results do not depend on batch size or thread split.
 // Kernels unroll their per-row loops with #pragma GCC unroll: at -O2 GCC keeps the per-row
@@ -16,8 +17,7 @@ constexpr int kMaxTileRows = 4;
 
 // out[r * out_stride] = dot(w, row r of x) for r < nx (1 <= nx <= kMaxTileRows).
 // w: k elements of the kernel's weight dtype. x: activation rows x_stride bytes apart, f32 for
-// float weights, else the matching int8 format (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1,
-// Q8_K for the K-quants).
+// float weights, else the kernel's int8 activation format.
 using DotFn = void (*)(const void* w, const void* x, size_t x_stride, int nx, int64_t k, float* out,
                        int64_t out_stride);
 
@@ -27,19 +27,20 @@ using DotFn = void (*)(const void* w, const void* x, size_t x_stride, int nx, in
 using RowsDotFn = void (*)(const void* w, size_t w_stride, int64_t nw, const void* x,
                            size_t x_stride, int nx, int64_t k, float* out, int64_t out_stride);
 
+// The float weights' row kernels (the quantized formats' are q8_block_dot.h's and kquant_dot.h's):
+// every output one fma chain along k, acc = fma(w_i, x_i, acc) from zero in k order — the float
+// panels' arithmetic (float_panels.h), so a weight gives the same bits with or without a packed
+// copy, on every ISA.
 struct DotKernels {
-  // Q4_0, Q4_1 and Q8_0 are q8_block_dot.h's: one arithmetic with the packed GEMMs.
-  DotFn f32, f16, bf16, q5_0, q5_1, q4_k, q5_k, q6_k;
-  // Where set, the float weights' kernels over several weight rows (same results as f32/f16/bf16).
-  RowsDotFn f32_rows = nullptr, f16_rows = nullptr, bf16_rows = nullptr;
-  int float_tile_rows = kMaxTileRows;  // rows the f32/f16/bf16 kernels take per call
+  RowsDotFn f32, f16, bf16;
+  int tile_rows;  // activation rows per call
 };
 
 // Portable C++; always available.
 const DotKernels& scalar_dot_kernels();
-// nullptr when this build has no such code; callers check CPU support themselves.
+// nullptr when this build has no AVX2 code; callers check CPU support themselves. AVX-512 CPUs
+// run these too.
 const DotKernels* avx2_dot_kernels();
-const DotKernels* avx512_dot_kernels();
 
 // Turns a kernel with a compile-time tile height, K::run<NX>(w, x, x_stride, k, out,
 // out_stride), into a DotFn. K lives in an unnamed namespace of each ISA's file, so every
@@ -81,21 +82,6 @@ void dispatch_tile8(const void* w, const void* x, size_t x_stride, int nx, int64
     default:
       return K::template run<8>(w, x, x_stride, k, out, out_stride);
   }
-}
-
-// A RowsDotFn from a kernel with K::rows<NX>(w, w_stride, nw, x, x_stride, k, out, out_stride)
-// for NX = 1..8 (local to its file, as for dispatch_tile).
-template <typename K>
-void dispatch_rows8(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, int nx,
-                    int64_t k, float* out, int64_t os) {
-  using Rows =
-      void (*)(const void*, size_t, int64_t, const void*, size_t, int64_t, float*, int64_t);
-  static constexpr Rows kRows[kMaxWideTileRows] = {
-      K::template rows<1>, K::template rows<2>, K::template rows<3>, K::template rows<4>,
-      K::template rows<5>, K::template rows<6>, K::template rows<7>, K::template rows<8>};
-  kRows[nx < 1                  ? 0
-        : nx > kMaxWideTileRows ? kMaxWideTileRows - 1
-                                : nx - 1](w, ws, nw, x, xs, k, out, os);
 }
 
 }  // namespace kestrel::cpu

@@ -1,10 +1,9 @@
-// backend/cpu/matmul_x86_common.h — the 256-bit helpers and weight decoders that the AVX2 and
-// AVX-512 dot-product kernels share, and the dtype-to-kernel table both fill.
+// backend/cpu/matmul_x86_common.h — the 256-bit helpers and weight decoders the AVX2 row kernels
+// share.
 //
-// Include only from the x86 kernel files (matmul_*.cc, q8_block_dot_avx2.cc), inside their ISA
-// guard. Everything here has internal
+// Include only from the AVX2 kernel files, inside their ISA guard. Everything here has internal
 // linkage (an unnamed namespace), so each including file gets its own copy compiled with its own
-// flags: the linker can never keep an AVX-512-compiled copy for the AVX2 path.
+// flags, and each file uses a part of it ([[maybe_unused]]).
 #pragma once
 
 #include <immintrin.h>
@@ -25,7 +24,7 @@ const T* row(const void* x, size_t stride, int r) {
   return reinterpret_cast<const T*>(static_cast<const uint8_t*>(x) + size_t(r) * stride);
 }
 
-float f16(uint16_t h) {
+[[maybe_unused]] float f16(uint16_t h) {
   return _cvtsh_ss(h);
 }
 
@@ -36,28 +35,28 @@ float f16(uint16_t h) {
   return _mm_cvtss_f32(s);
 }
 
-__m256i load256(const void* p) {
+[[maybe_unused]] __m256i load256(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
-__m128i load128(const void* p) {
+[[maybe_unused]] __m128i load128(const void* p) {
   return _mm_loadu_si128(static_cast<const __m128i*>(p));
 }
 
-uint32_t load_u32(const uint8_t* p) {
+[[maybe_unused]] uint32_t load_u32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
   return v;
 }
 
 // The 32 codes of a 16-byte nibble array: low nibbles (elements 0..15), then high nibbles.
-__m256i nibbles32(const uint8_t* qs) {
+[[maybe_unused]] __m256i nibbles32(const uint8_t* qs) {
   const __m128i v = load128(qs), m = _mm_set1_epi8(0xF);
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
 }
 
 // Byte j = 0x10 where bit j of bits is set: the fifth bit of Q5_0 / Q5_1 codes. A single masked
 // move where the including file is compiled with AVX-512BW/VL.
-__m256i bits_to_0x10(uint32_t bits) {
+[[maybe_unused]] __m256i bits_to_0x10(uint32_t bits) {
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
   return _mm256_maskz_mov_epi8(bits, _mm256_set1_epi8(0x10));
 #else
@@ -68,6 +67,26 @@ __m256i bits_to_0x10(uint32_t bits) {
   v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
   return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 #endif
+}
+
+// v[e] = element e of rows 0..7 (v[l] held elements 0..7 of row l).
+[[maybe_unused]] void transpose8(__m256* v) {
+  const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  v[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  v[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  v[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  v[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  v[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  v[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  v[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  v[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
 // ---- float weights: eight at a time, plus one for scalar tails ----
@@ -94,25 +113,6 @@ struct BF16W {
     float f;
     std::memcpy(&f, &u, 4);
     return f;
-  }
-};
-
-// ---- the 32 codes of one 32-element block ----
-
-// Signed codes, against Q8_0.
-struct Q5_0W {
-  using Block = BlockQ5_0;
-  static __m256i codes(const Block& b) {
-    const __m256i q = _mm256_or_si256(nibbles32(b.qs), bits_to_0x10(load_u32(b.qh)));
-    return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-  }
-};
-
-// Unsigned codes with a min, against Q8_1.
-struct Q5_1W {
-  using Block = BlockQ5_1;
-  static __m256i codes(const Block& b) {
-    return _mm256_or_si256(nibbles32(b.qs), bits_to_0x10(load_u32(b.qh)));
   }
 };
 
@@ -157,25 +157,6 @@ struct KQuantCodes {
 // Q6_K: 32 * sum_j sc_j * bsums_j in eight int32 lanes, the -32 code offset of one super-block.
 [[maybe_unused]] __m256i q6k_offset(const void* bsums, __m256i sc16) {
   return _mm256_slli_epi32(_mm256_madd_epi16(load256(bsums), sc16), 5);
-}
-
-// One ISA's DotKernels, given its kernel templates. Both ISAs take the decoders above as the
-// weight parameter (the AVX-512 kernels map them to their wider forms), so this one table keeps
-// the dtype-to-kernel mapping in step.
-template <template <typename> class FloatDot, template <typename> class SymDot,
-          template <typename> class MinDot, template <typename, bool> class KQuantDot,
-          typename Q6KDot>
-constexpr DotKernels make_dot_kernels() {
-  return {
-      .f32 = dispatch_tile<FloatDot<F32W>>,
-      .f16 = dispatch_tile<FloatDot<F16W>>,
-      .bf16 = dispatch_tile<FloatDot<BF16W>>,
-      .q5_0 = dispatch_tile<SymDot<Q5_0W>>,
-      .q5_1 = dispatch_tile<MinDot<Q5_1W>>,
-      .q4_k = dispatch_tile<KQuantDot<BlockQ4_K, false>>,
-      .q5_k = dispatch_tile<KQuantDot<BlockQ5_K, true>>,
-      .q6_k = dispatch_tile<Q6KDot>,
-  };
 }
 
 }  // namespace

@@ -33,6 +33,25 @@ struct Codes<DType::Q4_1> {
     }
   }
 };
+// Q5_0 and Q5_1: the low four bits from qs as Q4_0/Q4_1, the fifth from bit j of qh.
+inline int q5_code(const uint8_t* qs, const uint8_t* qh, int j) {
+  const int nib = j < QK / 2 ? (qs[j] & 0xF) : (qs[j - QK / 2] >> 4);
+  return nib | (((qh[j / 8] >> (j % 8)) & 1) << 4);
+}
+template <>
+struct Codes<DType::Q5_0> {
+  using Block = BlockQ5_0;
+  static void get(const Block& b, int8_t* q) {
+    for (int j = 0; j < QK; ++j) q[j] = int8_t(q5_code(b.qs, b.qh, j) - 16);
+  }
+};
+template <>
+struct Codes<DType::Q5_1> {
+  using Block = BlockQ5_1;
+  static void get(const Block& b, int8_t* q) {
+    for (int j = 0; j < QK; ++j) q[j] = int8_t(q5_code(b.qs, b.qh, j));
+  }
+};
 template <>
 struct Codes<DType::Q8_0> {
   using Block = BlockQ8_0;
@@ -64,15 +83,16 @@ void rows_dot(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, in
         for (int i = 0; i < QK; ++i) c += int32_t(q[i]) * int32_t(y.qs[i]);
         const float t = float(c) * y.d;
         acc[r] = std::fma(t, dw, acc[r]);
-        if constexpr (T == DType::Q4_1) acc[r] = std::fma(f16_to_f32(wb[b].m), y.s, acc[r]);
+        if constexpr (T == DType::Q4_1 || T == DType::Q5_1)
+          acc[r] = std::fma(f16_to_f32(wb[b].m), y.s, acc[r]);
       }
     }
     for (int r = 0; r < nx; ++r) out[r * os + j] = acc[r];
   }
 }
 
-const Q8BlockKernels kScalar{rows_dot<DType::Q4_0>, rows_dot<DType::Q4_1>, rows_dot<DType::Q8_0>,
-                             kMaxTileRows};
+const Q8BlockKernels kScalar{rows_dot<DType::Q4_0>, rows_dot<DType::Q4_1>, rows_dot<DType::Q5_0>,
+                             rows_dot<DType::Q5_1>, rows_dot<DType::Q8_0>, kMaxTileRows};
 
 }  // namespace
 

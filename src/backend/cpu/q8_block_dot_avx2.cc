@@ -42,6 +42,24 @@ struct Format<DType::Q4_1> {
   static Operand codes(const Block& b) { return {nibbles32(b.qs), _mm256_setzero_si256()}; }
 };
 template <>
+struct Format<DType::Q5_0> {
+  using Block = BlockQ5_0;
+  static constexpr bool kMin = false;
+  static Operand codes(const Block& b) {
+    const __m256i u = _mm256_or_si256(nibbles32(b.qs), bits_to_0x10(load_u32(b.qh)));
+    const __m256i w = _mm256_sub_epi8(u, _mm256_set1_epi8(16));
+    return {_mm256_abs_epi8(w), w};
+  }
+};
+template <>
+struct Format<DType::Q5_1> {
+  using Block = BlockQ5_1;
+  static constexpr bool kMin = true;
+  static Operand codes(const Block& b) {
+    return {_mm256_or_si256(nibbles32(b.qs), bits_to_0x10(load_u32(b.qh))), _mm256_setzero_si256()};
+  }
+};
+template <>
 struct Format<DType::Q8_0> {
   using Block = BlockQ8_0;
   static constexpr bool kMin = false;
@@ -66,8 +84,8 @@ __m256i reduce8(const __m256i* p) {
                           _mm256_permute2x128_si256(lo, hi, 0x31));
 }
 
-// The eight blocks' leading f16 pair (d, and m for Q4_1) in one gather: lane i from
-// base + offsets[i].
+// The eight blocks' leading f16 pair (d, and m for the formats with a min) in one gather: lane i
+// from base + offsets[i].
 __m256i gather_heads(const uint8_t* base, __m256i offsets) {
   return _mm256_i32gather_epi32(reinterpret_cast<const int*>(base), offsets, 1);
 }
@@ -152,8 +170,8 @@ void rows_dot(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, in
         static_cast<const uint8_t*>(x), xs, k / QK, out + j, os);
 }
 
-const Q8BlockKernels kAvx2{rows_dot<DType::Q4_0>, rows_dot<DType::Q4_1>, rows_dot<DType::Q8_0>,
-                           kMaxTileRows};
+const Q8BlockKernels kAvx2{rows_dot<DType::Q4_0>, rows_dot<DType::Q4_1>, rows_dot<DType::Q5_0>,
+                           rows_dot<DType::Q5_1>, rows_dot<DType::Q8_0>, kMaxTileRows};
 
 }  // namespace
 
