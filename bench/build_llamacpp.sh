@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's own C++ tools (llama-server, llama-bench, llama-quantize) from the sources
-# vendored in the PyPI sdist of llama-cpp-python, for side-by-side benchmarks. Not part of CI.
+# Builds llama.cpp's own C++ tools (llama-server, llama-bench, llama-quantize, llama-perplexity)
+# from the sources vendored in the PyPI sdist of llama-cpp-python, for side-by-side benchmarks.
+# Not part of CI.
 #   bash bench/build_llamacpp.sh [VERSION]   → prints the bin directory
 # Output goes to ~/.cache/kestrel/llama.cpp-<version>/build/bin.
 set -euo pipefail
 VERSION=${1:-0.3.36}
 ROOT=${KESTREL_CACHE:-$HOME/.cache/kestrel}/llama.cpp-$VERSION
 BIN=$ROOT/build/bin
-if [[ -x $BIN/llama-server && -x $BIN/llama-bench && -x $BIN/llama-quantize ]]; then
+if [[ -x $BIN/llama-server && -x $BIN/llama-bench && -x $BIN/llama-quantize &&
+      -x $BIN/llama-perplexity ]]; then
   echo "$BIN"
   exit 0
 fi
@@ -39,5 +41,6 @@ cmake -S "$ROOT/src" -B "$ROOT/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=O
   -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DBUILD_SHARED_LIBS=OFF >&2
-cmake --build "$ROOT/build" -j "$(nproc)" --target llama-server llama-bench llama-quantize >&2
+cmake --build "$ROOT/build" -j "$(nproc)" --target llama-server llama-bench llama-quantize \
+  llama-perplexity >&2
 echo "$BIN"

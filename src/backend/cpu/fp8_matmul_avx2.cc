@@ -78,15 +78,7 @@ void eight_rows(const Fp8Weight& w, int64_t j0, int valid, const float* const* x
     for (int r = 0; r < NX; ++r) acc[r] = _mm256_fmadd_ps(s[r], sb, acc[r]);
   }
 #pragma GCC unroll 4
-  for (int r = 0; r < NX; ++r) {
-    if (valid == 8) {
-      _mm256_storeu_ps(out + r * os, acc[r]);
-    } else {
-      alignas(32) float o[8];
-      _mm256_store_ps(o, acc[r]);
-      std::memcpy(out + r * os, o, size_t(valid) * sizeof(float));
-    }
-  }
+  for (int r = 0; r < NX; ++r) store_lanes(out + r * os, acc[r], valid);
 }
 
 void fp8_rows(const Fp8Weight& w, int64_t j0, int64_t nw, const void* x, size_t xs, int nx,

@@ -48,29 +48,15 @@ void eight_rows(const uint8_t* w, size_t ws, int valid, const uint8_t* x, size_t
       acc[r] = _mm256_fmadd_ps(we, _mm256_broadcast_ss(xr[r] + i), acc[r]);
   }
 #pragma GCC unroll 4
-  for (int r = 0; r < NX; ++r) {
-    if (valid == 8) {
-      _mm256_storeu_ps(out + r * os, acc[r]);
-    } else {
-      alignas(32) float o[8];
-      _mm256_store_ps(o, acc[r]);
-      std::memcpy(out + r * os, o, size_t(valid) * sizeof(float));
-    }
-  }
+  for (int r = 0; r < NX; ++r) store_lanes(out + r * os, acc[r], valid);
 }
 
 template <typename W>
 void float_rows(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, int nx, int64_t k,
                 float* out, int64_t os) {
-  using Rows =
-      void (*)(const uint8_t*, size_t, int, const uint8_t*, size_t, int64_t, float*, int64_t);
-  static constexpr Rows kRows[kMaxTileRows] = {eight_rows<W, 1>, eight_rows<W, 2>, eight_rows<W, 3>,
-                                               eight_rows<W, 4>};
-  const Rows run = kRows[nx < 1 ? 0 : nx > kMaxTileRows ? kMaxTileRows - 1 : nx - 1];
-  const auto* wb = static_cast<const uint8_t*>(w);
-  for (int64_t j = 0; j < nw; j += 8)
-    run(wb + size_t(j) * ws, ws, int(std::min<int64_t>(8, nw - j)), static_cast<const uint8_t*>(x),
-        xs, k, out + j, os);
+  static constexpr EightRowsFn kRows[kMaxTileRows] = {eight_rows<W, 1>, eight_rows<W, 2>,
+                                                      eight_rows<W, 3>, eight_rows<W, 4>};
+  over_eight_rows(kRows, w, ws, nw, x, xs, nx, k, out, os);
 }
 
 constexpr DotKernels kAvx2Kernels = {float_rows<F32W>, float_rows<F16W>, float_rows<BF16W>,

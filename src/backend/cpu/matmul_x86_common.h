@@ -8,6 +8,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -67,6 +68,44 @@ const T* row(const void* x, size_t stride, int r) {
   v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
   return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 #endif
+}
+
+// ---- eight weight rows as the eight f32 lanes (the row kernels' shape) ----
+
+// Lane i = the sum of p[i]'s eight lanes: a reduction of integers, so exact.
+[[maybe_unused]] __m256i reduce8(const __m256i* p) {
+  const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+  const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+  const __m256i lo = _mm256_hadd_epi32(h01, h23), hi = _mm256_hadd_epi32(h45, h67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
+                          _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+// The first `valid` lanes of v to out.
+[[maybe_unused]] void store_lanes(float* out, __m256 v, int valid) {
+  if (valid == 8) {
+    _mm256_storeu_ps(out, v);
+    return;
+  }
+  alignas(32) float tmp[8];
+  _mm256_store_ps(tmp, v);
+  std::memcpy(out, tmp, size_t(valid) * sizeof(float));
+}
+
+// A kernel over weight rows [0, valid) of the eight at w (the missing lanes repeat the last row
+// and are not stored) against NX activation rows; `len` is its length unit (blocks or elements).
+using EightRowsFn = void (*)(const uint8_t* w, size_t ws, int valid, const uint8_t* x, size_t xs,
+                             int64_t len, float* out, int64_t os);
+
+// A RowsDotFn's work given the kernels for NX = 1..kMaxTileRows: nw rows in groups of eight.
+[[maybe_unused]] void over_eight_rows(const EightRowsFn (&by_nx)[kMaxTileRows], const void* w,
+                                      size_t ws, int64_t nw, const void* x, size_t xs, int nx,
+                                      int64_t len, float* out, int64_t os) {
+  const EightRowsFn run = by_nx[nx < 1 ? 0 : nx > kMaxTileRows ? kMaxTileRows - 1 : nx - 1];
+  const auto* wb = static_cast<const uint8_t*>(w);
+  for (int64_t j = 0; j < nw; j += 8)
+    run(wb + size_t(j) * ws, ws, int(std::min<int64_t>(8, nw - j)), static_cast<const uint8_t*>(x),
+        xs, len, out + j, os);
 }
 
 // v[e] = element e of rows 0..7 (v[l] held elements 0..7 of row l).

@@ -75,15 +75,6 @@ __m256i block_dot(const Operand& w, __m256i y) {
   return dot_u8(w.u, _mm256_sign_epi8(y, w.sign));
 }
 
-// Lane i = the sum of p[i]'s eight lanes.
-__m256i reduce8(const __m256i* p) {
-  const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
-  const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
-  const __m256i lo = _mm256_hadd_epi32(h01, h23), hi = _mm256_hadd_epi32(h45, h67);
-  return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
-                          _mm256_permute2x128_si256(lo, hi, 0x31));
-}
-
 // The eight blocks' leading f16 pair (d, and m for the formats with a min) in one gather: lane i
 // from base + offsets[i].
 __m256i gather_heads(const uint8_t* base, __m256i offsets) {
@@ -145,29 +136,15 @@ void eight_rows(const uint8_t* w, size_t ws, int valid, const uint8_t* x, size_t
     }
   }
 #pragma GCC unroll 4
-  for (int r = 0; r < NX; ++r) {
-    if (valid == kLanes) {
-      _mm256_storeu_ps(out + r * os, acc[r]);
-    } else {
-      alignas(32) float v[kLanes];
-      _mm256_store_ps(v, acc[r]);
-      std::memcpy(out + r * os, v, size_t(valid) * sizeof(float));
-    }
-  }
+  for (int r = 0; r < NX; ++r) store_lanes(out + r * os, acc[r], valid);
 }
 
 template <DType T>
 void rows_dot(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, int nx, int64_t k,
               float* out, int64_t os) {
-  using Rows =
-      void (*)(const uint8_t*, size_t, int, const uint8_t*, size_t, int64_t, float*, int64_t);
-  static constexpr Rows kRows[kMaxTileRows] = {eight_rows<T, 1>, eight_rows<T, 2>, eight_rows<T, 3>,
-                                               eight_rows<T, 4>};
-  const Rows run = kRows[nx < 1 ? 0 : nx > kMaxTileRows ? kMaxTileRows - 1 : nx - 1];
-  const auto* wb = static_cast<const uint8_t*>(w);
-  for (int64_t j = 0; j < nw; j += kLanes)
-    run(wb + size_t(j) * ws, ws, int(std::min<int64_t>(kLanes, nw - j)),
-        static_cast<const uint8_t*>(x), xs, k / QK, out + j, os);
+  static constexpr EightRowsFn kRows[kMaxTileRows] = {eight_rows<T, 1>, eight_rows<T, 2>,
+                                                      eight_rows<T, 3>, eight_rows<T, 4>};
+  over_eight_rows(kRows, w, ws, nw, x, xs, nx, k / QK, out, os);
 }
 
 const Q8BlockKernels kAvx2{rows_dot<DType::Q4_0>, rows_dot<DType::Q4_1>, rows_dot<DType::Q5_0>,
