@@ -6,7 +6,8 @@
 // linear/q4_1_packed/1536x576/M:1/threads:2. Types: f16, bf16, q4_0, q4_1, q8_0, q4_k, q6_k,
 // q4_0/q4_1/q8_0 with a packed copy ("_packed", only where packed_weights_supported(); batches
 // on AMX where packed_amx_active()), q4_1/q8_0 packed with AMX switched off ("_vnni"), and fp8
-// (F8_E4M3 with DeepSeek-V3's 128x128 block scales; random finite codes), and w8a8 (I8 weights
+// (F8_E4M3 with DeepSeek-V3's 128x128 block scales; random finite codes; "_packed": the FP8
+// panels of fp8_matmul.h), and w8a8 (I8 weights
 // with a scale per row and activations quantized per token: msModelSlim's W8A8_DYNAMIC; "_packed":
 // the panel GEMM of int8_matmul.h, AVX-512 VNNI or AVX2 as KESTREL_CPU_ISA selects, batches on
 // AMX where packed_amx_active(); "_vnni": AMX off),
@@ -115,6 +116,7 @@ std::unique_ptr<Weight> make_weight(const WeightType& type, const MatShape& shap
   auto* dst = static_cast<uint8_t*>(w->data.data());
   if (type.dtype == DType::F8_E4M3) {
     fill_fp8(*w, shape, rng);
+    if (type.packed) pin(*w, Packing::kFp8Panels);  // same bytes per call as the rows
     return w;
   }
   if (type.dtype == DType::I8) {
@@ -204,6 +206,7 @@ void register_all() {
       {"q4_k", DType::Q4_K, false},
       {"q6_k", DType::Q6_K, false},
       {"fp8", DType::F8_E4M3, false},
+      {"fp8_packed", DType::F8_E4M3, true},
       {"w8a8", DType::I8, false},
       {"w8a8_packed", DType::I8, true},
       {"w8a8_vnni", DType::I8, true, false},
@@ -212,7 +215,11 @@ void register_all() {
   };
   const MatShape shapes[] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}, {4096, 4096}};
   for (const WeightType& type : types) {
-    if (type.packed && !(type.dtype == DType::I8 ? int8_packed_ok : packed_ok)) continue;
+    const bool fp8_packed_ok = std::string(linear_isa()) != "scalar";  // AVX2 and AVX-512
+    if (type.packed && !(type.dtype == DType::I8        ? int8_packed_ok
+                         : type.dtype == DType::F8_E4M3 ? fp8_packed_ok
+                                                        : packed_ok))
+      continue;
     if (type.bf16_tiles && !bf16_tiles_supported()) continue;
     for (const MatShape& shape : shapes) {
       // K-quant super-blocks are 256 wide, so they cannot hold SmolLM2's 576-wide rows (GGUF

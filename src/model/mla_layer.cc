@@ -5,6 +5,7 @@
 // and values are never expanded per head.
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "model/layers.h"
 
@@ -56,6 +57,12 @@ class MlaAttention final : public AttentionLayer {
                                   {&kv_a_, "kv_a_proj_with_mqa"},
                                   {&o_, "o_proj"}})
       if (t->defined()) lc.be.prepare_weight(*t, lc.act, p + name);
+    // The per-head products too: planned, they run the float panels' GEMM (one fma chain per
+    // output, as the row kernels compute it, but without transposing the rows on every call).
+    for (size_t hh = 0; hh < uk_t_.size(); ++hh) {
+      lc.be.prepare_weight(uk_t_[hh], lc.act, p + "kv_b_proj W_UK[" + std::to_string(hh) + "]");
+      lc.be.prepare_weight(uv_[hh], lc.act, p + "kv_b_proj W_UV[" + std::to_string(hh) + "]");
+    }
 
     // Softmax scale of the (dn + dr)-wide heads, times mscale² under YaRN (as transformers).
     scale_ = float(1.0 / std::sqrt(double(qk)));

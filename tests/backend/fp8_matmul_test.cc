@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/linear_plan.h"
 #include "backend/cpu/matmul.h"
 #include "backend/linear_checks.h"
 #include "base/fp16.h"
@@ -267,6 +268,40 @@ TEST(Fp8LinearDeathTest, RejectsEmptyScaleBlocks) {
   w.scales.block = scale.data();
   w.scales.block_rows = 128;
   EXPECT_DEATH(linear(w, x.data(), 1, y.data(), pool), "block scale of 128x0");
+}
+
+// The FP8 panels (the packed copy a prepared weight gets on AVX2 and AVX-512 CPUs) give the row
+// kernels' bits: odd shapes, partial panels and blocks, every batch size up to two activation
+// tiles, on every ISA (the scalar one runs the rows).
+TEST_F(Fp8LinearTest, PanelsGiveTheRowKernelsBits) {
+  ThreadPool pool(2);
+  uint32_t seed = 700;
+  const struct {
+    int64_t n, k, br, bc;
+  } cases[] = {{37, 300, 128, 128}, {16, 128, 128, 128}, {5, 45, 4, 7}, {70, 1000, 0, 0}};
+  for (const auto& c : cases) {
+    const Fp8Weights w(c.n, c.k, c.br, c.bc, seed++);
+    for (int64_t m : {1, 3, 6, 9}) {
+      const auto x = randn(m * w.k, seed++);
+      std::vector<float> rows;
+      for (const auto& isa : available_isas()) {
+        SCOPED_TRACE(testing::Message() << isa << " M=" << m << " N=" << w.n << " K=" << w.k);
+        set_linear_isa(isa.c_str());
+        LinearWeight t = w.tensor();
+        std::vector<float> y(size_t(m * w.n), -1.0f);
+        if (rows.empty()) {
+          linear(t, x.data(), m, y.data(), pool);
+          rows = y;
+        }
+        const auto plan = make_linear_plan(t.w, QuantCompute::kInt8, DType::F32);
+        ASSERT_NE(plan, nullptr);
+        EXPECT_EQ(plan->kernel().packing, isa == "scalar" ? Packing::kNone : Packing::kFp8Panels);
+        t.plan = plan.get();
+        linear(t, x.data(), m, y.data(), pool);
+        EXPECT_EQ(std::memcmp(y.data(), rows.data(), y.size() * sizeof(float)), 0);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 
+#include "backend/cpu/packed_matmul.h"
 #include "base/fp16.h"
 #include "base/status.h"
 #include "tensor/fp8.h"
@@ -65,6 +66,20 @@ constexpr float kUnitScale = 1.0f;
 
 const Fp8Kernels& scalar_fp8_kernels() {
   return kScalarFp8Kernels;
+}
+
+std::unique_ptr<uint8_t[]> pack_fp8_panels(const Tensor& w) {
+  KCHECK(w.dtype == DType::F8_E4M3 && w.shape.ndim == 2, "pack_fp8_panels: {} [{}]",
+         dtype_name(w.dtype), w.shape.str());
+  const int64_t n = w.rows(), k = w.cols();
+  const size_t panel_bytes = size_t(k) * kPanelRows;
+  auto out = std::make_unique<uint8_t[]>(size_t(packed_panels(n)) * panel_bytes);  // zeroed
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  for (int64_t r = 0; r < n; ++r) {
+    uint8_t* dst = out.get() + size_t(r / kPanelRows) * panel_bytes + r % kPanelRows;
+    for (int64_t i = 0; i < k; ++i) dst[size_t(i) * kPanelRows] = codes[r * k + i];
+  }
+  return out;
 }
 
 Fp8Weight fp8_weight(const LinearWeight& lw) {

@@ -10,9 +10,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/linear_weight.h"
+#include "tensor/tensor.h"
 
 namespace kestrel::cpu {
 
@@ -41,6 +43,19 @@ const Fp8Kernels& scalar_fp8_kernels();
 // nullptr when this build has no AVX2 code; callers check CPU support themselves. AVX-512 CPUs
 // run these too.
 const Fp8Kernels* avx2_fp8_kernels();
+
+// The panels: a packed copy of an FP8 weight with the codes of kPanelRows rows side by side,
+// [panel][k][kPanelRows] bytes (the padding rows' codes 0), so one 8-byte load gives eight rows'
+// weights at one k. The kernel computes the arithmetic above with rows as lanes.
+std::unique_ptr<uint8_t[]> pack_fp8_panels(const Tensor& w);
+
+// Panels [p0, p1) of `panels` (w's packed copy; w for its block scales) against m f32 activation
+// rows x_stride bytes apart: y[i · ldy + j] for the panels' rows j < n.
+using Fp8PanelsFn = void (*)(const Fp8Weight& w, const uint8_t* panels, int64_t n, const void* x,
+                             size_t x_stride, int64_t m, float* y, int64_t ldy, int64_t p0,
+                             int64_t p1);
+// nullptr when this build has no AVX2 code.
+Fp8PanelsFn avx2_fp8_panels();
 
 // w must be F8_E4M3. Without block scales every scale is 1 (one block spanning each row). Aborts
 // with a message on a block size below 1.

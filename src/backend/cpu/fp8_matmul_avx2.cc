@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "backend/cpu/matmul_x86_common.h"
+#include "backend/cpu/packed_matmul.h"
 #include "tensor/fp8.h"
 
 namespace kestrel::cpu {
@@ -27,6 +28,13 @@ __m128i f16_bits(__m128i s16) {
 __m256 widen8(const uint8_t* q) {
   const __m128i c = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
   return _mm256_cvtph_ps(f16_bits(_mm_cvtepi8_epi16(c)));
+}
+
+// The eight lanes' scales of column block b, times 2⁸ (exact).
+__m256 block_scales(const float* const* scale, int64_t b) {
+  return _mm256_mul_ps(_mm256_setr_ps(scale[0][b], scale[1][b], scale[2][b], scale[3][b],
+                                      scale[4][b], scale[5][b], scale[6][b], scale[7][b]),
+                       _mm256_set1_ps(kFp8F16Scale));
 }
 
 // Rows j0 .. j0 + valid − 1 of w as the eight lanes (the missing lanes repeat the last row and
@@ -70,10 +78,7 @@ void eight_rows(const Fp8Weight& w, int64_t j0, int valid, const float* const* x
 #pragma GCC unroll 4
       for (int r = 0; r < NX; ++r) s[r] = _mm256_fmadd_ps(v, _mm256_broadcast_ss(xr[r] + i), s[r]);
     }
-    const __m256 sb =
-        _mm256_mul_ps(_mm256_setr_ps(scale[0][b], scale[1][b], scale[2][b], scale[3][b],
-                                     scale[4][b], scale[5][b], scale[6][b], scale[7][b]),
-                      _mm256_set1_ps(kFp8F16Scale));
+    const __m256 sb = block_scales(scale, b);
 #pragma GCC unroll 4
     for (int r = 0; r < NX; ++r) acc[r] = _mm256_fmadd_ps(s[r], sb, acc[r]);
   }
@@ -96,10 +101,67 @@ void fp8_rows(const Fp8Weight& w, int64_t j0, int64_t nw, const void* x, size_t 
 
 constexpr Fp8Kernels kAvx2Fp8Kernels = {fp8_rows, kMaxTileRows};
 
+// Half h of a panel (its rows j0 .. j0 + valid − 1 as the lanes; the codes of lane l at
+// codes[i · kPanelRows + l]) against NX activation rows: the same steps as eight_rows, each k's
+// eight weights one load.
+template <int NX>
+void panel_half(const Fp8Weight& w, const uint8_t* codes, int64_t j0, int valid,
+                const float* const* xr, float* out, int64_t os) {
+  const float* scale[8];
+#pragma GCC unroll 8
+  for (int l = 0; l < 8; ++l) scale[l] = w.row_scales(j0 + (l < valid ? l : valid - 1));
+  __m256 acc[NX];
+#pragma GCC unroll 4
+  for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t c0 = 0, b = 0; c0 < w.k; c0 += w.block_cols, ++b) {
+    const int64_t c1 = std::min(w.k, c0 + w.block_cols);
+    __m256 s[NX];
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; ++r) s[r] = _mm256_setzero_ps();
+    for (int64_t i = c0; i < c1; ++i) {
+      const __m256 v = widen8(codes + i * kPanelRows);
+#pragma GCC unroll 4
+      for (int r = 0; r < NX; ++r) s[r] = _mm256_fmadd_ps(v, _mm256_broadcast_ss(xr[r] + i), s[r]);
+    }
+    const __m256 sb = block_scales(scale, b);
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; ++r) acc[r] = _mm256_fmadd_ps(s[r], sb, acc[r]);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < NX; ++r) store_lanes(out + r * os, acc[r], valid);
+}
+
+void fp8_panels(const Fp8Weight& w, const uint8_t* panels, int64_t n, const void* x, size_t xs,
+                int64_t m, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+  using Half = void (*)(const Fp8Weight&, const uint8_t*, int64_t, int, const float* const*, float*,
+                        int64_t);
+  static constexpr Half kHalf[kMaxTileRows] = {panel_half<1>, panel_half<2>, panel_half<3>,
+                                               panel_half<4>};
+  const size_t panel_bytes = size_t(w.k) * kPanelRows;
+  for (int64_t p = p0; p < p1; ++p)
+    for (int64_t r0 = 0; r0 < m; r0 += kMaxTileRows) {
+      const int nx = int(std::min<int64_t>(kMaxTileRows, m - r0));
+      const float* xr[kMaxTileRows];
+      for (int r = 0; r < nx; ++r)
+        xr[r] =
+            reinterpret_cast<const float*>(static_cast<const uint8_t*>(x) + size_t(r0 + r) * xs);
+      for (int h = 0; h < kPanelRows / 8; ++h) {
+        const int64_t j0 = p * kPanelRows + h * 8;
+        if (j0 >= n) break;
+        kHalf[nx - 1](w, panels + size_t(p) * panel_bytes + h * 8, j0,
+                      int(std::min<int64_t>(8, n - j0)), xr, y + r0 * ldy + j0, ldy);
+      }
+    }
+}
+
 }  // namespace
 
 const Fp8Kernels* avx2_fp8_kernels() {
   return &kAvx2Fp8Kernels;
+}
+
+Fp8PanelsFn avx2_fp8_panels() {
+  return fp8_panels;
 }
 
 }  // namespace kestrel::cpu
@@ -108,6 +170,9 @@ const Fp8Kernels* avx2_fp8_kernels() {
 
 namespace kestrel::cpu {
 const Fp8Kernels* avx2_fp8_kernels() {
+  return nullptr;
+}
+Fp8PanelsFn avx2_fp8_panels() {
   return nullptr;
 }
 }  // namespace kestrel::cpu

@@ -148,6 +148,19 @@ void add_rows(Isa isa, std::vector<LinearKernel>& t) {
                    .q8_gemm_amx = isa == Isa::kAvx512 ? amx_packed_gemm() : nullptr});
 
   // Row kernels over the stored rows: every dtype has one at every ISA.
+  // FP8 panels: the row kernels' arithmetic with each k's weights of eight rows one load.
+  if (isa != Isa::kScalar)
+    if (Fp8PanelsFn panels = avx2_fp8_panels())
+      t.push_back({.name = "fp8 panel gemm",
+                   .dtype = DType::F8_E4M3,
+                   .packing = Packing::kFp8Panels,
+                   .isa = isa,
+                   .mode = kAny,
+                   .act = ActFormat::kF32,
+                   .run = run_fp8_panels,
+                   .fits = is_matrix,
+                   .pack = pack_fp8_panels,
+                   .fp8_panels = panels});
   // FP8 and the float row kernels: the AVX2 ones serve AVX-512 CPUs too (one arithmetic).
   const Fp8Kernels& fp8 = isa == Isa::kScalar ? scalar_fp8_kernels() : *avx2_fp8_kernels();
   t.push_back({.name = "fp8 block-scaled dot",
@@ -281,6 +294,8 @@ const char* packing_name(Packing p) {
       return "int8 panels";
     case Packing::kInt4Panels:
       return "int4 panels";
+    case Packing::kFp8Panels:
+      return "fp8 panels";
     default:
       return "rows";
   }

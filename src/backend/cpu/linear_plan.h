@@ -52,7 +52,8 @@ enum class Packing : uint8_t {
   kFloatPanels,
   kBf16Tiles,
   kInt8Panels,
-  kInt4Panels
+  kInt4Panels,
+  kFp8Panels,
 };
 const char* packing_name(Packing p);
 
@@ -96,6 +97,7 @@ struct LinearKernel {
   DotFn dot = nullptr;  // a row kernel (for I8: over Int8Row)
   RowsDotFn rows_dot = nullptr;
   Fp8RowsFn fp8_rows = nullptr;
+  Fp8PanelsFn fp8_panels = nullptr;
   int tile_rows = kMaxTileRows;
   PackedGemmFn q8_gemm = nullptr, q8_gemm_amx = nullptr;
   FloatGemmFn float_gemm = nullptr;

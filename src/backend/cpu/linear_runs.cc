@@ -97,6 +97,11 @@ void run_bf16_tiles(const LinearKernel& kern, const LinearCall& c, ScratchArena&
       u1);
 }
 
+void run_fp8_panels(const LinearKernel& kern, const LinearCall& c, ScratchArena&, int64_t u0,
+                    int64_t u1) {
+  kern.fp8_panels(fp8_weight(*c.w), c.weights, c.n, c.x, c.x_stride, c.m, c.y, c.n, u0, u1);
+}
+
 void run_int8_panels(const LinearKernel& kern, const LinearCall& c, ScratchArena& scratch,
                      int64_t u0, int64_t u1) {
   const Int8GemmFn gemm =
