@@ -101,57 +101,94 @@ void fp8_rows(const Fp8Weight& w, int64_t j0, int64_t nw, const void* x, size_t 
 
 constexpr Fp8Kernels kAvx2Fp8Kernels = {fp8_rows, kMaxTileRows};
 
-// Half h of a panel (its rows j0 .. j0 + valid − 1 as the lanes; the codes of lane l at
-// codes[i · kPanelRows + l]) against NX activation rows: the same steps as eight_rows, each k's
-// eight weights one load.
-template <int NX>
-void panel_half(const Fp8Weight& w, const uint8_t* codes, int64_t j0, int valid,
-                const float* const* xr, float* out, int64_t os) {
+// Eight rows of a panel as the lanes: their codes (lane l's at codes[i · kPanelRows + l]), their
+// scales, how many are real.
+struct Lanes {
+  const uint8_t* codes;
   const float* scale[8];
-#pragma GCC unroll 8
-  for (int l = 0; l < 8; ++l) scale[l] = w.row_scales(j0 + (l < valid ? l : valid - 1));
-  __m256 acc[NX];
+  int valid;
+};
+
+// L groups of eight panel rows against NX activation rows: the same steps as eight_rows, each k's
+// eight weights one load. Every output is its own fma chain, so L · NX chains run side by side to
+// cover the fma latency (fp8_panels picks L).
+template <int L, int NX>
+void panel_lanes(const Fp8Weight& w, const Lanes* lanes, const float* const* xr, float* const* out,
+                 int64_t os) {
+  __m256 acc[L][NX];
 #pragma GCC unroll 4
-  for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps();
+  for (int g = 0; g < L; ++g)
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; ++r) acc[g][r] = _mm256_setzero_ps();
   for (int64_t c0 = 0, b = 0; c0 < w.k; c0 += w.block_cols, ++b) {
     const int64_t c1 = std::min(w.k, c0 + w.block_cols);
-    __m256 s[NX];
+    __m256 s[L][NX];
 #pragma GCC unroll 4
-    for (int r = 0; r < NX; ++r) s[r] = _mm256_setzero_ps();
+    for (int g = 0; g < L; ++g)
+#pragma GCC unroll 4
+      for (int r = 0; r < NX; ++r) s[g][r] = _mm256_setzero_ps();
     for (int64_t i = c0; i < c1; ++i) {
-      const __m256 v = widen8(codes + i * kPanelRows);
+      __m256 x[NX];
 #pragma GCC unroll 4
-      for (int r = 0; r < NX; ++r) s[r] = _mm256_fmadd_ps(v, _mm256_broadcast_ss(xr[r] + i), s[r]);
+      for (int r = 0; r < NX; ++r) x[r] = _mm256_broadcast_ss(xr[r] + i);
+#pragma GCC unroll 4
+      for (int g = 0; g < L; ++g) {
+        const __m256 v = widen8(lanes[g].codes + i * kPanelRows);
+#pragma GCC unroll 4
+        for (int r = 0; r < NX; ++r) s[g][r] = _mm256_fmadd_ps(v, x[r], s[g][r]);
+      }
     }
-    const __m256 sb = block_scales(scale, b);
 #pragma GCC unroll 4
-    for (int r = 0; r < NX; ++r) acc[r] = _mm256_fmadd_ps(s[r], sb, acc[r]);
+    for (int g = 0; g < L; ++g) {
+      const __m256 sb = block_scales(lanes[g].scale, b);
+#pragma GCC unroll 4
+      for (int r = 0; r < NX; ++r) acc[g][r] = _mm256_fmadd_ps(s[g][r], sb, acc[g][r]);
+    }
   }
 #pragma GCC unroll 4
-  for (int r = 0; r < NX; ++r) store_lanes(out + r * os, acc[r], valid);
+  for (int g = 0; g < L; ++g)
+#pragma GCC unroll 4
+    for (int r = 0; r < NX; ++r) store_lanes(out[g] + r * os, acc[g][r], lanes[g].valid);
 }
 
 void fp8_panels(const Fp8Weight& w, const uint8_t* panels, int64_t n, const void* x, size_t xs,
                 int64_t m, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-  using Half = void (*)(const Fp8Weight&, const uint8_t*, int64_t, int, const float* const*, float*,
-                        int64_t);
-  static constexpr Half kHalf[kMaxTileRows] = {panel_half<1>, panel_half<2>, panel_half<3>,
-                                               panel_half<4>};
+  // Eight chains per step: eight lane groups for one activation row, four for two, two for
+  // three or four.
+  using Fn = void (*)(const Fp8Weight&, const Lanes*, const float* const*, float* const*, int64_t);
+  static constexpr Fn kByNx[kMaxTileRows] = {panel_lanes<8, 1>, panel_lanes<4, 2>,
+                                             panel_lanes<2, 3>, panel_lanes<2, 4>};
+  static constexpr int kGroups[kMaxTileRows] = {8, 4, 2, 2};
   const size_t panel_bytes = size_t(w.k) * kPanelRows;
-  for (int64_t p = p0; p < p1; ++p)
-    for (int64_t r0 = 0; r0 < m; r0 += kMaxTileRows) {
-      const int nx = int(std::min<int64_t>(kMaxTileRows, m - r0));
-      const float* xr[kMaxTileRows];
-      for (int r = 0; r < nx; ++r)
-        xr[r] =
-            reinterpret_cast<const float*>(static_cast<const uint8_t*>(x) + size_t(r0 + r) * xs);
-      for (int h = 0; h < kPanelRows / 8; ++h) {
-        const int64_t j0 = p * kPanelRows + h * 8;
-        if (j0 >= n) break;
-        kHalf[nx - 1](w, panels + size_t(p) * panel_bytes + h * 8, j0,
-                      int(std::min<int64_t>(8, n - j0)), xr, y + r0 * ldy + j0, ldy);
+  // Lane group g: rows j0 = p0 · kPanelRows + 8g onwards, half g % 2 of panel p0 + g / 2.
+  const int64_t first = p0 * kPanelRows;
+  const int64_t n_groups = (std::min(n, p1 * kPanelRows) - first + 7) / 8;
+  auto lanes = [&](int64_t g) {
+    const int64_t j0 = first + 8 * g;
+    Lanes l{panels + size_t(p0 + g / 2) * panel_bytes + size_t(g % 2) * 8,
+            {},
+            int(std::min<int64_t>(8, n - j0))};
+    for (int i = 0; i < 8; ++i) l.scale[i] = w.row_scales(j0 + std::min(i, l.valid - 1));
+    return l;
+  };
+  for (int64_t r0 = 0; r0 < m; r0 += kMaxTileRows) {
+    const int nx = int(std::min<int64_t>(kMaxTileRows, m - r0));
+    const float* xr[kMaxTileRows];
+    for (int r = 0; r < nx; ++r)
+      xr[r] = reinterpret_cast<const float*>(static_cast<const uint8_t*>(x) + size_t(r0 + r) * xs);
+    const int want = kGroups[nx - 1];
+    for (int64_t g0 = 0; g0 < n_groups; g0 += want) {
+      // Past the last group the batch repeats it (computed and stored again: the same values).
+      Lanes batch[8];
+      float* out[8];
+      for (int g = 0; g < want; ++g) {
+        const int64_t at = std::min(g0 + g, n_groups - 1);
+        batch[g] = lanes(at);
+        out[g] = y + r0 * ldy + first + 8 * at;
       }
+      kByNx[nx - 1](w, batch, xr, out, ldy);
     }
+  }
 }
 
 }  // namespace
