@@ -100,6 +100,7 @@ void eight_rows(const uint8_t* w, size_t ws, int valid, const uint8_t* x, size_t
     for (int r = 0; r < NX; ++r) y[r] = xr[r] + b;
     __m256i c[NX][kLanes], m[NX][kLanes];
     alignas(32) float dv[kLanes], dminv[kLanes];
+#pragma GCC unroll 8
     for (int i = 0; i < kLanes; ++i) {
       const Block& blk = rows[i][b];
       __m256i ci[NX], mi[NX];
