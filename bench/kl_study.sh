@@ -51,7 +51,7 @@ for type in $TYPES; do
   out=$("$LLAMA_BIN/llama-perplexity" -m "$model" -f "$TEXT" -c 512 -t "$THREADS" "${n_chunks[@]}" \
     --kl-divergence-base "$base" --kl-divergence 2>&1)
   rm -f "$base"
-  lkl=$(sed -nE 's/^Mean +KLD: +([0-9.]+) ± ([0-9.]+).*/\1 ± \2/p' <<<"$out")
+  lkl=$(sed -nE 's/^Mean +KLD: *([0-9.]+) ± *([0-9.]+).*/\1 ± \2/p' <<<"$out")
   ltop=$(sed -nE 's/^Same top p: +([0-9.]+) ± .*/\1 %/p' <<<"$out")
   echo "| $type | $(field "$k") | $lkl | $ltop |"
 done
