@@ -147,7 +147,6 @@ void add_rows(Isa isa, std::vector<LinearKernel>& t) {
                    .q8_gemm = q8,
                    .q8_gemm_amx = isa == Isa::kAvx512 ? amx_packed_gemm() : nullptr});
 
-  // Row kernels over the stored rows: every dtype has one at every ISA.
   // FP8 panels: the row kernels' arithmetic with each k's weights of eight rows one load.
   if (isa != Isa::kScalar)
     if (Fp8PanelsFn panels = avx2_fp8_panels())
@@ -161,6 +160,8 @@ void add_rows(Isa isa, std::vector<LinearKernel>& t) {
                    .fits = is_matrix,
                    .pack = pack_fp8_panels,
                    .fp8_panels = panels});
+
+  // Row kernels over the stored rows: every dtype has one at every ISA.
   // FP8 and the float row kernels: the AVX2 ones serve AVX-512 CPUs too (one arithmetic).
   const Fp8Kernels& fp8 = isa == Isa::kScalar ? scalar_fp8_kernels() : *avx2_fp8_kernels();
   t.push_back({.name = "fp8 block-scaled dot",
