@@ -5,6 +5,8 @@
 # A TYPES entry that is a .gguf path benchmarks that file as it is (e.g. Gemma3-270M from
 # scripts/fetch-gemma3.sh).
 #   bash bench/cpu_vs_llamacpp.sh [THREADS] [RUNS] ["TYPES"]
+# On AVX2 side by side: KESTREL_CPU_ISA=avx2 LLAMA_ISA=avx2 bash bench/cpu_vs_llamacpp.sh …
+# (LLAMA_ISA=avx2: llama.cpp built without AVX-512, bench/build_llamacpp.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${1:-2}
