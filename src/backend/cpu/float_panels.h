@@ -56,6 +56,19 @@ struct FloatGemm {
 // Computes every row of y for the panels [p0, p1).
 using FloatGemmFn = void (*)(const FloatGemm& g, int64_t p0, int64_t p1);
 
+// A FloatGemmFn that runs the kernel for g's weight type (as gemm_for_type, packed_matmul.h).
+template <FloatGemmFn kF32, FloatGemmFn kF16, FloatGemmFn kBF16>
+void float_gemm_for_type(const FloatGemm& g, int64_t p0, int64_t p1) {
+  switch (g.type) {
+    case DType::F32:
+      return kF32(g, p0, p1);
+    case DType::F16:
+      return kF16(g, p0, p1);
+    default:
+      return kBF16(g, p0, p1);
+  }
+}
+
 // nullptr where this build lacks AVX-512.
 FloatGemmFn avx512_float_gemm();
 // The same GEMM on AVX2 (two 8-lane halves per panel; matmul_float_panel_avx2.cc), the same

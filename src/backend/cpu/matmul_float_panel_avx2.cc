@@ -141,21 +141,13 @@ void gemm(const FloatGemm& g, int64_t p0, int64_t p1) {
   }
 }
 
-void gemm_any(const FloatGemm& g, int64_t p0, int64_t p1) {
-  switch (g.type) {
-    case DType::F32:
-      return gemm<DType::F32>(g, p0, p1);
-    case DType::F16:
-      return gemm<DType::F16>(g, p0, p1);
-    default:
-      return gemm<DType::BF16>(g, p0, p1);
-  }
-}
+constexpr FloatGemmFn kGemm =
+    float_gemm_for_type<gemm<DType::F32>, gemm<DType::F16>, gemm<DType::BF16>>;
 
 }  // namespace
 
 FloatGemmFn avx2_float_gemm() {
-  return gemm_any;
+  return kGemm;
 }
 
 }  // namespace kestrel::cpu

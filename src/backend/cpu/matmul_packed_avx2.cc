@@ -215,21 +215,13 @@ void gemm(const PackedGemm& g, int64_t p0, int64_t p1) {
   }
 }
 
-void gemm_any(const PackedGemm& g, int64_t p0, int64_t p1) {
-  switch (g.type) {
-    case DType::Q4_0:
-      return gemm<DType::Q4_0>(g, p0, p1);
-    case DType::Q4_1:
-      return gemm<DType::Q4_1>(g, p0, p1);
-    default:
-      return gemm<DType::Q8_0>(g, p0, p1);
-  }
-}
+constexpr PackedGemmFn kGemm =
+    gemm_for_type<gemm<DType::Q4_0>, gemm<DType::Q4_1>, gemm<DType::Q8_0>>;
 
 }  // namespace
 
 PackedGemmFn avx2_packed_gemm() {
-  return gemm_any;
+  return kGemm;
 }
 
 }  // namespace kestrel::cpu

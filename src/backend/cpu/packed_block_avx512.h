@@ -53,18 +53,5 @@ __attribute__((always_inline)) inline void store_panel_row(float* y, __m512 v, i
   }
 }
 
-// A PackedGemmFn that runs the kernel for g's weight type: the one switch both GEMM files need.
-template <PackedGemmFn kQ4_0, PackedGemmFn kQ4_1, PackedGemmFn kQ8_0>
-void gemm_for_type(const PackedGemm& g, int64_t p0, int64_t p1) {
-  switch (g.type) {
-    case DType::Q4_0:
-      return kQ4_0(g, p0, p1);
-    case DType::Q4_1:
-      return kQ4_1(g, p0, p1);
-    default:
-      return kQ8_0(g, p0, p1);
-  }
-}
-
 }  // namespace
 }  // namespace kestrel::cpu

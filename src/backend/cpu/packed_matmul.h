@@ -113,6 +113,20 @@ struct PackedGemm {
 // Computes every row of y for the panels [p0, p1).
 using PackedGemmFn = void (*)(const PackedGemm& g, int64_t p0, int64_t p1);
 
+// A PackedGemmFn that runs the kernel for g's weight type: the one switch every GEMM file needs.
+// The kernels have internal linkage in their own files, so each instantiation stays there too.
+template <PackedGemmFn kQ4_0, PackedGemmFn kQ4_1, PackedGemmFn kQ8_0>
+void gemm_for_type(const PackedGemm& g, int64_t p0, int64_t p1) {
+  switch (g.type) {
+    case DType::Q4_0:
+      return kQ4_0(g, p0, p1);
+    case DType::Q4_1:
+      return kQ4_1(g, p0, p1);
+    default:
+      return kQ8_0(g, p0, p1);
+  }
+}
+
 // nullptr where this build or CPU lacks the instructions (AMX also needs the kernel's consent).
 PackedGemmFn avx512_packed_gemm();
 PackedGemmFn amx_packed_gemm();
