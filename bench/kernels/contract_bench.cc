@@ -42,7 +42,7 @@ SchedulerOutput prefill_step() {
 RunnerOutput samples(int64_t n) {
   RunnerOutput out;
   for (int64_t i = 0; i < n; ++i)
-    out.sampled.push_back(RequestSamples{RequestHandle(i), {int32_t(i * 7)}, {}});
+    out.sampled.push_back(RequestSamples{RequestHandle(i), {int32_t(i * 7)}, {}, {}});
   return out;
 }
 

@@ -1,9 +1,9 @@
 // Packed weights (packed_matmul.h): the activation quantizer gives quantize_row_q8_0's codes and
 // per-row-tile scales with exact sums; packing keeps every weight value in its panel slot; and
-// linear() over packed Q4_0/Q4_1/Q8_0 weights equals the dequantized weights times the quantized
-// activations (f32 rounding aside), does not depend on the batch or the thread count, gives the
-// same bits on AMX and VNNI, and the same numbers whichever ISA is forced (the packed copy is then
-// ignored).
+// linear() over packed Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights equals the dequantized weights times the
+// quantized activations (f32 rounding aside), does not depend on the batch or the thread count,
+// gives the same bits on AMX and VNNI, and the same numbers whichever ISA is forced (the packed
+// copy is then ignored).
 #include "backend/cpu/packed_matmul.h"
 #include "backend/cpu/linear_plan.h"
 
@@ -41,6 +41,23 @@ TEST(PackedLayout, CodeSlotsAreABijectionInQuadRows) {
     }
     for (int o = 0; o < 2 * bytes; ++o) EXPECT_EQ(seen[o], nibbles || o % 2 == 0 ? 1 : 0) << o;
   }
+}
+
+// Q5's fifth bits: one bit of the 64-byte plane per element, in the byte of the element's code
+// slot, at the bit of its quad row (what the kernels' shifts assume).
+TEST(PackedLayout, FifthBitSlotsAreABijectionAlignedWithTheCodes) {
+  std::vector<int> seen(kPanelBlockCodes / 8 * 8, 0);
+  for (int n = 0; n < kPanelRows; ++n) {
+    for (int e = 0; e < 32; ++e) {
+      const HighBitSlot hb = packed_high_bit_slot(n, e);
+      ASSERT_GE(hb.byte, 0);
+      ASSERT_LT(hb.byte, kPanelBlockCodes / 8);
+      ++seen[8 * hb.byte + hb.bit];
+      EXPECT_EQ(hb.byte, packed_code_slot(true, n, e).byte % 64);
+      EXPECT_EQ(hb.bit, e / 4);
+    }
+  }
+  for (int o = 0; o < int(seen.size()); ++o) EXPECT_EQ(seen[o], 1) << o;
 }
 
 TEST(PackedActivation, SameCodesAsQ8_0AndScalesPerRowTile) {
@@ -101,10 +118,11 @@ PackedWeights make_packed(DType t, int64_t n, int64_t k, uint32_t seed) {
 }
 
 TEST(PackWeight, KeepsEveryValueAndPadsTheLastPanel) {
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0}) {
     const int64_t n = 19, k = 1920;  // a whole panel and three rows of a second
     const PackedWeights w = make_packed(t, n, k, 7);
     const bool nibbles = t != DType::Q8_0;
+    const bool fifth_bit = t == DType::Q5_0 || t == DType::Q5_1;
     const size_t block_bytes = packed_block_bytes(t), codes = packed_block_code_bytes(t);
     std::vector<float> deq(k);
     for (int64_t r = 0; r < packed_panels(n) * kPanelRows; ++r) {
@@ -115,13 +133,18 @@ TEST(PackWeight, KeepsEveryValueAndPadsTheLastPanel) {
         const int64_t b = i / 32;
         const uint8_t* block = panel + b * block_bytes;
         const CodeSlot slot = packed_code_slot(nibbles, pr, int(i % 32));
-        const int u = !nibbles    ? block[slot.byte]
-                      : slot.high ? block[slot.byte] >> 4
-                                  : block[slot.byte] & 0xF;
+        int u = !nibbles    ? block[slot.byte]
+                : slot.high ? block[slot.byte] >> 4
+                            : block[slot.byte] & 0xF;
+        if (fifth_bit) {
+          const HighBitSlot hb = packed_high_bit_slot(pr, int(i % 32));
+          u |= ((block[kPanelBlockCodes / 2 + hb.byte] >> hb.bit) & 1) << 4;
+        }
         const auto* d = reinterpret_cast<const uint16_t*>(block + codes);
         const float db = f16_to_f32(d[pr]);
-        const float mb = t == DType::Q4_1   ? f16_to_f32(d[kPanelRows + pr])
+        const float mb = packed_has_min(t)  ? f16_to_f32(d[kPanelRows + pr])
                          : t == DType::Q4_0 ? -8 * db
+                         : t == DType::Q5_0 ? -16 * db
                                             : -128 * db;
         if (r >= n) {
           ASSERT_EQ(u, 0) << "padding row " << r;
@@ -139,6 +162,8 @@ TEST(PackWeight, OnlyWholeBlocksOfSupportedTypes) {
   std::vector<uint8_t> bytes(4096);
   EXPECT_TRUE(packable(Tensor{bytes.data(), DType::Q4_1, Shape{2, 64}}));
   EXPECT_TRUE(packable(Tensor{bytes.data(), DType::Q8_0, Shape{3, 96}}));
+  EXPECT_TRUE(packable(Tensor{bytes.data(), DType::Q5_0, Shape{3, 96}}));
+  EXPECT_TRUE(packable(Tensor{bytes.data(), DType::Q5_1, Shape{3, 96}}));
   EXPECT_FALSE(packable(Tensor{bytes.data(), DType::Q4_K, Shape{2, 256}}));
   EXPECT_FALSE(packable(Tensor{bytes.data(), DType::F16, Shape{2, 64}}));
   EXPECT_FALSE(packable(Tensor{bytes.data(), DType::Q4_0, Shape{4}}));
@@ -259,8 +284,56 @@ TEST_P(PackedLinear, EveryIsaAndThePackedCopyGiveTheSameBits) {
   }
 }
 
+// The largest codes against the largest activations: where an int16 partial sum could saturate
+// (Q5's 31 · 127 pairs, Q8_0's ±128 · 127), every ISA and the packed copy still give the row
+// kernels' exact sums.
+TEST_P(PackedLinear, ExtremeCodesDoNotSaturate) {
+  const DType t = GetParam();
+  const int64_t n = 24, k = 256;
+  std::vector<uint8_t> bytes(dtype_bytes(t, n * k));
+  const size_t block = dtype_bytes(t, 32);
+  for (size_t off = 0; off < bytes.size(); off += block) {
+    uint8_t* b = bytes.data() + off;
+    std::memset(b, 0xFF, block);  // every code the largest (Q8_0: -1, set below)
+    const uint16_t d = f32_to_f16(0.25f);
+    std::memcpy(b, &d, sizeof(d));
+    if (packed_has_min(t)) {
+      const uint16_t m = f32_to_f16(-1.0f);
+      std::memcpy(b + 2, &m, sizeof(m));
+    }
+    if (t == DType::Q8_0) {
+      auto* q = reinterpret_cast<int8_t*>(b + 2);
+      for (int e = 0; e < 32; ++e) q[e] = int8_t((off / block + e) % 3 == 0 ? -128 : 127);
+    }
+  }
+  PackedWeights w;
+  w.tensor = LinearWeight{Tensor{bytes.data(), t, Shape{n, k}}};
+  w.plan = make_linear_plan(w.tensor.w, Packing::kQ8Panels);
+  ASSERT_NE(w.plan, nullptr);
+  w.tensor.plan = w.plan.get();
+  LinearWeight plain = w.tensor;
+  plain.plan = nullptr;
+  ThreadPool pool(2);
+  const int64_t m = 20;
+  std::vector<float> x(m * k);
+  for (int64_t i = 0; i < m * k; ++i) x[i] = i / k % 2 == 0 ? 3.0f : -3.0f;  // codes ±127
+  set_linear_isa("scalar");
+  std::vector<float> ref(m * n);
+  linear(plain, x.data(), m, ref.data(), pool);
+  for (const auto& isa : available_isas()) {
+    set_linear_isa(isa.c_str());
+    for (int64_t rows : {int64_t(1), m}) {
+      std::vector<float> y(rows * n);
+      linear(w.tensor, x.data(), rows, y.data(), pool);
+      EXPECT_EQ(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)), 0)
+          << isa << " M=" << rows;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, PackedLinear,
-                         testing::Values(DType::Q4_0, DType::Q4_1, DType::Q8_0),
+                         testing::Values(DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                                         DType::Q8_0),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace

@@ -128,13 +128,13 @@ void add_rows(Isa isa, std::vector<LinearKernel>& t) {
                    .pack = pack_float_weight,
                    .float_gemm = fg,
                    .reads_xt = isa == Isa::kAvx512});
-  // Q4_0/Q4_1/Q8_0 panels: VNNI (and AMX for batches) on AVX-512, two 8-lane halves per panel
-  // on AVX2; every one gives the row kernels' bits (q8_block_dot.h).
+  // Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 panels: VNNI (and AMX for batches) on AVX-512, two 8-lane halves
+  // per panel on AVX2; every one gives the row kernels' bits (q8_block_dot.h).
   const PackedGemmFn q8 = isa == Isa::kAvx512 ? avx512_packed_gemm()
                           : isa == Isa::kAvx2 ? avx2_packed_gemm()
                                               : nullptr;
   if (q8 != nullptr)
-    for (DType d : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+    for (DType d : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0})
       t.push_back({.name = "q8-panel gemm",
                    .dtype = d,
                    .packing = Packing::kQ8Panels,
@@ -199,7 +199,7 @@ void add_rows(Isa isa, std::vector<LinearKernel>& t) {
                  .rows_dot = f.rows,
                  .tile_rows = k.tile_rows});
   // The quantized formats follow one arithmetic at every ISA (q8_block_dot.h, kquant_dot.h; for
-  // Q4_0, Q4_1 and Q8_0 also the packed GEMMs'): the AVX2 kernels serve AVX-512 CPUs too.
+  // the 32-element block formats also the packed GEMMs'): the AVX2 kernels serve AVX-512 CPUs too.
   const Q8BlockKernels& qb =
       isa == Isa::kScalar ? scalar_q8_block_kernels() : *avx2_q8_block_kernels();
   const KQuantKernels& kq = isa == Isa::kScalar ? scalar_kquant_kernels() : *avx2_kquant_kernels();

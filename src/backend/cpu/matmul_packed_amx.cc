@@ -6,8 +6,9 @@
 // (docs/benchmarks.md has the arithmetic). A block's epilogue runs while the next block's tile
 // product does.
 //
-// Per call a thread converts each panel's codes once into signed bytes (Q4_0: u - 8, Q8_0:
-// u - 128) or unsigned ones (Q4_1) in a thread-local buffer, then every row tile reads it.
+// Per call a thread converts each panel's codes once into signed bytes (Q4_0: u - 8, Q5_0:
+// u - 16, Q8_0: u - 128) or unsigned ones (Q4_1, Q5_1) in a thread-local buffer, then every row
+// tile reads it.
 #include "backend/cpu/packed_matmul.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
@@ -40,17 +41,17 @@ constexpr int kTileBlockBytes = kPanelBlockCodes;
 template <DType T>
 void convert_panel(const uint8_t* panel, int64_t nb, uint8_t* out) {
   using F = PackedFormat<T>;
-  const __m512i low4 = _mm512_set1_epi8(0xF);
   for (int64_t b = 0; b < nb; ++b, panel += F::kBlockBytes, out += kTileBlockBytes) {
     if constexpr (F::kNibbles) {
+      const __m512i fifth = fifth_bits<T>(panel);
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) {
-        const __m512i v = _mm512_loadu_si512(panel + 64 * t);
-        __m512i lo = _mm512_and_si512(v, low4);
-        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-        if constexpr (T == DType::Q4_0) {
-          lo = _mm512_sub_epi8(lo, _mm512_set1_epi8(8));
-          hi = _mm512_sub_epi8(hi, _mm512_set1_epi8(8));
+        __m512i lo, hi;
+        unpack_chunk<T>(panel, fifth, t, lo, hi);
+        if constexpr (F::kOffsetShift != 0) {
+          const __m512i offset = _mm512_set1_epi8(char(1 << F::kOffsetShift));
+          lo = _mm512_sub_epi8(lo, offset);
+          hi = _mm512_sub_epi8(hi, offset);
         }
         _mm512_store_si512(out + 64 * t, lo);
         _mm512_store_si512(out + 64 * (t + 4), hi);
@@ -64,11 +65,11 @@ void convert_panel(const uint8_t* panel, int64_t nb, uint8_t* out) {
   }
 }
 
-// The tile product for one block: Q4_1's codes are unsigned, the others' signed. (GCC's tile
-// intrinsics paste their tile numbers into the assembly text: literals only.)
+// The tile product for one block: Q4_1's and Q5_1's codes are unsigned, the others' signed. (GCC's
+// tile intrinsics paste their tile numbers into the assembly text: literals only.)
 #define KESTREL_TILE_PRODUCT(T, C, A, B) \
   do {                                   \
-    if constexpr (T == DType::Q4_1) {    \
+    if constexpr (packed_has_min(T)) {   \
       _tile_dpbsud(C, A, B);             \
     } else {                             \
       _tile_dpbssd(C, A, B);             \
@@ -180,7 +181,8 @@ void gemm(const PackedGemm& g, int64_t p0, int64_t p1) {
 }
 
 constexpr PackedGemmFn kGemm =
-    gemm_for_type<gemm<DType::Q4_0>, gemm<DType::Q4_1>, gemm<DType::Q8_0>>;
+    gemm_for_type<gemm<DType::Q4_0>, gemm<DType::Q4_1>, gemm<DType::Q5_0>, gemm<DType::Q5_1>,
+                  gemm<DType::Q8_0>>;
 
 bool amx_permitted() {
   return __builtin_cpu_supports("amx-int8") && __builtin_cpu_supports("avx512bw") &&

@@ -1,9 +1,9 @@
 // AVX2 GEMM over packed weights (layout in packed_matmul.h): the VNNI kernel's walk with each
 // 64-byte quad row taken as two 32-byte halves, rows 0–7 and 8–15 of the panel, as eight f32
 // lanes each. Four activation codes broadcast to every lane meet a half in maddubs + madd (no
-// int16 saturation: Q4 codes are below 16, and Q8_0's go through the sign trick), the integer
-// block sums are exact, and each lane then takes the arithmetic's per-block step — the same bits
-// as the AVX-512 kernels and the row kernels of q8_block_dot.h.
+// int16 saturation: Q4 and Q5 codes are below 16 and 32, and Q8_0's go through the sign trick), the
+// integer block sums are exact, and each lane then takes the arithmetic's per-block step — the same
+// bits as the AVX-512 kernels and the row kernels of q8_block_dot.h.
 #include "backend/cpu/packed_matmul.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -21,10 +21,17 @@ constexpr int kHalves = 2;  // 8-lane halves of a 16-row panel
 template <DType T>
 struct Format {
   static constexpr bool kNibbles = T != DType::Q8_0;
-  static constexpr bool kMin = T == DType::Q4_1;
-  static constexpr int kOffsetShift = T == DType::Q4_0 ? 3 : 0;  // Q4_0's u = code + 8
-  static constexpr int kCodeBytes = kNibbles ? kPanelBlockCodes / 2 : kPanelBlockCodes;
-  static constexpr int kBlockBytes = kCodeBytes + (kMin ? 2 : 1) * kPanelRows * 2;
+  static constexpr bool kFifthBit = T == DType::Q5_0 || T == DType::Q5_1;
+  static constexpr bool kMin = packed_has_min(T);
+  // log2 of the offset of Q4_0's and Q5_0's unsigned codes (u = code + 8, code + 16); Q8_0's
+  // codes go through the sign trick instead.
+  static constexpr int kOffsetShift = T == DType::Q4_0 ? 3 : T == DType::Q5_0 ? 4 : 0;
+  static constexpr int kCodeBytes = int(packed_block_code_bytes(T));
+  static constexpr int kBlockBytes = int(packed_block_bytes(T));
+  // Quad-row steps summed in int16 before one madd widens them: eight maddubs pairs of codes
+  // below 16 reach at most 8 · 2 · 15 · 127 = 30480, but below 32 only four stay in range
+  // (4 · 2 · 31 · 127 = 31496).
+  static constexpr int kInt16Steps = kFifthBit ? 2 : 4;
 };
 
 __m256i broadcast4(const int8_t* p) {
@@ -84,16 +91,22 @@ void tile(const PackedGemm& g, int64_t panel, int64_t row) {
 #pragma GCC unroll 8
         for (int h = 0; h < kHalves; ++h) c[r][p][h] = _mm256_setzero_si256();
     if constexpr (F::kNibbles) {
-      // The block's eight maddubs pairs are summed in int16 first: codes below 16 times |x| <=
-      // 127 give at most 8 · 2 · 15 · 127 = 30480, so no sum saturates; one madd per half then
-      // widens them.
-      __m256i c16[R][P][kHalves];
+      // The maddubs pairs of kInt16Steps chunks are summed in int16 first (Format), then one
+      // madd per half widens them.
+      __m256i c16[R][P][kHalves], fifth[P][kHalves];
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
         for (int p = 0; p < P; ++p)
 #pragma GCC unroll 8
           for (int h = 0; h < kHalves; ++h) c16[r][p][h] = _mm256_setzero_si256();
+      if constexpr (F::kFifthBit)
+#pragma GCC unroll 8
+        for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
+          for (int h = 0; h < kHalves; ++h)
+            fifth[p][h] = _mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(wp[p] + kPanelBlockCodes / 2 + 32 * h));
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) {
         __m256i a0[R], a1[R];
@@ -108,22 +121,34 @@ void tile(const PackedGemm& g, int64_t panel, int64_t row) {
           for (int h = 0; h < kHalves; ++h) {
             const __m256i v =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp[p] + 64 * t + 32 * h));
-            const __m256i lo = _mm256_and_si256(v, low4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            __m256i lo = _mm256_and_si256(v, low4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            if constexpr (F::kFifthBit) {
+              // Bits t and t + 4 of the plane's bytes, moved to bit 4 (no bit of the byte's
+              // neighbour reaches bit 4 in a 16-bit shift by at most four).
+              const __m256i bit4 = _mm256_set1_epi8(0x10);
+              lo = _mm256_or_si256(lo,
+                                   _mm256_and_si256(_mm256_slli_epi16(fifth[p][h], 4 - t), bit4));
+              hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(fifth[p][h], t), bit4));
+            }
 #pragma GCC unroll 8
             for (int r = 0; r < R; ++r)
               c16[r][p][h] =
                   _mm256_add_epi16(c16[r][p][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, a0[r]),
                                                                   _mm256_maddubs_epi16(hi, a1[r])));
           }
+        if ((t + 1) % F::kInt16Steps == 0)
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+            for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
+              for (int h = 0; h < kHalves; ++h) {
+                c[r][p][h] = _mm256_add_epi32(
+                    c[r][p][h], _mm256_madd_epi16(c16[r][p][h], _mm256_set1_epi16(1)));
+                c16[r][p][h] = _mm256_setzero_si256();
+              }
       }
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-        for (int p = 0; p < P; ++p)
-#pragma GCC unroll 8
-          for (int h = 0; h < kHalves; ++h)
-            c[r][p][h] = _mm256_madd_epi16(c16[r][p][h], _mm256_set1_epi16(1));
     } else {
 #pragma GCC unroll 8
       for (int q = 0; q < 8; ++q) {
@@ -216,7 +241,8 @@ void gemm(const PackedGemm& g, int64_t p0, int64_t p1) {
 }
 
 constexpr PackedGemmFn kGemm =
-    gemm_for_type<gemm<DType::Q4_0>, gemm<DType::Q4_1>, gemm<DType::Q8_0>>;
+    gemm_for_type<gemm<DType::Q4_0>, gemm<DType::Q4_1>, gemm<DType::Q5_0>, gemm<DType::Q5_1>,
+                  gemm<DType::Q8_0>>;
 
 }  // namespace
 

@@ -34,7 +34,6 @@ void tile(const PackedGemm& g, int64_t panel, int64_t row) {
   using F = PackedFormat<T>;
   const int64_t nb = g.k / 32;
   const size_t panel_bytes = size_t(nb) * F::kBlockBytes;
-  const __m512i low4 = _mm512_set1_epi8(0xF);
   const uint8_t* wp[P];
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p) wp[p] = g.w + size_t(panel + p) * panel_bytes;
@@ -56,15 +55,14 @@ void tile(const PackedGemm& g, int64_t panel, int64_t row) {
 #pragma GCC unroll 4
       for (int p = 0; p < P; ++p) c[r][p] = _mm512_setzero_si512();
     if constexpr (F::kNibbles) {
+      __m512i fifth[P];
+#pragma GCC unroll 4
+      for (int p = 0; p < P; ++p) fifth[p] = fifth_bits<T>(wp[p]);
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) {
         __m512i lo[P], hi[P];
 #pragma GCC unroll 4
-        for (int p = 0; p < P; ++p) {
-          const __m512i v = _mm512_loadu_si512(wp[p] + 64 * t);
-          lo[p] = _mm512_and_si512(v, low4);
-          hi[p] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-        }
+        for (int p = 0; p < P; ++p) unpack_chunk<T>(wp[p], fifth[p], t, lo[p], hi[p]);
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
           const __m512i a0 = broadcast4(xr[r] + 4 * t), a1 = broadcast4(xr[r] + 4 * (t + 4));
@@ -160,7 +158,8 @@ void gemm(const PackedGemm& g, int64_t p0, int64_t p1) {
 }
 
 constexpr PackedGemmFn kGemm =
-    gemm_for_type<gemm<DType::Q4_0>, gemm<DType::Q4_1>, gemm<DType::Q8_0>>;
+    gemm_for_type<gemm<DType::Q4_0>, gemm<DType::Q4_1>, gemm<DType::Q5_0>, gemm<DType::Q5_1>,
+                  gemm<DType::Q8_0>>;
 
 }  // namespace
 

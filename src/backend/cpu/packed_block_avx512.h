@@ -20,12 +20,41 @@ namespace {
 template <DType T>
 struct PackedFormat {
   static constexpr bool kNibbles = T != DType::Q8_0;
-  static constexpr bool kMin = T == DType::Q4_1;  // stores m (else m = -8d or -128d)
-  // log2 of the code offset VNNI's unsigned codes carry (u - 8, u - 128); 0 for Q4_1.
-  static constexpr int kOffsetShift = T == DType::Q4_0 ? 3 : T == DType::Q8_0 ? 7 : 0;
-  static constexpr int kCodeBytes = kNibbles ? kPanelBlockCodes / 2 : kPanelBlockCodes;
-  static constexpr int kBlockBytes = kCodeBytes + (kMin ? 2 : 1) * kPanelRows * 2;
+  static constexpr bool kFifthBit = T == DType::Q5_0 || T == DType::Q5_1;
+  static constexpr bool kMin = packed_has_min(T);  // stores m (else m = -8d, -16d or -128d)
+  // log2 of the code offset VNNI's unsigned codes carry (u - 8, u - 16, u - 128); 0 with a min.
+  static constexpr int kOffsetShift = T == DType::Q4_0   ? 3
+                                      : T == DType::Q5_0 ? 4
+                                      : T == DType::Q8_0 ? 7
+                                                         : 0;
+  static constexpr int kCodeBytes = int(packed_block_code_bytes(T));
+  static constexpr int kBlockBytes = int(packed_block_bytes(T));
 };
+
+// Chunk t (0..3) of a nibble block as two vectors of unsigned codes, quad rows t and t + 4; for
+// Q5 with the fifth bits from the block's plane (`fifth`, loaded once per block).
+template <DType T>
+__attribute__((always_inline)) inline void unpack_chunk(const uint8_t* block, __m512i fifth, int t,
+                                                        __m512i& lo, __m512i& hi) {
+  const __m512i low4 = _mm512_set1_epi8(0xF);
+  const __m512i v = _mm512_loadu_si512(block + 64 * t);
+  lo = _mm512_and_si512(v, low4);
+  hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+  if constexpr (PackedFormat<T>::kFifthBit) {
+    // Bits t and t + 4 of the plane's bytes moved to bit 4 (no bit of the byte's neighbour
+    // reaches bit 4 in a 16-bit shift by at most four), then lo | (shifted & 0x10).
+    const __m512i bit4 = _mm512_set1_epi8(0x10);
+    lo = _mm512_ternarylogic_epi32(lo, _mm512_slli_epi16(fifth, 4 - t), bit4, 0xF8);
+    hi = _mm512_ternarylogic_epi32(hi, _mm512_srli_epi16(fifth, t), bit4, 0xF8);
+  }
+}
+
+// The block's plane of fifth bits (Q5), else zero.
+template <DType T>
+__attribute__((always_inline)) inline __m512i fifth_bits(const uint8_t* block) {
+  if constexpr (PackedFormat<T>::kFifthBit) return _mm512_loadu_si512(block + kPanelBlockCodes / 2);
+  return _mm512_setzero_si512();
+}
 
 // The sixteen rows' f16 d (or m, at kPanelRows further on) of a panel block.
 __attribute__((always_inline)) inline __m512 panel_scales(const uint8_t* block, int code_bytes,

@@ -24,18 +24,47 @@ __m256 round_away(__m256 v) {
 }  // namespace
 
 bool packable(const Tensor& w) {
-  const bool type_ok = w.dtype == DType::Q4_0 || w.dtype == DType::Q4_1 || w.dtype == DType::Q8_0;
+  const bool type_ok = w.dtype == DType::Q4_0 || w.dtype == DType::Q4_1 || w.dtype == DType::Q5_0 ||
+                       w.dtype == DType::Q5_1 || w.dtype == DType::Q8_0;
   return type_ok && w.shape.ndim == 2 && w.cols() % QK == 0 && w.cols() > 0 && w.rows() > 0;
 }
 
-size_t packed_block_code_bytes(DType t) {
-  return t == DType::Q8_0 ? kPanelBlockCodes : kPanelBlockCodes / 2;
+namespace {
+
+// One GGUF block's parts, whatever its type: the code bytes (nibbles or bytes), the fifth bits
+// (Q5) and the scales.
+struct StoredBlock {
+  const uint8_t* qs;
+  const uint8_t* qh = nullptr;
+  uint16_t d, m = 0;
+};
+
+StoredBlock stored_block(DType t, const uint8_t* row, int64_t b) {
+  switch (t) {
+    case DType::Q4_0: {
+      const auto& q = reinterpret_cast<const BlockQ4_0*>(row)[b];
+      return {q.qs, nullptr, q.d};
+    }
+    case DType::Q4_1: {
+      const auto& q = reinterpret_cast<const BlockQ4_1*>(row)[b];
+      return {q.qs, nullptr, q.d, q.m};
+    }
+    case DType::Q5_0: {
+      const auto& q = reinterpret_cast<const BlockQ5_0*>(row)[b];
+      return {q.qs, q.qh, q.d};
+    }
+    case DType::Q5_1: {
+      const auto& q = reinterpret_cast<const BlockQ5_1*>(row)[b];
+      return {q.qs, q.qh, q.d, q.m};
+    }
+    default: {
+      const auto& q = reinterpret_cast<const BlockQ8_0*>(row)[b];
+      return {reinterpret_cast<const uint8_t*>(q.qs), nullptr, q.d};
+    }
+  }
 }
 
-size_t packed_block_bytes(DType t) {
-  const size_t scales = t == DType::Q4_1 ? 2 : 1;
-  return packed_block_code_bytes(t) + scales * kPanelRows * sizeof(uint16_t);
-}
+}  // namespace
 
 std::unique_ptr<uint8_t[]> pack_weight(const Tensor& w) {
   KCHECK(packable(w), "pack_weight: {} [{}] is not packable", dtype_name(w.dtype), w.shape.str());
@@ -46,34 +75,32 @@ std::unique_ptr<uint8_t[]> pack_weight(const Tensor& w) {
   // Zero-filled (make_unique value-initialises): padding rows of a last panel have codes and
   // scales 0, so they add nothing.
   auto out = std::make_unique<uint8_t[]>(total);
-  // GGUF keeps element j of a Q4 block in the low nibble of qs[j] and element j + 16 in its high
-  // nibble, which is exactly chunk j / 4's byte pair (quad rows t and t + 4): each row's lane of
-  // a chunk is four bytes of qs as they are. Q8_0's quad row q is qs[4q .. 4q+3], offset by 128.
+  // GGUF keeps element j of a Q4/Q5 block in the low nibble of qs[j] and element j + 16 in its
+  // high nibble, which is exactly chunk j / 4's byte pair (quad rows t and t + 4): each row's
+  // lane of a chunk is four bytes of qs as they are. Q8_0's quad row q is qs[4q .. 4q+3], offset
+  // by 128. Q5's fifth bit of element j is bit j of qh.
   for (int64_t r = 0; r < n; ++r) {
     const int pr = int(r % kPanelRows);
-    const uint8_t* src = w.row(r);
     uint8_t* panel = out.get() + size_t(r / kPanelRows) * panel_bytes;
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* block = panel + size_t(b) * block_bytes;
+      const StoredBlock s = stored_block(w.dtype, w.row(r), b);
       auto* d = reinterpret_cast<uint16_t*>(block + codes);
-      const uint8_t* qs;
-      if (w.dtype == DType::Q4_0) {
-        qs = reinterpret_cast<const BlockQ4_0*>(src)[b].qs;
-        d[pr] = reinterpret_cast<const BlockQ4_0*>(src)[b].d;
-      } else if (w.dtype == DType::Q4_1) {
-        qs = reinterpret_cast<const BlockQ4_1*>(src)[b].qs;
-        d[pr] = reinterpret_cast<const BlockQ4_1*>(src)[b].d;
-        d[kPanelRows + pr] = reinterpret_cast<const BlockQ4_1*>(src)[b].m;
-      } else {
-        qs = reinterpret_cast<const uint8_t*>(reinterpret_cast<const BlockQ8_0*>(src)[b].qs);
-        d[pr] = reinterpret_cast<const BlockQ8_0*>(src)[b].d;
-      }
+      d[pr] = s.d;
+      if (packed_has_min(w.dtype)) d[kPanelRows + pr] = s.m;
       const int quads = w.dtype == DType::Q8_0 ? 8 : 4;
       for (int q = 0; q < quads; ++q) {
         uint32_t lane;
-        std::memcpy(&lane, qs + 4 * q, sizeof(lane));
+        std::memcpy(&lane, s.qs + 4 * q, sizeof(lane));
         if (w.dtype == DType::Q8_0) lane ^= 0x80808080u;
         std::memcpy(block + 64 * q + 4 * pr, &lane, sizeof(lane));
+      }
+      if (s.qh != nullptr) {
+        uint8_t* plane = block + kPanelBlockCodes / 2;
+        for (int e = 0; e < QK; ++e) {
+          const HighBitSlot slot = packed_high_bit_slot(pr, e);
+          plane[slot.byte] |= uint8_t(((s.qh[e / 8] >> (e % 8)) & 1) << slot.bit);
+        }
       }
     }
   }

@@ -3,9 +3,9 @@
 // "Arithmetic"): per output, blocks in order from a zero acc, the exact integer
 // c = Σ w_code·x_code of the block (Q4_0 with its codes u − 8, Q5_0 with u − 16, Q4_1 and Q5_1
 // with u), then acc = fma(float(c)·d_x, d_w, acc) and, for the formats with a min,
-// acc = fma(m_w, s_x, acc). The packed VNNI and AMX GEMMs (AVX-512, Q4_0/Q4_1/Q8_0) and the row
-// kernels here (scalar and AVX2, over the stored GGUF rows) give the same bits, so a model
-// answers alike on every x86-64 CPU.
+// acc = fma(m_w, s_x, acc). The packed VNNI and AMX GEMMs (AVX2 and AVX-512, over packed copies of
+// all five formats) and the row kernels here (scalar and AVX2, over the stored GGUF rows) give the
+// same bits, so a model answers alike on every x86-64 CPU.
 //
 // Activations are Q8S rows: Q8_0's codes and its f16-rounded scale d_x (as f32), plus s_x =
 // d_x·Σ codes in f32 (the exact sum, where llama.cpp's Q8_1 rounds s to f16) — the values the
