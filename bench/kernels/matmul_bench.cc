@@ -3,10 +3,10 @@
 // Run:   bench/kernels/run.sh --benchmark_filter=linear
 //   or:  ./build-bench/bench/kernels/matmul_bench --benchmark_min_time=0.05
 // Case names read linear/<type>/<N>x<K>/M:<rows of x>/threads:<pool size>, e.g.
-// linear/q4_1_packed/1536x576/M:1/threads:2. Types: f16, bf16, q4_0, q4_1, q8_0, q4_k, q6_k,
-// q4_0/q4_1/q8_0 with a packed copy ("_packed", only where packed_weights_supported(); batches
-// on AMX where packed_amx_active()), q4_1/q8_0 packed with AMX switched off ("_vnni"), and fp8
-// (F8_E4M3 with DeepSeek-V3's 128x128 block scales; random finite codes; "_packed": the FP8
+// linear/q4_1_packed/1536x576/M:1/threads:2. Types: f16, bf16, q4_0, q4_1, q5_0, q8_0, q4_k,
+// q6_k, q4_0/q4_1/q5_0/q8_0 with a packed copy ("_packed", only where packed_weights_supported();
+// batches on AMX where packed_amx_active()), q4_1/q8_0 packed with AMX switched off ("_vnni"), and
+// fp8 (F8_E4M3 with DeepSeek-V3's 128x128 block scales; random finite codes; "_packed": the FP8
 // panels of fp8_matmul.h), and w8a8 (I8 weights
 // with a scale per row and activations quantized per token: msModelSlim's W8A8_DYNAMIC; "_packed":
 // the panel GEMM of int8_matmul.h, AVX-512 VNNI or AVX2 as KESTREL_CPU_ISA selects, batches on
@@ -22,15 +22,19 @@
 // Columns: Time is wall time per call. items/s = rows of x (tokens) per second. GB/s = weight
 // bytes read per call (the packed size for packed weights) over time — decode is bound by it.
 // GMAC/s = M·N·K multiply-accumulates per second — prefill is bound by it. The context line
-// "linear_isa" names the SIMD kernels linear() selected on this CPU.
+// "linear_isa" names the SIMD kernels linear() selected on this CPU; KESTREL_CPU_ISA caps them as
+// it caps the engine's.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/cpu/bf16_tiles.h"
 #include "backend/cpu/float_panels.h"
 #include "backend/cpu/int8_matmul.h"
@@ -199,6 +203,8 @@ void register_all() {
       {"q4_0_packed", DType::Q4_0, true},
       {"q4_1", DType::Q4_1, false},
       {"q4_1_packed", DType::Q4_1, true},
+      {"q5_0", DType::Q5_0, false},
+      {"q5_0_packed", DType::Q5_0, true},
       {"q8_0", DType::Q8_0, false},
       {"q8_0_packed", DType::Q8_0, true},
       {"q4_1_vnni", DType::Q4_1, true, false},
@@ -241,6 +247,13 @@ void register_all() {
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // The cap the engine takes from the same variable (KESTREL_CPU_ISA=avx2: the AVX2 kernels).
+  if (const char* isa = std::getenv("KESTREL_CPU_ISA"); isa != nullptr && *isa != '\0') {
+    if (kestrel::Status st = kestrel::cap_cpu_isa(isa); !st.ok()) {
+      std::fprintf(stderr, "KESTREL_CPU_ISA: %s\n", st.message().c_str());
+      return 1;
+    }
+  }
   kestrel::cpu::register_all();
   benchmark::AddCustomContext("linear_isa", kestrel::cpu::linear_isa());
   benchmark::AddCustomContext("packed_amx", kestrel::cpu::packed_amx_active() ? "yes" : "no");

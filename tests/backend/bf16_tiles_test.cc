@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/matmul.h"
@@ -42,7 +43,7 @@ Weights make_weights(int64_t n, int64_t k, uint32_t seed) {
 class Bf16Tiles : public testing::Test {
  protected:
   void SetUp() override {
-    if (!packed_weights_supported() || !bf16_tiles_supported())
+    if (std::string(linear_isa()) != "avx512" || !bf16_tiles_supported())
       GTEST_SKIP() << "no AVX-512 with AMX-BF16 on this CPU or kernel";
   }
 };

@@ -56,7 +56,7 @@ FloatWeights make_weights(DType t, int64_t n, int64_t k, uint32_t seed) {
 class FloatPanels : public testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
-    if (!packed_weights_supported()) GTEST_SKIP() << "no AVX-512 on this CPU";
+    if (!packed_weights_supported()) GTEST_SKIP() << "no AVX2 on this CPU";
   }
   void TearDown() override { set_linear_isa("auto"); }
 };

@@ -100,7 +100,7 @@ TEST(PackedActivation, SameCodesAsQ8_0AndScalesPerRowTile) {
 struct PackedWeights {
   std::vector<uint8_t> bytes;
   std::unique_ptr<uint8_t[]> packed;    // pack_weight's copy, for the layout checks
-  std::unique_ptr<CpuLinearPlan> plan;  // the q8-panel plan linear() runs (AVX-512 only)
+  std::unique_ptr<CpuLinearPlan> plan;  // the q8-panel plan linear() runs (AVX2 and AVX-512)
   LinearWeight tensor;
 };
 
@@ -172,7 +172,7 @@ TEST(PackWeight, OnlyWholeBlocksOfSupportedTypes) {
 class PackedLinear : public testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
-    if (!packed_weights_supported()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+    if (!packed_weights_supported()) GTEST_SKIP() << "no AVX2 on this CPU";
   }
   void TearDown() override {
     set_linear_isa("auto");

@@ -160,7 +160,14 @@ Prepared prepare_int8_activations(const WeightScales& s, const float* x, int64_t
 }  // namespace
 
 bool packed_weights_supported() {
-  return selected_isa() == Isa::kAvx512 && avx512_packed_gemm() != nullptr;
+  switch (selected_isa()) {
+    case Isa::kAvx512:
+      return avx512_packed_gemm() != nullptr;
+    case Isa::kAvx2:
+      return avx2_packed_gemm() != nullptr;
+    default:
+      return false;
+  }
 }
 
 Int8GemmFn selected_int8_gemm() {
@@ -175,7 +182,8 @@ Int8GemmFn selected_int8_gemm() {
 }
 
 bool packed_amx_active() {
-  return packed_weights_supported() && amx_enabled() && amx_packed_gemm() != nullptr;
+  return selected_isa() == Isa::kAvx512 && packed_weights_supported() && amx_enabled() &&
+         amx_packed_gemm() != nullptr;
 }
 
 void linear(const LinearWeight& w, const float* x, int64_t m, float* y, ThreadPool& pool,

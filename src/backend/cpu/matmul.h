@@ -32,11 +32,11 @@ void linear(const LinearWeight& w, const float* x, int64_t m, float* y, ThreadPo
 void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m, ThreadPool& pool,
                   QuantCompute mode = QuantCompute::kInt8, ThreadScratch* thread_scratch = nullptr);
 
-// Whether the AVX-512 packed-weight kernels (packed_matmul.h) run now: this CPU and build have
-// them and the AVX-512 kernels are selected.
+// Whether the packed-weight GEMMs (packed_matmul.h) run now: the selected ISA is AVX2 or
+// AVX-512 and this build has its kernel.
 bool packed_weights_supported();
-// Whether batches over packed int8 weights run on AMX (packed_weights_supported, this CPU and
-// kernel have AMX, and set_packed_amx(false) did not switch it off).
+// Whether batches over packed int8 weights run on AMX (the AVX-512 kernels are selected, this
+// CPU and kernel have AMX, and set_packed_amx(false) did not switch it off).
 bool packed_amx_active();
 
 }  // namespace kestrel::cpu

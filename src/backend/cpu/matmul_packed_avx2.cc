@@ -60,8 +60,8 @@ void store_half(float* y, __m256 v, int valid) {
   }
 }
 
-template <DType T, int R, int P>
-void tile(const PackedGemm& g, int64_t panel, int64_t row) {
+template <DType T, int R, int P, int NH>
+void tile(const PackedGemm& g, int64_t panel, int64_t row, int h0) {
   using F = Format<T>;
   const int64_t nb = g.k / 32;
   const size_t panel_bytes = size_t(nb) * F::kBlockBytes;
@@ -70,45 +70,49 @@ void tile(const PackedGemm& g, int64_t panel, int64_t row) {
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) wp[p] = g.w + size_t(panel + p) * panel_bytes;
   const int8_t* xr[R];
-  __m256 acc[R][P][kHalves];
+  __m256 acc[R][P][NH];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     xr[r] = g.x.codes + size_t(row + r) * g.x.stride;
 #pragma GCC unroll 8
     for (int p = 0; p < P; ++p)
 #pragma GCC unroll 8
-      for (int h = 0; h < kHalves; ++h) acc[r][p][h] = _mm256_setzero_ps();
+      for (int h = 0; h < NH; ++h) acc[r][p][h] = _mm256_setzero_ps();
   }
-  // R <= 2 rows starting at a multiple of R lie in one tile of the scale area.
+  // R <= 4 rows starting at a multiple of R lie in one tile of the scale area.
   const int64_t scale_tile = row / kPanelRows;
   const int lane = int(row % kPanelRows);
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i c[R][P][kHalves];
+    __m256i c[R][P][NH];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
       for (int p = 0; p < P; ++p)
 #pragma GCC unroll 8
-        for (int h = 0; h < kHalves; ++h) c[r][p][h] = _mm256_setzero_si256();
+        for (int h = 0; h < NH; ++h) c[r][p][h] = _mm256_setzero_si256();
     if constexpr (F::kNibbles) {
       // The maddubs pairs of kInt16Steps chunks are summed in int16 first (Format), then one
       // madd per half widens them.
-      __m256i c16[R][P][kHalves], fifth[P][kHalves];
+      __m256i c16[R][P][NH], fifth_lo[P][NH], fifth_hi[P][NH];
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
         for (int p = 0; p < P; ++p)
 #pragma GCC unroll 8
-          for (int h = 0; h < kHalves; ++h) c16[r][p][h] = _mm256_setzero_si256();
+          for (int h = 0; h < NH; ++h) c16[r][p][h] = _mm256_setzero_si256();
       if constexpr (F::kFifthBit)
 #pragma GCC unroll 8
         for (int p = 0; p < P; ++p)
 #pragma GCC unroll 8
-          for (int h = 0; h < kHalves; ++h)
-            fifth[p][h] = _mm256_loadu_si256(
-                reinterpret_cast<const __m256i*>(wp[p] + kPanelBlockCodes / 2 + 32 * h));
-#pragma GCC unroll 4
-      for (int t = 0; t < 4; ++t) {
+          for (int h = 0; h < NH; ++h) {
+            // Bit t of each plane byte sits at bit 4 of fifth_lo, bit t + 4 at bit 4 of
+            // fifth_hi, after t right shifts (16-bit shifts: no bit of a byte's neighbour
+            // reaches bit 4).
+            fifth_hi[p][h] = _mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(wp[p] + kPanelBlockCodes / 2 + 32 * (h0 + h)));
+            fifth_lo[p][h] = _mm256_slli_epi16(fifth_hi[p][h], 4);
+          }
+      const auto chunk = [&](int t) __attribute__((always_inline)) {
         __m256i a0[R], a1[R];
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
@@ -118,18 +122,17 @@ void tile(const PackedGemm& g, int64_t panel, int64_t row) {
 #pragma GCC unroll 8
         for (int p = 0; p < P; ++p)
 #pragma GCC unroll 8
-          for (int h = 0; h < kHalves; ++h) {
-            const __m256i v =
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp[p] + 64 * t + 32 * h));
+          for (int h = 0; h < NH; ++h) {
+            const __m256i v = _mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(wp[p] + 64 * t + 32 * (h0 + h)));
             __m256i lo = _mm256_and_si256(v, low4);
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
             if constexpr (F::kFifthBit) {
-              // Bits t and t + 4 of the plane's bytes, moved to bit 4 (no bit of the byte's
-              // neighbour reaches bit 4 in a 16-bit shift by at most four).
               const __m256i bit4 = _mm256_set1_epi8(0x10);
-              lo = _mm256_or_si256(lo,
-                                   _mm256_and_si256(_mm256_slli_epi16(fifth[p][h], 4 - t), bit4));
-              hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(fifth[p][h], t), bit4));
+              lo = _mm256_or_si256(lo, _mm256_and_si256(fifth_lo[p][h], bit4));
+              hi = _mm256_or_si256(hi, _mm256_and_si256(fifth_hi[p][h], bit4));
+              fifth_lo[p][h] = _mm256_srli_epi16(fifth_lo[p][h], 1);
+              fifth_hi[p][h] = _mm256_srli_epi16(fifth_hi[p][h], 1);
             }
 #pragma GCC unroll 8
             for (int r = 0; r < R; ++r)
@@ -143,41 +146,58 @@ void tile(const PackedGemm& g, int64_t panel, int64_t row) {
 #pragma GCC unroll 8
             for (int p = 0; p < P; ++p)
 #pragma GCC unroll 8
-              for (int h = 0; h < kHalves; ++h) {
+              for (int h = 0; h < NH; ++h) {
                 c[r][p][h] = _mm256_add_epi32(
                     c[r][p][h], _mm256_madd_epi16(c16[r][p][h], _mm256_set1_epi16(1)));
                 c16[r][p][h] = _mm256_setzero_si256();
               }
+      };
+      // Unrolled only for one row: with more, GCC computes every chunk's products before summing
+      // them and spills them to the stack.
+      if constexpr (R == 1) {
+        chunk(0);
+        chunk(1);
+        chunk(2);
+        chunk(3);
+      } else {
+#pragma GCC unroll 1
+        for (int t = 0; t < 4; ++t) chunk(t);
       }
     } else {
-#pragma GCC unroll 8
-      for (int q = 0; q < 8; ++q) {
+      const auto quad_row = [&](int q) __attribute__((always_inline)) {
         __m256i a[R];
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) a[r] = broadcast4(xr[r] + 4 * q);
 #pragma GCC unroll 8
         for (int p = 0; p < P; ++p)
 #pragma GCC unroll 8
-          for (int h = 0; h < kHalves; ++h) {
+          for (int h = 0; h < NH; ++h) {
             // u = code + 128: flipping the top bit gives the signed code w, and |w|·(a with w's
             // sign) keeps every int16 pair sum in range.
-            const __m256i w = _mm256_xor_si256(
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp[p] + 64 * q + 32 * h)),
-                _mm256_set1_epi8(char(0x80)));
+            const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                                                   wp[p] + 64 * q + 32 * (h0 + h))),
+                                               _mm256_set1_epi8(char(0x80)));
             const __m256i aw = _mm256_abs_epi8(w);
 #pragma GCC unroll 8
             for (int r = 0; r < R; ++r)
               c[r][p][h] = dot_add(c[r][p][h], aw, _mm256_sign_epi8(a[r], w));
           }
+      };
+      if constexpr (R == 1) {
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; ++q) quad_row(q);
+      } else {
+#pragma GCC unroll 1
+        for (int q = 0; q < 8; ++q) quad_row(q);
       }
     }
-    __m256 dw[P][kHalves], mw[P][kHalves];
+    __m256 dw[P][NH], mw[P][NH];
 #pragma GCC unroll 8
     for (int p = 0; p < P; ++p) {
 #pragma GCC unroll 8
-      for (int h = 0; h < kHalves; ++h) {
-        dw[p][h] = half_scales(wp[p], F::kCodeBytes, 0, h);
-        mw[p][h] = F::kMin ? half_scales(wp[p], F::kCodeBytes, 1, h) : _mm256_setzero_ps();
+      for (int h = 0; h < NH; ++h) {
+        dw[p][h] = half_scales(wp[p], F::kCodeBytes, 0, h0 + h);
+        mw[p][h] = F::kMin ? half_scales(wp[p], F::kCodeBytes, 1, h0 + h) : _mm256_setzero_ps();
       }
       wp[p] += F::kBlockBytes;
     }
@@ -191,7 +211,7 @@ void tile(const PackedGemm& g, int64_t panel, int64_t row) {
 #pragma GCC unroll 8
       for (int p = 0; p < P; ++p)
 #pragma GCC unroll 8
-        for (int h = 0; h < kHalves; ++h) {
+        for (int h = 0; h < NH; ++h) {
           const __m256i cs =
               F::kOffsetShift != 0 ? _mm256_sub_epi32(c[r][p][h], offset) : c[r][p][h];
           __m256 a =
@@ -208,20 +228,26 @@ void tile(const PackedGemm& g, int64_t panel, int64_t row) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-      for (int h = 0; h < kHalves; ++h)
-        store_half(g.y + (row + r) * g.y_stride + (panel + p) * kPanelRows + 8 * h, acc[r][p][h],
-                   valid - 8 * h);
+      for (int h = 0; h < NH; ++h)
+        store_half(g.y + (row + r) * g.y_stride + (panel + p) * kPanelRows + 8 * (h0 + h),
+                   acc[r][p][h], valid - 8 * (h0 + h));
   }
 }
 
-// Panels [p0, p1) for rows row .. row+R-1: two panels per tile for one row (more independent
-// chains for decode), one for two rows.
+// Panels [p0, p1) for rows row .. row+R-1. One row (decode) takes two panels, both halves, per
+// tile for more independent chains; several rows take one half of one panel per tile, so that
+// the accumulators of four rows fit the sixteen registers while each unpacked weight vector
+// feeds all four.
 template <DType T, int R>
 void rows(const PackedGemm& g, int64_t p0, int64_t p1, int64_t row) {
-  constexpr int P = R == 1 ? 2 : 1;
-  int64_t p = p0;
-  for (; p + P <= p1; p += P) tile<T, R, P>(g, p, row);
-  for (; p < p1; ++p) tile<T, R, 1>(g, p, row);
+  if constexpr (R == 1) {
+    int64_t p = p0;
+    for (; p + 2 <= p1; p += 2) tile<T, 1, 2, kHalves>(g, p, row, 0);
+    for (; p < p1; ++p) tile<T, 1, 1, kHalves>(g, p, row, 0);
+  } else {
+    for (int64_t p = p0; p < p1; ++p)
+      for (int h = 0; h < kHalves; ++h) tile<T, R, 1, 1>(g, p, row, h);
+  }
 }
 
 // Panels are taken in chunks of about this many bytes, which stay in L2 while every row pair
@@ -235,6 +261,7 @@ void gemm(const PackedGemm& g, int64_t p0, int64_t p1) {
   for (int64_t c0 = p0; c0 < p1; c0 += chunk) {
     const int64_t c1 = std::min(p1, c0 + chunk);
     int64_t row = 0;
+    for (; row + 4 <= g.m; row += 4) rows<T, 4>(g, c0, c1, row);
     for (; row + 2 <= g.m; row += 2) rows<T, 2>(g, c0, c1, row);
     if (row < g.m) rows<T, 1>(g, c0, c1, row);
   }
