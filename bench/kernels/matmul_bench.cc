@@ -4,20 +4,20 @@
 //   or:  ./build-bench/bench/kernels/matmul_bench --benchmark_min_time=0.05
 // Case names read linear/<type>/<N>x<K>/M:<rows of x>/threads:<pool size>, e.g.
 // linear/q4_1_packed/1536x576/M:1/threads:2. Types: f16, bf16, q4_0, q4_1, q5_0, q8_0, q4_k,
-// q6_k, q4_0/q4_1/q5_0/q8_0 with a packed copy ("_packed", only where packed_weights_supported();
-// batches on AMX where packed_amx_active()), q4_1/q8_0 packed with AMX switched off ("_vnni"), and
-// fp8 (F8_E4M3 with DeepSeek-V3's 128x128 block scales; random finite codes; "_packed": the FP8
-// panels of fp8_matmul.h), and w8a8 (I8 weights
-// with a scale per row and activations quantized per token: msModelSlim's W8A8_DYNAMIC; "_packed":
-// the panel GEMM of int8_matmul.h, AVX-512 VNNI or AVX2 as KESTREL_CPU_ISA selects, batches on
-// AMX where packed_amx_active(); "_vnni": AMX off),
-// and w4a8 (the same with int4 codes, packed as int4 panels: msModelSlim's W4A8_DYNAMIC).
-// f16/bf16 with float panels ("_packed", float_panels.h; same bytes per call as unpacked), and
-// bf16 as AMX bf16 tiles with bf16 activations ("bf16_amx", bf16_tiles.h; where the CPU has it).
-// Shapes: SmolLM2-135M's projections (576x576, 1536x576, 576x1536) and LM head (49152x576), and a
-// 7B-like 4096x4096 (only 576x1536 and 4096x4096 for the K-quants, whose blocks are 256 wide);
-// M = 1 is a decode step, M = 16 a decode batch, M = 64 and 512 are prefill chunks (issue 18's
-// shapes; bench/kernels/peak_bench gives the per-core peaks to compare GMAC/s with).
+// q6_k, q4_0/q4_1/q5_0/q8_0/q4_k/q6_k with a packed copy ("_packed", only where
+// packed_weights_supported(); batches on AMX where packed_amx_active()), q4_1/q8_0 packed with AMX
+// switched off ("_vnni"), and fp8 (F8_E4M3 with DeepSeek-V3's 128x128 block scales; random finite
+// codes; "_packed": the FP8 panels of fp8_matmul.h), and w8a8 (I8 weights with a scale per row and
+// activations quantized per token: msModelSlim's W8A8_DYNAMIC; "_packed": the panel GEMM of
+// int8_matmul.h, AVX-512 VNNI or AVX2 as KESTREL_CPU_ISA selects, batches on AMX where
+// packed_amx_active(); "_vnni": AMX off), and w4a8 (the same with int4 codes, packed as int4
+// panels: msModelSlim's W4A8_DYNAMIC). f16/bf16 with float panels ("_packed", float_panels.h; same
+// bytes per call as unpacked), and bf16 as AMX bf16 tiles with bf16 activations ("bf16_amx",
+// bf16_tiles.h; where the CPU has it). Shapes: SmolLM2-135M's projections (576x576, 1536x576,
+// 576x1536) and LM head (49152x576), and a 7B-like 4096x4096 (only 576x1536 and 4096x4096 for the
+// K-quants, whose blocks are 256 wide); M = 1 is a decode step, M = 16 a decode batch, M = 64 and
+// 512 are prefill chunks (issue 18's shapes; bench/kernels/peak_bench gives the per-core peaks to
+// compare GMAC/s with).
 //
 // Columns: Time is wall time per call. items/s = rows of x (tokens) per second. GB/s = weight
 // bytes read per call (the packed size for packed weights) over time — decode is bound by it.
@@ -38,6 +38,7 @@
 #include "backend/cpu/bf16_tiles.h"
 #include "backend/cpu/float_panels.h"
 #include "backend/cpu/int8_matmul.h"
+#include "backend/cpu/kquant_panels.h"
 #include "backend/cpu/linear_plan.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/packed_matmul.h"
@@ -144,6 +145,10 @@ std::unique_ptr<Weight> make_weight(const WeightType& type, const MatShape& shap
     pin(*w, Packing::kBf16Tiles);
   } else if (type.packed && float_packable(w->tensor.w)) {
     pin(*w, Packing::kFloatPanels);
+  } else if (type.packed && kquant_packable(w->tensor.w)) {
+    pin(*w, Packing::kKQuantPanels);
+    w->bytes_per_call =
+        size_t(shape.k / QK_K) * kquant_block_bytes(type.dtype) * size_t(packed_panels(shape.n));
   } else if (type.packed) {
     pin(*w, Packing::kQ8Panels);
     w->bytes_per_call = packed_panel_bytes(type.dtype, shape.k) * size_t(packed_panels(shape.n));
@@ -210,7 +215,9 @@ void register_all() {
       {"q4_1_vnni", DType::Q4_1, true, false},
       {"q8_0_vnni", DType::Q8_0, true, false},
       {"q4_k", DType::Q4_K, false},
+      {"q4_k_packed", DType::Q4_K, true},
       {"q6_k", DType::Q6_K, false},
+      {"q6_k_packed", DType::Q6_K, true},
       {"fp8", DType::F8_E4M3, false},
       {"fp8_packed", DType::F8_E4M3, true},
       {"w8a8", DType::I8, false},

@@ -122,10 +122,32 @@ void rows_dot(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, in
 const KQuantKernels kScalar{rows_dot<DType::Q4_K>, rows_dot<DType::Q5_K>, rows_dot<DType::Q6_K>,
                             kMaxTileRows};
 
+template <DType T>
+void decode_as(const void* block, KQuantBlockCodes& out) {
+  using F = Format<T>;
+  Decoded d;
+  F::decode(*static_cast<const typename F::Block*>(block), d);
+  const int offset = T == DType::Q6_K ? 32 : 0;
+  for (int i = 0; i < QK_K; ++i) out.u[i] = uint8_t(d.q[i] + offset);
+  for (int j = 0; j < 16; ++j) out.sc[j] = j < F::kSub ? d.sc[j] : 0;
+  for (int j = 0; j < 8; ++j) out.mn[j] = T == DType::Q6_K ? 0 : d.mn[j];
+}
+
 }  // namespace
 
 const KQuantKernels& scalar_kquant_kernels() {
   return kScalar;
+}
+
+void decode_kquant_block(DType t, const void* block, KQuantBlockCodes& out) {
+  switch (t) {
+    case DType::Q4_K:
+      return decode_as<DType::Q4_K>(block, out);
+    case DType::Q5_K:
+      return decode_as<DType::Q5_K>(block, out);
+    default:
+      return decode_as<DType::Q6_K>(block, out);
+  }
 }
 
 }  // namespace kestrel::cpu

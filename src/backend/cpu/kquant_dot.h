@@ -10,7 +10,11 @@
 // the output, in this order.
 #pragma once
 
+#include <cstdint>
+
 #include "backend/cpu/matmul_kernels.h"
+#include "tensor/dtype.h"
+#include "tensor/quant_formats.h"
 
 namespace kestrel::cpu {
 
@@ -21,6 +25,15 @@ struct KQuantKernels {
 };
 
 const KQuantKernels& scalar_kquant_kernels();
+
+// One super-block of Q4_K, Q5_K or Q6_K decoded: its codes as unsigned integers (Q6_K's before
+// the −32 offset), element by element, and its sub-block scales (Q6_K: 16, signed) and mins
+// (Q4_K, Q5_K: 8 of each). What the packed copies of kquant_panels.h are made from.
+struct KQuantBlockCodes {
+  uint8_t u[QK_K];
+  int32_t sc[16], mn[8];
+};
+void decode_kquant_block(DType t, const void* block, KQuantBlockCodes& out);
 // nullptr when this build has no AVX2 code; callers check CPU support themselves.
 const KQuantKernels* avx2_kquant_kernels();
 

@@ -49,6 +49,9 @@ bool fits_float_panels(const Tensor& w, DType) {
 bool fits_q8_panels(const Tensor& w, DType) {
   return packable(w);
 }
+bool fits_kquant_panels(const Tensor& w, DType) {
+  return kquant_packable(w);
+}
 // AMX bf16 tiles take activations rounded to bf16: only where the model computes in bf16, and
 // only when asked for (cpu_isa.h: another arithmetic).
 bool fits_bf16_tiles(const Tensor& w, DType act) {
@@ -146,6 +149,21 @@ void add_rows(Isa isa, std::vector<LinearKernel>& t) {
                    .pack = pack_weight,
                    .q8_gemm = q8,
                    .q8_gemm_amx = isa == Isa::kAvx512 ? amx_packed_gemm() : nullptr});
+
+  // K-quant panels: the AVX2 GEMM, on AVX-512 CPUs too (kquant_panels.h; the row kernels' bits).
+  if (isa != Isa::kScalar)
+    if (KQuantGemmFn kg = avx2_kquant_gemm())
+      for (DType d : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
+        t.push_back({.name = "k-quant panel gemm",
+                     .dtype = d,
+                     .packing = Packing::kKQuantPanels,
+                     .isa = isa,
+                     .mode = kInt8,
+                     .act = ActFormat::kQ8_K,
+                     .run = run_kquant_panels,
+                     .fits = fits_kquant_panels,
+                     .pack = pack_kquant_panels,
+                     .kquant_gemm = kg});
 
   // FP8 panels: the row kernels' arithmetic with each k's weights of eight rows one load.
   if (isa != Isa::kScalar)
@@ -297,6 +315,8 @@ const char* packing_name(Packing p) {
       return "int4 panels";
     case Packing::kFp8Panels:
       return "fp8 panels";
+    case Packing::kKQuantPanels:
+      return "k-quant panels";
     default:
       return "rows";
   }

@@ -26,6 +26,7 @@
 #include "backend/cpu/float_panels.h"
 #include "backend/cpu/fp8_matmul.h"
 #include "backend/cpu/int8_matmul.h"
+#include "backend/cpu/kquant_panels.h"
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/packed_matmul.h"
 #include "backend/cpu/thread_scratch.h"
@@ -54,6 +55,7 @@ enum class Packing : uint8_t {
   kInt8Panels,
   kInt4Panels,
   kFp8Panels,
+  kKQuantPanels,
 };
 const char* packing_name(Packing p);
 
@@ -100,6 +102,7 @@ struct LinearKernel {
   Fp8PanelsFn fp8_panels = nullptr;
   int tile_rows = kMaxTileRows;
   PackedGemmFn q8_gemm = nullptr, q8_gemm_amx = nullptr;
+  KQuantGemmFn kquant_gemm = nullptr;
   FloatGemmFn float_gemm = nullptr;
   bool reads_xt = false;  // float_gemm reads small batches transposed (LinearCall::xt)
   Bf16GemmFn bf16_gemm = nullptr;

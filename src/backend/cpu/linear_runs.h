@@ -25,6 +25,8 @@ void run_bf16_tiles(const LinearKernel& kern, const LinearCall& c, ScratchArena&
                     int64_t u0, int64_t u1);
 void run_fp8_panels(const LinearKernel& kern, const LinearCall& c, ScratchArena& scratch,
                     int64_t u0, int64_t u1);
+void run_kquant_panels(const LinearKernel& kern, const LinearCall& c, ScratchArena& scratch,
+                       int64_t u0, int64_t u1);
 void run_int8_panels(const LinearKernel& kern, const LinearCall& c, ScratchArena& scratch,
                      int64_t u0, int64_t u1);
 

@@ -1,0 +1,245 @@
+// AVX2 GEMM over K-quant panels (layout in kquant_panels.h): each 64-byte quad-row vector taken
+// as two 32-byte halves, rows 0–7 and 8–15 of the panel, as eight lanes. Per unit of 32
+// elements, four activation codes broadcast to every lane meet a half in maddubs; the pair sums
+// of a few chunks are added in int16 (no saturation: see KFormat), then one madd with the lanes'
+// sub-block scale widens and scales them. All integers are exact, so c, m and the two fmas per
+// super-block are kquant_dot.h's, bit for bit. AVX-512 CPUs run this kernel too.
+#include "backend/cpu/kquant_panels.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "tensor/quant_formats.h"
+
+namespace kestrel::cpu {
+namespace {
+
+template <DType T>
+struct KFormat {
+  static constexpr bool kMin = kquant_has_min(T);
+  // Q6_K has a scale per half unit (quad rows 0–3, 4–7): the low and high nibbles of a chunk
+  // then go to two accumulators.
+  static constexpr bool kTwoScales = T == DType::Q6_K;
+  static constexpr int kUnitBytes = int(kquant_unit_bytes(T));
+  static constexpr int kBlockBytes = int(kquant_block_bytes(T));
+  // Chunks summed in int16 before the madd: with |x| <= 127, Q4_K's two maddubs per chunk of
+  // codes below 16 reach 4 · 2 · 2 · 15 · 127 = 30480 over four chunks; Q5_K's (below 32)
+  // 2 · 2 · 2 · 31 · 127 = 31496 over two; Q6_K's one per accumulator (below 64)
+  // 2 · 2 · 63 · 127 = 32004 over two.
+  static constexpr int kInt16Chunks = T == DType::Q4_K ? 4 : 2;
+  // Activation rows per tile: Q6_K's two accumulators per row leave room for two.
+  static constexpr int kRows = T == DType::Q6_K ? 2 : 4;
+};
+
+__m256i broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm256_set1_epi32(v);
+}
+
+// Eight rows' byte values a and b (signed) as int16 pairs (a, b) in eight 32-bit lanes: the
+// operand of a madd against pair sums.
+__m256i int16_pairs(const uint8_t* a, const uint8_t* b) {
+  const __m256i lo = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a)));
+  const __m256i hi = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
+  return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0xFFFF)),
+                         _mm256_slli_epi32(hi, 16));
+}
+
+template <DType T, int R>
+void tile(const KQuantGemm& g, int64_t panel, int h, int64_t row) {
+  using F = KFormat<T>;
+  const int64_t nb = g.k / QK_K;
+  const uint8_t* wp = g.w + size_t(panel) * size_t(nb) * F::kBlockBytes;
+  const BlockQ8_K* xr[R];
+  __m256 acc[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    xr[r] = reinterpret_cast<const BlockQ8_K*>(g.x + size_t(row + r) * g.x_stride);
+    acc[r] = _mm256_setzero_ps();
+  }
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+  for (int64_t b = 0; b < nb; ++b, wp += F::kBlockBytes) {
+    const uint8_t* scales = wp + kquant_scales_offset(T) + 8 * h;
+    __m256i c[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) c[r] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+    for (int u = 0; u < kKUnits; ++u) {
+      const uint8_t* unit = wp + size_t(u) * F::kUnitBytes;
+      const int ja = F::kTwoScales ? 2 * u : u;
+      const __m256i sc_a = int16_pairs(scales + ja * kPanelRows, scales + ja * kPanelRows);
+      const __m256i sc_b = F::kTwoScales ? int16_pairs(scales + (ja + 1) * kPanelRows,
+                                                       scales + (ja + 1) * kPanelRows)
+                                         : sc_a;
+      const uint8_t* planes = unit + kPanelBlockCodes / 2 + 32 * h;
+      __m256i p0 = _mm256_setzero_si256(), p1 = _mm256_setzero_si256();
+      if constexpr (T != DType::Q4_K)
+        p0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(planes));
+      if constexpr (T == DType::Q6_K)
+        p1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(planes + kPanelBlockCodes / 8));
+      __m256i c16a[R], c16b[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) c16a[r] = c16b[r] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {
+        const __m256i v =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + 64 * t + 32 * h));
+        __m256i lo = _mm256_and_si256(v, low4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        if constexpr (T == DType::Q5_K) {
+          // Bit t of each plane byte is quad row t's fifth bit, bit t + 4 quad row t + 4's;
+          // t right shifts bring them to bits 0 and 4 (16-bit shifts: a neighbour's bits
+          // arrive above bit 4 only after four).
+          lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(p0, _mm256_set1_epi8(1)), 4));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(p0, _mm256_set1_epi8(0x10)));
+          p0 = _mm256_srli_epi16(p0, 1);
+        }
+        if constexpr (T == DType::Q6_K) {
+          // Bits 2t, 2t + 1 of each plane byte, brought to bits 0 and 1 by t shifts of two.
+          const __m256i two = _mm256_set1_epi8(3);
+          lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(p0, two), 4));
+          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(p1, two), 4));
+          p0 = _mm256_srli_epi16(p0, 2);
+          p1 = _mm256_srli_epi16(p1, 2);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const int8_t* qs = xr[r][b].qs + 32 * u + 4 * t;
+          const __m256i plo = _mm256_maddubs_epi16(lo, broadcast4(qs));
+          const __m256i phi = _mm256_maddubs_epi16(hi, broadcast4(qs + 16));
+          if constexpr (F::kTwoScales) {
+            c16a[r] = _mm256_add_epi16(c16a[r], plo);
+            c16b[r] = _mm256_add_epi16(c16b[r], phi);
+          } else {
+            c16a[r] = _mm256_add_epi16(c16a[r], _mm256_add_epi16(plo, phi));
+          }
+        }
+        if ((t + 1) % F::kInt16Chunks == 0) {
+#pragma GCC unroll 4
+          for (int r = 0; r < R; ++r) {
+            c[r] = _mm256_add_epi32(c[r], _mm256_madd_epi16(c16a[r], sc_a));
+            if constexpr (F::kTwoScales)
+              c[r] = _mm256_add_epi32(c[r], _mm256_madd_epi16(c16b[r], sc_b));
+            c16a[r] = c16b[r] = _mm256_setzero_si256();
+          }
+        }
+      }
+    }
+    const uint8_t* dp = wp + kquant_d_offset(T) + 16 * h;
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dp)));
+    const __m256 dmin =
+        F::kMin ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dp + 32)))
+                : _mm256_setzero_ps();
+    // The lanes' int16 pairs the epilogue's madds take, once for every activation row: Q6_K's
+    // sub-block scales (sc_2p, sc_2p+1), Q4_K's and Q5_K's mins (mn_2p, mn_2p+1).
+    constexpr int kPairs = F::kMin ? 4 : 8;
+    const uint8_t* paired = F::kMin ? wp + kquant_mins_offset(T) + 8 * h : scales;
+    __m256i pairs[kPairs];
+#pragma GCC unroll 8
+    for (int p = 0; p < kPairs; ++p)
+      pairs[p] = int16_pairs(paired + 2 * p * kPanelRows, paired + (2 * p + 1) * kPanelRows);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const BlockQ8_K& y = xr[r][b];
+      const __m256 yd = _mm256_set1_ps(y.d);
+      // The activation side of the pairs: Q6_K's bsums as they are (sub-blocks of 16), else
+      // Y_j = bsums_2j + bsums_2j+1, the 32-element sums, pairwise.
+      alignas(16) int32_t ypair[kPairs];
+      if constexpr (F::kMin) {
+        _mm_store_si128(
+            reinterpret_cast<__m128i*>(ypair),
+            _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums)),
+                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8))));
+      } else {
+        std::memcpy(ypair, y.bsums, sizeof(ypair));
+      }
+      __m256i paired_sum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int p = 0; p < kPairs; ++p)
+        paired_sum =
+            _mm256_add_epi32(paired_sum, _mm256_madd_epi16(pairs[p], _mm256_set1_epi32(ypair[p])));
+      if constexpr (F::kMin) {
+        // m = Σ_j mn_j·Y_j.
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c[r]), _mm256_mul_ps(dw, yd), acc[r]);
+        acc[r] = _mm256_fmadd_ps(
+            _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), paired_sum)),
+            _mm256_mul_ps(dmin, yd), acc[r]);
+      } else {
+        // Unsigned codes u = q + 32: c less 32·Σ_j sc_j·bsums_j.
+        const __m256i cs = _mm256_sub_epi32(c[r], _mm256_slli_epi32(paired_sum, 5));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(cs), _mm256_mul_ps(dw, yd), acc[r]);
+      }
+    }
+  }
+  const int valid = int(std::min<int64_t>(8, g.n - panel * kPanelRows - 8 * h));
+  if (valid <= 0) return;
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    float* y = g.y + (row + r) * g.y_stride + panel * kPanelRows + 8 * h;
+    if (valid >= 8) {
+      _mm256_storeu_ps(y, acc[r]);
+    } else {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, acc[r]);
+      std::memcpy(y, tmp, size_t(valid) * sizeof(float));
+    }
+  }
+}
+
+template <DType T, int R>
+void rows(const KQuantGemm& g, int64_t p0, int64_t p1, int64_t row) {
+  for (int64_t p = p0; p < p1; ++p)
+    for (int h = 0; h < 2; ++h) tile<T, R>(g, p, h, row);
+}
+
+// Panels are taken in chunks of about this many bytes, which stay in L2 while every row tile
+// passes over them.
+constexpr size_t kPanelChunkBytes = size_t(256) << 10;
+
+template <DType T>
+void gemm(const KQuantGemm& g, int64_t p0, int64_t p1) {
+  constexpr int R = KFormat<T>::kRows;
+  const size_t panel_bytes = size_t(g.k / QK_K) * kquant_block_bytes(T);
+  const int64_t chunk = std::max<int64_t>(1, int64_t(kPanelChunkBytes / panel_bytes));
+  for (int64_t c0 = p0; c0 < p1; c0 += chunk) {
+    const int64_t c1 = std::min(p1, c0 + chunk);
+    int64_t row = 0;
+    for (; row + R <= g.m; row += R) rows<T, R>(g, c0, c1, row);
+    for (; row + 2 <= g.m; row += 2) rows<T, 2>(g, c0, c1, row);
+    if (row < g.m) rows<T, 1>(g, c0, c1, row);
+  }
+}
+
+void kquant_gemm(const KQuantGemm& g, int64_t p0, int64_t p1) {
+  switch (g.type) {
+    case DType::Q4_K:
+      return gemm<DType::Q4_K>(g, p0, p1);
+    case DType::Q5_K:
+      return gemm<DType::Q5_K>(g, p0, p1);
+    default:
+      return gemm<DType::Q6_K>(g, p0, p1);
+  }
+}
+
+}  // namespace
+
+KQuantGemmFn avx2_kquant_gemm() {
+  return kquant_gemm;
+}
+
+}  // namespace kestrel::cpu
+
+#else
+
+namespace kestrel::cpu {
+KQuantGemmFn avx2_kquant_gemm() {
+  return nullptr;
+}
+}  // namespace kestrel::cpu
+
+#endif
