@@ -85,8 +85,9 @@ struct KQuantGemm {
 // Computes every row of y for the panels [p0, p1).
 using KQuantGemmFn = void (*)(const KQuantGemm& g, int64_t p0, int64_t p1);
 
-// The AVX2 GEMM (two 8-lane halves per panel), which AVX-512 CPUs run too; nullptr where this
-// build has no AVX2 code.
+// The AVX2 GEMM (two 8-lane halves per panel) and the AVX-512 VNNI one (a panel per vector);
+// nullptr where this build lacks the instructions. Both give the same bits.
 KQuantGemmFn avx2_kquant_gemm();
+KQuantGemmFn avx512_kquant_gemm();
 
 }  // namespace kestrel::cpu

@@ -3,7 +3,7 @@
 // elements, four activation codes broadcast to every lane meet a half in maddubs; the pair sums
 // of a few chunks are added in int16 (no saturation: see KFormat), then one madd with the lanes'
 // sub-block scale widens and scales them. All integers are exact, so c, m and the two fmas per
-// super-block are kquant_dot.h's, bit for bit. AVX-512 CPUs run this kernel too.
+// super-block are kquant_dot.h's, bit for bit.
 #include "backend/cpu/kquant_panels.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)

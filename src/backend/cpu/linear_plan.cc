@@ -150,20 +150,23 @@ void add_rows(Isa isa, std::vector<LinearKernel>& t) {
                    .q8_gemm = q8,
                    .q8_gemm_amx = isa == Isa::kAvx512 ? amx_packed_gemm() : nullptr});
 
-  // K-quant panels: the AVX2 GEMM, on AVX-512 CPUs too (kquant_panels.h; the row kernels' bits).
-  if (isa != Isa::kScalar)
-    if (KQuantGemmFn kg = avx2_kquant_gemm())
-      for (DType d : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
-        t.push_back({.name = "k-quant panel gemm",
-                     .dtype = d,
-                     .packing = Packing::kKQuantPanels,
-                     .isa = isa,
-                     .mode = kInt8,
-                     .act = ActFormat::kQ8_K,
-                     .run = run_kquant_panels,
-                     .fits = fits_kquant_panels,
-                     .pack = pack_kquant_panels,
-                     .kquant_gemm = kg});
+  // K-quant panels: VNNI on AVX-512, two 8-lane halves per panel on AVX2 (kquant_panels.h; the
+  // row kernels' bits).
+  const KQuantGemmFn kg = isa == Isa::kAvx512 ? avx512_kquant_gemm()
+                          : isa == Isa::kAvx2 ? avx2_kquant_gemm()
+                                              : nullptr;
+  if (kg != nullptr)
+    for (DType d : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
+      t.push_back({.name = "k-quant panel gemm",
+                   .dtype = d,
+                   .packing = Packing::kKQuantPanels,
+                   .isa = isa,
+                   .mode = kInt8,
+                   .act = ActFormat::kQ8_K,
+                   .run = run_kquant_panels,
+                   .fits = fits_kquant_panels,
+                   .pack = pack_kquant_panels,
+                   .kquant_gemm = kg});
 
   // FP8 panels: the row kernels' arithmetic with each k's weights of eight rows one load.
   if (isa != Isa::kScalar)
