@@ -44,10 +44,15 @@ __m256i broadcast4(const int8_t* p) {
 // Eight rows' byte values a and b (signed) as int16 pairs (a, b) in eight 32-bit lanes: the
 // operand of a madd against pair sums.
 __m256i int16_pairs(const uint8_t* a, const uint8_t* b) {
-  const __m256i lo = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a)));
-  const __m256i hi = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
-  return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0xFFFF)),
-                         _mm256_slli_epi32(hi, 16));
+  return _mm256_cvtepi8_epi16(
+      _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a)),
+                        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b))));
+}
+
+// The same with a = b: each row's scale in both halves of its lane.
+__m256i int16_twins(const uint8_t* a) {
+  const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a));
+  return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(v, v));
 }
 
 template <DType T, int R>
@@ -72,10 +77,8 @@ void tile(const KQuantGemm& g, int64_t panel, int h, int64_t row) {
     for (int u = 0; u < kKUnits; ++u) {
       const uint8_t* unit = wp + size_t(u) * F::kUnitBytes;
       const int ja = F::kTwoScales ? 2 * u : u;
-      const __m256i sc_a = int16_pairs(scales + ja * kPanelRows, scales + ja * kPanelRows);
-      const __m256i sc_b = F::kTwoScales ? int16_pairs(scales + (ja + 1) * kPanelRows,
-                                                       scales + (ja + 1) * kPanelRows)
-                                         : sc_a;
+      const __m256i sc_a = int16_twins(scales + ja * kPanelRows);
+      const __m256i sc_b = F::kTwoScales ? int16_twins(scales + (ja + 1) * kPanelRows) : sc_a;
       const uint8_t* planes = unit + kPanelBlockCodes / 2 + 32 * h;
       __m256i p0 = _mm256_setzero_si256(), p1 = _mm256_setzero_si256();
       if constexpr (T != DType::Q4_K)
@@ -100,12 +103,15 @@ void tile(const KQuantGemm& g, int64_t panel, int h, int64_t row) {
           p0 = _mm256_srli_epi16(p0, 1);
         }
         if constexpr (T == DType::Q6_K) {
-          // Bits 2t, 2t + 1 of each plane byte, brought to bits 0 and 1 by t shifts of two.
-          const __m256i two = _mm256_set1_epi8(3);
-          lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(p0, two), 4));
-          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(p1, two), 4));
-          p0 = _mm256_srli_epi16(p0, 2);
-          p1 = _mm256_srli_epi16(p1, 2);
+          // Bits 2t, 2t + 1 of each plane byte moved to bits 4, 5 by one 16-bit shift (the bits
+          // it moves in from the byte's neighbour land outside 4, 5) and masked.
+          const __m256i bits45 = _mm256_set1_epi8(0x30);
+          const auto high = [&](__m256i p) __attribute__((always_inline)) {
+            return _mm256_and_si256(
+                t < 3 ? _mm256_slli_epi16(p, 4 - 2 * t) : _mm256_srli_epi16(p, 2), bits45);
+          };
+          lo = _mm256_or_si256(lo, high(p0));
+          hi = _mm256_or_si256(hi, high(p1));
         }
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {

@@ -101,11 +101,14 @@ void tile(const KQuantGemm& g, int64_t panel, int64_t row) {
             p0[p] = _mm512_srli_epi16(p0[p], 1);
           }
           if constexpr (T == DType::Q6_K) {
-            const __m512i two = _mm512_set1_epi8(3);
-            lo[p] = _mm512_or_si512(lo[p], _mm512_slli_epi16(_mm512_and_si512(p0[p], two), 4));
-            hi[p] = _mm512_or_si512(hi[p], _mm512_slli_epi16(_mm512_and_si512(p1[p], two), 4));
-            p0[p] = _mm512_srli_epi16(p0[p], 2);
-            p1[p] = _mm512_srli_epi16(p1[p], 2);
+            // Bits 2t, 2t + 1 of each plane byte moved to bits 4, 5 (the AVX2 kernel's shift),
+            // then code | (shifted & 0x30).
+            const __m512i bits45 = _mm512_set1_epi8(0x30);
+            const auto shifted = [&](__m512i q) __attribute__((always_inline)) {
+              return t < 3 ? _mm512_slli_epi16(q, 4 - 2 * t) : _mm512_srli_epi16(q, 2);
+            };
+            lo[p] = _mm512_ternarylogic_epi32(lo[p], shifted(p0[p]), bits45, 0xF8);
+            hi[p] = _mm512_ternarylogic_epi32(hi[p], shifted(p1[p]), bits45, 0xF8);
           }
         }
 #pragma GCC unroll 4
