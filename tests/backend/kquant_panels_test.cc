@@ -136,7 +136,7 @@ TEST_P(KQuantPanels, EveryIsaGivesTheRowKernelsBits) {
 // Every code and scale at its largest (Q6_K: scales ±127), activations at ±127.
 TEST_P(KQuantPanels, ExtremeCodesDoNotSaturate) {
   const DType t = GetParam();
-  const int64_t n = 24, k = 512, m = 6;
+  const int64_t n = 24, k = 512, m = 12;  // past the AVX2 kernel's converted-codes threshold
   KWeight w;
   w.bytes.assign(dtype_bytes(t, n * k), 0xFF);
   const size_t block = dtype_bytes(t, QK_K);
@@ -157,6 +157,7 @@ TEST_P(KQuantPanels, ExtremeCodesDoNotSaturate) {
   std::vector<float> x(m * k);
   for (int64_t i = 0; i < m * k; ++i) x[i] = i / k % 2 == 0 ? 5.0f : -5.0f;
   expect_rows_bits(w, m, 0, &x);
+  expect_rows_bits(w, 4, 0, &x);
   expect_rows_bits(w, 1, 0, &x);
 }
 

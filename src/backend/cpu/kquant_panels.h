@@ -29,6 +29,7 @@
 #include <memory>
 
 #include "backend/cpu/packed_matmul.h"
+#include "backend/cpu/thread_scratch.h"
 #include "tensor/tensor.h"
 
 namespace kestrel::cpu {
@@ -81,6 +82,8 @@ struct KQuantGemm {
   int64_t m;
   float* y;
   int64_t y_stride;
+  // The running thread's arena (thread_scratch.h); null: buffers of the call's own.
+  ScratchArena* scratch = nullptr;
 };
 // Computes every row of y for the panels [p0, p1).
 using KQuantGemmFn = void (*)(const KQuantGemm& g, int64_t p0, int64_t p1);

@@ -102,9 +102,10 @@ void run_fp8_panels(const LinearKernel& kern, const LinearCall& c, ScratchArena&
   kern.fp8_panels(fp8_weight(*c.w), c.weights, c.n, c.x, c.x_stride, c.m, c.y, c.n, u0, u1);
 }
 
-void run_kquant_panels(const LinearKernel& kern, const LinearCall& c, ScratchArena&, int64_t u0,
-                       int64_t u1) {
-  kern.kquant_gemm({c.w->w.dtype, c.weights, c.n, c.k, c.x, c.x_stride, c.m, c.y, c.n}, u0, u1);
+void run_kquant_panels(const LinearKernel& kern, const LinearCall& c, ScratchArena& scratch,
+                       int64_t u0, int64_t u1) {
+  kern.kquant_gemm({c.w->w.dtype, c.weights, c.n, c.k, c.x, c.x_stride, c.m, c.y, c.n, &scratch},
+                   u0, u1);
 }
 
 void run_int8_panels(const LinearKernel& kern, const LinearCall& c, ScratchArena& scratch,
