@@ -88,6 +88,16 @@ struct KQuantGemm {
 // Computes every row of y for the panels [p0, p1).
 using KQuantGemmFn = void (*)(const KQuantGemm& g, int64_t p0, int64_t p1);
 
+// Batches of kKConvertRows rows or more first convert each panel's codes to whole bytes
+// (unsigned, before Q6_K's offset), kKUnitCodeBytes per unit: quad row q of the unit at byte 64q,
+// in the panel's lane layout. Then an activation row's step is one multiply-add instruction per
+// quad row, where unpacking nibbles and bit planes would cost more than the products.
+constexpr int kKUnitCodeBytes = 8 * 64;
+constexpr int64_t kKConvertRows = 8;
+// Converts one panel (nb super-blocks of a t copy) into out (nb · kKUnits · kKUnitCodeBytes
+// bytes, 32-byte aligned). AVX2 code.
+void convert_kquant_panel(DType t, const uint8_t* panel, int64_t nb, uint8_t* out);
+
 // The AVX2 GEMM (two 8-lane halves per panel) and the AVX-512 VNNI one (a panel per vector);
 // nullptr where this build lacks the instructions. Both give the same bits.
 KQuantGemmFn avx2_kquant_gemm();

@@ -6,6 +6,8 @@
 // super-block are kquant_dot.h's, bit for bit.
 #include "backend/cpu/kquant_panels.h"
 
+#include "base/status.h"
+
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
 #include <immintrin.h>
@@ -233,16 +235,11 @@ void tile(const KQuantGemm& g, int64_t panel, int h, int64_t row) {
   store_tile<R>(g, panel, h, row, acc);
 }
 
-// Batches convert each panel's codes once per call into whole bytes (kUnitCodeBytes per unit:
-// quad row q of the unit at 64q, the panel's layout without nibbles or planes), so that each
-// activation row's step is a maddubs per quad row and nothing else.
-constexpr int kUnitCodeBytes = 8 * 64;
-
 template <DType T>
 void convert_panel(const uint8_t* panel, int64_t nb, uint8_t* out) {
   using F = KFormat<T>;
   for (int64_t b = 0; b < nb; ++b, panel += F::kBlockBytes) {
-    for (int u = 0; u < kKUnits; ++u, out += kUnitCodeBytes) {
+    for (int u = 0; u < kKUnits; ++u, out += kKUnitCodeBytes) {
       const uint8_t* unit = panel + size_t(u) * F::kUnitBytes;
       for (int h = 0; h < 2; ++h) {
         Planes<T> planes(unit, h);
@@ -277,7 +274,7 @@ void byte_tile(const KQuantGemm& g, int64_t panel, const uint8_t* conv, int h, i
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) c[r] = _mm256_setzero_si256();
 #pragma GCC unroll 1
-    for (int u = 0; u < kKUnits; ++u, conv += kUnitCodeBytes) {
+    for (int u = 0; u < kKUnits; ++u, conv += kKUnitCodeBytes) {
       const int ja = F::kTwoScales ? 2 * u : u;
       // Quad rows two at a time: a pair of maddubs of codes below 64 stays in int16
       // (2 · 2 · 63 · 127 = 32004), and both lie in one sub-block of every format.
@@ -313,9 +310,6 @@ struct ConvertedKPanels {
   std::vector<uint8_t> bytes;
 };
 
-// Batches from this many rows take the converted codes.
-constexpr int64_t kConvertRows = 8;
-
 // Panels are taken in chunks of about this many bytes, which stay in L2 while every row tile
 // passes over them.
 constexpr size_t kPanelChunkBytes = size_t(256) << 10;
@@ -326,8 +320,8 @@ void gemm(const KQuantGemm& g, int64_t p0, int64_t p1) {
   const int64_t nb = g.k / QK_K;
   const size_t panel_bytes = size_t(nb) * kquant_block_bytes(T);
   const int64_t chunk = std::max<int64_t>(1, int64_t(kPanelChunkBytes / panel_bytes));
-  if (g.m >= kConvertRows) {
-    const size_t converted = size_t(nb) * kKUnits * kUnitCodeBytes;  // one panel
+  if (g.m >= kKConvertRows) {
+    const size_t converted = size_t(nb) * kKUnits * kKUnitCodeBytes;  // one panel
     ScratchArena own;
     std::vector<uint8_t>& buffer =
         (g.scratch != nullptr ? *g.scratch : own).get<ConvertedKPanels>().bytes;
@@ -335,7 +329,8 @@ void gemm(const KQuantGemm& g, int64_t p0, int64_t p1) {
     for (int64_t c0 = p0; c0 < p1; c0 += chunk) {
       const int64_t c1 = std::min(p1, c0 + chunk);
       for (int64_t p = c0; p < c1; ++p)
-        convert_panel<T>(g.w + size_t(p) * panel_bytes, nb, conv + size_t(p - c0) * converted);
+        convert_kquant_panel(T, g.w + size_t(p) * panel_bytes, nb,
+                             conv + size_t(p - c0) * converted);
       int64_t row = 0;
       const auto run = [&]<int kR>() {
         for (int64_t p = c0; p < c1; ++p)
@@ -371,6 +366,17 @@ void kquant_gemm(const KQuantGemm& g, int64_t p0, int64_t p1) {
 
 }  // namespace
 
+void convert_kquant_panel(DType t, const uint8_t* panel, int64_t nb, uint8_t* out) {
+  switch (t) {
+    case DType::Q4_K:
+      return convert_panel<DType::Q4_K>(panel, nb, out);
+    case DType::Q5_K:
+      return convert_panel<DType::Q5_K>(panel, nb, out);
+    default:
+      return convert_panel<DType::Q6_K>(panel, nb, out);
+  }
+}
+
 KQuantGemmFn avx2_kquant_gemm() {
   return kquant_gemm;
 }
@@ -380,6 +386,9 @@ KQuantGemmFn avx2_kquant_gemm() {
 #else
 
 namespace kestrel::cpu {
+void convert_kquant_panel(DType, const uint8_t*, int64_t, uint8_t*) {
+  KCHECK(false, "convert_kquant_panel: this build has no AVX2 code");
+}
 KQuantGemmFn avx2_kquant_gemm() {
   return nullptr;
 }

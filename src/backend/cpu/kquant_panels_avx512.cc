@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
+#include "backend/cpu/aligned_scratch.h"
 #include "tensor/quant_formats.h"
 
 // GCC 12 warns inside its own AVX-512 intrinsics (the unused halves of _mm512_set1_*).
@@ -50,7 +52,73 @@ __attribute__((always_inline)) inline __m512i scales32(const uint8_t* s) {
   return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
 }
 
-// R activation rows × P panels.
+// The end of super-block b for R activation rows and panel p of the tile: c the rows' integer
+// sums, wp the panel's block; the mins (or Q6_K's offset) and the two fmas of kquant_dot.h.
+template <DType T, int R, int P>
+__attribute__((always_inline)) inline void epilogue(const uint8_t* wp, int p,
+                                                    const __m512i (&c)[R][P],
+                                                    const BlockQ8_K* const (&xr)[R], int64_t b,
+                                                    __m512 (&acc)[R][P]) {
+  using F = KFormat<T>;
+  const uint8_t* dp = wp + kquant_d_offset(T);
+  const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dp)));
+  const __m512 dmin =
+      F::kMin ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dp + 32)))
+              : _mm512_setzero_ps();
+  // The int16 pairs of the epilogue (kquant_panels_avx2.cc): Q6_K's scales, else the mins.
+  constexpr int kPairs = F::kMin ? 4 : 8;
+  const uint8_t* paired = wp + (F::kMin ? kquant_mins_offset(T) : kquant_scales_offset(T));
+  __m512i pairs[kPairs];
+#pragma GCC unroll 8
+  for (int q = 0; q < kPairs; ++q)
+    pairs[q] = int16_pairs(paired + 2 * q * kPanelRows, paired + (2 * q + 1) * kPanelRows);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const BlockQ8_K& y = xr[r][b];
+    const __m512 yd = _mm512_set1_ps(y.d);
+    alignas(16) int32_t ypair[kPairs];
+    if constexpr (F::kMin) {
+      _mm_store_si128(
+          reinterpret_cast<__m128i*>(ypair),
+          _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums)),
+                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8))));
+    } else {
+      std::memcpy(ypair, y.bsums, sizeof(ypair));
+    }
+    __m512i paired_sum = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int q = 0; q < kPairs; ++q)
+      paired_sum = _mm512_dpwssd_epi32(paired_sum, pairs[q], _mm512_set1_epi32(ypair[q]));
+    if constexpr (F::kMin) {
+      acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c[r][p]), _mm512_mul_ps(dw, yd), acc[r][p]);
+      acc[r][p] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_setzero_si512(), paired_sum)),
+                          _mm512_mul_ps(dmin, yd), acc[r][p]);
+    } else {
+      const __m512i cs = _mm512_sub_epi32(c[r][p], _mm512_slli_epi32(paired_sum, 5));
+      acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(cs), _mm512_mul_ps(dw, yd), acc[r][p]);
+    }
+  }
+}
+
+template <int R, int P>
+void store_tile(const KQuantGemm& g, int64_t panel, int64_t row, const __m512 (&acc)[R][P]) {
+#pragma GCC unroll 2
+  for (int p = 0; p < P; ++p) {
+    const int valid = int(std::min<int64_t>(kPanelRows, g.n - (panel + p) * kPanelRows));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      float* y = g.y + (row + r) * g.y_stride + (panel + p) * kPanelRows;
+      if (valid >= kPanelRows) {
+        _mm512_storeu_ps(y, acc[r][p]);
+      } else {
+        _mm512_mask_storeu_ps(y, __mmask16((1u << valid) - 1), acc[r][p]);
+      }
+    }
+  }
+}
+
+// R activation rows × P panels, unpacking the codes as it goes: decode and small batches.
 template <DType T, int R, int P>
 void tile(const KQuantGemm& g, int64_t panel, int64_t row) {
   using F = KFormat<T>;
@@ -142,62 +210,66 @@ void tile(const KQuantGemm& g, int64_t panel, int64_t row) {
       }
     }
 #pragma GCC unroll 2
-    for (int p = 0; p < P; ++p) {
-      const uint8_t* dp = wp[p] + kquant_d_offset(T);
-      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dp)));
-      const __m512 dmin =
-          F::kMin ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dp + 32)))
-                  : _mm512_setzero_ps();
-      // The int16 pairs of the epilogue (kquant_panels_avx2.cc): Q6_K's scales, else the mins.
-      constexpr int kPairs = F::kMin ? 4 : 8;
-      const uint8_t* paired = wp[p] + (F::kMin ? kquant_mins_offset(T) : kquant_scales_offset(T));
-      __m512i pairs[kPairs];
+    for (int p = 0; p < P; ++p) epilogue<T, R, P>(wp[p], p, c, xr, b, acc);
+  }
+  store_tile<R, P>(g, panel, row, acc);
+}
+
+// R activation rows of one panel over its converted codes `conv` (kquant_panels.h); scales from
+// the packed panel.
+template <DType T, int R>
+void byte_tile(const KQuantGemm& g, int64_t panel, const uint8_t* conv, int64_t row) {
+  using F = KFormat<T>;
+  const int64_t nb = g.k / QK_K;
+  const uint8_t* wp = g.w + size_t(panel) * size_t(nb) * F::kBlockBytes;
+  const BlockQ8_K* xr[R];
+  __m512 acc[R][1];
 #pragma GCC unroll 8
-      for (int q = 0; q < kPairs; ++q)
-        pairs[q] = int16_pairs(paired + 2 * q * kPanelRows, paired + (2 * q + 1) * kPanelRows);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const BlockQ8_K& y = xr[r][b];
-        const __m512 yd = _mm512_set1_ps(y.d);
-        alignas(16) int32_t ypair[kPairs];
-        if constexpr (F::kMin) {
-          _mm_store_si128(
-              reinterpret_cast<__m128i*>(ypair),
-              _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums)),
-                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8))));
-        } else {
-          std::memcpy(ypair, y.bsums, sizeof(ypair));
-        }
-        __m512i paired_sum = _mm512_setzero_si512();
+  for (int r = 0; r < R; ++r) {
+    xr[r] = reinterpret_cast<const BlockQ8_K*>(g.x + size_t(row + r) * g.x_stride);
+    acc[r][0] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b, wp += F::kBlockBytes) {
+    const uint8_t* scales = wp + kquant_scales_offset(T);
+    __m512i c[R][1];
 #pragma GCC unroll 8
-        for (int q = 0; q < kPairs; ++q)
-          paired_sum = _mm512_dpwssd_epi32(paired_sum, pairs[q], _mm512_set1_epi32(ypair[q]));
-        if constexpr (F::kMin) {
-          acc[r][p] =
-              _mm512_fmadd_ps(_mm512_cvtepi32_ps(c[r][p]), _mm512_mul_ps(dw, yd), acc[r][p]);
-          acc[r][p] = _mm512_fmadd_ps(
-              _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_setzero_si512(), paired_sum)),
-              _mm512_mul_ps(dmin, yd), acc[r][p]);
-        } else {
-          const __m512i cs = _mm512_sub_epi32(c[r][p], _mm512_slli_epi32(paired_sum, 5));
-          acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(cs), _mm512_mul_ps(dw, yd), acc[r][p]);
+    for (int r = 0; r < R; ++r) c[r][0] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+    for (int u = 0; u < kKUnits; ++u, conv += kKUnitCodeBytes) {
+      __m512i ca[R], cb[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) ca[r] = cb[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) {
+        const __m512i w = _mm512_load_si512(conv + 64 * q);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const __m512i a = broadcast4(xr[r][b].qs + 32 * u + 4 * q);
+          if (q < 4) {
+            ca[r] = _mm512_dpbusd_epi32(ca[r], w, a);
+          } else {
+            cb[r] = _mm512_dpbusd_epi32(cb[r], w, a);
+          }
         }
       }
-    }
-  }
-#pragma GCC unroll 2
-  for (int p = 0; p < P; ++p) {
-    const int valid = int(std::min<int64_t>(kPanelRows, g.n - (panel + p) * kPanelRows));
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      float* y = g.y + (row + r) * g.y_stride + (panel + p) * kPanelRows;
-      if (valid >= kPanelRows) {
-        _mm512_storeu_ps(y, acc[r][p]);
+      if constexpr (F::kTwoScales) {
+        const __m512i sa = scales32(scales + 2 * u * kPanelRows),
+                      sb = scales32(scales + (2 * u + 1) * kPanelRows);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r)
+          c[r][0] = _mm512_add_epi32(c[r][0], _mm512_add_epi32(_mm512_mullo_epi32(ca[r], sa),
+                                                               _mm512_mullo_epi32(cb[r], sb)));
       } else {
-        _mm512_mask_storeu_ps(y, __mmask16((1u << valid) - 1), acc[r][p]);
+        const __m512i sc = scales32(scales + u * kPanelRows);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r)
+          c[r][0] =
+              _mm512_add_epi32(c[r][0], _mm512_mullo_epi32(_mm512_add_epi32(ca[r], cb[r]), sc));
       }
     }
+    epilogue<T, R, 1>(wp, 0, c, xr, b, acc);
   }
+  store_tile<R, 1>(g, panel, row, acc);
 }
 
 // One row takes two panels per tile (four independent dpbusd chains); more rows one panel.
@@ -213,10 +285,39 @@ void rows(const KQuantGemm& g, int64_t p0, int64_t p1, int64_t row) {
 // passes over them.
 constexpr size_t kPanelChunkBytes = size_t(256) << 10;
 
+// The converted chunk of panels, kept by the thread's arena.
+struct ConvertedKPanels {
+  std::vector<uint8_t> bytes;
+};
+
 template <DType T>
 void gemm(const KQuantGemm& g, int64_t p0, int64_t p1) {
-  const size_t panel_bytes = size_t(g.k / QK_K) * kquant_block_bytes(T);
+  const int64_t nb = g.k / QK_K;
+  const size_t panel_bytes = size_t(nb) * kquant_block_bytes(T);
   const int64_t chunk = std::max<int64_t>(2, int64_t(kPanelChunkBytes / panel_bytes));
+  if (g.m >= kKConvertRows) {
+    const size_t converted = size_t(nb) * kKUnits * kKUnitCodeBytes;  // one panel
+    ScratchArena own;
+    std::vector<uint8_t>& buffer =
+        (g.scratch != nullptr ? *g.scratch : own).get<ConvertedKPanels>().bytes;
+    uint8_t* conv = cache_aligned(buffer, size_t(std::min(chunk, p1 - p0)) * converted);
+    for (int64_t c0 = p0; c0 < p1; c0 += chunk) {
+      const int64_t c1 = std::min(p1, c0 + chunk);
+      for (int64_t p = c0; p < c1; ++p)
+        convert_kquant_panel(T, g.w + size_t(p) * panel_bytes, nb,
+                             conv + size_t(p - c0) * converted);
+      int64_t row = 0;
+      const auto run = [&]<int kR>() {
+        for (int64_t p = c0; p < c1; ++p)
+          byte_tile<T, kR>(g, p, conv + size_t(p - c0) * converted, row);
+        row += kR;
+      };
+      while (row + 8 <= g.m) run.template operator()<8>();
+      while (row + 2 <= g.m) run.template operator()<2>();
+      if (row < g.m) run.template operator()<1>();
+    }
+    return;
+  }
   for (int64_t c0 = p0; c0 < p1; c0 += chunk) {
     const int64_t c1 = std::min(p1, c0 + chunk);
     int64_t row = 0;
