@@ -24,12 +24,16 @@
 // the row kernels' bits at every batch size.
 #pragma once
 
+#include <immintrin.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 
 #include "backend/cpu/packed_matmul.h"
 #include "backend/cpu/thread_scratch.h"
+#include "tensor/quant_formats.h"
 #include "tensor/tensor.h"
 
 namespace kestrel::cpu {
@@ -97,6 +101,22 @@ constexpr int64_t kKConvertRows = 8;
 // Converts one panel (nb super-blocks of a t copy) into out (nb · kKUnits · kKUnitCodeBytes
 // bytes, 32-byte aligned). AVX2 code.
 void convert_kquant_panel(DType t, const uint8_t* panel, int64_t nb, uint8_t* out);
+
+// The activation side of the GEMMs' last integer step for one Q8_K block, as int16 pairs (low
+// half first) in int32s: Q4_K/Q5_K (`mins`) 4 pairs of the 32-element sums (Y_2p, Y_2p+1) with
+// Y_j = bsums_2j + bsums_2j+1, against the rows' mins; Q6_K 8 pairs (bsums_2p, bsums_2p+1),
+// against its sub-block scales. Exact: |Y_j| <= 32 · 127. Static: every kernel file keeps its own
+// copy, compiled with its own flags, and inlines it (once per activation row and super-block).
+static inline void kquant_activation_pairs(const BlockQ8_K& y, bool mins, int32_t* pairs) {
+  if (mins) {
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(pairs),
+        _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums)),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8))));
+  } else {
+    std::memcpy(pairs, y.bsums, 8 * sizeof(int32_t));
+  }
+}
 
 // The AVX2 GEMM (two 8-lane halves per panel) and the AVX-512 VNNI one (a panel per vector);
 // nullptr where this build lacks the instructions. Both give the same bits.

@@ -128,17 +128,8 @@ __attribute__((always_inline)) inline void epilogue(const uint8_t* wp, int h, __
   for (int r = 0; r < R; ++r) {
     const BlockQ8_K& y = xr[r][b];
     const __m256 yd = _mm256_set1_ps(y.d);
-    // The activation side of the pairs: Q6_K's bsums as they are (sub-blocks of 16), else
-    // Y_j = bsums_2j + bsums_2j+1, the 32-element sums, pairwise.
-    alignas(16) int32_t ypair[kPairs];
-    if constexpr (F::kMin) {
-      _mm_store_si128(
-          reinterpret_cast<__m128i*>(ypair),
-          _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums)),
-                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8))));
-    } else {
-      std::memcpy(ypair, y.bsums, sizeof(ypair));
-    }
+    int32_t ypair[kPairs];
+    kquant_activation_pairs(y, F::kMin, ypair);
     __m256i paired_sum = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int p = 0; p < kPairs; ++p)

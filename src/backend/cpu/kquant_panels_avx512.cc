@@ -76,15 +76,8 @@ __attribute__((always_inline)) inline void epilogue(const uint8_t* wp, int p,
   for (int r = 0; r < R; ++r) {
     const BlockQ8_K& y = xr[r][b];
     const __m512 yd = _mm512_set1_ps(y.d);
-    alignas(16) int32_t ypair[kPairs];
-    if constexpr (F::kMin) {
-      _mm_store_si128(
-          reinterpret_cast<__m128i*>(ypair),
-          _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums)),
-                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(y.bsums + 8))));
-    } else {
-      std::memcpy(ypair, y.bsums, sizeof(ypair));
-    }
+    int32_t ypair[kPairs];
+    kquant_activation_pairs(y, F::kMin, ypair);
     __m512i paired_sum = _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int q = 0; q < kPairs; ++q)
