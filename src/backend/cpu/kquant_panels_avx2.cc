@@ -187,6 +187,12 @@ void tile(const KQuantGemm& g, int64_t panel, int h, int64_t row) {
 #pragma GCC unroll 1
     for (int u = 0; u < kKUnits; ++u) {
       const uint8_t* unit = wp + size_t(u) * F::kUnitBytes;
+      // Decode streams each panel from memory (the second half's pass finds it in cache): ask
+      // for the next super-block an eighth per unit (docs/benchmarks.md has the measurement).
+      if (R == 1 && h == 0)
+        for (int off = u * F::kBlockBytes / kKUnits; off < (u + 1) * F::kBlockBytes / kKUnits;
+             off += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(wp + F::kBlockBytes + off), _MM_HINT_T0);
       const int ja = F::kTwoScales ? 2 * u : u;
       const __m256i sc_a = int16_twins(scales + ja * kPanelRows);
       const __m256i sc_b = F::kTwoScales ? int16_twins(scales + (ja + 1) * kPanelRows) : sc_a;

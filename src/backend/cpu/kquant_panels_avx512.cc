@@ -137,6 +137,13 @@ void tile(const KQuantGemm& g, int64_t panel, int64_t row) {
       for (int p = 0; p < P; ++p) c[r][p] = _mm512_setzero_si512();
 #pragma GCC unroll 1
     for (int u = 0; u < kKUnits; ++u) {
+      // Decode streams each panel from memory: ask for the next super-block an eighth per unit.
+      if constexpr (R == 1)
+#pragma GCC unroll 2
+        for (int p = 0; p < P; ++p)
+          for (int off = u * F::kBlockBytes / kKUnits; off < (u + 1) * F::kBlockBytes / kKUnits;
+               off += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(wp[p] + F::kBlockBytes + off), _MM_HINT_T0);
       __m512i ca[R][P], cb[R][P], p0[P], p1[P];
 #pragma GCC unroll 2
       for (int p = 0; p < P; ++p) {

@@ -23,6 +23,8 @@
 namespace kestrel::cpu {
 namespace {
 
+constexpr int kPrefetchBlocks = 8;
+
 __attribute__((always_inline)) inline __m512i broadcast4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, sizeof(v));
@@ -49,6 +51,15 @@ void tile(const PackedGemm& g, int64_t panel, int64_t row) {
   const int64_t scale_tile = row / kPanelRows;
   const int lane = int(row % kPanelRows);
   for (int64_t b = 0; b < nb; ++b) {
+    // Decode streams each panel once from memory: the block kPrefetchBlocks ahead is asked for
+    // (matmul_packed_avx2.cc).
+    if constexpr (R == 1)
+#pragma GCC unroll 4
+      for (int p = 0; p < P; ++p)
+        for (int off = 0; off < F::kBlockBytes; off += 64)
+          _mm_prefetch(
+              reinterpret_cast<const char*>(wp[p] + kPrefetchBlocks * F::kBlockBytes + off),
+              _MM_HINT_T0);
     __m512i c[R][P];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
