@@ -31,7 +31,7 @@ inline std::vector<float> randn(int64_t n, uint32_t seed, float scale = 1.0f) {
 // The ISAs this machine runs, scalar first.
 inline std::vector<std::string> available_isas() {
   std::vector<std::string> out;
-  for (const char* isa : {"scalar", "avx2", "avx512"}) {
+  for (const char* isa : {"scalar", "avx2", "avxvnni", "avx512"}) {
     set_linear_isa(isa);
     if (std::string(linear_isa()) == isa) out.push_back(isa);
   }

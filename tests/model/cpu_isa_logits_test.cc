@@ -1,7 +1,7 @@
 // The default model (SmolLM2-135M Q4_1, Q8_0 head) and a model of every other GGUF format compute
 // the same logits, bit for bit, under every ISA this machine runs (cap_cpu_isa: scalar, AVX2,
-// AVX-512 with its packed GEMMs): every prompt position of a batched prefill and every step of a
-// 64-token greedy decode. The weights' kernels follow one arithmetic per format
+// AVX-VNNI, AVX-512 with its packed GEMMs): every prompt position of a batched prefill and every
+// step of a 64-token greedy decode. The weights' kernels follow one arithmetic per format
 // (backend/cpu/q8_block_dot.h, kquant_dot.h, fp8_matmul.h, float_panels.h), and so do the other
 // ops.
 #include <gtest/gtest.h>
@@ -72,7 +72,7 @@ IsaRun run_under(const std::string& isa, LoadOptions o,
 // The ISAs this machine runs, widest first.
 std::vector<std::string> machine_isas() {
   std::vector<std::string> isas;
-  for (const char* isa : {"avx512", "avx2", "scalar"}) {
+  for (const char* isa : {"avx512", "avxvnni", "avx2", "scalar"}) {
     EXPECT_TRUE(cap_cpu_isa(isa).ok());
     if (make_cpu_backend(1)->name().find(std::string(", ") + isa + ",") != std::string::npos)
       isas.push_back(isa);
@@ -160,7 +160,7 @@ TEST_P(FixtureOnEveryIsa, SameLogitsBits) {
   const std::vector<int32_t> prompt = {5, 17, 42, 7, 99, 3, 64, 12, 8, 31, 77, 2, 15, 40, 9, 21};
   std::vector<float> first;
   std::string first_isa;
-  for (const char* isa : {"avx512", "avx2", "scalar"}) {
+  for (const char* isa : {"avx512", "avxvnni", "avx2", "scalar"}) {
     ASSERT_TRUE(cap_cpu_isa(isa).ok());
     if (make_cpu_backend(1)->name().find(std::string(", ") + isa + ",") == std::string::npos)
       continue;

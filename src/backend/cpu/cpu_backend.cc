@@ -230,8 +230,8 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 Status cap_cpu_isa(const std::string& isa) {
-  if (isa != "auto" && isa != "avx512" && isa != "avx2" && isa != "scalar")
-    return make_error("CPU ISA '{}': one of auto, avx512, avx2, scalar", isa);
+  if (isa != "auto" && isa != "avx512" && isa != "avxvnni" && isa != "avx2" && isa != "scalar")
+    return make_error("CPU ISA '{}': one of auto, avx512, avxvnni, avx2, scalar", isa);
   cpu::set_linear_isa(isa.c_str());
   return Status::Ok();
 }

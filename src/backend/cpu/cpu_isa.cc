@@ -44,14 +44,29 @@ Isa best_isa(Isa want) {
 
 std::optional<Isa> parse_isa(const char* name) {
   if (std::strcmp(name, "auto") == 0 || std::strcmp(name, "avx512") == 0) return Isa::kAvx512;
-  if (std::strcmp(name, "avx2") == 0) return Isa::kAvx2;
+  if (std::strcmp(name, "avx2") == 0 || std::strcmp(name, "avxvnni") == 0) return Isa::kAvx2;
   if (std::strcmp(name, "scalar") == 0) return Isa::kScalar;
   return std::nullopt;
+}
+
+bool cpu_has_avx_vnni() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avxvnni") && avxvnni_packed_gemm() != nullptr;
+#else
+  return false;
+#endif
 }
 
 std::atomic<Isa>& isa_choice() {
   static std::atomic<Isa> isa{best_isa(Isa::kAvx512)};
   return isa;
+}
+
+// Whether the AVX2 level may use AVX-VNNI: everywhere the CPU has it, except under the "avx2" cap
+// (which stands for the AVX2 CPUs without it).
+std::atomic<bool>& vnni_choice() {
+  static std::atomic<bool> on{cpu_has_avx_vnni()};
+  return on;
 }
 
 std::atomic<bool>& amx_choice() {
@@ -86,7 +101,11 @@ Isa best_cpu_isa() {
 }
 
 const char* linear_isa() {
-  return isa_name(selected_isa());
+  return avx_vnni_selected() ? "avxvnni" : isa_name(selected_isa());
+}
+
+bool avx_vnni_selected() {
+  return selected_isa() == Isa::kAvx2 && vnni_choice().load();
 }
 
 bool avx512_selected() {
@@ -95,8 +114,10 @@ bool avx512_selected() {
 
 void set_linear_isa(const char* isa) {
   const std::optional<Isa> want = parse_isa(isa);
-  KCHECK(want.has_value(), "set_linear_isa: unknown ISA '{}' (auto, avx512, avx2, scalar)", isa);
+  KCHECK(want.has_value(), "set_linear_isa: unknown ISA '{}' (auto, avx512, avxvnni, avx2, scalar)",
+         isa);
   isa_choice().store(best_isa(*want));
+  vnni_choice().store(std::strcmp(isa, "avx2") != 0 && cpu_has_avx_vnni());
 }
 
 bool amx_enabled() {

@@ -14,9 +14,13 @@ Isa selected_isa();
 // The best level this CPU and build run (what "auto" selects).
 Isa best_cpu_isa();
 
-// Which SIMD implementation linear() uses on this CPU ("avx512", "avx2", "scalar"): the best the
-// CPU runs, or at most the one set_linear_isa named.
+// Which SIMD implementation linear() uses on this CPU ("avx512", "avxvnni", "avx2", "scalar"): the
+// best the CPU runs, or at most the one set_linear_isa named. "avxvnni" is the AVX2 level
+// (Isa::kAvx2) with AVX-VNNI's vpdpbusd in the packed GEMM: the same bits, faster.
 const char* linear_isa();
+// Whether the AVX2 level runs with AVX-VNNI (selected_isa() is kAvx2, the CPU has it and the level
+// was not capped to plain "avx2").
+bool avx_vnni_selected();
 // linear_isa() is "avx512": the other per-ISA kernels (attention, round_to, silu_mul) follow it.
 bool avx512_selected();
 // Forces an ISA for tests (falls back if the CPU lacks it); "auto" restores detection.

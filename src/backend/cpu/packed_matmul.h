@@ -165,7 +165,10 @@ void gemm_for_type(const PackedGemm& g, int64_t p0, int64_t p1) {
 // nullptr where this build or CPU lacks the instructions (AMX also needs the kernel's consent).
 PackedGemmFn avx512_packed_gemm();
 PackedGemmFn amx_packed_gemm();
-// The same GEMM on AVX2 (two 8-lane halves per panel; matmul_packed_avx2.cc): the same bits.
+// The same GEMM on AVX2 (two 8-lane halves per panel; packed_gemm_avx2.h): the same bits. It runs
+// the AVX-VNNI variant when that level is selected (cpu_isa.h).
 PackedGemmFn avx2_packed_gemm();
+// The AVX-VNNI variant; nullptr where this CPU or build lacks AVX-VNNI.
+PackedGemmFn avxvnni_packed_gemm();
 
 }  // namespace kestrel::cpu
