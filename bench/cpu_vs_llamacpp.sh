@@ -6,6 +6,7 @@
 # scripts/fetch-gemma3.sh).
 #   bash bench/cpu_vs_llamacpp.sh [THREADS] [RUNS] ["TYPES"]
 # On AVX2 side by side: KESTREL_CPU_ISA=avx2 LLAMA_ISA=avx2 bash bench/cpu_vs_llamacpp.sh …
+# (and KESTREL_CPU_ISA=avxvnni LLAMA_ISA=avxvnni for AVX2 CPUs with AVX-VNNI)
 # (LLAMA_ISA=avx2: llama.cpp built without AVX-512, bench/build_llamacpp.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
