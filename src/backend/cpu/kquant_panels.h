@@ -118,9 +118,13 @@ static inline void kquant_activation_pairs(const BlockQ8_K& y, bool mins, int32_
   }
 }
 
-// The AVX2 GEMM (two 8-lane halves per panel) and the AVX-512 VNNI one (a panel per vector);
-// nullptr where this build lacks the instructions. Both give the same bits.
+// The AVX2 GEMM (two 8-lane halves per panel; with vpdpbusd at the "avxvnni" level) and the
+// AVX-512 VNNI one (a panel per vector); nullptr where this build lacks the instructions. All
+// give the same bits.
 KQuantGemmFn avx2_kquant_gemm();
 KQuantGemmFn avx512_kquant_gemm();
+// The AVX-VNNI variant the AVX2 GEMM runs at the "avxvnni" level; nullptr where this CPU or
+// build lacks AVX-VNNI.
+KQuantGemmFn avxvnni_kquant_gemm();
 
 }  // namespace kestrel::cpu
