@@ -14,9 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
-#include "backend/cpu/aligned_scratch.h"
 #include "backend/cpu/kquant_panels.h"
 #include "tensor/quant_formats.h"
 
@@ -350,11 +348,6 @@ void rows(const KQuantGemm& g, int64_t p0, int64_t p1, int64_t row) {
     for (int h = 0; h < 2; ++h) tile<kVnni, T, R>(g, p, h, row);
 }
 
-// The converted chunk of panels, kept by the thread's arena.
-struct ConvertedKPanels {
-  std::vector<uint8_t> bytes;
-};
-
 // Panels are taken in chunks of about this many bytes, which stay in L2 while every row tile
 // passes over them.
 constexpr size_t kPanelChunkBytes = size_t(256) << 10;
@@ -366,27 +359,19 @@ void gemm(const KQuantGemm& g, int64_t p0, int64_t p1) {
   const size_t panel_bytes = size_t(nb) * kquant_block_bytes(T);
   const int64_t chunk = std::max<int64_t>(1, int64_t(kPanelChunkBytes / panel_bytes));
   if (g.m >= kKConvertRows) {
-    const size_t converted = size_t(nb) * kKUnits * kKUnitCodeBytes;  // one panel
-    ScratchArena own;
-    std::vector<uint8_t>& buffer =
-        (g.scratch != nullptr ? *g.scratch : own).get<ConvertedKPanels>().bytes;
-    uint8_t* conv = cache_aligned(buffer, size_t(std::min(chunk, p1 - p0)) * converted);
-    for (int64_t c0 = p0; c0 < p1; c0 += chunk) {
-      const int64_t c1 = std::min(p1, c0 + chunk);
-      for (int64_t p = c0; p < c1; ++p)
-        convert_kquant_panel(T, g.w + size_t(p) * panel_bytes, nb,
-                             conv + size_t(p - c0) * converted);
-      int64_t row = 0;
-      const auto run = [&]<int kR>() {
-        for (int64_t p = c0; p < c1; ++p)
-          for (int h = 0; h < 2; ++h)
-            byte_tile<kVnni, T, kR>(g, p, conv + size_t(p - c0) * converted, h, row);
-        row += kR;
-      };
-      while (row + 6 <= g.m) run.template operator()<6>();
-      while (row + 2 <= g.m) run.template operator()<2>();
-      if (row < g.m) run.template operator()<1>();
-    }
+    for_converted_chunks(
+        g, p0, p1, chunk, [&](int64_t c0, int64_t c1, const uint8_t* conv, size_t converted) {
+          int64_t row = 0;
+          const auto run = [&]<int kR>() {
+            for (int64_t p = c0; p < c1; ++p)
+              for (int h = 0; h < 2; ++h)
+                byte_tile<kVnni, T, kR>(g, p, conv + size_t(p - c0) * converted, h, row);
+            row += kR;
+          };
+          while (row + 6 <= g.m) run.template operator()<6>();
+          while (row + 2 <= g.m) run.template operator()<2>();
+          if (row < g.m) run.template operator()<1>();
+        });
     return;
   }
   for (int64_t c0 = p0; c0 < p1; c0 += chunk) {

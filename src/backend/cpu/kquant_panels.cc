@@ -1,7 +1,10 @@
 #include "backend/cpu/kquant_panels.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
+#include "backend/cpu/aligned_scratch.h"
 #include "backend/cpu/kquant_dot.h"
 #include "base/status.h"
 #include "tensor/quant_formats.h"
@@ -59,6 +62,34 @@ std::unique_ptr<uint8_t[]> pack_kquant_panels(const Tensor& w) {
     }
   }
   return out;
+}
+
+namespace {
+
+// The converted chunk of panels, kept by the thread's arena.
+struct ConvertedKPanels {
+  std::vector<uint8_t> bytes;
+};
+
+}  // namespace
+
+void for_converted_chunks(const KQuantGemm& g, int64_t p0, int64_t p1, int64_t chunk,
+                          const std::function<void(int64_t c0, int64_t c1, const uint8_t* conv,
+                                                   size_t converted)>& tiles) {
+  const int64_t nb = g.k / QK_K;
+  const size_t panel_bytes = size_t(nb) * kquant_block_bytes(g.type);
+  const size_t converted = size_t(nb) * kKUnits * kKUnitCodeBytes;  // one panel
+  ScratchArena own;
+  std::vector<uint8_t>& buffer =
+      (g.scratch != nullptr ? *g.scratch : own).get<ConvertedKPanels>().bytes;
+  uint8_t* conv = cache_aligned(buffer, size_t(std::min(chunk, p1 - p0)) * converted);
+  for (int64_t c0 = p0; c0 < p1; c0 += chunk) {
+    const int64_t c1 = std::min(p1, c0 + chunk);
+    for (int64_t p = c0; p < c1; ++p)
+      convert_kquant_panel(g.type, g.w + size_t(p) * panel_bytes, nb,
+                           conv + size_t(p - c0) * converted);
+    tiles(c0, c1, conv, converted);
+  }
 }
 
 }  // namespace kestrel::cpu

@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 
 #include "backend/cpu/packed_matmul.h"
@@ -101,6 +102,12 @@ constexpr int64_t kKConvertRows = 8;
 // Converts one panel (nb super-blocks of a t copy) into out (nb · kKUnits · kKUnitCodeBytes
 // bytes, 32-byte aligned). AVX2 code.
 void convert_kquant_panel(DType t, const uint8_t* panel, int64_t nb, uint8_t* out);
+// What the GEMMs do with a batch: for each chunk [c0, c1) of `chunk` panels of [p0, p1), converts
+// the chunk into the thread's scratch (g.scratch) and calls tiles(c0, c1, conv, converted), conv
+// holding panel p's codes at (p - c0) · converted.
+void for_converted_chunks(const KQuantGemm& g, int64_t p0, int64_t p1, int64_t chunk,
+                          const std::function<void(int64_t c0, int64_t c1, const uint8_t* conv,
+                                                   size_t converted)>& tiles);
 
 // The activation side of the GEMMs' last integer step for one Q8_K block, as int16 pairs (low
 // half first) in int32s: Q4_K/Q5_K (`mins`) 4 pairs of the 32-element sums (Y_2p, Y_2p+1) with

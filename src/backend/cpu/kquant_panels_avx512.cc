@@ -14,9 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
-#include "backend/cpu/aligned_scratch.h"
 #include "tensor/quant_formats.h"
 
 // GCC 12 warns inside its own AVX-512 intrinsics (the unused halves of _mm512_set1_*).
@@ -285,37 +283,24 @@ void rows(const KQuantGemm& g, int64_t p0, int64_t p1, int64_t row) {
 // passes over them.
 constexpr size_t kPanelChunkBytes = size_t(256) << 10;
 
-// The converted chunk of panels, kept by the thread's arena.
-struct ConvertedKPanels {
-  std::vector<uint8_t> bytes;
-};
-
 template <DType T>
 void gemm(const KQuantGemm& g, int64_t p0, int64_t p1) {
   const int64_t nb = g.k / QK_K;
   const size_t panel_bytes = size_t(nb) * kquant_block_bytes(T);
   const int64_t chunk = std::max<int64_t>(2, int64_t(kPanelChunkBytes / panel_bytes));
   if (g.m >= kKConvertRows) {
-    const size_t converted = size_t(nb) * kKUnits * kKUnitCodeBytes;  // one panel
-    ScratchArena own;
-    std::vector<uint8_t>& buffer =
-        (g.scratch != nullptr ? *g.scratch : own).get<ConvertedKPanels>().bytes;
-    uint8_t* conv = cache_aligned(buffer, size_t(std::min(chunk, p1 - p0)) * converted);
-    for (int64_t c0 = p0; c0 < p1; c0 += chunk) {
-      const int64_t c1 = std::min(p1, c0 + chunk);
-      for (int64_t p = c0; p < c1; ++p)
-        convert_kquant_panel(T, g.w + size_t(p) * panel_bytes, nb,
-                             conv + size_t(p - c0) * converted);
-      int64_t row = 0;
-      const auto run = [&]<int kR>() {
-        for (int64_t p = c0; p < c1; ++p)
-          byte_tile<T, kR>(g, p, conv + size_t(p - c0) * converted, row);
-        row += kR;
-      };
-      while (row + 8 <= g.m) run.template operator()<8>();
-      while (row + 2 <= g.m) run.template operator()<2>();
-      if (row < g.m) run.template operator()<1>();
-    }
+    for_converted_chunks(g, p0, p1, chunk,
+                         [&](int64_t c0, int64_t c1, const uint8_t* conv, size_t converted) {
+                           int64_t row = 0;
+                           const auto run = [&]<int kR>() {
+                             for (int64_t p = c0; p < c1; ++p)
+                               byte_tile<T, kR>(g, p, conv + size_t(p - c0) * converted, row);
+                             row += kR;
+                           };
+                           while (row + 8 <= g.m) run.template operator()<8>();
+                           while (row + 2 <= g.m) run.template operator()<2>();
+                           if (row < g.m) run.template operator()<1>();
+                         });
     return;
   }
   for (int64_t c0 = p0; c0 < p1; c0 += chunk) {
