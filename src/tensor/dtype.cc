@@ -5,7 +5,7 @@
 namespace kestrel {
 
 const DTypeInfo& dtype_info(DType t) {
-  static const std::array<DTypeInfo, 23> kInfo = {{
+  static const std::array<DTypeInfo, 24> kInfo = {{
       {"f32", 1, 4, false},     {"f16", 1, 2, false},     {"bf16", 1, 2, false},
       {"f64", 1, 8, false},     {"f8_e4m3", 1, 1, false}, {"f8_e5m2", 1, 1, false},
       {"i8", 1, 1, false},      {"u8", 1, 1, false},      {"i16", 1, 2, false},
@@ -13,7 +13,7 @@ const DTypeInfo& dtype_info(DType t) {
       {"q4_0", 32, 18, true},   {"q4_1", 32, 20, true},   {"q5_0", 32, 22, true},
       {"q5_1", 32, 24, true},   {"q8_0", 32, 34, true},   {"q8_1", 32, 36, true},
       {"q4_k", 256, 144, true}, {"q5_k", 256, 176, true}, {"q6_k", 256, 210, true},
-      {"q8_k", 256, 292, true}, {"mxfp8", 32, 33, false},
+      {"q8_k", 256, 292, true}, {"mxfp8", 32, 33, false}, {"mxfp4", 32, 17, true},
   }};
   return kInfo[size_t(t)];
 }
@@ -56,6 +56,8 @@ std::optional<DType> dtype_from_ggml(uint32_t ggml_type) {
       return DType::F64;
     case 30:
       return DType::BF16;
+    case 39:
+      return DType::MXFP4;
     default:
       return std::nullopt;
   }

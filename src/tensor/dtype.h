@@ -35,6 +35,9 @@ enum class DType : uint8_t {
   // OCP MXFP8 as a KV cache row format: 32 values take 33 bytes (32 E4M3 codes and one E8M0
   // scale); where a cached row keeps its scales: backend/cpu/cache_rows.h.
   MXFP8,
+  // OCP MXFP4 as ggml stores it (GGUF type 39): per 32 values one E8M0 exponent byte, then 16
+  // bytes of E2M1 codes, element j in the low nibble of byte j and j + 16 in the high one.
+  MXFP4,
 };
 
 struct DTypeInfo {

@@ -43,6 +43,43 @@ float absmax(const float* x, int n) {
 
 // ---- dequantization: y = d*q (+m) in f32, d converted from f16, as ggml computes it ----
 
+void dequant_mxfp4(const BlockMXFP4* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += QK) {
+    const float d = mxfp4_scale(b[i].e);
+    for (int j = 0; j < QK / 2; ++j) {
+      y[j] = float(kMxfp4Values[b[i].qs[j] & 0xF]) * d;
+      y[j + QK / 2] = float(kMxfp4Values[b[i].qs[j] >> 4]) * d;
+    }
+  }
+}
+
+// The E2M1 code of v (in units of the scale): the nearest grid point of |v| clamped to 6, an exact
+// midpoint to the even code, the sign bit copied.
+int e2m1_code(float v) {
+  static constexpr float kGrid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float a = std::fmin(std::fabs(v), 6.0f);
+  int best = 0;
+  for (int c = 1; c < 8; ++c) {
+    const float d = std::fabs(a - kGrid[c]), db = std::fabs(a - kGrid[best]);
+    if (d < db || (d == db && c % 2 == 0)) best = c;
+  }
+  return best | (std::signbit(v) && best != 0 ? 8 : 0);
+}
+
+void quant_mxfp4(const float* x, BlockMXFP4* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += QK) {
+    // pow2ceil on the bit pattern: the exponent, plus one where the mantissa is non-zero.
+    const float v = std::fmax(absmax(x, QK), 6.0f * 0x1p-126f) * (1.0f / 6.0f);
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    const int k = int(bits >> 23) - 127 + ((bits & 0x7FFFFF) != 0 ? 1 : 0);  // scale = 2^k
+    y[i].e = uint8_t(std::clamp(k + 127, 0, 254));
+    const float inv = std::ldexp(1.0f, -k);
+    for (int j = 0; j < QK / 2; ++j)
+      y[i].qs[j] = uint8_t(e2m1_code(x[j] * inv) | e2m1_code(x[j + QK / 2] * inv) << 4);
+  }
+}
+
 void dequant_q4_0(const BlockQ4_0* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += QK) {
     const float d = f16_to_f32(b[i].d);
@@ -376,6 +413,8 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       return dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb);
     case DType::Q8_K:
       return dequant_q8_k(static_cast<const BlockQ8_K*>(src), dst, nb);
+    case DType::MXFP4:
+      return dequant_mxfp4(static_cast<const BlockMXFP4*>(src), dst, nb);
     default:
       KCHECK(false, "dequantize_row: unsupported dtype {}", info.name);
   }
@@ -460,6 +499,8 @@ void quantize_row(DType t, const float* x, void* dst, int64_t n) {
       return quant_q5_k(x, static_cast<BlockQ5_K*>(dst), nb);
     case DType::Q6_K:
       return quant_q6_k(x, static_cast<BlockQ6_K*>(dst), nb);
+    case DType::MXFP4:
+      return quant_mxfp4(x, static_cast<BlockMXFP4*>(dst), nb);
     default:
       KCHECK(false, "quantize_row: unsupported target dtype {}", info.name);
   }

@@ -20,12 +20,14 @@
 namespace kestrel::cpu {
 namespace {
 
-const DType kAllDtypes[] = {DType::F32,  DType::F16,  DType::BF16,   DType::Q4_0, DType::Q4_1,
-                            DType::Q5_0, DType::Q5_1, DType::Q8_0,   DType::Q4_K, DType::Q5_K,
-                            DType::Q6_K, DType::I8,   DType::F8_E4M3};
+const DType kAllDtypes[] = {DType::F32,  DType::F16,  DType::BF16,    DType::Q4_0, DType::Q4_1,
+                            DType::Q5_0, DType::Q5_1, DType::Q8_0,    DType::Q4_K, DType::Q5_K,
+                            DType::Q6_K, DType::I8,   DType::F8_E4M3, DType::MXFP4};
 
 Isa isa_of(const std::string& name) {
-  return name == "avx512" ? Isa::kAvx512 : name == "avx2" ? Isa::kAvx2 : Isa::kScalar;
+  return name == "avx512"                      ? Isa::kAvx512
+         : name == "avx2" || name == "avxvnni" ? Isa::kAvx2
+                                               : Isa::kScalar;
 }
 
 class LinearPlanTest : public testing::Test {

@@ -21,7 +21,7 @@ namespace {
 
 const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,
                               DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
-                              DType::Q4_K, DType::Q5_K, DType::Q6_K};
+                              DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4};
 
 struct Weights {
   DType type;
@@ -51,6 +51,7 @@ DType activation_format(DType t) {
     case DType::Q4_0:
     case DType::Q5_0:
     case DType::Q8_0:
+    case DType::MXFP4:
       return DType::Q8_0;
     case DType::Q4_1:
     case DType::Q5_1:

@@ -449,3 +449,86 @@ TEST(QuantDeathTest, RejectsPartialBlocksAndUnsupportedTypes) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// MXFP4 (OCP; ggml's GGUF type 39): one E8M0 byte e, then element i's E2M1 code in nibble i of
+// the 16 code bytes (low nibbles 0..15). The value: the E2M1 grid point (sign bit 3) times
+// 2^(e−127).
+double mxfp4_spec(const uint8_t* block, int i) {
+  static const double kGrid[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  const int code = nibble32(block + 1, i);
+  return (code & 8 ? -1 : 1) * kGrid[code & 7] * std::ldexp(1.0, int(block[0]) - 127);
+}
+
+TEST(QuantMxfp4, DequantizeMatchesTheSpecForEveryExponent) {
+  std::mt19937 rng(7);
+  std::vector<uint8_t> blocks(256 * sizeof(BlockMXFP4));
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = uint8_t(rng());
+  // e = 0 .. 254 (255 is OCP's NaN, which no quantizer writes; ggml reads it as 2^128).
+  for (int b = 0; b < 255; ++b) blocks[b * sizeof(BlockMXFP4)] = uint8_t(b);
+  std::vector<float> y(256 * 32);
+  dequantize_row(DType::MXFP4, blocks.data(), y.data(), int64_t(y.size()));
+  for (int b = 0; b < 255; ++b)
+    for (int i = 0; i < 32; ++i)
+      // As f32 (values past its range, 4 or 6 units at e = 254, are infinite there).
+      ASSERT_EQ(y[b * 32 + i], float(mxfp4_spec(blocks.data() + b * sizeof(BlockMXFP4), i)))
+          << "e " << b << " element " << i;
+}
+
+// The reference quantizer (deepseek-v4-family.md): scale 2^ceil(log2(max(amax, 6·2^-126) / 6)),
+// E2M1 rounding to the nearest grid point with midpoints to the even code, clamped at ±6.
+TEST(QuantMxfp4, QuantizerFollowsTheReferenceRule) {
+  float x[32] = {};
+  // amax 6 → scale 1: the values read as grid units directly.
+  const float in[] = {6.0f, 0.25f,  0.75f,  1.25f, 1.75f, 2.5f, 3.5f,
+                      5.0f, -0.25f, -0.75f, -5.0f, 0.3f,  2.9f, -4.4f};
+  const float want[] = {6.0f, 0.0f, 1.0f,  1.0f,  2.0f, 2.0f, 4.0f,
+                        4.0f, 0.0f, -1.0f, -4.0f, 0.5f, 3.0f, -4.0f};
+  std::copy(std::begin(in), std::end(in), x);
+  BlockMXFP4 b;
+  quantize_row(DType::MXFP4, x, &b, 32);
+  EXPECT_EQ(b.e, 127);
+  float y[32];
+  dequantize_row(DType::MXFP4, &b, y, 32);
+  for (size_t i = 0; i < std::size(in); ++i) EXPECT_EQ(y[i], want[i]) << "x = " << in[i];
+  // amax 7 → scale 2^ceil(log2(7/6)) = 2: 7 is 3.5 units, a midpoint, so the even code (4 units,
+  // 8); an all-zero block takes the floor scale.
+  x[0] = 7.0f;
+  quantize_row(DType::MXFP4, x, &b, 32);
+  EXPECT_EQ(b.e, 128);
+  dequantize_row(DType::MXFP4, &b, y, 32);
+  EXPECT_EQ(y[0], 8.0f);
+  std::fill(std::begin(x), std::end(x), 0.0f);
+  quantize_row(DType::MXFP4, x, &b, 32);
+  EXPECT_EQ(b.e, 1);  // 2^-126
+  dequantize_row(DType::MXFP4, &b, y, 32);
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(QuantMxfp4, IsGgufType39) {
+  EXPECT_EQ(dtype_from_ggml(39), DType::MXFP4);
+  EXPECT_EQ(dtype_info(DType::MXFP4).block_elems, 32);
+  EXPECT_EQ(dtype_info(DType::MXFP4).block_bytes, 17);
+}
+
+TEST(QuantRoundTrip, MXFP4) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(32 * 64), y(x.size());
+  for (float& v : x) v = nd(rng);
+  std::vector<BlockMXFP4> q(64);
+  quantize_row(DType::MXFP4, x.data(), q.data(), int64_t(x.size()));
+  dequantize_row(DType::MXFP4, q.data(), y.data(), int64_t(x.size()));
+  for (size_t b = 0; b < 64; ++b) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
+    // The scale is at most amax / 3 and the grid's widest gap (4 to 6) two units of it.
+    for (int i = 0; i < 32; ++i)
+      ASSERT_LE(std::fabs(y[b * 32 + i] - x[b * 32 + i]), amax / 3.0f + 1e-6f) << b << " " << i;
+  }
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -237,6 +237,7 @@ void add_rows(Isa isa, std::vector<LinearKernel>& t) {
       {DType::Q5_0, qb.q5_0, ActFormat::kQ8S, qb.tile_rows, dequant_dot<DType::Q5_0>},
       {DType::Q5_1, qb.q5_1, ActFormat::kQ8S, qb.tile_rows, dequant_dot<DType::Q5_1>},
       {DType::Q8_0, qb.q8_0, ActFormat::kQ8S, qb.tile_rows, dequant_dot<DType::Q8_0>},
+      {DType::MXFP4, qb.mxfp4, ActFormat::kQ8S, qb.tile_rows, dequant_dot<DType::MXFP4>},
       {DType::Q4_K, kq.q4_k, ActFormat::kQ8_K, kq.tile_rows, dequant_dot<DType::Q4_K>},
       {DType::Q5_K, kq.q5_k, ActFormat::kQ8_K, kq.tile_rows, dequant_dot<DType::Q5_K>},
       {DType::Q6_K, kq.q6_k, ActFormat::kQ8_K, kq.tile_rows, dequant_dot<DType::Q6_K>},

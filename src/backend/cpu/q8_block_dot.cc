@@ -60,6 +60,26 @@ struct Codes<DType::Q8_0> {
   }
 };
 
+template <>
+struct Codes<DType::MXFP4> {
+  using Block = BlockMXFP4;
+  static void get(const Block& b, int8_t* q) {
+    for (int j = 0; j < QK / 2; ++j) {
+      q[j] = kMxfp4Values[b.qs[j] & 0xF];
+      q[j + QK / 2] = kMxfp4Values[b.qs[j] >> 4];
+    }
+  }
+};
+
+// A block's d_w: f16, or MXFP4's power of two.
+template <typename Block>
+float block_scale(const Block& b) {
+  return f16_to_f32(b.d);
+}
+float block_scale(const BlockMXFP4& b) {
+  return mxfp4_scale(b.e);
+}
+
 template <DType T>
 void rows_dot(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, int nx, int64_t k,
               float* out, int64_t os) {
@@ -76,7 +96,7 @@ void rows_dot(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, in
     float acc[kMaxTileRows] = {};
     for (int64_t b = 0; b < nb; ++b) {
       Codes<T>::get(wb[b], q);  // once for every activation row
-      const float dw = f16_to_f32(wb[b].d);
+      const float dw = block_scale(wb[b]);
       for (int r = 0; r < nx; ++r) {
         const BlockQ8S& y = xr[r][b];
         int32_t c = 0;
@@ -92,7 +112,8 @@ void rows_dot(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, in
 }
 
 const Q8BlockKernels kScalar{rows_dot<DType::Q4_0>, rows_dot<DType::Q4_1>, rows_dot<DType::Q5_0>,
-                             rows_dot<DType::Q5_1>, rows_dot<DType::Q8_0>, kMaxTileRows};
+                             rows_dot<DType::Q5_1>, rows_dot<DType::Q8_0>, rows_dot<DType::MXFP4>,
+                             kMaxTileRows};
 
 }  // namespace
 

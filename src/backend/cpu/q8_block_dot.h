@@ -1,8 +1,9 @@
-// backend/cpu/q8_block_dot.h — the 32-element block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
+// backend/cpu/q8_block_dot.h — the 32-element block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4)
 // against int8 activations, computed the one way every ISA follows (packed_matmul.h,
 // "Arithmetic"): per output, blocks in order from a zero acc, the exact integer
 // c = Σ w_code·x_code of the block (Q4_0 with its codes u − 8, Q5_0 with u − 16, Q4_1 and Q5_1
-// with u), then acc = fma(float(c)·d_x, d_w, acc) and, for the formats with a min,
+// with u, MXFP4 with its E2M1 values doubled, d_w its E8M0 scale halved), then
+// acc = fma(float(c)·d_x, d_w, acc) and, for the formats with a min,
 // acc = fma(m_w, s_x, acc). The packed VNNI and AMX GEMMs (AVX2 and AVX-512, over packed copies of
 // all five formats) and the row kernels here (scalar and AVX2, over the stored GGUF rows) give the
 // same bits, so a model answers alike on every x86-64 CPU.
@@ -30,7 +31,7 @@ void quantize_row_q8s(const float* x, BlockQ8S* y, int64_t k);
 
 // RowsDotFn over Q8S activation rows, for each weight type.
 struct Q8BlockKernels {
-  RowsDotFn q4_0, q4_1, q5_0, q5_1, q8_0;
+  RowsDotFn q4_0, q4_1, q5_0, q5_1, q8_0, mxfp4;
   int tile_rows;  // activation rows per call
 };
 

@@ -69,14 +69,26 @@ struct Format<DType::Q8_0> {
   }
 };
 
+template <>
+struct Format<DType::MXFP4> {
+  using Block = BlockMXFP4;
+  static constexpr bool kMin = false;
+  static Operand codes(const Block& b) {
+    const __m256i values = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
+    const __m256i w = _mm256_shuffle_epi8(values, nibbles32(b.qs));
+    return {_mm256_abs_epi8(w), w};
+  }
+};
+
 template <DType T>
 __m256i block_dot(const Operand& w, __m256i y) {
   if constexpr (Format<T>::kMin) return dot_u8(w.u, y);
   return dot_u8(w.u, _mm256_sign_epi8(y, w.sign));
 }
 
-// The eight blocks' leading f16 pair (d, and m for the formats with a min) in one gather: lane i
-// from base + offsets[i].
+// The eight blocks' leading four bytes (the f16 d, and m for the formats with a min; MXFP4's
+// exponent byte) in one gather: lane i from base + offsets[i].
 __m256i gather_heads(const uint8_t* base, __m256i offsets) {
   return _mm256_i32gather_epi32(reinterpret_cast<const int*>(base), offsets, 1);
 }
@@ -93,11 +105,25 @@ __m256 high_f16(__m256i v) {
 
 // Weight rows [j0, j0 + 8) (fewer at the end: `valid`; the missing lanes repeat the last row and
 // are not stored) against NX activation rows.
+// The eight blocks' d_w from their gathered heads: the leading f16, or MXFP4's E8M0 byte as
+// 2^(e − 128) (mxfp4_scale's bits: e − 1 in the exponent field, subnormal below 2).
+template <DType T>
+__m256 head_scales(__m256i heads) {
+  if constexpr (T == DType::MXFP4) {
+    const __m256i e = _mm256_and_si256(heads, _mm256_set1_epi32(0xFF));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, tiny, small));
+  } else {
+    return low_f16(heads);
+  }
+}
+
 template <DType T, int NX>
 void eight_rows(const uint8_t* w, size_t ws, int valid, const uint8_t* x, size_t xs, int64_t nb,
                 float* out, int64_t os) {
   using Block = typename Format<T>::Block;
-  static_assert(offsetof(Block, d) == 0);
   const Block* rows[kLanes];
   alignas(32) int32_t offsets[kLanes];
 #pragma GCC unroll 8
@@ -123,7 +149,7 @@ void eight_rows(const uint8_t* w, size_t ws, int valid, const uint8_t* x, size_t
       for (int r = 0; r < NX; ++r) p[r][i] = block_dot<T>(c, load256(xr[r][b].qs));
     }
     const __m256i heads = gather_heads(w + size_t(b) * sizeof(Block), heads_at);
-    const __m256 dw = low_f16(heads);
+    const __m256 dw = head_scales<T>(heads);
 #pragma GCC unroll 4
     for (int r = 0; r < NX; ++r) {
       const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(reduce8(p[r])), _mm256_set1_ps(xr[r][b].d));
@@ -148,7 +174,8 @@ void rows_dot(const void* w, size_t ws, int64_t nw, const void* x, size_t xs, in
 }
 
 const Q8BlockKernels kAvx2{rows_dot<DType::Q4_0>, rows_dot<DType::Q4_1>, rows_dot<DType::Q5_0>,
-                           rows_dot<DType::Q5_1>, rows_dot<DType::Q8_0>, kMaxTileRows};
+                           rows_dot<DType::Q5_1>, rows_dot<DType::Q8_0>, rows_dot<DType::MXFP4>,
+                           kMaxTileRows};
 
 }  // namespace
 
