@@ -6,11 +6,10 @@
 // enter it and how the packed copy it reads is made. prepare_weight takes the first row that
 // fits a weight (rows are in order of preference) and keeps it, with the copy, as the weight's
 // CpuLinearPlan; linear_group() only runs what the plans say. Adding a weight format is a row and
-// its kernel. For example MXFP4 (OCP microscaling: blocks of 32 e2m1 codes sharing one e8m0
-// exponent) would add DType::MXFP4 with its block size, a dot kernel per ISA taking Q8_0
-// activations (the 32-element blocks line up), and one row per ISA here —
-// {"mxfp4·q8_0 dot", MXFP4, kNone, isa, kInt8 mode, ActFormat::kQ8_0, .dot = k.mxfp4} — plus,
-// where it pays, a panel packing row with its pack function; nothing else changes.
+// its kernel. MXFP4 (OCP microscaling: blocks of 32 e2m1 codes sharing one e8m0 exponent) came
+// in that way: DType::MXFP4 with its block size, a row kernel per ISA over Q8S activations in
+// q8_block_dot.h (the 32-element blocks line up) and one entry in the quantized rows below; a
+// panel packing row with its pack function is the next step where it pays.
 //
 // The table is built once, read-only afterwards; plans are immutable once made, so any thread
 // may read them.
