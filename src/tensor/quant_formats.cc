@@ -506,4 +506,21 @@ void quantize_row(DType t, const float* x, void* dst, int64_t n) {
   }
 }
 
+void mxfp4_from_column_pairs(const uint8_t* codes, const uint8_t* scales, int64_t rows,
+                             int64_t cols, BlockMXFP4* out) {
+  KCHECK(cols % QK == 0, "MXFP4 rows of {} columns are not whole blocks", cols);
+  const int64_t nb = cols / QK;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* row = codes + r * (cols / 2);
+    for (int64_t b = 0; b < nb; ++b, ++out) {
+      const auto code = [&](int j) {  // column 32b + j
+        const uint8_t byte = row[(QK * b + j) / 2];
+        return j % 2 == 0 ? byte & 0xF : byte >> 4;
+      };
+      out->e = scales[r * nb + b];
+      for (int j = 0; j < QK / 2; ++j) out->qs[j] = uint8_t(code(j) | code(j + QK / 2) << 4);
+    }
+  }
+}
+
 }  // namespace kestrel

@@ -89,6 +89,13 @@ static_assert(sizeof(BlockQ8_K) == 292 && sizeof(BlockMXFP4) == 17);
 // Q8_0, Q4_K, Q5_K, Q6_K, Q8_K, MXFP4.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 
+// DeepSeek-V4's routed experts as released (deepseek-v4-family.md): E2M1 codes two per byte in
+// column order (even column in the low nibble), [rows, cols / 2], and an E8M0 scale per 32
+// columns, [rows, cols / 32]. Rewrites them as MXFP4 blocks (ggml's layout), rows · cols / 32 of
+// them: the same values.
+void mxfp4_from_column_pairs(const uint8_t* codes, const uint8_t* scales, int64_t rows,
+                             int64_t cols, BlockMXFP4* out);
+
 // Activation quantizers (round-to-nearest, as ggml's reference quantizers).
 void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n);
 void quantize_row_q8_1(const float* x, BlockQ8_1* y, int64_t n);

@@ -513,6 +513,29 @@ TEST(QuantMxfp4, IsGgufType39) {
   EXPECT_EQ(dtype_info(DType::MXFP4).block_bytes, 17);
 }
 
+// The released column-pair layout: column c's code in byte c / 2 (low nibble for even c), and
+// scale [row][c / 32]; the same values once rewritten as blocks.
+TEST(QuantMxfp4, ColumnPairsBecomeTheSameValues) {
+  const int64_t rows = 3, cols = 96;
+  std::mt19937 rng(5);
+  std::vector<uint8_t> codes(rows * cols / 2), scales(rows * cols / 32);
+  for (auto& c : codes) c = uint8_t(rng());
+  for (auto& e : scales) e = uint8_t(100 + rng() % 50);
+  std::vector<BlockMXFP4> blocks(rows * cols / 32);
+  mxfp4_from_column_pairs(codes.data(), scales.data(), rows, cols, blocks.data());
+  std::vector<float> y(rows * cols);
+  dequantize_row(DType::MXFP4, blocks.data(), y.data(), rows * cols);
+  static const double kGrid[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint8_t byte = codes[(r * cols + c) / 2];
+      const int code = c % 2 == 0 ? byte & 0xF : byte >> 4;
+      const double want = (code & 8 ? -1 : 1) * kGrid[code & 7] *
+                          std::ldexp(1.0, int(scales[r * cols / 32 + c / 32]) - 127);
+      ASSERT_EQ(double(y[r * cols + c]), want) << "row " << r << " column " << c;
+    }
+}
+
 TEST(QuantRoundTrip, MXFP4) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
