@@ -3,8 +3,10 @@
 // rows 0–7 and 8–15 of the panel, as eight lanes. Per unit of 32 elements, four activation codes
 // broadcast to every lane meet a half in maddubs, the pair sums of a few chunks added in int16
 // (no saturation: see KFormat) and widened and scaled by one madd with the lanes' sub-block
-// scale — or, with kVnni, in VEX vpdpbusd into int32 sums scaled by vpmulld. All integers are
-// exact, so c, m and the two fmas per super-block are kquant_dot.h's, bit for bit.
+// scale — or, with kVnni, in VEX vpdpbusd into int32 sums scaled by vpmulld. Batches of
+// kKConvertRows or more read the codes converted to bytes (for_converted_chunks) instead of
+// unpacking them per tile. All integers are exact, so c, m and the two fmas per super-block are
+// kquant_dot.h's, bit for bit.
 //
 // Include only from the two kernel files; everything here is in an unnamed namespace, so each
 // keeps its own copy, compiled with its own flags.

@@ -3,8 +3,9 @@
 // four activation codes broadcast to every lane meet a chunk's low and high nibbles in two
 // _mm512_dpbusd_epi32 (exact int32 sums, two accumulators for independent chains), and one
 // vpmulld per accumulator applies the lanes' sub-block scales. Mins and Q6_K's offset come from
-// vpdpwssd over int16 pairs. The integers are the AVX2 kernel's and the row kernels' exactly, and
-// the two fmas per super-block the same, so every ISA gives the same bits.
+// vpdpwssd over int16 pairs. Batches of kKConvertRows or more read the codes converted to bytes
+// (for_converted_chunks), one dpbusd per quad row. The integers are the AVX2 kernel's and the row
+// kernels' exactly, and the two fmas per super-block the same, so every ISA gives the same bits.
 #include "backend/cpu/kquant_panels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
