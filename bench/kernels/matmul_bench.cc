@@ -3,7 +3,7 @@
 // Run:   bench/kernels/run.sh --benchmark_filter=linear
 //   or:  ./build-bench/bench/kernels/matmul_bench --benchmark_min_time=0.05
 // Case names read linear/<type>/<N>x<K>/M:<rows of x>/threads:<pool size>, e.g.
-// linear/q4_1_packed/1536x576/M:1/threads:2. Types: f16, bf16, q4_0, q4_1, q5_0, q8_0, q4_k,
+// linear/q4_1_packed/1536x576/M:1/threads:2. Types: f16, bf16, q4_0, q4_1, q5_0, q8_0, mxfp4, q4_k,
 // q6_k, q4_0/q4_1/q5_0/q8_0/q4_k/q6_k with a packed copy ("_packed", only where
 // packed_weights_supported(); batches on AMX where packed_amx_active()), q4_1/q8_0 packed with AMX
 // switched off ("_vnni"), and fp8 (F8_E4M3 with DeepSeek-V3's 128x128 block scales; random finite
@@ -214,6 +214,7 @@ void register_all() {
       {"q8_0_packed", DType::Q8_0, true},
       {"q4_1_vnni", DType::Q4_1, true, false},
       {"q8_0_vnni", DType::Q8_0, true, false},
+      {"mxfp4", DType::MXFP4, false},
       {"q4_k", DType::Q4_K, false},
       {"q4_k_packed", DType::Q4_K, true},
       {"q6_k", DType::Q6_K, false},
