@@ -190,77 +190,89 @@ __attribute__((always_inline)) inline void scale_unit(const uint8_t* scales, int
   }
 }
 
-// Half h of a panel for R rows, unpacking the codes as it goes: decode and small batches.
-template <bool kVnni, DType T, int R>
-void tile(const KQuantGemm& g, int64_t panel, int h, int64_t row) {
+// The walk both tiles share over half h of a panel for R rows: per super-block, unit(wp, b, u,
+// xr, c) adds each unit's integer sums to c, then the epilogue; the outputs stored at the end.
+template <DType T, int R, typename Unit>
+__attribute__((always_inline)) inline void half_panel(const KQuantGemm& g, int64_t panel, int h,
+                                                      int64_t row, const Unit& unit) {
   using F = KFormat<T>;
   const int64_t nb = g.k / QK_K;
   const uint8_t* wp = g.w + size_t(panel) * size_t(nb) * F::kBlockBytes;
   const BlockQ8_K* xr[R];
   __m256 acc[R];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     xr[r] = reinterpret_cast<const BlockQ8_K*>(g.x + size_t(row + r) * g.x_stride);
     acc[r] = _mm256_setzero_ps();
   }
   for (int64_t b = 0; b < nb; ++b, wp += F::kBlockBytes) {
-    const uint8_t* scales = wp + kquant_scales_offset(T) + 8 * h;
     __m256i c[R];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) c[r] = _mm256_setzero_si256();
 #pragma GCC unroll 1
-    for (int u = 0; u < kKUnits; ++u) {
-      const uint8_t* unit = wp + size_t(u) * F::kUnitBytes;
-      // Decode streams each panel from memory (the second half's pass finds it in cache): ask
-      // for the next super-block an eighth per unit (docs/benchmarks.md has the measurement).
-      if (R == 1 && h == 0)
-        for (int off = u * F::kBlockBytes / kKUnits; off < (u + 1) * F::kBlockBytes / kKUnits;
-             off += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(wp + F::kBlockBytes + off), _MM_HINT_T0);
-      const int ja = F::kTwoScales ? 2 * u : u;
-      const __m256i sc_a = int16_twins(scales + ja * kPanelRows);
-      const __m256i sc_b = F::kTwoScales ? int16_twins(scales + (ja + 1) * kPanelRows) : sc_a;
-      Planes<T> planes(unit, h);
-      __m256i c16a[R], c16b[R];
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) c16a[r] = c16b[r] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-      for (int t = 0; t < 4; ++t) {
-        __m256i lo, hi;
-        unpack_chunk<T>(unit, h, t, planes, lo, hi);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const int8_t* qs = xr[r][b].qs + 32 * u + 4 * t;
-          if constexpr (kVnni) {
-            // int32 sums of the unit's two halves (quad rows 0–3 and 4–7), scaled below.
-            c16a[r] = _mm256_dpbusd_avx_epi32(c16a[r], lo, broadcast4(qs));
-            c16b[r] = _mm256_dpbusd_avx_epi32(c16b[r], hi, broadcast4(qs + 16));
-            continue;
-          }
-          const __m256i plo = _mm256_maddubs_epi16(lo, broadcast4(qs));
-          const __m256i phi = _mm256_maddubs_epi16(hi, broadcast4(qs + 16));
-          if constexpr (F::kTwoScales) {
-            c16a[r] = _mm256_add_epi16(c16a[r], plo);
-            c16b[r] = _mm256_add_epi16(c16b[r], phi);
-          } else {
-            c16a[r] = _mm256_add_epi16(c16a[r], _mm256_add_epi16(plo, phi));
-          }
-        }
-        if (!kVnni && (t + 1) % F::kInt16Chunks == 0) {
-#pragma GCC unroll 4
-          for (int r = 0; r < R; ++r) {
-            c[r] = _mm256_add_epi32(c[r], _mm256_madd_epi16(c16a[r], sc_a));
-            if constexpr (F::kTwoScales)
-              c[r] = _mm256_add_epi32(c[r], _mm256_madd_epi16(c16b[r], sc_b));
-            c16a[r] = c16b[r] = _mm256_setzero_si256();
-          }
-        }
-      }
-      if constexpr (kVnni) scale_unit<T, R>(scales, ja, c16a, c16b, c);
-    }
+    for (int u = 0; u < kKUnits; ++u) unit(wp, b, u, xr, c);
     epilogue<T, R>(wp, h, c, xr, b, acc);
   }
   store_tile<R>(g, panel, h, row, acc);
+}
+
+// Half h of a panel for R rows, unpacking the codes as it goes: decode and small batches.
+template <bool kVnni, DType T, int R>
+void tile(const KQuantGemm& g, int64_t panel, int h, int64_t row) {
+  using F = KFormat<T>;
+  half_panel<T, R>(
+      g, panel, h, row,
+      [&](const uint8_t* wp, int64_t b, int u, const BlockQ8_K* const(&xr)[R], __m256i(&c)[R])
+          __attribute__((always_inline)) {
+            const uint8_t* scales = wp + kquant_scales_offset(T) + 8 * h;
+            const uint8_t* unit = wp + size_t(u) * F::kUnitBytes;
+            // Decode streams each panel from memory (the second half's pass finds it in cache): ask
+            // for the next super-block an eighth per unit (docs/benchmarks.md has the measurement).
+            if (R == 1 && h == 0)
+              for (int off = u * F::kBlockBytes / kKUnits; off < (u + 1) * F::kBlockBytes / kKUnits;
+                   off += 64)
+                _mm_prefetch(reinterpret_cast<const char*>(wp + F::kBlockBytes + off), _MM_HINT_T0);
+            const int ja = F::kTwoScales ? 2 * u : u;
+            const __m256i sc_a = int16_twins(scales + ja * kPanelRows);
+            const __m256i sc_b = F::kTwoScales ? int16_twins(scales + (ja + 1) * kPanelRows) : sc_a;
+            Planes<T> planes(unit, h);
+            __m256i c16a[R], c16b[R];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) c16a[r] = c16b[r] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; ++t) {
+              __m256i lo, hi;
+              unpack_chunk<T>(unit, h, t, planes, lo, hi);
+#pragma GCC unroll 4
+              for (int r = 0; r < R; ++r) {
+                const int8_t* qs = xr[r][b].qs + 32 * u + 4 * t;
+                if constexpr (kVnni) {
+                  // int32 sums of the unit's two halves (quad rows 0–3 and 4–7), scaled below.
+                  c16a[r] = _mm256_dpbusd_avx_epi32(c16a[r], lo, broadcast4(qs));
+                  c16b[r] = _mm256_dpbusd_avx_epi32(c16b[r], hi, broadcast4(qs + 16));
+                  continue;
+                }
+                const __m256i plo = _mm256_maddubs_epi16(lo, broadcast4(qs));
+                const __m256i phi = _mm256_maddubs_epi16(hi, broadcast4(qs + 16));
+                if constexpr (F::kTwoScales) {
+                  c16a[r] = _mm256_add_epi16(c16a[r], plo);
+                  c16b[r] = _mm256_add_epi16(c16b[r], phi);
+                } else {
+                  c16a[r] = _mm256_add_epi16(c16a[r], _mm256_add_epi16(plo, phi));
+                }
+              }
+              if (!kVnni && (t + 1) % F::kInt16Chunks == 0) {
+#pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) {
+                  c[r] = _mm256_add_epi32(c[r], _mm256_madd_epi16(c16a[r], sc_a));
+                  if constexpr (F::kTwoScales)
+                    c[r] = _mm256_add_epi32(c[r], _mm256_madd_epi16(c16b[r], sc_b));
+                  c16a[r] = c16b[r] = _mm256_setzero_si256();
+                }
+              }
+            }
+            if constexpr (kVnni) scale_unit<T, R>(scales, ja, c16a, c16b, c);
+          });
 }
 
 template <DType T>
@@ -287,61 +299,48 @@ void convert_panel(const uint8_t* panel, int64_t nb, uint8_t* out) {
 template <bool kVnni, DType T, int R>
 void byte_tile(const KQuantGemm& g, int64_t panel, const uint8_t* conv, int h, int64_t row) {
   using F = KFormat<T>;
-  const int64_t nb = g.k / QK_K;
-  const uint8_t* wp = g.w + size_t(panel) * size_t(nb) * F::kBlockBytes;
-  const BlockQ8_K* xr[R];
-  __m256 acc[R];
+  half_panel<T, R>(
+      g, panel, h, row,
+      [&](const uint8_t* wp, int64_t b, int u, const BlockQ8_K* const(&xr)[R],
+          __m256i(&c)[R]) __attribute__((always_inline)) {
+        const uint8_t* scales = wp + kquant_scales_offset(T) + 8 * h;
+        const uint8_t* codes = conv + size_t(b * kKUnits + u) * kKUnitCodeBytes;
+        const int ja = F::kTwoScales ? 2 * u : u;
+        if constexpr (kVnni) {
+          __m256i ca[R], cb[R];
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    xr[r] = reinterpret_cast<const BlockQ8_K*>(g.x + size_t(row + r) * g.x_stride);
-    acc[r] = _mm256_setzero_ps();
-  }
-  for (int64_t b = 0; b < nb; ++b, wp += F::kBlockBytes) {
-    const uint8_t* scales = wp + kquant_scales_offset(T) + 8 * h;
-    __m256i c[R];
+          for (int r = 0; r < R; ++r) ca[r] = cb[r] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) c[r] = _mm256_setzero_si256();
+          for (int q = 0; q < 8; ++q) {
+            const __m256i w =
+                _mm256_load_si256(reinterpret_cast<const __m256i*>(codes + 64 * q + 32 * h));
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+              __m256i& acc_q = q < 4 ? ca[r] : cb[r];
+              acc_q = _mm256_dpbusd_avx_epi32(acc_q, w, broadcast4(xr[r][b].qs + 32 * u + 4 * q));
+            }
+          }
+          scale_unit<T, R>(scales, ja, ca, cb, c);
+          return;
+        }
+    // Quad rows two at a time: a pair of maddubs of codes below 64 stays in int16
+    // (2 · 2 · 63 · 127 = 32004), and both lie in one sub-block of every format.
 #pragma GCC unroll 1
-    for (int u = 0; u < kKUnits; ++u, conv += kKUnitCodeBytes) {
-      const int ja = F::kTwoScales ? 2 * u : u;
-      if constexpr (kVnni) {
-        __m256i ca[R], cb[R];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) ca[r] = cb[r] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-        for (int q = 0; q < 8; ++q) {
-          const __m256i w =
-              _mm256_load_si256(reinterpret_cast<const __m256i*>(conv + 64 * q + 32 * h));
+        for (int q = 0; q < 8; q += 2) {
+          const __m256i sc = int16_twins(scales + (F::kTwoScales ? ja + q / 4 : ja) * kPanelRows);
+          const __m256i w0 =
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(codes + 64 * q + 32 * h));
+          const __m256i w1 =
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(codes + 64 * (q + 1) + 32 * h));
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
-            __m256i& acc_q = q < 4 ? ca[r] : cb[r];
-            acc_q = _mm256_dpbusd_avx_epi32(acc_q, w, broadcast4(xr[r][b].qs + 32 * u + 4 * q));
+            const int8_t* qs = xr[r][b].qs + 32 * u + 4 * q;
+            const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, broadcast4(qs)),
+                                                 _mm256_maddubs_epi16(w1, broadcast4(qs + 4)));
+            c[r] = _mm256_add_epi32(c[r], _mm256_madd_epi16(s16, sc));
           }
         }
-        scale_unit<T, R>(scales, ja, ca, cb, c);
-        continue;
-      }
-      // Quad rows two at a time: a pair of maddubs of codes below 64 stays in int16
-      // (2 · 2 · 63 · 127 = 32004), and both lie in one sub-block of every format.
-#pragma GCC unroll 1
-      for (int q = 0; q < 8; q += 2) {
-        const __m256i sc = int16_twins(scales + (F::kTwoScales ? ja + q / 4 : ja) * kPanelRows);
-        const __m256i w0 =
-            _mm256_load_si256(reinterpret_cast<const __m256i*>(conv + 64 * q + 32 * h));
-        const __m256i w1 =
-            _mm256_load_si256(reinterpret_cast<const __m256i*>(conv + 64 * (q + 1) + 32 * h));
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const int8_t* qs = xr[r][b].qs + 32 * u + 4 * q;
-          const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, broadcast4(qs)),
-                                               _mm256_maddubs_epi16(w1, broadcast4(qs + 4)));
-          c[r] = _mm256_add_epi32(c[r], _mm256_madd_epi16(s16, sc));
-        }
-      }
-    }
-    epilogue<T, R>(wp, h, c, xr, b, acc);
-  }
-  store_tile<R>(g, panel, h, row, acc);
+      });
 }
 
 template <bool kVnni, DType T, int R>
