@@ -59,6 +59,7 @@ import torch
 import transformers
 from transformers.masking_utils import create_causal_mask
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as deepseek_v3
+from transformers.models.deepseek_v32 import modeling_deepseek_v32 as deepseek_v32
 from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen3_5
 from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as qwen3_5_moe
 from transformers.models.qwen3_moe import modeling_qwen3_moe as qwen3_moe
@@ -123,6 +124,15 @@ DEEPSEEK_V3 = dict(
 DEEPSEEK_V3_WIDE = dict(
     DEEPSEEK_V3, hidden_size=192, intermediate_size=320, moe_intermediate_size=160,
     q_lora_rank=160, kv_lora_rank=144, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32,
+)
+
+# DeepSeek-V3.2: V3's shape with the lightning indexer on every layer. index_topk 8 is below the
+# two longer prompts and every decode step, and 16 indexer heads keep exact zero-score ties
+# away (see IndexerMonitor); YaRN as in V3, since the indexer's RoPE shares its table.
+DEEPSEEK_V32 = dict(
+    {k: v for k, v in DEEPSEEK_V3.items() if k not in ("rope_interleave", "rope_scaling")},
+    rope_parameters=dict(DEEPSEEK_YARN_ROPE, rope_theta=10000.0), index_n_heads=16,
+    index_head_dim=32, index_topk=8,
 )
 
 # Hybrid models (models.md 5): layers [linear, full, linear, full] (full_attention_interval 2),
@@ -210,6 +220,7 @@ MODELS = {
                     dict(DEEPSEEK_V3, rope_scaling=DEEPSEEK_YARN_ROPE)),
     "deepseek_v3_nolora": (transformers.DeepseekV3Config, dict(DEEPSEEK_V3, q_lora_rank=None)),
     "deepseek_v3_wide": (transformers.DeepseekV3Config, DEEPSEEK_V3_WIDE),
+    "deepseek_v32": (transformers.DeepseekV32Config, DEEPSEEK_V32),
     # Qwen3-Next: fused in_proj_qkvz / in_proj_ba; layers 0 and 2 dense, 1 and 3 MoE with the
     # gated shared expert (four MoE layers leave no prompt whose bf16 routing is clear).
     "qwen3_next": (transformers.Qwen3NextConfig,
@@ -252,6 +263,8 @@ FIXTURES = {
     "deepseek_v3_bf16": Fixture("deepseek_v3", torch.bfloat16),
     "deepseek_v3_nolora_f32": Fixture("deepseek_v3_nolora", torch.float32),
     "deepseek_v3_fp8": Fixture("deepseek_v3_wide", torch.float32, fp8=True),
+    "deepseek_v32_f32": Fixture("deepseek_v32", torch.float32),
+    "deepseek_v32_bf16": Fixture("deepseek_v32", torch.bfloat16),
     "gemma3_f32": Fixture("gemma3", torch.float32),
     "gemma3_bf16": Fixture("gemma3", torch.bfloat16),
     "qwen3_next_f32": Fixture("qwen3_next", torch.float32),
@@ -264,6 +277,9 @@ FIXTURES = {
 
 # Smallest accepted top1-top2 logit gap at each greedy step (see select_prompts).
 MIN_STEP_GAP = {torch.float32: 0.01, torch.bfloat16: 0.1}
+# Smallest accepted gap between the k-th and (k+1)-th indexer score of a query, relative to the
+# k-th (see IndexerMonitor): bf16 runs may round a q or k value one ulp apart from transformers.
+MIN_INDEX_MARGIN = {torch.float32: 1e-4, torch.bfloat16: 2e-3}
 # Smallest accepted routing margin (see clear_decisions): about six bf16 ulps of a router logit
 # near 1 in softmax probability, a few in DeepSeek's sigmoid scores.
 MIN_ROUTING_MARGIN = {torch.float32: 1e-5, torch.bfloat16: 3e-3}
@@ -365,6 +381,23 @@ HYBRID_MTP_CLASSES = {
 }
 
 
+# DeepSeek model type -> its decoder layer class (the MTP block is one).
+DEEPSEEK_LAYERS = {
+    "deepseek_v3": deepseek_v3.DeepseekV3DecoderLayer,
+    "deepseek_v32": deepseek_v32.DeepseekV32DecoderLayer,
+}
+
+
+def mtp_layer_config(config):
+    """The config of a model with one more layer, whose last layer is the MTP block: DeepSeek-V3.2
+    lists its layers' kinds, which must then cover the extra one."""
+    changes = {"num_hidden_layers": config.num_hidden_layers + 1}
+    if config.model_type == "deepseek_v32":
+        changes["mlp_layer_types"] = list(config.mlp_layer_types) + ["sparse"]
+        changes["layer_types"] = list(config.layer_types) + ["indexed_attention"]
+    return changes
+
+
 def is_hybrid_mtp(config):
     return config.model_type in HYBRID_MTP_CLASSES
 
@@ -374,7 +407,7 @@ def has_mtp(config):
     index num_hidden_layers, or Qwen3-Next's / Qwen3.5's under mtp."""
     if is_hybrid_mtp(config):
         layers = getattr(config, "mtp_num_hidden_layers", 0)
-    elif config.model_type == "deepseek_v3":
+    elif config.model_type in DEEPSEEK_LAYERS:
         layers = config.num_nextn_predict_layers
     else:
         return False
@@ -425,7 +458,10 @@ def build_mtp(base, model):
     if is_hybrid_mtp(config):
         mtp = HybridMtpModule(config).to(torch.float32)
     else:
-        block = deepseek_v3.DeepseekV3DecoderLayer(config, layer_idx=config.num_hidden_layers)
+        extended = copy.deepcopy(config)
+        for key, value in mtp_layer_config(config).items():
+            setattr(extended, key, value)
+        block = DEEPSEEK_LAYERS[config.model_type](extended, layer_idx=config.num_hidden_layers)
         mtp = MtpModule(config, block).to(torch.float32)
     randomize(mtp, torch.Generator().manual_seed(seed_of(base + "/mtp")), embed_std=None)
     return mtp
@@ -683,8 +719,9 @@ def load_mtp(path, dtype):
     """Loads the MTP layer of the checkpoint at path in dtype: its decoder block through
     transformers (as layer L of a model with L + 1 layers, so that expert fusion and F32 router
     match the main layers'), the other tensors directly."""
-    layers = transformers.AutoConfig.from_pretrained(path).num_hidden_layers
-    block = load_checkpoint(path, dtype, num_hidden_layers=layers + 1).model.layers[layers]
+    config = transformers.AutoConfig.from_pretrained(path)
+    layers = config.num_hidden_layers
+    block = load_checkpoint(path, dtype, **mtp_layer_config(config)).model.layers[layers]
     mtp = MtpModule(block.self_attn.config, block)
     tensors = read_tensors(path)
     with torch.no_grad():
@@ -718,17 +755,27 @@ def stage_checkpoint(name, staging):
     return load_checkpoint(reference_dir(name, staging), FIXTURES[name].dtype)
 
 
-def clear_decisions(model, prompt, dtype):
+def clear_decisions(model, prompt, dtype, mtp=None):
     """Whether every greedy step has a top1-top2 gap of at least MIN_STEP_GAP[dtype] and, in MoE
     models, every routing decision over prompt + continuation a margin of at least
-    MIN_ROUTING_MARGIN[dtype] (in bf16 a router logit one ulp away flips an expert choice)."""
+    MIN_ROUTING_MARGIN[dtype] (in bf16 a router logit one ulp away flips an expert choice); the
+    same for the indexers' choices of DeepSeek-V3.2, its MTP layer's (`mtp`) included."""
     new_ids, step_logits = greedy_generate(model, prompt)
     if top2_gap(step_logits) < MIN_STEP_GAP[dtype]:
         return False
-    monitor = RoutingMonitor(model)
+    monitor, indexers = RoutingMonitor(model), IndexerMonitor(model)
     with torch.no_grad():
         model(torch.tensor([prompt + new_ids]), use_cache=False)
-    margin = monitor.remove()
+    margin, index_margin = monitor.remove(), indexers.remove()
+    if index_margin is not None and index_margin < MIN_INDEX_MARGIN[dtype]:
+        return False
+    if mtp is not None:
+        mtp_indexers = IndexerMonitor(mtp)
+        with torch.no_grad():
+            mtp_logits(model, mtp, prompt)
+        mtp_margin = mtp_indexers.remove()
+        if mtp_margin is not None and mtp_margin < MIN_INDEX_MARGIN[dtype]:
+            return False
     return margin is None or margin >= MIN_ROUTING_MARGIN[dtype]
 
 
@@ -742,12 +789,17 @@ def select_prompts(base, staging):
     """
     models = {fixture.dtype: stage_checkpoint(name, staging)
               for name, fixture in FIXTURES.items() if fixture.base == base}
+    # DeepSeek-V3.2's MTP layer picks keys too; its choices must be clear as well.
+    mtps = {fixture.dtype: load_mtp(reference_dir(name, staging), fixture.dtype)
+            for name, fixture in FIXTURES.items()
+            if fixture.base == base and MODELS[base][0] is transformers.DeepseekV32Config}
     gen = torch.Generator().manual_seed(seed_of(base + "/prompts"))
     prompts = []
     for length in PROMPT_LENGTHS:
         for attempt in range(MAX_PROMPT_TRIES):
             candidate = torch.randint(FIRST_PROMPT_ID, VOCAB, (length,), generator=gen).tolist()
-            if all(clear_decisions(model, candidate, dtype) for dtype, model in models.items()):
+            if all(clear_decisions(model, candidate, dtype, mtps.get(dtype))
+                   for dtype, model in models.items()):
                 prompts.append(candidate)
                 break
         else:
@@ -810,7 +862,8 @@ SOFTMAX_ROUTERS = (qwen3_moe.Qwen3MoeTopKRouter, qwen3_next.Qwen3NextTopKRouter,
 class RoutingMonitor:
     """Records the smallest routing margin of every router forward while active."""
 
-    ROUTERS = (*SOFTMAX_ROUTERS, deepseek_v3.DeepseekV3TopkRouter)
+    ROUTERS = (*SOFTMAX_ROUTERS, deepseek_v3.DeepseekV3TopkRouter,
+               deepseek_v32.DeepseekV32TopkRouter)
 
     def __init__(self, *modules):
         self.margin = float("inf")
@@ -820,6 +873,44 @@ class RoutingMonitor:
 
     def record(self, router, _, output):
         self.margin = min(self.margin, routing_margin(router, output[0]).min().item())
+
+    def remove(self):
+        for hook in self.hooks:
+            hook.remove()
+        return self.margin if self.hooks else None
+
+
+class IndexerMonitor:
+    """Records, over DeepSeek-V3.2 indexer forwards without a cache, the smallest gap between a
+    query's k-th and (k+1)-th causal score relative to the k-th: a near-tie there makes the
+    selected keys, and so the logits, depend on rounding (§7.5 of the V4 family reference)."""
+
+    def __init__(self, *modules):
+        self.margin = float("inf")
+        self.hooks = [m.register_forward_hook(self.record, with_kwargs=True)
+                      for module in modules for m in module.modules()
+                      if isinstance(m, deepseek_v32.DeepseekV32Indexer)]
+
+    def record(self, indexer, args, kwargs, _):
+        hidden, q_resid, (cos, sin) = args[0], args[1], args[2]
+        assert kwargs.get("cache") is None, "scores are recomputed without a cache"
+        b, s, _ = hidden.shape
+        rope = indexer.qk_rope_head_dim
+        q = indexer.wq_b(q_resid).view(b, s, indexer.n_heads, indexer.head_dim)
+        k = indexer.k_norm(indexer.wk(hidden)).unsqueeze(2)
+        q_rot, k_rot = deepseek_v32.apply_rotary_pos_emb(q[..., :rope], k[..., :rope], cos, sin,
+                                                         unsqueeze_dim=2)
+        q = torch.cat([q_rot, q[..., rope:]], dim=-1)
+        k = torch.cat([k_rot, k[..., rope:]], dim=-1).squeeze(2)
+        scores = torch.matmul(q.float(), k.transpose(-1, -2).float().unsqueeze(1))
+        scores = torch.relu(scores * indexer.softmax_scale)
+        weights = indexer.weights_proj(hidden.to(indexer.weights_proj.weight.dtype)).float()
+        index = torch.matmul((weights * indexer.n_heads ** -0.5).unsqueeze(-2), scores).squeeze(-2)
+        k_top = indexer.index_topk
+        for row in range(k_top, s):  # queries with more causal keys than they keep
+            top = index[0, row, :row + 1].topk(k_top + 1).values
+            gap = (top[-2] - top[-1]).item() / max(abs(top[-2].item()), 1e-6)
+            self.margin = min(self.margin, gap)
 
     def remove(self):
         for hook in self.hooks:

@@ -34,6 +34,10 @@ class Backend {
   virtual void linear_group(std::span<const LinearJob> jobs, const float* x, int64_t m) = 0;
   virtual void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t dim,
                         float* y, DType act) = 0;
+  // y = r((x − mean) / sqrt(var + eps) · w + b) per row, mean and variance in f64, computed in
+  // f32 and rounded once to act (r), as torch's LayerNorm runs on bf16 rows.
+  virtual void layer_norm(const float* x, const float* w, const float* b, float eps, int64_t rows,
+                          int64_t dim, float* y, DType act) = 0;
   // x += y (rounded to act), then out = rms_norm(x): a block's residual add and the next norm.
   virtual void add_rms_norm(float* x, const float* y, const float* w, float eps, int64_t rows,
                             int64_t dim, float* out, DType act) = 0;
@@ -107,6 +111,19 @@ class Backend {
   virtual void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer& cache,
                              const AttentionBatch& batch, int num_heads, float scale, float* out,
                              DType act) = 0;
+  // DeepSeek-V3.2's lightning indexer. write_indexer_keys stores each batch token's key
+  // (cache.index_dim values) at the end of its latent-cache row. indexer_top_k gives each batch
+  // token t at position p the top_k keys j ≤ p of its sequence with the highest
+  //   I(t, j) = Σ_h w[t, h] · relu(scale · q[t, h] · key_j)
+  // (q [T, num_heads, index_dim], w [T, num_heads]; dot products in f32), ties to the earlier
+  // key, written to selected[t · top_k, (t + 1) · top_k) in ascending order; a token with no
+  // more than top_k keys gets all of them, then −1s. Scores depend only on the token and the
+  // key, so the choice is the same whatever the batch or its chunks.
+  virtual void write_indexer_keys(const MlaCacheLayer& cache, const float* keys,
+                                  const AttentionBatch& batch) = 0;
+  virtual void indexer_top_k(const float* q, const float* w, const MlaCacheLayer& cache,
+                             const AttentionBatch& batch, int num_heads, float scale, int top_k,
+                             int32_t* selected) = 0;
 };
 
 // Process-wide choices of the CPU kernels, made before a backend runs (the CLI takes them from

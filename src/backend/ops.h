@@ -82,6 +82,10 @@ struct MlaCacheLayer {
   int latent_dim = 0;
   int rope_dim = 0;
   float scale = 1.0f;  // an FP8 cache's per-tensor scale
+  // DeepSeek-V3.2: each row ends with the token's indexer key (0: no indexer). A row is
+  // [latent | rope key | indexer key], latent_dim + rope_dim + index_dim values.
+  int index_dim = 0;
+  int64_t row_elems() const { return int64_t(latent_dim) + rope_dim + index_dim; }
 };
 
 // The attention view of a flat batch of tokens from several sequences.
@@ -96,6 +100,11 @@ struct AttentionBatch {
   // > 0: a query at position p attends only to keys p - sliding_window < j <= p (Mistral's and
   // Qwen2's sliding-window layers); their table entries before that may be the null block.
   int sliding_window = 0;
+  // DeepSeek-V3.2's sparse attention (MLA only): token t attends only to the key positions in
+  // selected_keys[t · keys_per_token, (t + 1) · keys_per_token), −1 entries unused, as
+  // Backend::indexer_top_k writes them; null: to every causal key.
+  const int32_t* selected_keys = nullptr;
+  int keys_per_token = 0;
 };
 
 // One strided copy of Backend::copy_rows: for each row r < rows and block b < blocks, the

@@ -50,6 +50,24 @@ const LoadedModel& Engine::model() const {
 
 namespace {
 
+// The bytes one token's KV takes, summed over the cache groups and itemised by group, as the
+// pool prices them (a sliding-window group holds at most its window's tokens of a sequence; a
+// linear-attention state is per sequence, not per token).
+std::string kv_bytes_per_token(const KVCacheLayout& layout) {
+  int64_t total = 0;
+  std::string parts;
+  for (const KVCacheSpec& g : layout.groups) {
+    const int64_t bytes = g.bytes_per_block() / g.block_size;
+    total += bytes;
+    const char* kind = g.kind == KVCacheKind::kMlaLatent       ? "latent"
+                       : g.kind == KVCacheKind::kSlidingWindow ? "sliding-window"
+                                                               : "full-attention";
+    parts += fmt::format("{}{} {} layer{}: {}", parts.empty() ? "" : ", ", g.num_layers, kind,
+                         g.num_layers == 1 ? "" : "s", bytes);
+  }
+  return fmt::format("{} B ({})", total, parts);
+}
+
 // Workspace the forward pass keeps besides KV: per batched token the residual stream, attention
 // and MLP intermediates (f32) — MoE: router scores and each token's k expert results; MLA: the
 // per-head queries and latent outputs — plus one logits row per sequence.
@@ -62,7 +80,10 @@ int64_t activation_reserve(const ModelConfig& m, const SchedulerConfig& s) {
   if (m.mla.enabled())
     values += m.num_attention_heads *
                   (2 * m.mla.kv_lora_rank + m.mla.qk_rope_head_dim + m.mla.v_head_dim) +
-              m.mla.q_lora_rank + m.mla.cache_width();
+              m.mla.q_lora_rank + m.latent_cache_width();
+  // The indexer's queries, head weights and key, and each token's selected keys.
+  if (m.indexer.enabled())
+    values += m.indexer.num_heads * (m.indexer.head_dim + 1) + m.indexer.head_dim + m.indexer.top_k;
   return s.max_num_batched_tokens * 4 * values + s.max_num_seqs * m.vocab_size * 4;
 }
 
@@ -248,6 +269,7 @@ Expected<Prepared> prepare_local_ranks(const EngineConfig& a, bool headless) {
             sc.block_size, double(e.kv.bytes) / double(int64_t{1} << 30), tp > 1 ? " per rank" : "",
             e.kv.source);
   KLOG_INFO("KV cache size: {} tokens", e.kv.num_tokens);
+  KLOG_INFO("KV bytes per token: {}{}", kv_bytes_per_token(kr.layout), tp > 1 ? " per rank" : "");
   KLOG_INFO("Maximum concurrency for {} tokens per request: {:.2f}x", sc.max_model_len,
             double(e.kv.num_tokens) / double(sc.max_model_len));
   KLOG_INFO("Chunked prefill is {} with max_num_batched_tokens={}, max_num_seqs={}",

@@ -98,6 +98,10 @@ class RangeRecorder final : public Backend {
                    int64_t T, int k, int64_t H, bool round_each, DType act, float* out) override {
     inner_->moe_combine(expert_out, perm, weights, T, k, H, round_each, act, out);
   }
+  void layer_norm(const float* x, const float* w, const float* b, float eps, int64_t rows,
+                  int64_t dim, float* y, DType act) override {
+    inner_->layer_norm(x, w, b, eps, rows, dim, y, act);
+  }
   void write_mla_cache(const MlaCacheLayer& cache, const float* latent, const float* k_rope,
                        const AttentionBatch& batch) override {
     inner_->write_mla_cache(cache, latent, k_rope, batch);
@@ -116,6 +120,15 @@ class RangeRecorder final : public Backend {
                      const AttentionBatch& batch, int num_heads, float scale, float* out,
                      DType act) override {
     inner_->mla_attention(q_lat, q_rope, cache, batch, num_heads, scale, out, act);
+  }
+  void write_indexer_keys(const MlaCacheLayer& cache, const float* keys,
+                          const AttentionBatch& batch) override {
+    inner_->write_indexer_keys(cache, keys, batch);
+  }
+  void indexer_top_k(const float* q, const float* w, const MlaCacheLayer& cache,
+                     const AttentionBatch& batch, int num_heads, float scale, int top_k,
+                     int32_t* selected) override {
+    inner_->indexer_top_k(q, w, cache, batch, num_heads, scale, top_k, selected);
   }
 
  private:

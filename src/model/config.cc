@@ -231,6 +231,59 @@ Status parse_deepseek_v3(const FieldReader& r, ModelConfig& c) {
   return Status::Ok();
 }
 
+// mlp_layer_types (transformers 5.x writes it for DeepSeek): "dense" or "sparse" per layer, which
+// then alone decides where the experts are.
+Status parse_mlp_layer_types(const FieldReader& r, ModelConfig& c) {
+  const json* types = r.find("mlp_layer_types");
+  if (types == nullptr) return Status::Ok();
+  if (!types->is_array() || int64_t(types->size()) != c.num_hidden_layers)
+    return r.type_error("mlp_layer_types", "a list with one entry per hidden layer");
+  c.moe.first_k_dense_replace = 0;
+  c.moe.mlp_only_layers.clear();
+  for (size_t i = 0; i < types->size(); ++i) {
+    const json& t = (*types)[i];
+    if (!t.is_string() || (t != "dense" && t != "sparse"))
+      return r.type_error("mlp_layer_types", "a list of \"dense\" or \"sparse\"");
+    if (t == "dense") c.moe.mlp_only_layers.push_back(int64_t(i));
+  }
+  return Status::Ok();
+}
+
+// DeepSeek-V3.2: V3 plus the lightning indexer on every layer (layer_types, when written, says
+// "indexed_attention" for each).
+Status parse_deepseek_v32(const FieldReader& r, ModelConfig& c) {
+  KTRY(parse_deepseek_v3(r, c));
+  SparseIndexerConfig& x = c.indexer;
+  x = {64, 128, 2048};  // transformers' defaults (the released values)
+  KTRY(r.get("index_n_heads", x.num_heads));
+  KTRY(r.get("index_head_dim", x.head_dim));
+  KTRY(r.get("index_topk", x.top_k));
+  const std::pair<const char*, int64_t> dims[] = {
+      {"index_n_heads", x.num_heads}, {"index_head_dim", x.head_dim}, {"index_topk", x.top_k}};
+  for (const auto& [name, v] : dims)
+    if (v <= 0)
+      return make_error("{}: '{}' must be a positive integer (got {})", r.file(), name, v);
+  if (x.head_dim < c.mla.qk_rope_head_dim)
+    return make_error("{}: index_head_dim {} is narrower than its rotated part ({})", r.file(),
+                      x.head_dim, c.mla.qk_rope_head_dim);
+  if (c.mla.q_lora_rank <= 0)
+    return make_error(
+        "{}: the indexer's queries come from the query latent: 'q_lora_rank' must "
+        "be set",
+        r.file());
+  if (const json* types = r.find("layer_types")) {
+    if (!types->is_array() || int64_t(types->size()) != c.num_hidden_layers)
+      return r.type_error("layer_types", "a list with one entry per hidden layer");
+    for (const json& t : *types)
+      if (t != "indexed_attention")
+        return make_error(
+            "{}: layer type {} is not supported (DeepSeek-V3.2's layers are all "
+            "\"indexed_attention\")",
+            r.file(), t.dump());
+  }
+  return parse_mlp_layer_types(r, c);
+}
+
 bool is_hybrid_type(const std::string& t) {
   return t == "qwen3_next" || t == "qwen3_5_text" || t == "qwen3_5_moe_text";
 }
@@ -433,7 +486,8 @@ Status parse_sliding_window(const FieldReader& r, ModelConfig& c) {
     KTRY(r.get("max_window_layers", first_layer));
   }
   std::vector<bool> sliding(size_t(std::max<int64_t>(c.num_hidden_layers, 0)), false);
-  if (is_hybrid_type(c.model_type)) return Status::Ok();  // layer_types name linear layers
+  // Their layer_types name linear or indexed layers, not windows.
+  if (is_hybrid_type(c.model_type) || c.model_type == "deepseek_v32") return Status::Ok();
   if (const json* types = r.find("layer_types")) {
     if (!types->is_array() || types->size() != sliding.size())
       return r.type_error("layer_types", "a list with one entry per hidden layer");
@@ -534,7 +588,11 @@ Expected<ModelConfig> parse_config(const std::string& text, const std::string& f
   if (c.model_type == "qwen2") c.attention_bias = true;  // hard-coded q/k/v biases
   if (c.model_type == "qwen3") c.qk_norm = true;
   if (c.model_type == "qwen3_moe") KTRY(parse_qwen3_moe(r, c));
-  if (c.model_type == "deepseek_v3") KTRY(parse_deepseek_v3(r, c));
+  if (c.model_type == "deepseek_v3") {
+    KTRY(parse_deepseek_v3(r, c));
+    KTRY(parse_mlp_layer_types(r, c));
+  }
+  if (c.model_type == "deepseek_v32") KTRY(parse_deepseek_v32(r, c));
   if (c.model_type == "gemma3_text") KTRY(parse_gemma3(r, c));
   if (is_hybrid_type(c.model_type)) {
     KTRY(parse_hybrid(r, c));
@@ -639,6 +697,10 @@ Status ModelConfig::finalize() {
     if (std::find(layer_linear.begin(), layer_linear.end(), false) == layer_linear.end())
       return make_error("every layer is a linear-attention layer; at least one must attend");
   }
+  if (indexer.enabled() && !mla.enabled())
+    return make_error(
+        "a sparse-attention indexer without multi-head latent attention is not "
+        "supported");
   if (!layer_sliding_window.empty() && mla.enabled())
     return make_error("sliding-window attention with multi-head latent attention is not supported");
 

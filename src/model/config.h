@@ -77,6 +77,15 @@ struct MlaConfig {
   int64_t cache_width() const { return kv_lora_rank + qk_rope_head_dim; }
 };
 
+// DeepSeek-V3.2's lightning indexer (DeepSeek Sparse Attention): each query attends only to the
+// top_k earlier tokens its indexer scores highest; top_k == 0 in other models.
+struct SparseIndexerConfig {
+  int64_t num_heads = 0;  // index_n_heads
+  int64_t head_dim = 0;   // index_head_dim: one key of this width per token per layer
+  int64_t top_k = 0;      // index_topk
+  bool enabled() const { return top_k > 0; }
+};
+
 // Gated DeltaNet linear-attention layers (Qwen3-Next, Qwen3.5; models.md 5.3): num_value_heads
 // == 0 in models without them.
 struct LinearAttentionConfig {
@@ -147,6 +156,12 @@ struct ModelConfig {
   std::optional<int64_t> bos_token_id;
   MoeConfig moe;
   MlaConfig mla;
+  SparseIndexerConfig indexer;
+  // Values one token keeps per layer in a latent cache: MLA's latent and rope key, then the
+  // indexer's key when the model has one (its rows share the latents' blocks and lifetime).
+  int64_t latent_cache_width() const {
+    return mla.cache_width() + (indexer.enabled() ? indexer.head_dim : 0);
+  }
   Fp8WeightConfig fp8;
   // An msModelSlim checkpoint's description of its quantized tensors (model/modelslim.h), set by
   // the loader; null for other checkpoints.

@@ -15,7 +15,7 @@ KVCacheSpec layer_kv_cache_spec(const ModelConfig& c, DType dtype, int block_siz
   if (c.mla.enabled()) {
     s.kind = KVCacheKind::kMlaLatent;
     s.num_kv_heads = 1;
-    s.head_dim = int32_t(c.mla.cache_width());
+    s.head_dim = int32_t(c.latent_cache_width());
     s.row_bytes = int32_t(dtype_bytes(dtype, s.head_dim));
     return s;
   }

@@ -110,11 +110,11 @@ KVLayer KVCacheStorage::layer(int i) const {
   return l;
 }
 
-MlaCacheLayer KVCacheStorage::mla_layer(int i, int latent_dim) const {
+MlaCacheLayer KVCacheStorage::mla_layer(int i, int latent_dim, int rope_dim) const {
   const KVCacheSpec& g = layout_.groups[0];
-  KCHECK(latent_ && latent_dim > 0 && latent_dim <= g.head_dim,
-         "latent width {} does not fit this cache (latent {}, row width {})", latent_dim, latent_,
-         g.head_dim);
+  KCHECK(latent_ && latent_dim > 0 && rope_dim >= 0 && latent_dim + rope_dim <= g.head_dim,
+         "latent width {} and rope width {} do not fit this cache (latent {}, row width {})",
+         latent_dim, rope_dim, latent_, g.head_dim);
   const size_t per_bytes = dtype_bytes(dtype_, num_blocks_ * g.block_size * int64_t(g.head_dim));
   MlaCacheLayer l;
   l.data = static_cast<uint8_t*>(const_cast<void*>(buffer_.view().data)) +
@@ -123,7 +123,8 @@ MlaCacheLayer KVCacheStorage::mla_layer(int i, int latent_dim) const {
   l.num_blocks = num_blocks_;
   l.block_size = g.block_size;
   l.latent_dim = latent_dim;
-  l.rope_dim = g.head_dim - latent_dim;
+  l.rope_dim = rope_dim;
+  l.index_dim = g.head_dim - latent_dim - rope_dim;
   return l;
 }
 

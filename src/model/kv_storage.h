@@ -41,8 +41,8 @@ class KVCacheStorage {
                  int32_t num_state_checkpoints = 0);
   // The cache of model layer i.
   KVLayer layer(int i) const;
-  // Layer i of a latent cache whose rows are [latent_dim | head_dim - latent_dim].
-  MlaCacheLayer mla_layer(int i, int latent_dim) const;
+  // Layer i of a latent cache whose rows are [latent_dim | rope_dim | the rest: an indexer key].
+  MlaCacheLayer mla_layer(int i, int latent_dim, int rope_dim) const;
   const KVCacheLayout& layout() const { return layout_; }
   LayerPlace place(int layer) const;
   int num_groups() const { return int(layout_.groups.size()); }

@@ -49,6 +49,9 @@ enum ScratchSlot : int {
   kSlotLinearA,
   kSlotLinearConv,
   kSlotLinearOut,
+  kSlotIndexQ,
+  kSlotIndexK,
+  kSlotIndexW,
   kNumScratchSlots,
 };
 

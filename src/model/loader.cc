@@ -1,27 +1,15 @@
 #include "model/loader.h"
 
-#include <algorithm>
 #include <filesystem>
 
 #include "base/logging.h"
 #include "base/mmap_file.h"
 #include "formats/safetensors.h"
+#include "model/arch/registry.h"
 #include "model/modelslim.h"
-#include "model/transformer.h"
 
 namespace kestrel {
 namespace fs = std::filesystem;
-
-const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> kArchs = {
-      "LlamaForCausalLM",      "MistralForCausalLM",
-      "Qwen2ForCausalLM",      "Qwen3ForCausalLM",
-      "Qwen3MoeForCausalLM",   "DeepseekV3ForCausalLM",
-      "Gemma3ForCausalLM",     "Qwen3NextForCausalLM",
-      "Qwen3_5ForCausalLM",    "Qwen3_5ForConditionalGeneration",
-      "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration"};
-  return kArchs;
-}
 
 namespace {
 
@@ -81,6 +69,11 @@ Expected<KvCacheQuant> kv_cache_quant(const LoadOptions& o, DType act, bool gguf
         "{}: an MLA model's latent cache is one row per token with a per-tensor scale; it "
         "takes fp8, fp8_e4m3 or fp8_e5m2, not {}",
         flag, q.dtype == DType::I8 ? "C8 int8" : "mxfp8");
+  if (c.indexer.enabled() && quantized_kv_cache(q.dtype))
+    return make_error(
+        "{}: DeepSeek-V3.2's indexer keys share the latent rows, and their 8-bit format (FP8 "
+        "codes with a per-token scale) is not built yet; use auto, bf16, fp16 or fp32",
+        flag);
   if (q.dtype == DType::MXFP8 && c.head_dim % 32 != 0)
     return make_error("{}: head_dim {} is not a multiple of MXFP8's 32-value scale groups", flag,
                       c.head_dim);
@@ -191,13 +184,7 @@ Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
   KTRY(lm->config.finalize());
   if (lm->generation.eos_token_ids.empty()) lm->generation.eos_token_ids = lm->config.eos_token_ids;
 
-  const auto& archs = supported_architectures();
-  if (std::find(archs.begin(), archs.end(), lm->config.architecture) == archs.end()) {
-    std::string list;
-    for (const auto& a : archs) list += (list.empty() ? "" : ", ") + a;
-    return make_error("architecture '{}' is not supported (supported: {})", lm->config.architecture,
-                      list);
-  }
+  KTRY(check_architecture(lm->config));
 
   KTRY(read_quantization(o, gguf || dummy, lm->config));
   KASSIGN(const DType act_dtype, model_dtype(o, lm->config));
@@ -236,7 +223,7 @@ Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& o) {
           "expert parallelism over {} data-parallel ranks: rank {} has no communicator", o.dp_size,
           o.dp_rank);
   }
-  KASSIGN(lm->model, build_transformer(lm->config, act_dtype, kv, *lm->weights, backend, tp));
+  KASSIGN(lm->model, build_model(lm->config, act_dtype, kv, *lm->weights, backend, tp));
   KLOG_INFO("loaded {} ({}) from {} on {}, {} activations, {} KV cache", lm->config.architecture,
             lm->config.model_type, lm->weights->describe(), backend.name(), dtype_name(act_dtype),
             dtype_name(kv.dtype));

@@ -69,7 +69,4 @@ Expected<std::unique_ptr<LoadedModel>> load_model(const LoadOptions& opts);
 // before loading (whether it is a MoE model).
 Expected<ModelConfig> read_model_config(const std::string& model, const std::string& load_format);
 
-// Architectures build_model knows, for error messages.
-const std::vector<std::string>& supported_architectures();
-
 }  // namespace kestrel

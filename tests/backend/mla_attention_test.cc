@@ -33,7 +33,8 @@ size_t elem_size(DType t) {
 
 // Sequences with their whole context (latent c and roped key per position) in a paged cache
 // whose blocks are shuffled across the pool; the last `fresh[s]` positions of each sequence
-// are this step's query tokens, written through write_mla_cache as a model step would.
+// are this step's query tokens, written through write_mla_cache as a model step would. `extra`
+// values (DeepSeek-V3.2's indexer key, NaN here) end every row.
 struct LatentCache {
   int latent, rope, block_size, max_blocks = 0;
   std::vector<int> ctx, fresh;
@@ -44,7 +45,7 @@ struct LatentCache {
   MlaCacheLayer cache;
 
   LatentCache(DType dtype, int latent_dim, int rope_dim, int bs, std::vector<int> ctx_lens,
-              std::vector<int> new_lens, std::mt19937& rng)
+              std::vector<int> new_lens, std::mt19937& rng, int extra = 0)
       : latent(latent_dim),
         rope(rope_dim),
         block_size(bs),
@@ -66,8 +67,9 @@ struct LatentCache {
       for (int b = 0; b < (ctx[s] + bs - 1) / bs; ++b) tables[s * max_blocks + b] = perm[next++];
     const int64_t nblocks = int64_t(perm.size());
     // Unused rows hold NaN (all-ones bits in every dtype): reading one would show.
-    storage.assign(size_t(nblocks * bs * (latent + rope)) * elem_size(dtype), 0xFF);
+    storage.assign(size_t(nblocks * bs * (latent + rope + extra)) * elem_size(dtype), 0xFF);
     cache = {storage.data(), dtype, nblocks, bs, latent, rope};
+    cache.index_dim = extra;
 
     std::vector<int32_t> old_pos;
     std::vector<int64_t> old_slots;
@@ -113,12 +115,18 @@ struct LatentCache {
 };
 
 // The absorbed-form attention of one query row in float64 over operands as the kernel sees
-// them: q, c, kpe (and the probabilities, for P·C) rounded to the cache dtype `op`.
+// them: q, c, kpe (and the probabilities, for P·C) rounded to the cache dtype `op`; with
+// `picks`, over those keys only.
 std::vector<double> reference_row(const LatentCache& st, int s, int pos, const float* ql,
-                                  const float* qr, double scale, DType op) {
+                                  const float* qr, double scale, DType op,
+                                  const std::vector<int32_t>* picks = nullptr) {
   std::vector<double> sc(size_t(pos) + 1);
   double mx = -1e300;
   for (int j = 0; j <= pos; ++j) {
+    if (picks != nullptr && std::find(picks->begin(), picks->end(), j) == picks->end()) {
+      sc[j] = -INFINITY;
+      continue;
+    }
     double d = 0;
     for (int i = 0; i < st.latent; ++i)
       d += rounded(op, ql[i]) * rounded(op, st.c[s][size_t(j) * st.latent + i]);
@@ -196,6 +204,66 @@ TEST(MlaAttention, OddWidthsSmallBlocksOddHeads) {
 // Many heads with a single decode token: the heads are split across units.
 TEST(MlaAttention, ManyHeadsDecodeSplitsHeads) {
   check_against_reference({40, 32, 8, 16, {50}, {1}}, DType::F32, 4, 2e-6);
+}
+
+// DeepSeek-V3.2's sparse form: each token attends only to the keys in
+// AttentionBatch::selected_keys, in rows that end with indexer keys. Tokens with more keys than
+// picks keep a random subset; the others keep every key (and -1 padding).
+void check_sparse(DType dtype, int threads, double tol) {
+  std::mt19937 rng(77 + int(dtype));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const Shape& sh = kMixed;
+  LatentCache st(dtype, sh.latent, sh.rope, sh.block_size, sh.ctx, sh.fresh, rng, 24);
+  const int64_t T = int64_t(st.positions.size());
+  const int nh = sh.heads, k = 6;
+  std::vector<float> ql(size_t(T * nh * sh.latent)), qr(size_t(T * nh * sh.rope));
+  for (float& x : ql) x = nd(rng);
+  for (float& x : qr) x = nd(rng);
+  std::vector<int32_t> picks(size_t(T * k), -1);
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> all(size_t(st.positions[t]) + 1);
+    std::iota(all.begin(), all.end(), 0);
+    if (int(all.size()) > k) std::shuffle(all.begin(), all.end(), rng);
+    std::copy_n(all.begin(), std::min<size_t>(k, all.size()), picks.begin() + t * k);
+  }
+  const float scale = 1.0f / std::sqrt(float(sh.latent / 4 + sh.rope));
+  ThreadPool pool(threads);
+  AttentionBatch batch = st.batch();
+  batch.selected_keys = picks.data();
+  batch.keys_per_token = k;
+  std::vector<float> out(ql.size(), std::nanf(""));
+  mla_attention(ql.data(), qr.data(), st.cache, batch, nh, scale, out.data(), pool);
+  for (int64_t t = 0; t < T; ++t) {
+    const int s = st.seq_of(t);
+    const std::vector<int32_t> mine(picks.begin() + t * k, picks.begin() + (t + 1) * k);
+    for (int h = 0; h < nh; ++h) {
+      const int64_t row = t * nh + h;
+      const auto ref = reference_row(st, s, st.positions[t], ql.data() + row * sh.latent,
+                                     qr.data() + row * sh.rope, scale, dtype, &mine);
+      for (int i = 0; i < sh.latent; ++i)
+        ASSERT_NEAR(out[row * sh.latent + i], ref[i], tol * (1 + std::fabs(ref[i])))
+            << "token " << t << " head " << h << " dim " << i;
+    }
+  }
+  // Picking every key (in any order) is dense attention, bit for bit.
+  const int wide = 80;
+  std::vector<int32_t> every(size_t(T * wide), -1);
+  for (int64_t t = 0; t < T; ++t)
+    for (int j = 0; j <= st.positions[t]; ++j) every[t * wide + (st.positions[t] - j)] = j;
+  batch.selected_keys = every.data();
+  batch.keys_per_token = wide;
+  std::vector<float> all_picked(ql.size()), dense(ql.size());
+  mla_attention(ql.data(), qr.data(), st.cache, batch, nh, scale, all_picked.data(), pool);
+  mla_attention(ql.data(), qr.data(), st.cache, st.batch(), nh, scale, dense.data(), pool);
+  EXPECT_EQ(all_picked, dense);
+}
+
+TEST(MlaAttention, SparseSelectionF32Cache) {
+  check_sparse(DType::F32, 2, 2e-6);
+}
+
+TEST(MlaAttention, SparseSelectionBf16Cache) {
+  check_sparse(DType::BF16, 3, 2e-5);
 }
 
 TEST(MlaAttention, WriteStoresRoundedBits) {

@@ -1,6 +1,8 @@
-"""Qwen3-MoE and DeepSeek-V3 (MLA + MoE) fixtures served by `kestrel serve`: concurrent greedy
-requests reproduce transformers' greedy continuations (batching; both also on two
-tensor-parallel ranks, Qwen3-MoE on two data-parallel engines of two), a repeated prompt is served
+"""Qwen3-MoE, DeepSeek-V3 (MLA + MoE) and DeepSeek-V3.2 (MLA with the lightning indexer)
+fixtures served by `kestrel serve`: concurrent greedy requests reproduce transformers' greedy
+continuations (batching; also on two tensor-parallel ranks, V3.2 with expert parallelism,
+Qwen3-MoE on two data-parallel engines of two), start-up prices the KV bytes per token over the
+cache groups (V3.2's rows carry the indexer key), a repeated prompt is served
 from the prefix cache with the same answer, and an FP8 block-quantized checkpoint serves too
 (`--quantization fp8` names it; on a bf16 checkpoint that flag stops serve with a reason).
 The fixtures have no tokenizer, so prompts go in as token ids and logprobs name tokens
@@ -25,7 +27,8 @@ def prefix_hits(base_url):
 @pytest.mark.parametrize("fixture,parallel", [
     ("qwen3_moe_bf16", []), ("deepseek_v3_bf16", []), ("deepseek_v3_fp8", []),
     ("qwen3_moe_bf16", ["--tensor-parallel-size", "2"]),
-    ("deepseek_v3_bf16", ["--tensor-parallel-size", "2"])])
+    ("deepseek_v3_bf16", ["--tensor-parallel-size", "2"]), ("deepseek_v32_bf16", []),
+    ("deepseek_v32_f32", ["--tensor-parallel-size", "2", "--enable-expert-parallel"])])
 def test_concurrent_greedy_matches_transformers_and_prefix_cache_hits(start_server, fixture,
                                                                       parallel):
     golden = json.loads((FIXTURES / fixture / "golden.json").read_text())
@@ -45,6 +48,15 @@ def test_concurrent_greedy_matches_transformers_and_prefix_cache_hits(start_serv
     assert again == want[2]
     # The 40-token prompt's two full 16-token blocks come from the cache.
     assert prefix_hits(srv.base_url) - before >= 32
+
+
+@pytest.mark.parametrize("fixture,per_token", [
+    # 2 layers × (latent 32 + rope key 8) f32 values; V3.2 adds its 32-wide indexer key per row.
+    ("deepseek_v3_f32", "320 B (2 latent layers: 320)"),
+    ("deepseek_v32_f32", "576 B (2 latent layers: 576)")])
+def test_start_up_prices_kv_bytes_per_token(start_server, fixture, per_token):
+    srv = start_server("--max-model-len", "256", model_path=FIXTURES / fixture)
+    assert f"KV bytes per token: {per_token}" in srv.log(), srv.log()[-2000:]
 
 
 def test_two_data_parallel_engines_of_two_tensor_parallel_ranks_match_transformers(start_server):

@@ -497,11 +497,11 @@ TEST_P(EngineGolden, RejectsBadRequests) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineGolden,
                          ::testing::Values("llama3_f32", "qwen3_f32", "mistral_f32",
-                                           "qwen2_sliding_f32", "gemma3_f32"),
+                                           "qwen2_sliding_f32", "gemma3_f32", "deepseek_v32_f32"),
                          [](const auto& info) { return info.param; });
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineGoldenPreemption,
                          ::testing::Values("llama3_f32", "qwen3_f32", "qwen2_sliding_f32",
-                                           "gemma3_f32"),
+                                           "gemma3_f32", "deepseek_v32_f32"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

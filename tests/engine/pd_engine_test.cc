@@ -181,7 +181,8 @@ TEST_P(PdEngine, TheConsumerDecodesWhatAColocatedEngineDoes) {
   EXPECT_EQ(p.client->kv_stats().leases.released, 8);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, PdEngine, ::testing::Values("llama3_f32", "deepseek_v3_f32"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, PdEngine,
+                         ::testing::Values("llama3_f32", "deepseek_v3_f32", "deepseek_v32_f32"));
 
 TEST(PdEngineFaults, AConsumerPrefixHitLoadsOnlyTheMissingBlocks) {
   Instance p = make_instance("llama3_f32", KvRole::kProducer, milliseconds(30000));

@@ -454,6 +454,9 @@ INSTANTIATE_TEST_SUITE_P(
         SpecCase{"deepseek_v3_f32", R"({"num_speculative_tokens": 1, "method": "mtp"})", "", false},
         SpecCase{"deepseek_v3_bf16", R"({"num_speculative_tokens": 3, "method": "deepseek_mtp"})",
                  "", false},
+        // DeepSeek-V3.2: the MTP block has an indexer of its own over its own cache.
+        SpecCase{"deepseek_v32_f32", R"({"num_speculative_tokens": 2, "method": "mtp"})", "",
+                 false},
         // Hybrid targets: a rejected draft must leave nothing in the recurrent state. A weak
         // draft model rejects most drafts part-way.
         SpecCase{"qwen3_next_f32", R"({"method": "ngram", "num_speculative_tokens": 3,

@@ -143,11 +143,13 @@ INSTANTIATE_TEST_SUITE_P(DenseFixtures, TensorParallelForward,
 INSTANTIATE_TEST_SUITE_P(MoeFixtures, TensorParallelForward,
                          ::testing::Combine(::testing::Values("qwen3_moe_f32", "qwen3_moe_bf16"),
                                             ::testing::Values(2, 4)));
-// MLA heads split (their q_b and kv_b rows), the latent path and cache whole on every rank; the
-// dense first layer, the routed and the shared experts split by features.
+// MLA heads split (their q_b and kv_b rows), the latent path and cache whole on every rank (and
+// V3.2's indexer, so every rank picks the same keys); the dense first layer, the routed and the
+// shared experts split by features.
 INSTANTIATE_TEST_SUITE_P(MlaFixtures, TensorParallelForward,
                          ::testing::Combine(::testing::Values("deepseek_v3_f32", "deepseek_v3_bf16",
-                                                              "deepseek_v3_nolora_f32"),
+                                                              "deepseek_v3_nolora_f32",
+                                                              "deepseek_v32_f32"),
                                             ::testing::Values(2, 4)));
 
 // Hybrid models: each rank holds whole linear-attention key heads with their value heads (their
@@ -173,7 +175,8 @@ TEST_P(ExpertParallelForward, RanksAgreeAndMatchTheUnsplitModel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MoeFixtures, ExpertParallelForward,
-                         ::testing::Combine(::testing::Values("qwen3_moe_f32", "deepseek_v3_f32"),
+                         ::testing::Combine(::testing::Values("qwen3_moe_f32", "deepseek_v3_f32",
+                                                              "deepseek_v32_bf16"),
                                             ::testing::Values(2, 4)));
 INSTANTIATE_TEST_SUITE_P(HybridFixtures, ExpertParallelForward,
                          ::testing::Combine(::testing::Values("qwen3_5_moe_f32", "qwen3_next_f32"),

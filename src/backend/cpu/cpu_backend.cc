@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/gated_deltanet.h"
+#include "backend/cpu/lightning_indexer.h"
 #include "backend/cpu/linear_plan.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/mla_attention.h"
@@ -53,6 +54,12 @@ class CpuBackend final : public Backend {
                 DType act) override {
     pool_.parallel_for(rows, 4, [&](int64_t b, int64_t e) {
       cpu::rms_norm(x + b * dim, w, eps, e - b, dim, y + b * dim, act);
+    });
+  }
+  void layer_norm(const float* x, const float* w, const float* b, float eps, int64_t rows,
+                  int64_t dim, float* y, DType act) override {
+    pool_.parallel_for(rows, 16, [&](int64_t b0, int64_t e) {
+      cpu::layer_norm(x + b0 * dim, w, b, eps, e - b0, dim, y + b0 * dim, act);
     });
   }
   void add_rms_norm(float* x, const float* y, const float* w, float eps, int64_t rows, int64_t dim,
@@ -215,6 +222,15 @@ class CpuBackend final : public Backend {
                      const AttentionBatch& batch, int num_heads, float scale, float* out,
                      DType act) override {
     cpu::mla_attention(q_lat, q_rope, cache, batch, num_heads, scale, out, pool_, act, &scratch_);
+  }
+  void write_indexer_keys(const MlaCacheLayer& cache, const float* keys,
+                          const AttentionBatch& batch) override {
+    cpu::write_indexer_keys(cache, keys, batch);
+  }
+  void indexer_top_k(const float* q, const float* w, const MlaCacheLayer& cache,
+                     const AttentionBatch& batch, int num_heads, float scale, int top_k,
+                     int32_t* selected) override {
+    cpu::indexer_top_k(q, w, cache, batch, num_heads, scale, top_k, selected, pool_, scratch_);
   }
 
  private:

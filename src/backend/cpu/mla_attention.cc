@@ -60,11 +60,12 @@ struct Unit {
 // kernel's speed.
 struct Scratch {
   std::vector<float> buf;
-  float* q = nullptr;       // [nq, kp] the unit's query rows [q_lat | q_rope], both parts padded
-  float* out = nullptr;     // [nq, lp] latent outputs
-  float* scores = nullptr;  // [nq, lenp] scores, then probabilities
-  float* rows = nullptr;    // [kKeyBlock, kp] widened cache rows
-  float* zero = nullptr;    // [kp] the row read for keys past the context
+  float* q = nullptr;         // [nq, kp] the unit's query rows [q_lat | q_rope], both parts padded
+  float* out = nullptr;       // [nq, lp] latent outputs
+  float* scores = nullptr;    // [nq, lenp] scores, then probabilities
+  float* rows = nullptr;      // [kKeyBlock, kp] widened cache rows
+  float* zero = nullptr;      // [kp] the row read for keys past the context
+  std::vector<uint8_t> keep;  // sparse attention: whether the token attends to key j
 
   void carve(int64_t nq, int64_t kp, int64_t lp, int64_t lenp) {
     auto lines = [](int64_t n) { return (n + 15) & ~int64_t(15); };
@@ -89,7 +90,7 @@ struct Scratch {
 void gather_keys(const Params& p, const int32_t* table, int64_t j0, int64_t len, bool rope,
                  int count, Scratch& s, const float** row) {
   const MlaCacheLayer& c = p.cache;
-  const int64_t row_elems = int64_t(c.latent_dim) + c.rope_dim;
+  const int64_t row_elems = c.row_elems();
   const size_t es = cache_row_bytes(c.dtype, 1);
   const CacheRowCodec codec{c.dtype, nullptr, nullptr, c.scale};
   for (int jj = 0; jj < count; ++jj) {
@@ -176,6 +177,26 @@ void pv_rows(float* const* o, const float* const* pr, const float* const* c, int
   if (lp - d0 == 8) pv_block<R, 1>(o, pr, c, keys, d0);
 }
 
+// Sparse attention: the scores of the keys a token does not attend to become −inf, so their
+// probabilities are exact zeros and add nothing to P·C. A token that keeps every key computes
+// what dense attention does, bit for bit.
+void mask_unselected(const Params& p, const Unit& u, int64_t lenp, Scratch& s) {
+  const int nh = u.h1 - u.h0;
+  const int per = p.batch.keys_per_token;
+  for (int64_t t = u.t0; t < u.t1; ++t) {
+    const int64_t n = int64_t(p.batch.positions[t]) + 1;
+    s.keep.assign(size_t(n), 0);
+    const int32_t* picks = p.batch.selected_keys + t * per;
+    for (int i = 0; i < per; ++i)
+      if (picks[i] >= 0 && picks[i] < n) s.keep[size_t(picks[i])] = 1;
+    for (int h = 0; h < nh; ++h) {
+      float* row = s.scores + ((t - u.t0) * nh + h) * lenp;
+      for (int64_t j = 0; j < n; ++j)
+        if (!s.keep[size_t(j)]) row[j] = -std::numeric_limits<float>::infinity();
+    }
+  }
+}
+
 // Pass 1 scores every (row, key ≤ the row's position), pass 2 takes each row's softmax (exact
 // max; exp and sum in blocks of eight), pass 3 accumulates P·C in key order. The rows of one
 // token are consecutive, so every kernel call covers rows of a single position.
@@ -228,6 +249,7 @@ void attend(const Params& p, const Unit& u, const float* q_lat, const float* q_r
     }
   }
 
+  if (p.batch.selected_keys != nullptr) mask_unselected(p, u, lenp, s);
   // Softmax of each row over its own keys.
   for (int r = 0; r < nq; ++r) softmax_row(s.scores + r * lenp, int64_t(pos[r / nh]) + 1, p_dtype);
 
@@ -291,7 +313,7 @@ void write_mla_cache(const MlaCacheLayer& cache, const float* latent, const floa
   check_mla_cache_dtype(cache.dtype);
   const size_t es = cache_row_bytes(cache.dtype, 1);
   const CacheRowCodec codec{cache.dtype, nullptr, nullptr, cache.scale};
-  const int64_t row_elems = int64_t(cache.latent_dim) + cache.rope_dim;
+  const int64_t row_elems = cache.row_elems();
   for (int64_t t = 0; t < batch.num_tokens; ++t) {
     const int64_t slot = batch.slot_mapping[t];
     KCHECK(slot >= 0 && slot < cache.num_blocks * cache.block_size, "slot {} out of range", slot);
@@ -311,6 +333,8 @@ void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer&
          cache.rope_dim);
   KCHECK(batch.sliding_window == 0, "MLA has no sliding-window form (window {})",
          batch.sliding_window);
+  KCHECK(batch.selected_keys == nullptr || batch.keys_per_token > 0,
+         "sparse attention with {} keys per token", batch.keys_per_token);
   // Units: each sequence's tokens in tiles of kQueryTile, times head tiles. Splitting heads
   // changes no arithmetic, so the tile is free to follow the batch: whole heads for prefill
   // tiles up to kMaxRows rows, split further when there are too few units for the threads
@@ -336,8 +360,8 @@ void mla_attention(const float* q_lat, const float* q_rope, const MlaCacheLayer&
     return batch.positions[a.t1 - 1] > batch.positions[b.t1 - 1];
   });
   const int64_t lp = round_up8(cache.latent_dim), kp = lp + round_up8(cache.rope_dim);
-  const bool direct =
-      cache.dtype == DType::F32 && cache.latent_dim % 8 == 0 && cache.rope_dim % 8 == 0;
+  const bool direct = cache.dtype == DType::F32 && cache.latent_dim % 8 == 0 &&
+                      cache.rope_dim % 8 == 0 && cache.row_elems() % 8 == 0;
   const Params params{cache, batch, num_heads, scale, act, lp, kp, direct};
   int64_t work = 0;
   for (const Unit& u : units)

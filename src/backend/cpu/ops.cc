@@ -49,6 +49,22 @@ void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t d
   }
 }
 
+void layer_norm(const float* x, const float* w, const float* b, float eps, int64_t rows,
+                int64_t dim, float* y, DType act) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    double sum = 0.0;
+    for (int64_t i = 0; i < dim; ++i) sum += xr[i];
+    const double mean = sum / double(dim);
+    double ss = 0.0;
+    for (int64_t i = 0; i < dim; ++i) ss += (xr[i] - mean) * (xr[i] - mean);
+    const double rstd = 1.0 / std::sqrt(ss / double(dim) + double(eps));
+    for (int64_t i = 0; i < dim; ++i) yr[i] = float((xr[i] - mean) * rstd) * w[i] + b[i];
+    round_to(act, yr, dim);
+  }
+}
+
 void add_rms_norm(float* x, const float* y, const float* w, float eps, int64_t rows, int64_t dim,
                   float* out, DType act) {
   for (int64_t r = 0; r < rows; ++r) {

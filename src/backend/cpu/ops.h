@@ -17,6 +17,9 @@ void rms_norm(const float* x, const float* w, float eps, int64_t rows, int64_t d
               DType act = DType::F32);
 
 // The residual add fused with the next norm: x[r] = round_to(act, x[r] + y[r]), then
+// Backend::layer_norm.
+void layer_norm(const float* x, const float* w, const float* b, float eps, int64_t rows,
+                int64_t dim, float* y, DType act);
 // out[r] = rms_norm(x[r]) — one pass over the rows instead of two.
 void add_rms_norm(float* x, const float* y, const float* w, float eps, int64_t rows, int64_t dim,
                   float* out, DType act = DType::F32);

@@ -242,6 +242,7 @@ void paged_attention(const float* q, const KVLayer& cache, const AttentionBatch&
                      ThreadScratch* scratch) {
   const int kvh = cache.num_kv_heads;
   KCHECK(num_heads % kvh == 0, "heads {} not a multiple of kv heads {}", num_heads, kvh);
+  KCHECK(batch.selected_keys == nullptr, "sparse key selection is an MLA form only");
   KCHECK(cache.dtype == DType::F32 || cache.dtype == DType::F16 || cache.dtype == DType::BF16 ||
              quantized_kv_cache(cache.dtype),
          "unsupported KV cache dtype {}", dtype_name(cache.dtype));

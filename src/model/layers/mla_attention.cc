@@ -7,7 +7,8 @@
 #include <cmath>
 #include <string>
 
-#include "model/layers.h"
+#include "model/layers/lightning_indexer.h"
+#include "model/layers/mla_attention.h"
 
 namespace kestrel {
 namespace {
@@ -52,6 +53,9 @@ class MlaAttention final : public AttentionLayer {
     KASSIGN(o_, load_linear(lc.src, p + "o_proj", H_, all_heads * dv_, c, lc.store, o_rows));
     split_kv_b(kv_b, heads, lc.store);
     KASSIGN(kv_scales_, KvLayerScales::load_latent(lc.src, lc.kv, p));
+    if (c.indexer.enabled()) {
+      KASSIGN(indexer_, LightningIndexer::load(lc, p + "indexer."));
+    }
     for (const auto& [t, name] : {std::pair{&q_a_, "q_a_proj"},
                                   {&q_b_, q_a_.defined() ? "q_b_proj" : "q_proj"},
                                   {&kv_a_, "kv_a_proj_with_mqa"},
@@ -80,8 +84,9 @@ class MlaAttention final : public AttentionLayer {
     Scratch& s = ctx.scratch;
     // Queries [T, nh, dn + dr].
     float* q = s.get(kSlotAttnQ, T * nh_ * qk);
+    float* qa = nullptr;
     if (qr_ > 0) {
-      float* qa = s.get(kSlotMlaQa, T * qr_);
+      qa = s.get(kSlotMlaQa, T * qr_);
       be.linear(q_a_, h, T, qa);
       ctx.round(qa, T * qr_);
       be.rms_norm(qa, q_a_norm_.data(), ctx.eps, T, qr_, qa, ctx.act);
@@ -116,9 +121,15 @@ class MlaAttention final : public AttentionLayer {
     be.rope(q_rope, T, nh_, int(dr_), ctx.positions, ctx.rope);
     be.rope(k_rope, T, 1, int(dr_), ctx.positions, ctx.rope);
     kv_scales_.calibrate_latent(ctx.be, latent, T * r_, k_rope, T * dr_);
-    MlaCacheLayer cache = ctx.kv.mla_layer(layer, int(r_));
+    MlaCacheLayer cache = ctx.kv.mla_layer(layer, int(r_), int(dr_));
     kv_scales_.apply(cache);
-    be.write_mla_cache(cache, latent, k_rope, ctx.attention(layer));
+    AttentionBatch batch = ctx.attention(layer);
+    be.write_mla_cache(cache, latent, k_rope, batch);
+    if (indexer_) {
+      // DeepSeek-V3.2: each query reads only the keys its indexer picks.
+      batch.selected_keys = indexer_->select(ctx, batch, h, qa, cache);
+      batch.keys_per_token = indexer_->top_k();
+    }
 
     // q̃_h = W_UK[h]ᵀ · q_nope_h, head by head.
     float* q_lat = s.get(kSlotMlaQLat, T * nh_ * r_);
@@ -142,7 +153,7 @@ class MlaAttention final : public AttentionLayer {
       be.copy_rows({&out, 1});
     }
     float* o_lat = s.get(kSlotMlaOLat, T * nh_ * r_);
-    be.mla_attention(q_lat, q_rope, cache, ctx.attention(layer), nh_, scale_, o_lat, ctx.act);
+    be.mla_attention(q_lat, q_rope, cache, batch, nh_, scale_, o_lat, ctx.act);
 
     // o_h = W_UV[h] · ō_h into [T, nh, dv].
     float* o = s.get(kSlotAttnOut, T * nh_ * dv_);
@@ -171,6 +182,7 @@ class MlaAttention final : public AttentionLayer {
     size_t b = q_a_.nbytes() + q_b_.nbytes() + kv_a_.nbytes() + o_.nbytes();
     for (const auto& t : uk_t_) b += t.nbytes();
     for (const auto& t : uv_) b += t.nbytes();
+    if (indexer_) b += indexer_->weight_bytes();
     return b;
   }
 
@@ -198,6 +210,7 @@ class MlaAttention final : public AttentionLayer {
   std::vector<float> q_a_norm_, kv_a_norm_;
   std::vector<LinearWeight> uk_t_, uv_;
   KvLayerScales kv_scales_;
+  std::unique_ptr<LightningIndexer> indexer_;  // DeepSeek-V3.2; null in V3
 };
 
 }  // namespace

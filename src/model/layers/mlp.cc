@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/layers.h"
+#include "model/layers/mlp.h"
 
 namespace kestrel {
 namespace {

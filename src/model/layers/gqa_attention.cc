@@ -2,7 +2,7 @@
 // the gated attention of Qwen3-Next / Qwen3.5 (q_proj holds [query | gate] per head).
 #include <cmath>
 
-#include "model/layers.h"
+#include "model/layers/gqa_attention.h"
 
 namespace kestrel {
 namespace {

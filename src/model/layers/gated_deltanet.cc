@@ -13,7 +13,7 @@
 // gated_delta_rule, gated_rms_norm); this layer holds the weights and lays out the projections.
 #include <cmath>
 
-#include "model/layers.h"
+#include "model/layers/gated_deltanet.h"
 #include "tensor/quant_formats.h"
 
 namespace kestrel {

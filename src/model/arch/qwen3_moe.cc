@@ -1,0 +1,42 @@
+// model/arch/qwen3_moe.cc — Qwen3-MoE: Qwen3's attention (per-head q/k RMSNorm) with a
+// softmax-routed mixture of experts on the layers decoder_sparse_step and mlp_only_layers make
+// sparse, a dense SwiGLU on the rest.
+#include "model/arch/family.h"
+#include "model/arch/pre_norm_decoder.h"
+#include "model/layers/gqa_attention.h"
+#include "model/layers/mlp.h"
+
+namespace kestrel {
+namespace {
+
+class Qwen3MoeModel final : public PreNormDecoder {
+ public:
+  using PreNormDecoder::PreNormDecoder;
+
+ private:
+  Expected<PreNormBlock> load_block(const LoadContext& lc, const std::string& p,
+                                    int64_t layer) override {
+    PreNormBlock b;
+    KTRY(load_pre_norm_norms(lc, p, b));
+    KASSIGN(b.attn, load_gqa_attention(lc, p + "self_attn."));
+    if (cfg_.moe.is_moe_layer(layer)) {
+      KASSIGN(b.ffn, load_moe(lc, p + "mlp."));
+    } else {
+      KASSIGN(b.ffn, load_dense_mlp(lc, p + "mlp.", cfg_.intermediate_size));
+    }
+    return b;
+  }
+};
+
+constexpr const char* kArchitectures[] = {"Qwen3MoeForCausalLM"};
+
+}  // namespace
+
+const ArchitectureFamily kQwen3MoeFamily{
+    "qwen3_moe", kArchitectures, kFeatureMoe | kFeatureSlidingWindow,
+    [](const ModelConfig& cfg, DType act, const KvCacheQuant& kv, Backend& be,
+       const TensorParallel& tp) -> std::unique_ptr<DecoderModel> {
+      return std::make_unique<Qwen3MoeModel>(cfg, act, kv, be, tp);
+    }};
+
+}  // namespace kestrel

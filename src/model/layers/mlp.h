@@ -1,0 +1,16 @@
+// model/layers/mlp.h — feed-forward parts: the dense SwiGLU (or GeGLU) MLP and the mixture of
+// experts built from it.
+#pragma once
+
+#include "model/layers/layer.h"
+
+namespace kestrel {
+
+// down(act(gate(h)) · up(h)), with `width` intermediate features; tensors under `prefix`.
+Expected<std::unique_ptr<FfnLayer>> load_dense_mlp(const LoadContext& lc, const std::string& prefix,
+                                                   int64_t width);
+// Routed experts (plus DeepSeek's shared experts or Qwen's gated shared expert) as cfg.moe
+// describes; tensors under `prefix` (…mlp.).
+Expected<std::unique_ptr<FfnLayer>> load_moe(const LoadContext& lc, const std::string& prefix);
+
+}  // namespace kestrel
