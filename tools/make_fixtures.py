@@ -60,6 +60,7 @@ import transformers
 from transformers.masking_utils import create_causal_mask
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as deepseek_v3
 from transformers.models.deepseek_v32 import modeling_deepseek_v32 as deepseek_v32
+from transformers.models.deepseek_v4 import modeling_deepseek_v4 as deepseek_v4
 from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen3_5
 from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as qwen3_5_moe
 from transformers.models.qwen3_moe import modeling_qwen3_moe as qwen3_moe
@@ -133,6 +134,19 @@ DEEPSEEK_V32 = dict(
     {k: v for k, v in DEEPSEEK_V3.items() if k not in ("rope_interleave", "rope_scaling")},
     rope_parameters=dict(DEEPSEEK_YARN_ROPE, rope_theta=10000.0), index_n_heads=16,
     index_head_dim=32, index_topk=8,
+)
+
+# DeepSeek-V4 with sliding-window layers only (compressed layers come later): a window of 6 that
+# the longer prompts cross, mHC over 4 streams, a hash-routed first layer, sqrtsoftplus routing,
+# clamps low enough (0.5) that random weights hit them, sinks and the grouped output projection.
+DEEPSEEK_V4_WINDOW = dict(
+    COMMON, num_key_value_heads=1, num_hidden_layers=3, head_dim=32, partial_rotary_factor=0.25,
+    q_lora_rank=32, o_groups=2, o_lora_rank=16, n_routed_experts=8, num_experts_per_tok=2,
+    n_shared_experts=1, moe_intermediate_size=32, scoring_func="sqrtsoftplus",
+    norm_topk_prob=True, routed_scaling_factor=1.5, sliding_window=6,
+    layer_types=["sliding_attention"] * 3, mlp_layer_types=["hash_moe", "moe", "moe"],
+    hc_mult=4, hc_sinkhorn_iters=20, hc_eps=1e-6, swiglu_limit=0.5, rms_norm_eps=1e-6,
+    rope_theta=10000.0, num_nextn_predict_layers=0, tie_word_embeddings=False,
 )
 
 # Hybrid models (models.md 5): layers [linear, full, linear, full] (full_attention_interval 2),
@@ -221,6 +235,7 @@ MODELS = {
     "deepseek_v3_nolora": (transformers.DeepseekV3Config, dict(DEEPSEEK_V3, q_lora_rank=None)),
     "deepseek_v3_wide": (transformers.DeepseekV3Config, DEEPSEEK_V3_WIDE),
     "deepseek_v32": (transformers.DeepseekV32Config, DEEPSEEK_V32),
+    "deepseek_v4_window": (transformers.DeepseekV4Config, DEEPSEEK_V4_WINDOW),
     # Qwen3-Next: fused in_proj_qkvz / in_proj_ba; layers 0 and 2 dense, 1 and 3 MoE with the
     # gated shared expert (four MoE layers leave no prompt whose bf16 routing is clear).
     "qwen3_next": (transformers.Qwen3NextConfig,
@@ -265,6 +280,8 @@ FIXTURES = {
     "deepseek_v3_fp8": Fixture("deepseek_v3_wide", torch.float32, fp8=True),
     "deepseek_v32_f32": Fixture("deepseek_v32", torch.float32),
     "deepseek_v32_bf16": Fixture("deepseek_v32", torch.bfloat16),
+    "deepseek_v4_window_f32": Fixture("deepseek_v4_window", torch.float32),
+    "deepseek_v4_window_bf16": Fixture("deepseek_v4_window", torch.bfloat16),
     "gemma3_f32": Fixture("gemma3", torch.float32),
     "gemma3_bf16": Fixture("gemma3", torch.bfloat16),
     "qwen3_next_f32": Fixture("qwen3_next", torch.float32),
@@ -339,6 +356,10 @@ def randomize(model, gen, embed_std):
                 value = 0.3 * noise  # 4 taps: the conv must visibly mix neighbouring tokens
             elif name.endswith(("A_log", "dt_bias")):
                 value = 0.5 * noise  # decays exp(-e^A_log softplus(a + dt_bias)) spread over (0, 1)
+            elif name.endswith(("hc.base", "hc_head.hc_base", "sinks")):
+                value = 0.5 * noise  # mHC biases and attention sinks: zero at init, not here
+            elif name.endswith(("hc.scale", "hc_head.hc_scale")):
+                value = 1.0 + 0.1 * noise
             else:
                 raise ValueError(f"no randomization rule for parameter {name}")
             p.copy_(value)
@@ -347,6 +368,14 @@ def randomize(model, gen, embed_std):
             if name not in persistent:
                 continue  # derived values such as RoPE's inv_freq
             noise = torch.randn(b.shape, generator=gen, dtype=torch.float32)
+            if name.endswith("tid2eid"):
+                # DeepSeek-V4's hash routing: distinct experts per token id.
+                experts = b.shape[1]
+                n = model.config.n_routed_experts
+                value = torch.stack([torch.randperm(n, generator=gen)[:experts]
+                                     for _ in range(b.shape[0])]).to(b.dtype)
+                b.copy_(value)
+                continue
             if name.endswith(F32_ON_DISK):
                 # Small against the sigmoid scores it corrects, so that it reorders experts
                 # only where their scores are close; non-negative so that every selection
@@ -695,6 +724,11 @@ def save_with_transformers(model, dtype, path):
     for key in ("architectures", "model_type"):
         assert key in config, f"{path.name}: config.json lacks {key}"
     assert config.get("dtype", config.get("torch_dtype")) == DTYPE_NAMES[dtype], config
+    if model.config.model_type == "deepseek_v4":
+        # transformers writes DeepSeek-V4 in the released checkpoint's names (attn.wq_a,
+        # ffn.experts.J.w1, hc_attn_fn, head, ...) and maps them back on load; save_checkpoint
+        # checks the reload instead.
+        return
     written = read_tensors(path)
     expected = split_experts(model.state_dict())
     tied = {"lm_head.weight"} if model.config.tie_word_embeddings else set()
@@ -838,6 +872,12 @@ def mtp_logits(model, mtp, prompt):
 def routing_margin(router, logits):
     """Per token, the smallest score difference that decided the router's expert choice (the
     k-th vs (k+1)-th expert, and for DeepSeek the last kept vs first dropped group)."""
+    if isinstance(router, deepseek_v4.DeepseekV4TopKRouter):
+        # Selection by sqrt(softplus(logits)) + bias, computed in the logits' dtype as the router
+        # does; no groups.
+        scores = router.score_fn(logits).float() + router.e_score_correction_bias
+        top = scores.topk(router.top_k + 1, dim=-1).values
+        return top[:, -2] - top[:, -1]
     logits = logits.float()
     if isinstance(router, SOFTMAX_ROUTERS):
         top = logits.softmax(-1).topk(router.top_k + 1, dim=-1).values
@@ -863,7 +903,7 @@ class RoutingMonitor:
     """Records the smallest routing margin of every router forward while active."""
 
     ROUTERS = (*SOFTMAX_ROUTERS, deepseek_v3.DeepseekV3TopkRouter,
-               deepseek_v32.DeepseekV32TopkRouter)
+               deepseek_v32.DeepseekV32TopkRouter, deepseek_v4.DeepseekV4TopKRouter)
 
     def __init__(self, *modules):
         self.margin = float("inf")
@@ -949,7 +989,9 @@ def make_fixture(name, root, staging):
             nocache = model(seq, use_cache=False).logits[0, len(prompt) - 1:].argmax(-1)
             mismatches += sum(a != b for a, b in zip(nocache.tolist(), new_ids))
     routing = monitor.remove()
-    if getattr(model.config, "sliding_window", None) is not None:
+    # DeepSeek-V4's window is part of every layer (not an option to switch off and compare).
+    if (getattr(model.config, "sliding_window", None) is not None
+            and model.config.model_type != "deepseek_v4"):
         sliding_window_check.check(name, reference_dir(name, staging), model, prompts, greedy,
                                    all_step_logits, load_checkpoint, NEW_TOKENS)
 

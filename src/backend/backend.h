@@ -60,6 +60,8 @@ class Backend {
   // The largest |x[i]| of n values (0 for none; NaNs are passed over): what calibrating an FP8
   // KV cache's scales reads. A maximum does not depend on the order, so neither does this.
   virtual float max_abs(const float* x, int64_t n) = 0;
+  // x = min(max(x, lo), hi) for n values (DeepSeek-V4's SwiGLU limits).
+  virtual void clamp(float* x, int64_t n, float lo, float hi) = 0;
   // x = r(x·f) for n values, r rounding to act (Gemma's scaled embeddings).
   virtual void scale(float* x, int64_t n, float f, DType act) = 0;
   // x = r(c·r(tanh(r(x / c)))) with c = cap, r rounding to act: Gemma's soft-capping of logits,
@@ -105,6 +107,21 @@ class Backend {
   // mean in f64), r rounding to act: the gated RMSNorm of the recurrence's output.
   virtual void gated_rms_norm(float* x, const float* z, const float* w, float eps, int64_t rows,
                               int64_t dim, DType act) = 0;
+  // DeepSeek-V4's mHC (ops.h HyperConnection), x [T, n, hidden] the n streams, all in f32:
+  // hc_coefficients: per token f = x's n·hidden values, z = (fn · f)·rsqrt(mean(f²) + rms_eps)
+  //   ⊙ scale (per part) + base; pre = σ(z[0, n)) + hc_eps, post = 2σ(z[n, 2n)), comb =
+  //   Sinkhorn(z[2n, 2n + n²) as n×n): row softmax + hc_eps, columns normalised, then
+  //   sinkhorn_iters − 1 times rows and columns (each sum + hc_eps). pre, post [T, n], comb
+  //   [T, n, n] (comb[j][k]: input stream j into output stream k).
+  // hc_collapse: out [T, hidden] = r(Σ_j pre_j · x_j), the sum in f32 in stream order.
+  // hc_expand: x_k = r(r(r(post_k) · y) + r(Σ_j r(comb[j][k]) · x_j)) in place, y [T, hidden]
+  //   a sublayer's output; r rounds to act (nothing in f32).
+  virtual void hc_coefficients(const HyperConnection& hc, const float* x, int64_t T, int64_t hidden,
+                               float* pre, float* post, float* comb) = 0;
+  virtual void hc_collapse(const float* x, const float* pre, int64_t T, int n, int64_t hidden,
+                           float* out, DType act) = 0;
+  virtual void hc_expand(float* x, const float* y, const float* post, const float* comb, int64_t T,
+                         int n, int64_t hidden, DType act) = 0;
   // MLA over a latent cache, in the absorbed form: q_lat has W_UK folded in.
   virtual void write_mla_cache(const MlaCacheLayer& cache, const float* latent, const float* k_rope,
                                const AttentionBatch& batch) = 0;

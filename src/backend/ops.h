@@ -105,6 +105,9 @@ struct AttentionBatch {
   // Backend::indexer_top_k writes them; null: to every causal key.
   const int32_t* selected_keys = nullptr;
   int keys_per_token = 0;
+  // DeepSeek-V4's attention sinks (paged attention): one logit per query head that joins each
+  // softmax without a value, so the probabilities of the keys sum to less than one; null: none.
+  const float* sinks = nullptr;
 };
 
 // One strided copy of Backend::copy_rows: for each row r < rows and block b < blocks, the
@@ -200,6 +203,11 @@ struct MoeRouting {
     // groups (a group's score: its two best), top_k among their experts; weights unbiased,
     // renormalized with norm_topk_prob, times routed_scaling_factor.
     kGroupedSigmoid,
+    // DeepSeek-V4: s = sqrt(softplus(logit)), the top_k of s + bias (no groups), or with
+    // `given_ids` the experts already in ids (hash routing: tid2eid of the token); weights s of
+    // those / (their sum + 1e-20), times routed_scaling_factor. With `act` BF16/F16 every step
+    // rounds to it, as the reference's router runs in the model's dtype.
+    kSqrtSoftplus,
   };
   Kind kind = Kind::kSoftmaxTopK;
   int num_experts = 0;
@@ -208,7 +216,21 @@ struct MoeRouting {
   int n_group = 1;
   int topk_group = 1;
   float routed_scaling_factor = 1.0f;
-  const float* bias = nullptr;  // [num_experts] or null (kGroupedSigmoid)
+  const float* bias = nullptr;  // [num_experts] or null (kGroupedSigmoid, kSqrtSoftplus)
+  bool given_ids = false;       // kSqrtSoftplus: ids hold each token's experts already
+  DType act = DType::F32;       // kSqrtSoftplus: the router's dtype
+};
+
+// DeepSeek-V4's manifold-constrained hyper-connections (mHC) at one sublayer site: the residual
+// is `streams` rows of the hidden size per token, mixed by coefficients computed from them.
+struct HyperConnection {
+  const float* fn = nullptr;     // [(2 + streams) · streams, streams · hidden] f32
+  const float* base = nullptr;   // [(2 + streams) · streams]
+  const float* scale = nullptr;  // [3]: the pre, post and comb parts' scales
+  int streams = 4;
+  int sinkhorn_iters = 20;
+  float hc_eps = 1e-6f;   // added to pre and inside Sinkhorn
+  float rms_eps = 1e-6f;  // the RMS of the flattened streams (the model's rms_norm_eps)
 };
 
 // The T·k routed (token, slot) pairs in expert order, as moe_permute lays out their rows.

@@ -98,6 +98,19 @@ class RangeRecorder final : public Backend {
                    int64_t T, int k, int64_t H, bool round_each, DType act, float* out) override {
     inner_->moe_combine(expert_out, perm, weights, T, k, H, round_each, act, out);
   }
+  void hc_coefficients(const HyperConnection& hc, const float* x, int64_t T, int64_t hidden,
+                       float* pre, float* post, float* comb) override {
+    inner_->hc_coefficients(hc, x, T, hidden, pre, post, comb);
+  }
+  void hc_collapse(const float* x, const float* pre, int64_t T, int n, int64_t hidden, float* out,
+                   DType act) override {
+    inner_->hc_collapse(x, pre, T, n, hidden, out, act);
+  }
+  void hc_expand(float* x, const float* y, const float* post, const float* comb, int64_t T, int n,
+                 int64_t hidden, DType act) override {
+    inner_->hc_expand(x, y, post, comb, T, n, hidden, act);
+  }
+  void clamp(float* x, int64_t n, float lo, float hi) override { inner_->clamp(x, n, lo, hi); }
   void layer_norm(const float* x, const float* w, const float* b, float eps, int64_t rows,
                   int64_t dim, float* y, DType act) override {
     inner_->layer_norm(x, w, b, eps, rows, dim, y, act);

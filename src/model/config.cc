@@ -284,6 +284,158 @@ Status parse_deepseek_v32(const FieldReader& r, ModelConfig& c) {
   return parse_mlp_layer_types(r, c);
 }
 
+// DeepSeek-V4 (deepseek-v4-family.md §1.3): transformers' keys (layer_types with compress_rates,
+// mlp_layer_types, rope_parameters {main, compress}) or the released ones (compress_ratios,
+// num_hash_layers, compress_rope_theta with a yarn rope_scaling for the compressed layers).
+Status parse_deepseek_v4(const FieldReader& r, ModelConfig& c) {
+  DeepseekV4Config& v = c.dsv4;
+  v.q_lora_rank = 1024;
+  v.o_groups = 8;
+  v.o_lora_rank = 1024;
+  v.hc_mult = 4;
+  KTRY(r.get("q_lora_rank", v.q_lora_rank));
+  KTRY(r.get("o_groups", v.o_groups));
+  KTRY(r.get("o_lora_rank", v.o_lora_rank));
+  KTRY(r.get("hc_mult", v.hc_mult));
+  KTRY(r.get("hc_sinkhorn_iters", v.hc_sinkhorn_iters));
+  KTRY(r.get("hc_eps", v.hc_eps));
+  KTRY(r.get("compress_rope_theta", v.compress_rope_theta));
+  const std::pair<const char*, int64_t> dims[] = {{"q_lora_rank", v.q_lora_rank},
+                                                  {"o_groups", v.o_groups},
+                                                  {"o_lora_rank", v.o_lora_rank},
+                                                  {"hc_sinkhorn_iters", v.hc_sinkhorn_iters}};
+  for (const auto& [name, value] : dims)
+    if (value <= 0)
+      return make_error("{}: '{}' must be a positive integer (got {})", r.file(), name, value);
+  if (v.hc_mult < 1 || v.hc_mult > 8)
+    return make_error("{}: hc_mult {} is not supported (1 to 8 streams)", r.file(), v.hc_mult);
+  if (c.num_key_value_heads != 1)
+    return make_error("{}: DeepSeek-V4 attends with one shared KV head (num_key_value_heads {})",
+                      r.file(), c.num_key_value_heads);
+  if (c.num_attention_heads % v.o_groups != 0)
+    return make_error("{}: o_groups {} does not divide the {} heads", r.file(), v.o_groups,
+                      c.num_attention_heads);
+
+  // Which layers compress: layer_types + compress_rates, or the released compress_ratios.
+  const size_t L = size_t(std::max<int64_t>(c.num_hidden_layers, 0));
+  v.compress_ratios.assign(L, 0);
+  int64_t csa = 4, hca = 128;
+  if (const json* rates = r.find("compress_rates")) {
+    FieldReader rr(*rates, r.file(), "compress_rates.");
+    KTRY(rr.get("compressed_sparse_attention", csa));
+    KTRY(rr.get("heavily_compressed_attention", hca));
+  }
+  if (const json* types = r.find("layer_types")) {
+    if (!types->is_array() || types->size() != L)
+      return r.type_error("layer_types", "a list with one entry per hidden layer");
+    for (size_t i = 0; i < L; ++i) {
+      const json& t = (*types)[i];
+      if (t == "sliding_attention") continue;
+      if (t == "compressed_sparse_attention") {
+        v.compress_ratios[i] = int32_t(csa);
+      } else if (t == "heavily_compressed_attention") {
+        v.compress_ratios[i] = int32_t(hca);
+      } else {
+        return make_error("{}: layer type {} is not a DeepSeek-V4 one", r.file(), t.dump());
+      }
+    }
+  } else if (const json* ratios = r.find("compress_ratios")) {
+    // Released configs list the MTP layers' too: the first num_hidden_layers are the model's.
+    if (!ratios->is_array() || ratios->size() < L)
+      return r.type_error("compress_ratios", "a list with an entry per hidden layer");
+    for (size_t i = 0; i < L; ++i) {
+      if (!(*ratios)[i].is_number_integer() || (*ratios)[i].get<int64_t>() < 0)
+        return r.type_error("compress_ratios", "a list of non-negative integers");
+      v.compress_ratios[i] = (*ratios)[i].get<int32_t>();
+    }
+  } else {
+    return make_error("{}: DeepSeek-V4 needs layer_types or compress_ratios", r.file());
+  }
+
+  // Hash-routed layers: mlp_layer_types, or the first num_hash_layers.
+  MoeConfig& m = c.moe;
+  m.hash_layers.assign(L, false);
+  if (const json* types = r.find("mlp_layer_types")) {
+    if (!types->is_array() || types->size() != L)
+      return r.type_error("mlp_layer_types", "a list with one entry per hidden layer");
+    for (size_t i = 0; i < L; ++i) {
+      const json& t = (*types)[i];
+      if (t != "hash_moe" && t != "moe")
+        return r.type_error("mlp_layer_types", "a list of \"hash_moe\" or \"moe\"");
+      m.hash_layers[i] = t == "hash_moe";
+    }
+  } else {
+    int64_t hash = 3;
+    KTRY(r.get("num_hash_layers", hash));
+    for (size_t i = 0; i < L; ++i) m.hash_layers[i] = int64_t(i) < hash;
+  }
+  m.router = MoeConfig::Router::kSqrtSoftplus;
+  m.norm_topk_prob = true;
+  m.routed_scaling_factor = 1.5;
+  m.num_shared_experts = 1;
+  m.swiglu_limit = 10.0;
+  KTRY(r.get("n_routed_experts", m.num_experts));
+  KTRY(r.get("num_experts_per_tok", m.num_experts_per_tok));
+  KTRY(r.get("moe_intermediate_size", m.moe_intermediate_size));
+  KTRY(r.get("n_shared_experts", m.num_shared_experts));
+  KTRY(r.get("norm_topk_prob", m.norm_topk_prob));
+  KTRY(r.get("routed_scaling_factor", m.routed_scaling_factor));
+  KTRY(r.get("swiglu_limit", m.swiglu_limit));
+  std::string scoring = "sqrtsoftplus", topk_method = "noaux_tc";
+  KTRY(r.get("scoring_func", scoring));
+  KTRY(r.get("topk_method", topk_method));
+  if (scoring != "sqrtsoftplus" || topk_method != "noaux_tc")
+    return make_error(
+        "{}: router scoring_func '{}' with topk_method '{}' is not supported (DeepSeek-V4's "
+        "sqrtsoftplus with noaux_tc is)",
+        r.file(), scoring, topk_method);
+  if (m.num_shared_experts != 1)
+    return make_error("{}: n_shared_experts {} is not supported (DeepSeek-V4 has one)", r.file(),
+                      m.num_shared_experts);
+  if (!m.norm_topk_prob)
+    return make_error("{}: DeepSeek-V4's router renormalises its weights (norm_topk_prob)",
+                      r.file());
+
+  // The window: every layer's.
+  int64_t window = 128;
+  KTRY(r.get("sliding_window", window));
+  if (window <= 0 || window > std::numeric_limits<int32_t>::max())
+    return make_error("{}: 'sliding_window' must be a positive integer (got {})", r.file(), window);
+  c.layer_sliding_window.assign(L, int32_t(window));
+
+  // The rotated width (the last dims of each head), then the two RoPE tables.
+  if (r.has("qk_rope_head_dim")) KTRY(r.get("qk_rope_head_dim", c.rope_dim));
+  c.rope_interleaved = true;
+  if (const json* rope = r.find("rope_parameters"); rope != nullptr && rope->contains("main")) {
+    if (!(*rope)["main"].is_object() || !rope->contains("compress") ||
+        !(*rope)["compress"].is_object())
+      return r.type_error("rope_parameters", "an object with \"main\" and \"compress\" objects");
+    ModelConfig main, compress;
+    KTRY(parse_rope(FieldReader((*rope)["main"], r.file(), "rope_parameters.main."), main));
+    KTRY(parse_rope(FieldReader((*rope)["compress"], r.file(), "rope_parameters.compress."),
+                    compress));
+    if (main.rope_scaling.type != RopeScalingType::kNone)
+      return make_error("{}: rope scaling on DeepSeek-V4's window-only layers is not supported",
+                        r.file());
+    c.rope_theta = main.rope_theta;
+    c.rope_scaling = RopeScaling{};
+    v.compress_rope_theta = compress.rope_theta;
+    v.compress_rope_scaling = compress.rope_scaling;
+  } else {
+    // Released form: rope_scaling (yarn) applies to the compressed layers only.
+    v.compress_rope_scaling = c.rope_scaling;
+    c.rope_scaling = RopeScaling{};
+  }
+  // Every layer is MoE.
+  m.first_k_dense_replace = 0;
+  m.mlp_only_layers.clear();
+  // RMSNorms multiply in f32 and round once (transformers' Olmo2-style norm), weights as stored.
+  c.norm_offset = true;
+  c.norm_weights_include_offset = true;
+  KTRY(r.get("num_nextn_predict_layers", c.num_nextn_predict_layers));
+  return Status::Ok();
+}
+
 bool is_hybrid_type(const std::string& t) {
   return t == "qwen3_next" || t == "qwen3_5_text" || t == "qwen3_5_moe_text";
 }
@@ -487,7 +639,9 @@ Status parse_sliding_window(const FieldReader& r, ModelConfig& c) {
   }
   std::vector<bool> sliding(size_t(std::max<int64_t>(c.num_hidden_layers, 0)), false);
   // Their layer_types name linear or indexed layers, not windows.
-  if (is_hybrid_type(c.model_type) || c.model_type == "deepseek_v32") return Status::Ok();
+  if (is_hybrid_type(c.model_type) || c.model_type == "deepseek_v32" ||
+      c.model_type == "deepseek_v4")
+    return Status::Ok();
   if (const json* types = r.find("layer_types")) {
     if (!types->is_array() || types->size() != sliding.size())
       return r.type_error("layer_types", "a list with one entry per hidden layer");
@@ -593,6 +747,7 @@ Expected<ModelConfig> parse_config(const std::string& text, const std::string& f
     KTRY(parse_mlp_layer_types(r, c));
   }
   if (c.model_type == "deepseek_v32") KTRY(parse_deepseek_v32(r, c));
+  if (c.model_type == "deepseek_v4") KTRY(parse_deepseek_v4(r, c));
   if (c.model_type == "gemma3_text") KTRY(parse_gemma3(r, c));
   if (is_hybrid_type(c.model_type)) {
     KTRY(parse_hybrid(r, c));

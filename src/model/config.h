@@ -38,6 +38,7 @@ struct MoeConfig {
   enum class Router {
     kSoftmaxTopK,     // Qwen3-MoE: softmax over all experts, top-k
     kGroupedSigmoid,  // DeepSeek-V3 noaux_tc: sigmoid + selection bias, group-limited top-k
+    kSqrtSoftplus,    // DeepSeek-V4: sqrt(softplus) + selection bias, top-k (or hash routing)
   };
   int64_t num_experts = 0;  // routed experts
   int64_t num_experts_per_tok = 0;
@@ -61,8 +62,15 @@ struct MoeConfig {
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
   int64_t first_k_dense_replace = 0;
+  // DeepSeek-V4: the layers whose experts are picked by token id (tid2eid), not by score.
+  std::vector<bool> hash_layers;
+  // DeepSeek-V4: the experts' and shared expert's gate clamped to ≤ limit, up to ±limit (0: none).
+  double swiglu_limit = 0.0;
 
   bool is_moe_layer(int64_t layer) const;
+  bool is_hash_layer(int64_t layer) const {
+    return layer >= 0 && size_t(layer) < hash_layers.size() && hash_layers[size_t(layer)];
+  }
 };
 
 // Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank == 0 in other models.
@@ -84,6 +92,25 @@ struct SparseIndexerConfig {
   int64_t head_dim = 0;   // index_head_dim: one key of this width per token per layer
   int64_t top_k = 0;      // index_topk
   bool enabled() const { return top_k > 0; }
+};
+
+// DeepSeek-V4's attention and residual (deepseek-v4-family.md §1.3, §2.4, §2.7): shared-KV MQA
+// (one KV head, K = V) with a sliding window on every layer, compressed attention (CSA, HCA) on
+// some, a low-rank query, a grouped low-rank output projection, per-head sinks, and mHC.
+// hc_mult == 0 in other models.
+struct DeepseekV4Config {
+  int64_t q_lora_rank = 0;
+  int64_t o_groups = 0;
+  int64_t o_lora_rank = 0;
+  int64_t hc_mult = 0;  // residual streams
+  int64_t hc_sinkhorn_iters = 20;
+  double hc_eps = 1e-6;
+  // Per layer: 0 a window-only layer, else the compression ratio of its compressed attention
+  // (4: CSA, 128: HCA in the released models).
+  std::vector<int32_t> compress_ratios;
+  double compress_rope_theta = 160000.0;
+  RopeScaling compress_rope_scaling;  // YaRN of the compressed layers
+  bool enabled() const { return hc_mult > 0; }
 };
 
 // Gated DeltaNet linear-attention layers (Qwen3-Next, Qwen3.5; models.md 5.3): num_value_heads
@@ -157,6 +184,7 @@ struct ModelConfig {
   MoeConfig moe;
   MlaConfig mla;
   SparseIndexerConfig indexer;
+  DeepseekV4Config dsv4;
   // Values one token keeps per layer in a latent cache: MLA's latent and rope key, then the
   // indexer's key when the model has one (its rows share the latents' blocks and lifetime).
   int64_t latent_cache_width() const {

@@ -71,6 +71,7 @@ struct LayerContext {
   float eps;  // RMSNorm epsilon
   int64_t num_tokens;
   const int32_t* positions;
+  const int32_t* token_ids;  // the batch's tokens (DeepSeek-V4's hash routing reads them)
   std::span<const AttentionBatch> attn;  // per KV cache group of kv
   const RopeParams& rope;
   KVCacheStorage& kv;

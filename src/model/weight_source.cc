@@ -172,4 +172,41 @@ std::unique_ptr<WeightSource> make_dummy_source(DType dtype, uint64_t seed, bool
   return std::make_unique<DummySource>(dtype, seed, attention_bias);
 }
 
+namespace {
+
+class AliasedSource final : public WeightSource {
+ public:
+  AliasedSource(WeightSource& inner,
+                std::function<std::vector<std::string>(const std::string&)> aliases)
+      : inner_(inner), aliases_(std::move(aliases)) {}
+  bool has(const std::string& name) const override { return !resolve(name).empty(); }
+  Expected<Tensor> get(const std::string& name, const Shape& expected) override {
+    const std::string found = resolve(name);
+    return inner_.get(found.empty() ? name : found, expected);
+  }
+  std::optional<std::vector<float>> rope_freq_divisors() const override {
+    return inner_.rope_freq_divisors();
+  }
+  std::string describe() const override { return inner_.describe(); }
+
+ private:
+  // The name inner holds the tensor under, or "" when it has none of them.
+  std::string resolve(const std::string& name) const {
+    if (inner_.has(name)) return name;
+    for (const std::string& a : aliases_(name))
+      if (inner_.has(a)) return a;
+    return "";
+  }
+
+  WeightSource& inner_;
+  std::function<std::vector<std::string>(const std::string&)> aliases_;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> make_aliased_source(
+    WeightSource& inner, std::function<std::vector<std::string>(const std::string&)> aliases) {
+  return std::make_unique<AliasedSource>(inner, std::move(aliases));
+}
+
 }  // namespace kestrel

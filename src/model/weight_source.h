@@ -2,6 +2,7 @@
 // a safetensors checkpoint, a GGUF file (names mapped to GGUF's), or random "dummy" weights.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +35,12 @@ std::unique_ptr<WeightSource> make_gguf_source(const GgufFile& gguf, std::string
 // Deterministic random weights of `dtype` (F32/F16/BF16): small uniform values, norms near one;
 // q/k/v biases only with `attention_bias`, no other biases.
 std::unique_ptr<WeightSource> make_dummy_source(DType dtype, uint64_t seed, bool attention_bias);
+
+// `inner` under more names: a tensor asked for as `name` is inner's `name`, else the first of
+// aliases(name) inner has (DeepSeek-V4's checkpoints name their tensors in the released layout
+// or in transformers'). `inner` must outlive it.
+std::unique_ptr<WeightSource> make_aliased_source(
+    WeightSource& inner, std::function<std::vector<std::string>(const std::string&)> aliases);
 
 // HF tensor name → GGUF tensor name in a file of general.architecture `arch` (llama, qwen2,
 // qwen3, gemma3); empty if unmapped.

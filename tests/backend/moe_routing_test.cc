@@ -10,6 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "base/fp16.h"
+
 namespace kestrel::cpu {
 namespace {
 
@@ -260,6 +262,60 @@ TEST(MoeRouting, GroupByExpertRejectsBadIds) {
   std::vector<int32_t> ids = {0, 3, 5, 1};
   MoePermutation groups;
   EXPECT_DEATH(group_by_expert(ids.data(), 2, 2, 5, groups), "out of range");
+}
+
+// DeepSeek-V4: s = sqrt(softplus(logit)); the k best s + bias; weights s / Σ s · scaling.
+TEST(MoeRouting, SqrtSoftplusPicksByBiasedScoresAndWeighsByRawOnes) {
+  std::mt19937 rng(5);
+  const int64_t T = 9;
+  const int E = 16, k = 6;
+  const auto logits = make_logits(T, E, false, rng);
+  std::vector<float> bias(static_cast<size_t>(E));
+  std::normal_distribution<float> nd(0.0f, 0.3f);
+  for (float& b : bias) b = nd(rng);
+  std::vector<int32_t> ids(size_t(T * k));
+  std::vector<float> w(ids.size());
+  route_sqrt_softplus(logits.data(), bias.data(), T, E, k, false, 1.5f, DType::F32, ids.data(),
+                      w.data());
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> s(static_cast<size_t>(E)), sel(s.size());
+    for (int e = 0; e < E; ++e) {
+      s[e] = std::sqrt(std::log1p(std::exp(double(logits[t * E + e]))));
+      sel[e] = s[e] + bias[e];
+    }
+    const auto order = ranked(sel);
+    double sum = 0;
+    for (int j = 0; j < k; ++j) sum += s[order[j]];
+    for (int j = 0; j < k; ++j) {
+      ASSERT_EQ(ids[t * k + j], order[j]) << "token " << t << " slot " << j;
+      EXPECT_NEAR(w[t * k + j], s[order[j]] / sum * 1.5, 2e-6) << "token " << t;
+    }
+  }
+}
+
+// Hash routing keeps the given experts and weighs them the same way; in bf16 every step rounds.
+TEST(MoeRouting, SqrtSoftplusWithGivenIdsAndBf16Rounding) {
+  std::mt19937 rng(6);
+  const int64_t T = 4;
+  const int E = 8, k = 2;
+  const auto logits = make_logits(T, E, false, rng);
+  std::vector<int32_t> ids = {3, 0, 7, 1, 2, 2, 5, 6};
+  std::vector<float> w(ids.size());
+  const std::vector<int32_t> given = ids;
+  route_sqrt_softplus(logits.data(), nullptr, T, E, k, true, 1.5f, DType::BF16, ids.data(),
+                      w.data());
+  EXPECT_EQ(ids, given);
+  auto bf = [](double v) { return double(bf16_to_f32(f32_to_bf16(float(v)))); };
+  for (int64_t t = 0; t < T; ++t) {
+    double s[2], sum = 0;
+    for (int j = 0; j < k; ++j) {
+      const double x = logits[t * E + given[t * k + j]];
+      sum += s[j] = bf(std::sqrt(bf(x > 20 ? x : std::log1p(std::exp(x)))));
+    }
+    const double denom = bf(bf(sum) + 1e-20);
+    for (int j = 0; j < k; ++j)
+      EXPECT_NEAR(w[t * k + j], bf(bf(s[j] / denom) * 1.5), 1e-6) << "token " << t << " " << j;
+  }
 }
 
 }  // namespace

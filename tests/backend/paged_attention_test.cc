@@ -24,6 +24,7 @@ struct Case {
   std::vector<int> ctx_lens;  // total context of each sequence after this step
   std::vector<int> new_lens;  // tokens of each sequence in this step (≤ ctx)
   int window = 0;             // > 0: sliding-window attention
+  bool sinks = false;         // a sink logit per head (DeepSeek-V4)
 };
 
 void run_case(const Case& c, int threads) {
@@ -105,8 +106,10 @@ void run_case(const Case& c, int threads) {
         tables[s * max_blocks + b] = poison;
   }
 
-  std::vector<float> q(T * nh * hd), out(q.size());
+  std::vector<float> q(T * nh * hd), out(q.size()), sinks(static_cast<size_t>(nh));
   for (auto& x : q) x = nd(rng);
+  for (auto& x : sinks) x = 2.0f * nd(rng);
+  if (c.sinks) batch.sinks = sinks.data();
   const float scale = 1.0f / std::sqrt(float(hd));
   ThreadPool pool(threads);
   paged_attention(q.data(), layer, batch, nh, scale, out.data(), pool);
@@ -125,7 +128,8 @@ void run_case(const Case& c, int threads) {
           sc[j - lo] = d * scale;
           mx = std::max(mx, sc[j - lo]);
         }
-        double sum = 0;
+        if (c.sinks) mx = std::max(mx, double(sinks[h]));
+        double sum = c.sinks ? std::exp(double(sinks[h]) - mx) : 0.0;
         for (auto& v : sc) sum += (v = std::exp(v - mx));
         for (int i = 0; i < hd; ++i) {
           double ref = 0;
@@ -159,6 +163,13 @@ TEST(PagedAttention, LongContexts) {
 
 // Windows shorter and longer than a block, crossed by prefill chunks and decodes; blocks before
 // every window hold NaN.
+// DeepSeek-V4: one shared KV head, a window, and a sink per head that takes probability without
+// contributing a value (its softmax denominator grows; the weights sum to less than one).
+TEST(PagedAttention, SinksTakeProbabilityWithoutAValue) {
+  run_case({4, 1, 32, 8, {9, 30, 21}, {9, 1, 5}, 6, true}, 2);
+  run_case({6, 2, 24, 4, {17, 3}, {17, 3}, 0, true}, 3);
+}
+
 TEST(PagedAttention, SlidingWindowReadsOnlyTheWindow) {
   run_case({4, 2, 16, 4, {5, 40, 17, 1, 29}, {5, 1, 9, 1, 3}, 6}, 2);
   run_case({6, 3, 24, 16, {70, 33, 90}, {2, 33, 1}, 21}, 3);

@@ -1,5 +1,5 @@
-"""Qwen3-MoE, DeepSeek-V3 (MLA + MoE) and DeepSeek-V3.2 (MLA with the lightning indexer)
-fixtures served by `kestrel serve`: concurrent greedy requests reproduce transformers' greedy
+"""Qwen3-MoE, DeepSeek-V3 (MLA + MoE), DeepSeek-V3.2 (MLA with the lightning indexer) and
+DeepSeek-V4 (window-only layers, mHC, hash and sqrtsoftplus routing) fixtures served by `kestrel serve`: concurrent greedy requests reproduce transformers' greedy
 continuations (batching; also on two tensor-parallel ranks, V3.2 with expert parallelism,
 Qwen3-MoE on two data-parallel engines of two), start-up prices the KV bytes per token over the
 cache groups (V3.2's rows carry the indexer key), a repeated prompt is served
@@ -28,7 +28,8 @@ def prefix_hits(base_url):
     ("qwen3_moe_bf16", []), ("deepseek_v3_bf16", []), ("deepseek_v3_fp8", []),
     ("qwen3_moe_bf16", ["--tensor-parallel-size", "2"]),
     ("deepseek_v3_bf16", ["--tensor-parallel-size", "2"]), ("deepseek_v32_bf16", []),
-    ("deepseek_v32_f32", ["--tensor-parallel-size", "2", "--enable-expert-parallel"])])
+    ("deepseek_v32_f32", ["--tensor-parallel-size", "2", "--enable-expert-parallel"]),
+    ("deepseek_v4_window_bf16", [])])
 def test_concurrent_greedy_matches_transformers_and_prefix_cache_hits(start_server, fixture,
                                                                       parallel):
     golden = json.loads((FIXTURES / fixture / "golden.json").read_text())
@@ -53,7 +54,9 @@ def test_concurrent_greedy_matches_transformers_and_prefix_cache_hits(start_serv
 @pytest.mark.parametrize("fixture,per_token", [
     # 2 layers × (latent 32 + rope key 8) f32 values; V3.2 adds its 32-wide indexer key per row.
     ("deepseek_v3_f32", "320 B (2 latent layers: 320)"),
-    ("deepseek_v32_f32", "576 B (2 latent layers: 576)")])
+    ("deepseek_v32_f32", "576 B (2 latent layers: 576)"),
+    # DeepSeek-V4's window layers: one 32-wide KV head, its row stored as K and as V.
+    ("deepseek_v4_window_f32", "768 B (3 sliding-window layers: 768)")])
 def test_start_up_prices_kv_bytes_per_token(start_server, fixture, per_token):
     srv = start_server("--max-model-len", "256", model_path=FIXTURES / fixture)
     assert f"KV bytes per token: {per_token}" in srv.log(), srv.log()[-2000:]

@@ -53,7 +53,7 @@ TEST_P(MoeEngine, GreedyOutputsAreBatchInvariant) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, MoeEngine,
                          ::testing::Values("qwen3_moe_bf16", "qwen3_moe_f32", "deepseek_v3_bf16",
                                            "deepseek_v3_nolora_f32", "deepseek_v3_fp8",
-                                           "deepseek_v32_bf16"));
+                                           "deepseek_v32_bf16", "deepseek_v4_window_bf16"));
 
 }  // namespace
 }  // namespace kestrel

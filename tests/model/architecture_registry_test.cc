@@ -38,13 +38,14 @@ TEST(ArchitectureRegistry, EachArchitectureHasItsFamilyFile) {
       {"Qwen3NextForCausalLM", "qwen3_next"},
       {"Qwen3_5ForCausalLM", "qwen3_next"},
       {"Qwen3_5MoeForConditionalGeneration", "qwen3_next"},
-      {"Gemma3ForCausalLM", "gemma3"}};
+      {"Gemma3ForCausalLM", "gemma3"},
+      {"DeepseekV4ForCausalLM", "deepseek_v4"}};
   for (const auto& [arch, family] : expected) EXPECT_EQ(architecture_family(arch), family) << arch;
   EXPECT_EQ(architecture_family("MambaForCausalLM"), "");
   EXPECT_EQ(architecture_family(""), "");
   // The list error messages print holds exactly the names a family serves.
   for (const std::string& a : supported_architectures()) EXPECT_NE(architecture_family(a), "") << a;
-  EXPECT_EQ(supported_architectures().size(), 13u);
+  EXPECT_EQ(supported_architectures().size(), 14u);
 }
 
 TEST(ArchitectureRegistry, ConfigsItsFamilyImplementsPass) {

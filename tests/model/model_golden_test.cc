@@ -295,7 +295,9 @@ TEST(ModelFixtures, AllExpectedArchitecturesPresent) {
                            "qwen3_ct_w8a8_fp8kv",
                            "deepseek_v3_w8a8_dynamic",
                            "deepseek_v32_f32",
-                           "deepseek_v32_bf16"})
+                           "deepseek_v32_bf16",
+                           "deepseek_v4_window_f32",
+                           "deepseek_v4_window_bf16"})
     EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
 }
 

@@ -30,5 +30,8 @@ void for_each_query_tile(const AttentionBatch& batch, int tile, Fn&& fn) {
 // whatever n is padded to), the probabilities rounded to p_dtype; sc[n..round_up8(n)) is filled
 // with -inf first so those lanes come out 0.
 void softmax_row(float* sc, int64_t n, DType p_dtype);
+// The same with a sink logit in the softmax that takes no value: p_j = e^(s_j − m) / (Σ_i
+// e^(s_i − m) + e^(sink − m)), m the largest of the scores and the sink.
+void softmax_row_with_sink(float* sc, int64_t n, float sink, DType p_dtype);
 
 }  // namespace kestrel::cpu

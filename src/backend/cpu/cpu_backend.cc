@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/gated_deltanet.h"
+#include "backend/cpu/hyper_connection.h"
 #include "backend/cpu/lightning_indexer.h"
 #include "backend/cpu/linear_plan.h"
 #include "backend/cpu/matmul.h"
@@ -54,6 +55,11 @@ class CpuBackend final : public Backend {
                 DType act) override {
     pool_.parallel_for(rows, 4, [&](int64_t b, int64_t e) {
       cpu::rms_norm(x + b * dim, w, eps, e - b, dim, y + b * dim, act);
+    });
+  }
+  void clamp(float* x, int64_t n, float lo, float hi) override {
+    pool_.parallel_for(n, 4096, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) x[i] = std::min(std::max(x[i], lo), hi);
     });
   }
   void layer_norm(const float* x, const float* w, const float* b, float eps, int64_t rows,
@@ -222,6 +228,27 @@ class CpuBackend final : public Backend {
                      const AttentionBatch& batch, int num_heads, float scale, float* out,
                      DType act) override {
     cpu::mla_attention(q_lat, q_rope, cache, batch, num_heads, scale, out, pool_, act, &scratch_);
+  }
+  void hc_coefficients(const HyperConnection& hc, const float* x, int64_t T, int64_t hidden,
+                       float* pre, float* post, float* comb) override {
+    pool_.parallel_for(T, 4, [&](int64_t b, int64_t e) {
+      const int64_t n = hc.streams;
+      cpu::hc_coefficients(hc, x + b * n * hidden, e - b, hidden, pre + b * n, post + b * n,
+                           comb + b * n * n);
+    });
+  }
+  void hc_collapse(const float* x, const float* pre, int64_t T, int n, int64_t hidden, float* out,
+                   DType act) override {
+    pool_.parallel_for(T, 16, [&](int64_t b, int64_t e) {
+      cpu::hc_collapse(x + b * n * hidden, pre + b * n, e - b, n, hidden, out + b * hidden, act);
+    });
+  }
+  void hc_expand(float* x, const float* y, const float* post, const float* comb, int64_t T, int n,
+                 int64_t hidden, DType act) override {
+    pool_.parallel_for(T, 16, [&](int64_t b, int64_t e) {
+      cpu::hc_expand(x + b * n * hidden, y + b * hidden, post + b * n, comb + b * n * n, e - b, n,
+                     hidden, act);
+    });
   }
   void write_indexer_keys(const MlaCacheLayer& cache, const float* keys,
                           const AttentionBatch& batch) override {

@@ -143,6 +143,48 @@ void group_by_expert(const int32_t* ids, int64_t T, int k, int E, MoePermutation
   perm.offsets[0] = 0;
 }
 
+void route_sqrt_softplus(const float* logits, const float* bias, int64_t T, int E, int k,
+                         bool given_ids, float scaling, DType act, int32_t* ids, float* weights,
+                         ScratchArena* scratch) {
+  KCHECK(E >= 1 && k >= 1 && k <= E, "sqrtsoftplus router: top-{} of {} experts", k, E);
+  ScratchArena own;
+  RouterScratch& rs = (scratch != nullptr ? *scratch : own).get<RouterScratch>();
+  rs.probs.resize(size_t(E));
+  rs.sel.resize(size_t(E));
+  float* s = rs.probs.data();
+  for (int64_t t = 0; t < T; ++t) {
+    const float* x = logits + t * E;
+    for (int e = 0; e < E; ++e) {
+      // softplus as torch computes it (linear above a threshold of 20), each step rounded.
+      float sp = x[e] > 20.0f ? x[e] : std::log1p(std::exp(x[e]));
+      round_to(act, &sp, 1);
+      s[e] = std::sqrt(sp);
+    }
+    round_to(act, s, E);
+    int32_t* chosen = ids + t * k;
+    if (!given_ids) {
+      for (int e = 0; e < E; ++e) rs.sel[size_t(e)] = s[e] + (bias != nullptr ? bias[e] : 0.0f);
+      TopK top{rs.sel.data(), k, chosen};
+      for (int e = 0; e < E; ++e) top.offer(e);
+    }
+    float* w = weights + t * k;
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      KCHECK(chosen[j] >= 0 && chosen[j] < E, "expert id {} out of range [0, {})", chosen[j], E);
+      sum += w[j] = s[chosen[j]];
+    }
+    round_to(act, &sum, 1);
+    float denom = sum + 1e-20f;
+    round_to(act, &denom, 1);
+    for (int j = 0; j < k; ++j) {
+      w[j] /= denom;
+      round_to(act, &w[j], 1);
+      w[j] *= scaling;
+    }
+    round_to(act, w, k);
+  }
+}
+
 void moe_route(const float* logits, int64_t T, const MoeRouting& r, int32_t* ids, float* weights,
                ThreadPool& pool, ThreadScratch* scratch) {
   const int E = r.num_experts, k = r.top_k;
@@ -151,7 +193,10 @@ void moe_route(const float* logits, int64_t T, const MoeRouting& r, int32_t* ids
   // Tokens are routed independently: chunks of them go to the threads.
   pool.parallel_for(T, 16, [&](int64_t b, int64_t e, int thread) {
     const float* l = logits + b * E;
-    if (r.kind == MoeRouting::Kind::kGroupedSigmoid)
+    if (r.kind == MoeRouting::Kind::kSqrtSoftplus)
+      route_sqrt_softplus(l, r.bias, e - b, E, k, r.given_ids, r.routed_scaling_factor, r.act,
+                          ids + b * k, weights + b * k, &arenas[thread]);
+    else if (r.kind == MoeRouting::Kind::kGroupedSigmoid)
       route_grouped_sigmoid(l, r.bias, e - b, E, k, r.n_group, r.topk_group, r.norm_topk_prob,
                             r.routed_scaling_factor, ids + b * k, weights + b * k, &arenas[thread]);
     else

@@ -1,6 +1,7 @@
 // backend/cpu/moe_routing.h — MoE routers (Qwen3-MoE softmax top-k, DeepSeek-V3 group-limited
-// sigmoid), the grouping of routed tokens by expert, and the parallel MoE ops built on them:
-// routing, permuting rows into expert order and the weighted combine (models.md §3, §4.6).
+// sigmoid, DeepSeek-V4 sqrtsoftplus and hash routing), the grouping of routed tokens by expert, and
+// the parallel MoE ops built on them: routing, permuting rows into expert order and the weighted
+// combine (models.md §3, §4.6).
 //
 // Both routers work in f32 on router logits [T, E] and write, per token, k expert ids and
 // weights ([T, k] each). Order within a token is deterministic: descending selection score,
@@ -36,6 +37,13 @@ void route_grouped_sigmoid(const float* logits, const float* bias, int64_t T, in
                            int n_group, int topk_group, bool norm_topk_prob,
                            float routed_scaling_factor, int32_t* ids, float* weights,
                            ScratchArena* scratch = nullptr);
+
+// DeepSeek-V4 (ops.h MoeRouting::Kind::kSqrtSoftplus): s = sqrt(softplus(logits)) rounded to
+// act at each step; the k best s + bias (bias may be null), or with given_ids the k experts
+// already in ids (hash routing); weights s / (Σ s + 1e-20) · scaling, rounded likewise.
+void route_sqrt_softplus(const float* logits, const float* bias, int64_t T, int E, int k,
+                         bool given_ids, float scaling, DType act, int32_t* ids, float* weights,
+                         ScratchArena* scratch = nullptr);
 
 // Backend::moe_route, moe_permute and moe_combine (backend/backend.h) on `pool`: tokens, rows
 // and output tokens split over the threads; each result is the same whatever the split.

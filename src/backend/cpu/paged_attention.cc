@@ -163,7 +163,13 @@ void attend(const Params& p, const Unit& u, const float* q_all, float* out_all, 
   // sums depends on its position only).
   for (int r = 0; r < nq; ++r) {
     const int64_t lo = first_key(pos_of(r));
-    softmax_row(s.scores.data() + r * stride + (lo - begin), pos_of(r) - lo + 1, p_dtype);
+    float* row = s.scores.data() + r * stride + (lo - begin);
+    if (p.batch.sinks != nullptr) {
+      const float sink = p.batch.sinks[int64_t(u.kv_head) * group + r % group];
+      softmax_row_with_sink(row, pos_of(r) - lo + 1, sink, p_dtype);
+    } else {
+      softmax_row(row, pos_of(r) - lo + 1, p_dtype);
+    }
   }
 
   // Pass 3: out += p_j · v_j in key order, V rows widened eight at a time for the whole unit.

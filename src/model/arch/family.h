@@ -6,6 +6,8 @@
 
 #include <memory>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "model/arch/decoder_model.h"
 
@@ -13,18 +15,19 @@ namespace kestrel {
 
 // What a parsed config can ask of a model beyond pre-norm GQA blocks with dense MLPs.
 enum ModelFeature : unsigned {
-  kFeatureMoe = 1u << 0,               // routed experts
-  kFeatureMla = 1u << 1,               // multi-head latent attention
-  kFeatureLinearAttention = 1u << 2,   // Gated DeltaNet layers
-  kFeatureGatedAttention = 1u << 3,    // an output gate on attention (attn_output_gate)
-  kFeatureSlidingWindow = 1u << 4,     // sliding-window attention layers
-  kFeatureZeroCentredNorms = 1u << 5,  // RMSNorm scales of 1 + w
-  kFeatureSandwichNorms = 1u << 6,     // norms after the attention and the FFN (Gemma)
-  kFeatureScaledEmbeddings = 1u << 7,  // embedding rows × sqrt(hidden) (Gemma)
-  kFeatureLogitSoftcap = 1u << 8,      // c · tanh(logits / c) (Gemma)
-  kFeatureLocalRope = 1u << 9,         // a RoPE base of their own on sliding-window layers
-  kFeatureMtp = 1u << 10,              // multi-token-prediction modules
-  kFeatureSparseIndexer = 1u << 11,    // DeepSeek Sparse Attention's lightning indexer
+  kFeatureMoe = 1u << 0,                // routed experts
+  kFeatureMla = 1u << 1,                // multi-head latent attention
+  kFeatureLinearAttention = 1u << 2,    // Gated DeltaNet layers
+  kFeatureGatedAttention = 1u << 3,     // an output gate on attention (attn_output_gate)
+  kFeatureSlidingWindow = 1u << 4,      // sliding-window attention layers
+  kFeatureZeroCentredNorms = 1u << 5,   // RMSNorm scales of 1 + w
+  kFeatureSandwichNorms = 1u << 6,      // norms after the attention and the FFN (Gemma)
+  kFeatureScaledEmbeddings = 1u << 7,   // embedding rows × sqrt(hidden) (Gemma)
+  kFeatureLogitSoftcap = 1u << 8,       // c · tanh(logits / c) (Gemma)
+  kFeatureLocalRope = 1u << 9,          // a RoPE base of their own on sliding-window layers
+  kFeatureMtp = 1u << 10,               // multi-token-prediction modules
+  kFeatureSparseIndexer = 1u << 11,     // DeepSeek Sparse Attention's lightning indexer
+  kFeatureHyperConnections = 1u << 12,  // DeepSeek-V4's mHC residual streams
 };
 
 // The features `cfg` asks for.
@@ -41,6 +44,9 @@ struct ArchitectureFamily {
   std::span<const char* const> architectures;
   unsigned features;  // the ModelFeature bits it implements
   ModelFactory make;
+  // Other names of a tensor its layers ask for by transformers' name (make_aliased_source);
+  // null: none.
+  std::vector<std::string> (*aliases)(const std::string& name) = nullptr;
 };
 
 // Each defined in its family's file.
@@ -49,5 +55,6 @@ extern const ArchitectureFamily kQwen3MoeFamily;
 extern const ArchitectureFamily kDeepseekV3Family;
 extern const ArchitectureFamily kQwen3NextFamily;
 extern const ArchitectureFamily kGemma3Family;
+extern const ArchitectureFamily kDeepseekV4Family;
 
 }  // namespace kestrel

@@ -7,8 +7,9 @@
 namespace kestrel {
 namespace {
 
-const ArchitectureFamily* const kFamilies[] = {&kLlamaFamily, &kQwen3MoeFamily, &kDeepseekV3Family,
-                                               &kQwen3NextFamily, &kGemma3Family};
+const ArchitectureFamily* const kFamilies[] = {&kLlamaFamily,      &kQwen3MoeFamily,
+                                               &kDeepseekV3Family, &kQwen3NextFamily,
+                                               &kGemma3Family,     &kDeepseekV4Family};
 
 const ArchitectureFamily* find_family(std::string_view architecture) {
   for (const ArchitectureFamily* f : kFamilies)
@@ -33,6 +34,7 @@ unsigned model_features(const ModelConfig& c) {
   if (c.rope_local_theta > 0) f |= kFeatureLocalRope;
   if (c.num_nextn_predict_layers > 0) f |= kFeatureMtp;
   if (c.indexer.enabled()) f |= kFeatureSparseIndexer;
+  if (c.dsv4.enabled()) f |= kFeatureHyperConnections;
   return f;
 }
 
@@ -62,6 +64,8 @@ const char* model_feature_name(ModelFeature f) {
       return "multi-token-prediction layers (num_nextn_predict_layers)";
     case kFeatureSparseIndexer:
       return "a sparse-attention indexer (index_topk)";
+    case kFeatureHyperConnections:
+      return "hyper-connection residual streams (hc_mult)";
   }
   return "an unknown feature";
 }
@@ -90,7 +94,12 @@ Expected<std::unique_ptr<CausalLM>> build_model(const ModelConfig& cfg, DType ac
                       tp.shard.size);
   const ArchitectureFamily* family = find_family(cfg.architecture);
   std::unique_ptr<DecoderModel> m = family->make(cfg, act_dtype, kv, backend, tp);
-  KTRY(m->load(src));
+  if (family->aliases != nullptr) {
+    const auto aliased = make_aliased_source(src, family->aliases);
+    KTRY(m->load(*aliased));
+  } else {
+    KTRY(m->load(src));
+  }
   return std::unique_ptr<CausalLM>(std::move(m));
 }
 

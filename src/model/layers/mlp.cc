@@ -1,6 +1,7 @@
 // Feed-forward blocks: the dense SwiGLU MLP and the mixture-of-experts block built from it.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "model/layers/mlp.h"
 
@@ -13,6 +14,7 @@ class DenseMlp final : public FfnLayer {
   Status load(const LoadContext& lc, const std::string& p, int64_t width, TpSplit split) {
     H_ = lc.cfg.hidden_size;
     gelu_ = lc.cfg.hidden_act == "gelu_pytorch_tanh";
+    limit_ = float(lc.cfg.moe.swiglu_limit);
     split_ = split;
     // A tensor-parallel rank: its features' rows of gate/up, and its hidden features' rows of
     // down (over every feature: the features are gathered). A replicated MLP (its range all of
@@ -33,6 +35,7 @@ class DenseMlp final : public FfnLayer {
   void set(const LoadContext& lc, const std::string& p, Tensor gate, Tensor up, Tensor down) {
     H_ = lc.cfg.hidden_size;
     gelu_ = lc.cfg.hidden_act == "gelu_pytorch_tanh";
+    limit_ = float(lc.cfg.moe.swiglu_limit);
     split_ = TpSplit::kMoeIntermediate;
     sharded_ = lc.tp != nullptr;
     I_ = gate.rows();
@@ -53,6 +56,12 @@ class DenseMlp final : public FfnLayer {
     float* u = ctx.scratch.get(kSlotMlpUp, m * I_);
     const LinearJob gate_up[2] = {{&gate_, g}, {&up_, u}};
     ctx.be.linear_group(gate_up, h, m);
+    if (limit_ > 0) {
+      // DeepSeek-V4: the gate capped at the limit, up within ±limit (limits a bf16 value holds
+      // exactly, so clamping before the rounding below gives the reference's bits).
+      ctx.be.clamp(g, m * I_, -std::numeric_limits<float>::infinity(), limit_);
+      ctx.be.clamp(u, m * I_, -limit_, limit_);
+    }
     if (gelu_) {
       ctx.be.gelu_tanh_mul(g, u, g, m * I_, ctx.act);  // Gemma's activation, rounded likewise
     } else {
@@ -73,6 +82,7 @@ class DenseMlp final : public FfnLayer {
  private:
   int64_t H_ = 0, I_ = 0;
   bool gelu_ = false;
+  float limit_ = 0.0f;  // DeepSeek-V4's SwiGLU clamps (0: none)
   TpSplit split_ = TpSplit::kIntermediate;
   bool sharded_ = false;  // loaded as a tensor-parallel rank's rows: its outputs are gathered
   LinearWeight gate_, up_, down_;
@@ -103,7 +113,7 @@ Expected<std::unique_ptr<DenseMlp>> make_dense_mlp(const LoadContext& lc, const 
 // data-parallel ranks when they share the experts too, and the TP group gathers those blocks.
 class MoeBlock final : public FfnLayer, public ExpertRows {
  public:
-  Status load(const LoadContext& lc, const std::string& p) {
+  Status load(const LoadContext& lc, const std::string& p, bool hash_routed) {
     const MoeConfig& m = lc.cfg.moe;
     cfg_ = m;
     H_ = lc.cfg.hidden_size;
@@ -123,6 +133,17 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
       routing_.topk_group = int(m.topk_group);
       routing_.routed_scaling_factor = float(m.routed_scaling_factor);
       routing_.bias = bias_.data();
+    } else if (m.router == MoeConfig::Router::kSqrtSoftplus) {
+      routing_.kind = MoeRouting::Kind::kSqrtSoftplus;
+      routing_.routed_scaling_factor = float(m.routed_scaling_factor);
+      routing_.act = lc.act;  // the reference's gate runs in the model's dtype
+      if (hash_routed) {
+        KTRY(load_hash_table(lc, p));
+        routing_.given_ids = true;
+      } else {
+        KASSIGN(bias_, load_vector(lc.src, p + "gate.e_score_correction_bias", E_));
+        routing_.bias = bias_.data();
+      }
     }
     // Expert parallelism: this rank's experts, whole (the others stay null); else every expert,
     // split by features under tensor parallelism.
@@ -149,6 +170,24 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
       KASSIGN(shared_gate_, load_linear(lc.src, p + "shared_expert_gate", 1, H_, lc.cfg, lc.store));
       lc.be.prepare_weight(shared_gate_, lc.act, p + "shared_expert_gate");
       has_shared_gate_ = true;
+    }
+    return Status::Ok();
+  }
+
+  // DeepSeek-V4's hash routing: each token id's experts (tid2eid [vocab, k], int32 or int64).
+  Status load_hash_table(const LoadContext& lc, const std::string& p) {
+    const int64_t V = lc.cfg.vocab_size;
+    KASSIGN(const Tensor t, lc.src.get(p + "gate.tid2eid", Shape{V, k_}));
+    if (t.dtype != DType::I32 && t.dtype != DType::I64)
+      return make_error("{}gate.tid2eid: expert ids must be I32 or I64, not {}", p,
+                        dtype_name(t.dtype));
+    tid2eid_.resize(size_t(V * k_));
+    for (int64_t i = 0; i < V * k_; ++i) {
+      const int64_t e = t.dtype == DType::I32 ? static_cast<const int32_t*>(t.data)[i]
+                                              : static_cast<const int64_t*>(t.data)[i];
+      if (e < 0 || e >= E_)
+        return make_error("{}gate.tid2eid: token {} names expert {} of {}", p, i / k_, e, E_);
+      tid2eid_[size_t(i)] = int32_t(e);
     }
     return Status::Ok();
   }
@@ -199,9 +238,18 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
     be.linear(gate_, h, T, logits);
     ids_.resize(size_t(T * k_));
     float* w = ctx.scratch.get(kSlotMoeWeights, T * k_);
-    // DeepSeek's router runs in f32 whatever the activation dtype; Qwen3-MoE's gate is a Linear
-    // in the activation dtype.
-    if (routing_.kind == MoeRouting::Kind::kSoftmaxTopK) ctx.round(logits, T * E_);
+    // DeepSeek-V3's router runs in f32 whatever the activation dtype; Qwen3-MoE's and
+    // DeepSeek-V4's gates are Linears in the activation dtype.
+    if (routing_.kind != MoeRouting::Kind::kGroupedSigmoid) ctx.round(logits, T * E_);
+    if (routing_.given_ids) {
+      KCHECK(ctx.token_ids != nullptr, "hash routing needs the batch's token ids");
+      for (int64_t t = 0; t < T; ++t) {
+        const int32_t id = ctx.token_ids[t];
+        KCHECK(id >= 0 && int64_t(id) * k_ < int64_t(tid2eid_.size()), "token id {} out of range",
+               id);
+        std::copy_n(tid2eid_.begin() + int64_t(id) * k_, k_, ids_.begin() + t * k_);
+      }
+    }
     be.moe_route(logits, T, routing_, ids_.data(), w);
 
     // Each expert runs on its contiguous rows of the permuted batch, in place of copies per
@@ -236,9 +284,9 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
         if (n > 0) experts_[size_t(e)]->run(ctx, in + int64_t(b) * H_, n, res + int64_t(b) * H_);
       }
     }
-    // Qwen3-MoE (as transformers runs it) rounds each weighted result and each partial sum to
-    // the activation dtype; DeepSeek sums in f32 and rounds once.
-    be.moe_combine(res, perm_, w, T, k_, H_, routing_.kind == MoeRouting::Kind::kSoftmaxTopK,
+    // Qwen3-MoE and DeepSeek-V4 (as transformers runs them) round each weighted result and each
+    // partial sum to the activation dtype; DeepSeek-V3 sums in f32 and rounds once.
+    be.moe_combine(res, perm_, w, T, k_, H_, routing_.kind != MoeRouting::Kind::kGroupedSigmoid,
                    ctx.act, out);
     if (shared_) {
       float* s = ctx.scratch.get(kSlotMoeShared, T * H_);
@@ -294,6 +342,7 @@ class MoeBlock final : public FfnLayer, public ExpertRows {
   LinearWeight shared_gate_;  // [1, hidden]: Qwen's per-token scale of the shared expert
   bool has_shared_gate_ = false;
   std::vector<int32_t> ids_;
+  std::vector<int32_t> tid2eid_;  // DeepSeek-V4's hash-routed layers: [vocab, k]
   MoeRouting routing_;
   MoePermutation perm_;
 };
@@ -306,9 +355,10 @@ Expected<std::unique_ptr<FfnLayer>> load_dense_mlp(const LoadContext& lc, const 
   return std::unique_ptr<FfnLayer>(std::move(m));
 }
 
-Expected<std::unique_ptr<FfnLayer>> load_moe(const LoadContext& lc, const std::string& prefix) {
+Expected<std::unique_ptr<FfnLayer>> load_moe(const LoadContext& lc, const std::string& prefix,
+                                             bool hash_routed) {
   auto m = std::make_unique<MoeBlock>();
-  KTRY(m->load(lc, prefix));
+  KTRY(m->load(lc, prefix, hash_routed));
   return std::unique_ptr<FfnLayer>(std::move(m));
 }
 

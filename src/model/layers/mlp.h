@@ -10,7 +10,9 @@ namespace kestrel {
 Expected<std::unique_ptr<FfnLayer>> load_dense_mlp(const LoadContext& lc, const std::string& prefix,
                                                    int64_t width);
 // Routed experts (plus DeepSeek's shared experts or Qwen's gated shared expert) as cfg.moe
-// describes; tensors under `prefix` (…mlp.).
-Expected<std::unique_ptr<FfnLayer>> load_moe(const LoadContext& lc, const std::string& prefix);
+// describes; tensors under `prefix` (…mlp.). `hash_routed`: DeepSeek-V4's first layers, whose
+// experts the token id picks (gate.tid2eid).
+Expected<std::unique_ptr<FfnLayer>> load_moe(const LoadContext& lc, const std::string& prefix,
+                                             bool hash_routed = false);
 
 }  // namespace kestrel
