@@ -710,7 +710,8 @@ void add_serve_args(CLI::App& app, ServeArgs& a) {
   app.add_option("--mm-encoder-tp-mode", a.mm_encoder_tp_mode, "no effect")
       ->check(CLI::IsMember(std::vector<std::string>{"weights", "data"}));
   app.add_option("--tool-call-parser", a.tool_call_parser,
-                 "hermes, qwen3_coder, deepseek_v3, deepseek_v31, llama3_json, mistral");
+                 "hermes, qwen3_coder, deepseek_v3, deepseek_v31, deepseek_v32, deepseek_v4, "
+                 "llama3_json, mistral");
   app.add_option("--reasoning-parser", a.reasoning_parser,
                  "split reasoning into message.reasoning: qwen3, deepseek_r1, deepseek_v3, "
                  "deepseek_v31");

@@ -136,8 +136,8 @@ inline std::string hub(std::string_view id) {
 inline const std::string kTokenizerV41 =
     "--tokenizer-mode deepseek_v41: not supported yet (auto, hf)";
 inline const std::string kToolV41 =
-    "--tool-call-parser deepseek_v41: not supported (deepseek_v3, deepseek_v31, hermes, "
-    "llama3_json, mistral, qwen3_coder)";
+    "--tool-call-parser deepseek_v41: not supported (deepseek_v3, deepseek_v31, deepseek_v32, "
+    "deepseek_v4, hermes, llama3_json, mistral, qwen3_coder)";
 inline const std::string kReasoningV41 =
     "--reasoning-parser deepseek_v41: not supported (deepseek_r1, deepseek_v3, deepseek_v31, "
     "qwen3)";

@@ -340,13 +340,18 @@ TEST_F(ServeArgsTest, ParserFlags) {
   EXPECT_EQ(refusals(serve("@MODEL@ --tool-call-parser hermes")), Lines{});
   for (const char* name : {"qwen3", "deepseek_r1", "deepseek_v3", "deepseek_v31"})
     EXPECT_EQ(refusals(serve(std::string("@MODEL@ --reasoning-parser ") + name)), Lines{}) << name;
+  for (const char* name : {"deepseek_v32", "deepseek_v4"})
+    EXPECT_EQ(refusals(serve(std::string("@MODEL@ --enable-auto-tool-choice --tool-call-parser ") +
+                             name)),
+              Lines{})
+        << name;
   EXPECT_EQ(refusals(serve("@MODEL@ --reasoning-parser granite")),
             Lines{"--reasoning-parser granite: not supported (deepseek_r1, deepseek_v3, "
                   "deepseek_v31, qwen3)"});
   // The names the chat module knows, one list for both the parsers and the check.
   EXPECT_EQ(refusals(serve("@MODEL@ --tool-call-parser pythonic")),
-            Lines{"--tool-call-parser pythonic: not supported (deepseek_v3, deepseek_v31, hermes, "
-                  "llama3_json, mistral, qwen3_coder)"});
+            Lines{"--tool-call-parser pythonic: not supported (deepseek_v3, deepseek_v31, "
+                  "deepseek_v32, deepseek_v4, hermes, llama3_json, mistral, qwen3_coder)"});
   EXPECT_EQ(refusals(serve("@MODEL@ --enable-auto-tool-choice")),
             Lines{"--enable-auto-tool-choice: needs --tool-call-parser"});
 }

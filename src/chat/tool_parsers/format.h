@@ -83,10 +83,49 @@ class TaggedCallFormat : public CallFormat {
   size_t searched_ = 0;  // bytes of the unclosed block at the front already searched
 };
 
+// The markers of a section that holds one or more calls.
+struct SectionMarkers {
+  std::string_view section_begin, section_end;  // around all the calls
+  std::string_view call_begin, call_end;        // around each call
+};
+
+// Calls inside a section: the section's begin marker, then calls each between call_begin and
+// call_end, then the section's end marker, with whitespace between them (DeepSeek's formats).
+// Subclasses read what is between a call's markers. The section marker goes with the first
+// call (dropped with it, or content with it when it is broken); a section that is left without
+// its end marker ends at the first text that is not a call.
+class SectionCallFormat : public CallFormat {
+ public:
+  SectionCallFormat(SectionMarkers markers, ToolSetPtr tools)
+      : m_(markers), tools_(std::move(tools)) {}
+  Step next(std::string_view text, bool eof) final;
+
+ protected:
+  // What is between call_begin and call_end.
+  virtual std::optional<RawCall> parse_body(std::string_view body) const = 0;
+  // The call's name (only an accepted one) from the start of its body, once known.
+  virtual std::optional<std::string> peek_name(std::string_view partial_body) const = 0;
+  const ToolSet& tools() const { return *tools_; }
+
+ private:
+  Step outside(std::string_view text, bool eof);
+  Step in_section(std::string_view text, bool eof);
+  Step call_at(std::string_view text, size_t at, bool eof);
+
+  SectionMarkers m_;
+  ToolSetPtr tools_;
+  bool in_section_ = false;
+  int section_calls_ = 0;  // calls parsed in the open section
+  bool after_call_ = false;
+  size_t searched_ = 0;  // bytes of the unclosed call at the front already searched
+};
+
 std::unique_ptr<CallFormat> make_hermes_format(ToolSetPtr tools);
 std::unique_ptr<CallFormat> make_qwen3_coder_format(ToolSetPtr tools);
 std::unique_ptr<CallFormat> make_deepseek_v3_format(ToolSetPtr tools);
 std::unique_ptr<CallFormat> make_deepseek_v31_format(ToolSetPtr tools);
+std::unique_ptr<CallFormat> make_deepseek_v32_format(ToolSetPtr tools);
+std::unique_ptr<CallFormat> make_deepseek_v4_format(ToolSetPtr tools);
 std::unique_ptr<CallFormat> make_llama3_json_format(ToolSetPtr tools);
 std::unique_ptr<CallFormat> make_mistral_format(ToolSetPtr tools);
 

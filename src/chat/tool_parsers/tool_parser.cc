@@ -85,9 +85,14 @@ using FormatFactory = std::function<std::unique_ptr<CallFormat>(ToolSetPtr)>;
 
 const std::map<std::string, FormatFactory, std::less<>>& formats() {
   static const std::map<std::string, FormatFactory, std::less<>> kFormats = {
-      {"deepseek_v3", make_deepseek_v3_format}, {"deepseek_v31", make_deepseek_v31_format},
-      {"hermes", make_hermes_format},           {"llama3_json", make_llama3_json_format},
-      {"mistral", make_mistral_format},         {"qwen3_coder", make_qwen3_coder_format},
+      {"deepseek_v3", make_deepseek_v3_format},
+      {"deepseek_v31", make_deepseek_v31_format},
+      {"deepseek_v32", make_deepseek_v32_format},
+      {"deepseek_v4", make_deepseek_v4_format},
+      {"hermes", make_hermes_format},
+      {"llama3_json", make_llama3_json_format},
+      {"mistral", make_mistral_format},
+      {"qwen3_coder", make_qwen3_coder_format},
   };
   return kFormats;
 }
