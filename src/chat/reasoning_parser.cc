@@ -3,12 +3,15 @@
 #include "chat/reasoning_parser.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace kestrel::chat {
 namespace {
 
 constexpr std::string_view kStart = "<think>";
 constexpr std::string_view kEnd = "</think>";
+// DeepSeek-V4 may open its tool calls without closing reasoning first.
+constexpr std::string_view kDsmlToolCalls = "<｜DSML｜tool_calls>";
 
 enum class PromptThinking { kOpen, kClosed, kUnset };
 
@@ -24,6 +27,8 @@ struct Mode {
   bool starts_in_reasoning = false;
   // A "<think>" at offset 0 of the output is dropped and (re)opens reasoning.
   bool leading_start_marker = false;
+  // Besides "</think>", this marker (when not empty) ends reasoning; it is kept as content.
+  std::string_view content_marker;
 };
 
 // Length of the longest proper prefix of `marker` that `text` ends with.
@@ -46,9 +51,9 @@ class ThinkTagParser final : public ReasoningParser {
       reasoning = true;
     }
     if (!reasoning) return {"", std::string(text)};
-    const size_t end = text.find(kEnd);
+    const auto [end, skip] = reasoning_end(text);
     if (end == std::string_view::npos) return {std::string(text), ""};
-    return {std::string(text.substr(0, end)), std::string(text.substr(end + kEnd.size()))};
+    return {std::string(text.substr(0, end)), std::string(text.substr(end + skip))};
   }
 
   ReasoningSplit feed(std::string_view delta) override {
@@ -66,14 +71,16 @@ class ThinkTagParser final : public ReasoningParser {
           state_ = initial_state();
           continue;
         case State::kReasoning: {
-          const size_t end = held_.find(kEnd);
+          const auto [end, skip] = reasoning_end(held_);
           if (end != std::string::npos) {
             out.reasoning.append(held_, 0, end);
-            held_.erase(0, end + kEnd.size());
+            held_.erase(0, end + skip);
             state_ = State::kContent;
             continue;
           }
-          const size_t keep = partial_marker_suffix(held_, kEnd);
+          size_t keep = partial_marker_suffix(held_, kEnd);
+          if (!mode_.content_marker.empty())
+            keep = std::max(keep, partial_marker_suffix(held_, mode_.content_marker));
           out.reasoning.append(held_, 0, held_.size() - keep);
           held_.erase(0, held_.size() - keep);
           return out;
@@ -100,6 +107,16 @@ class ThinkTagParser final : public ReasoningParser {
  private:
   enum class State { kLeading, kReasoning, kContent };
 
+  // Where reasoning in `text` ends (npos: not yet) and how many bytes of markup to drop there.
+  std::pair<size_t, size_t> reasoning_end(std::string_view text) const {
+    const size_t end = text.find(kEnd);
+    if (!mode_.content_marker.empty()) {
+      const size_t marker = text.find(mode_.content_marker);
+      if (marker < end) return {marker, 0};
+    }
+    return {end, end == std::string_view::npos ? 0 : kEnd.size()};
+  }
+
   State initial_state() const {
     return mode_.starts_in_reasoning ? State::kReasoning : State::kContent;
   }
@@ -110,19 +127,22 @@ class ThinkTagParser final : public ReasoningParser {
 };
 
 Mode mode_for(std::string_view name, PromptThinking prompt) {
+  const std::string_view marker = name == "deepseek_v4" ? kDsmlToolCalls : std::string_view();
   if (prompt == PromptThinking::kOpen)
-    return {.starts_in_reasoning = true, .leading_start_marker = true};
+    return {.starts_in_reasoning = true, .leading_start_marker = true, .content_marker = marker};
   if (prompt == PromptThinking::kClosed) return {};
-  if (name == "qwen3") return {.starts_in_reasoning = false, .leading_start_marker = true};
-  if (name == "deepseek_r1") return {.starts_in_reasoning = true, .leading_start_marker = true};
-  return {};  // deepseek_v3, deepseek_v31: the template did not enable thinking
+  if (name == "qwen3")
+    return {.starts_in_reasoning = false, .leading_start_marker = true, .content_marker = {}};
+  if (name == "deepseek_r1" || name == "deepseek_v4")
+    return {.starts_in_reasoning = true, .leading_start_marker = true, .content_marker = marker};
+  return {};  // deepseek_v3, deepseek_v31, deepseek_v32: the template did not enable thinking
 }
 
 }  // namespace
 
 const std::vector<std::string>& reasoning_parser_names() {
-  static const std::vector<std::string> names = {"deepseek_r1", "deepseek_v3", "deepseek_v31",
-                                                 "qwen3"};
+  static const std::vector<std::string> names = {"deepseek_r1",  "deepseek_v3", "deepseek_v31",
+                                                 "deepseek_v32", "deepseek_v4", "qwen3"};
   return names;
 }
 

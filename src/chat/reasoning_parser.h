@@ -13,7 +13,13 @@
 //   deepseek_r1   the output starts in reasoning (R1 may omit "<think>"); a leading "<think>"
 //                 is dropped. Without "</think>" everything is reasoning.
 //   deepseek_v3,  thinking only when the template opened it; otherwise all content.
-//   deepseek_v31
+//   deepseek_v31,
+//   deepseek_v32  (vLLM registers no reasoning parser of this name: its DeepSeek-V3.2 recipe
+//                 runs deepseek_v3, and so does Kestrel under either name.)
+//   deepseek_v4   thinking unless the prompt closed it, as vLLM's deepseek_v4 parser thinks
+//                 unless chat_template_kwargs switch thinking off: like deepseek_r1. Reasoning
+//                 also ends where a DSML tool-call block (<｜DSML｜tool_calls>) begins, which
+//                 stays in the content for the tool-call parser.
 // Inside reasoning, text up to the first "</think>" is reasoning and the rest is content, taken
 // verbatim. The markers that delimit reasoning never appear in the returned text.
 #pragma once

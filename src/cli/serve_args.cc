@@ -714,7 +714,7 @@ void add_serve_args(CLI::App& app, ServeArgs& a) {
                  "llama3_json, mistral");
   app.add_option("--reasoning-parser", a.reasoning_parser,
                  "split reasoning into message.reasoning: qwen3, deepseek_r1, deepseek_v3, "
-                 "deepseek_v31");
+                 "deepseek_v31, deepseek_v32, deepseek_v4");
   add_bool(app, "enable-auto-tool-choice", a.enable_auto_tool_choice,
            "tool_choice \"auto\": parse tool calls out of the output (needs --tool-call-parser)");
   app.add_option("--engram-config", a.engram_config, "refused (DeepSeek-V4.1)");

@@ -335,11 +335,61 @@ TEST(ReasoningParserStreaming, ParseIgnoresStreamingState) {
   EXPECT_EQ(s.content, "f");
 }
 
+// ---- DeepSeek-V3.2 and V4 (prompts as their encoders end them) ----
+
+constexpr std::string_view kDeepSeekThinking = "<｜User｜>Hi<｜Assistant｜><think>";
+constexpr std::string_view kDeepSeekChat = "<｜User｜>Hi<｜Assistant｜></think>";
+constexpr std::string_view kDeepSeekTurnEnd = "<｜Assistant｜>Hi<｜end▁of▁sentence｜>";
+constexpr std::string_view kDsmlCalls =
+    "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+
+TEST(ReasoningParserDeepSeekV32, ThinkingOnlyWhenThePromptOpenedIt) {
+  expect_split("deepseek_v32", kDeepSeekThinking, "2+2=4</think>4", "2+2=4", "4");
+  expect_split("deepseek_v32", kDeepSeekChat, "a</think>b", "", "a</think>b");
+  expect_split("deepseek_v32", kDeepSeekTurnEnd, "a</think>b", "", "a</think>b");
+}
+
+TEST(ReasoningParserDeepSeekV4, ThinksUnlessThePromptClosedIt) {
+  expect_split("deepseek_v4", kDeepSeekThinking, "2+2=4</think>4", "2+2=4", "4");
+  expect_split("deepseek_v4", kDeepSeekChat, "a</think>b", "", "a</think>b");
+  // Neither: vLLM's deepseek_v4 parser thinks by default.
+  expect_split("deepseek_v4", kDeepSeekTurnEnd, "a</think>b", "a", "b");
+  expect_split("deepseek_v4", kDeepSeekTurnEnd, "<think>a</think>b", "a", "b");
+  expect_split("deepseek_v4", "", "still thinking", "still thinking", "");
+}
+
+TEST(ReasoningParserDeepSeekV4, ToolCallsEndReasoning) {
+  const std::string calls(kDsmlCalls);
+  expect_split("deepseek_v4", kDeepSeekThinking, "I need f.\n\n" + calls, "I need f.\n\n", calls);
+  expect_split("deepseek_v4", kDeepSeekTurnEnd, calls, "", calls);
+  // Whichever comes first ends reasoning; later markers are content.
+  expect_split("deepseek_v4", kDeepSeekThinking, "r</think>c" + calls, "r", "c" + calls);
+  expect_split("deepseek_v4", kDeepSeekThinking, "r" + calls + "</think>", "r", calls + "</think>");
+  // A partial block marker at the end is plain reasoning text.
+  expect_split("deepseek_v4", kDeepSeekThinking, "r<｜DSML｜tool", "r<｜DSML｜tool", "");
+  // Only deepseek_v4 reads DSML blocks (V3.2's function_calls stay reasoning, as in vLLM).
+  expect_split("deepseek_v32", kDeepSeekThinking, "r" + calls, "r" + calls, "");
+  expect_split("deepseek_r1", kDeepSeekThinking, "r" + calls, "r" + calls, "");
+}
+
+TEST(ReasoningParserDeepSeekV4, HoldsBackAPossibleBlockMarker) {
+  auto p = make("deepseek_v4", kDeepSeekThinking);
+  ReasoningSplit s = p->feed("x <｜DSML｜");
+  EXPECT_EQ(s.reasoning, "x ");
+  s = p->feed("tool_calls>\n");
+  EXPECT_EQ(s.reasoning, "");
+  EXPECT_EQ(s.content, "<｜DSML｜tool_calls>\n");
+  s = p->finish();
+  EXPECT_EQ(s.reasoning, "");
+  EXPECT_EQ(s.content, "");
+}
+
 // ---- Names ----
 
 TEST(ReasoningParserNames, KnownAndUnknown) {
   const auto& names = reasoning_parser_names();
-  for (std::string_view want : {"qwen3", "deepseek_r1", "deepseek_v3", "deepseek_v31"}) {
+  for (std::string_view want :
+       {"qwen3", "deepseek_r1", "deepseek_v3", "deepseek_v31", "deepseek_v32", "deepseek_v4"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
     EXPECT_TRUE(make_reasoning_parser(want, "") != nullptr) << want;
   }

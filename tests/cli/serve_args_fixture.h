@@ -140,7 +140,7 @@ inline const std::string kToolV41 =
     "deepseek_v4, hermes, llama3_json, mistral, qwen3_coder)";
 inline const std::string kReasoningV41 =
     "--reasoning-parser deepseek_v41: not supported (deepseek_r1, deepseek_v3, deepseek_v31, "
-    "qwen3)";
+    "deepseek_v32, deepseek_v4, qwen3)";
 inline const std::string kDspark =
     "--speculative-config method=dspark: DSpark drafting needs DeepSeek-V4.1, which Kestrel cannot "
     "load yet";

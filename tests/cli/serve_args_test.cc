@@ -338,7 +338,8 @@ TEST_F(ServeArgsTest, RefusedParallelAndBackendValues) {
 
 TEST_F(ServeArgsTest, ParserFlags) {
   EXPECT_EQ(refusals(serve("@MODEL@ --tool-call-parser hermes")), Lines{});
-  for (const char* name : {"qwen3", "deepseek_r1", "deepseek_v3", "deepseek_v31"})
+  for (const char* name :
+       {"qwen3", "deepseek_r1", "deepseek_v3", "deepseek_v31", "deepseek_v32", "deepseek_v4"})
     EXPECT_EQ(refusals(serve(std::string("@MODEL@ --reasoning-parser ") + name)), Lines{}) << name;
   for (const char* name : {"deepseek_v32", "deepseek_v4"})
     EXPECT_EQ(refusals(serve(std::string("@MODEL@ --enable-auto-tool-choice --tool-call-parser ") +
@@ -347,7 +348,7 @@ TEST_F(ServeArgsTest, ParserFlags) {
         << name;
   EXPECT_EQ(refusals(serve("@MODEL@ --reasoning-parser granite")),
             Lines{"--reasoning-parser granite: not supported (deepseek_r1, deepseek_v3, "
-                  "deepseek_v31, qwen3)"});
+                  "deepseek_v31, deepseek_v32, deepseek_v4, qwen3)"});
   // The names the chat module knows, one list for both the parsers and the check.
   EXPECT_EQ(refusals(serve("@MODEL@ --tool-call-parser pythonic")),
             Lines{"--tool-call-parser pythonic: not supported (deepseek_v3, deepseek_v31, "
