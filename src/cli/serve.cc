@@ -16,6 +16,7 @@
 
 #include "base/logging.h"
 #include "base/task_pool.h"
+#include "chat/deepseek_encoding.h"
 #include "chat/template_source.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
@@ -134,8 +135,13 @@ int serve(ServeArgs& a) {
   ctx.enable_auto_tool_choice = a.enable_auto_tool_choice;
   if (ctx.tokenizer != nullptr) ctx.token_trie = structured::TokenTrie::build(*ctx.tokenizer);
   ctx.created = server::unix_time_now();
-  auto source = chat::find_chat_template(a.engine.model, a.chat_template);
-  if (source.ok()) {
+  ctx.deepseek_encoding = chat::deepseek_encoding(a.tokenizer_mode);
+  if (ctx.deepseek_encoding) {
+    // vLLM's DeepSeek tokenizer modes encode chat prompts natively and read no template.
+    KLOG_INFO("chat prompts: DeepSeek's native encoder (--tokenizer-mode {})", a.tokenizer_mode);
+    if (!a.chat_template.empty())
+      KLOG_WARN("--chat-template is not used with --tokenizer-mode {}", a.tokenizer_mode);
+  } else if (auto source = chat::find_chat_template(a.engine.model, a.chat_template); source.ok()) {
     auto tmpl = chat::ChatTemplate::parse(*source);
     if (!tmpl.ok()) {
       KLOG_ERROR("the chat template does not parse: {}", tmpl.error().message);

@@ -15,6 +15,7 @@
 
 #include <fmt/ranges.h>
 
+#include "chat/deepseek_encoding.h"
 #include "chat/reasoning_parser.h"
 #include "chat/tool_parsers/tool_parser.h"
 #include "kvx/kv_transfer_config.h"
@@ -514,10 +515,13 @@ void check_multimodal(const ServeArgs& a, Findings& f) {
 }
 
 void check_tokenizer_mode_and_parsers(const ServeArgs& a, Findings& f) {
+  // deepseek_v32 and deepseek_v4 are the tokenizer's own; they select a native chat encoder.
+  constexpr std::string_view kModes = "auto, hf, deepseek_v32, deepseek_v4";
   if (a.tokenizer_mode == "deepseek_v41") {
-    f.refuse("--tokenizer-mode deepseek_v41: not supported yet (auto, hf)");
-  } else if (a.tokenizer_mode != "auto" && a.tokenizer_mode != "hf") {
-    f.refuse(fmt::format("--tokenizer-mode {}: not supported (auto, hf)", a.tokenizer_mode));
+    f.refuse(fmt::format("--tokenizer-mode deepseek_v41: not supported yet ({})", kModes));
+  } else if (a.tokenizer_mode != "auto" && a.tokenizer_mode != "hf" &&
+             !chat::deepseek_encoding(a.tokenizer_mode)) {
+    f.refuse(fmt::format("--tokenizer-mode {}: not supported ({})", a.tokenizer_mode, kModes));
   }
   const std::vector<std::string>& tools = chat::tool_parser_names();
   if (!a.tool_call_parser.empty() &&
@@ -649,7 +653,8 @@ void add_serve_args(CLI::App& app, ServeArgs& a) {
   app.add_option("--shutdown-timeout", a.shutdown_grace_s,
                  "seconds running requests may finish after SIGTERM/SIGINT (Kestrel's own)")
       ->check(CLI::Range(0.0, 86400.0));
-  app.add_option("--tokenizer-mode", a.tokenizer_mode, "auto | hf");
+  app.add_option("--tokenizer-mode", a.tokenizer_mode,
+                 "auto | hf | deepseek_v32 | deepseek_v4 (DeepSeek's native chat encoders)");
   add_bool(app, "trust-remote-code", a.trust_remote_code,
            "accepted for vLLM scripts; Kestrel runs no checkpoint code");
   app.add_option("--safetensors-load-strategy", a.safetensors_load_strategy,

@@ -14,6 +14,17 @@ const json* non_null(const json& object, const char* key) {
   return it == object.end() || it->is_null() ? nullptr : &*it;
 }
 
+// The text of one content part (a bare string or a text-like part object).
+std::string part_text(const json& part) {
+  if (part.is_string()) return part.get<std::string>();
+  const std::string type =
+      part.contains("type") && part["type"].is_string() ? part["type"].get<std::string>() : "text";
+  // validate_chat_messages() admits only text-like parts; refusal and thinking parts keep
+  // their text under their type name, the others under "text".
+  const char* key = type == "refusal" ? "refusal" : type == "thinking" ? "thinking" : "text";
+  return part.contains(key) && part[key].is_string() ? part[key].get<std::string>() : "";
+}
+
 // Text parts joined by newlines; null or absent content is the empty string.
 std::string content_text(const json* content) {
   if (content == nullptr) return "";
@@ -23,19 +34,19 @@ std::string content_text(const json* content) {
   for (const json& part : *content) {
     if (!first) text += "\n";
     first = false;
-    if (part.is_string()) {
-      text += part.get<std::string>();
-      continue;
-    }
-    const std::string type = part.contains("type") && part["type"].is_string()
-                                 ? part["type"].get<std::string>()
-                                 : "text";
-    // validate_chat_messages() admits only text-like parts; refusal and thinking parts keep
-    // their text under their type name, the others under "text".
-    const char* key = type == "refusal" ? "refusal" : type == "thinking" ? "thinking" : "text";
-    if (part.contains(key) && part[key].is_string()) text += part[key].get<std::string>();
+    text += part_text(part);
   }
   return text;
+}
+
+// Every part as a text part; null or absent content has none.
+ojson content_parts(const json* content) {
+  ojson parts = ojson::array();
+  if (content == nullptr) return parts;
+  if (content->is_string())
+    return ojson::array({{{"type", "text"}, {"text", content->get<std::string>()}}});
+  for (const json& part : *content) parts.push_back({{"type", "text"}, {"text", part_text(part)}});
+  return parts;
 }
 
 // Templates index arguments as a mapping (the transformers convention); a string that is not
@@ -57,11 +68,13 @@ ojson tool_calls_for_template(const json& calls, ArgumentsForm form) {
   return out;
 }
 
-ojson template_message(const json& message, ArgumentsForm form) {
+ojson template_message(const json& message, ArgumentsForm form, ContentForm content) {
   const std::string role = message.at("role").get<std::string>();
   ojson out = ojson::object();
   out["role"] = role;
-  out["content"] = content_text(non_null(message, "content"));
+  const json* raw = non_null(message, "content");
+  out["content"] = content == ContentForm::kParts && role != "tool" ? content_parts(raw)
+                                                                    : ojson(content_text(raw));
   if (role == "assistant") {
     const json* calls = non_null(message, "tool_calls");
     // An empty list would send templates down their tool-call branch with nothing to render.
@@ -87,9 +100,9 @@ ojson template_message(const json& message, ArgumentsForm form) {
 
 }  // namespace
 
-ojson template_conversation(const json& messages, ArgumentsForm arguments) {
+ojson template_conversation(const json& messages, ArgumentsForm arguments, ContentForm content) {
   ojson out = ojson::array();
-  for (const json& m : messages) out.push_back(template_message(m, arguments));
+  for (const json& m : messages) out.push_back(template_message(m, arguments, content));
   return out;
 }
 

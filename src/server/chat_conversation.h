@@ -17,9 +17,15 @@ namespace kestrel::server {
 // them as strings, such as DeepSeek-V3.1's).
 enum class ArgumentsForm { kObject, kText };
 
+// How content reaches the renderer: one string (vLLM's "string" content format), or a list of
+// {"type": "text", "text": …} parts (its "openai" format, which DeepSeek-V4's encoder joins
+// itself), where null or absent content is an empty list. Tool results are strings either way.
+enum class ContentForm { kString, kParts };
+
 // `messages` must have passed validate_chat_messages().
 nlohmann::ordered_json template_conversation(const nlohmann::json& messages,
-                                             ArgumentsForm arguments = ArgumentsForm::kObject);
+                                             ArgumentsForm arguments = ArgumentsForm::kObject,
+                                             ContentForm content = ContentForm::kString);
 
 // Whether some assistant tool call carries its arguments as JSON text (the two forms differ).
 bool has_text_arguments(const nlohmann::json& messages);

@@ -13,9 +13,39 @@ std::string special_token(const Tokenizer* tok, std::optional<int32_t> id) {
   return tok->token_bytes(*id);
 }
 
+// The chat_template_kwargs a renderer sees: the server's defaults under the request's.
+nlohmann::ordered_json merged_kwargs(const ServingContext& ctx, const ChatPromptOptions& o) {
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : ctx.default_chat_template_kwargs.items())
+    kwargs[k] = nlohmann::ordered_json(v);
+  if (o.chat_template_kwargs)
+    for (const auto& [k, v] : o.chat_template_kwargs->items())
+      kwargs[k] = nlohmann::ordered_json(v);
+  return kwargs;
+}
+
+// vLLM's DeepSeek tokenizer modes ignore the chat template, add_generation_prompt and
+// continue_final_message: the encoder decides how the prompt ends.
+ParseResult<std::string> render_deepseek(const ServingContext& ctx, const ChatPromptOptions& o) {
+  const chat::DeepSeekEncoding encoding = *ctx.deepseek_encoding;
+  // DeepSeek-V4's renderer passes content as parts (vLLM's "openai" format) and joins them
+  // itself; V3.2's gets one string.
+  const ContentForm form =
+      encoding == chat::DeepSeekEncoding::kV4 ? ContentForm::kParts : ContentForm::kString;
+  const nlohmann::ordered_json conversation =
+      template_conversation(*o.messages, ArgumentsForm::kObject, form);
+  std::optional<nlohmann::ordered_json> tools;
+  if (o.tools) tools = nlohmann::ordered_json(*o.tools);
+  auto text = chat::render_deepseek_prompt(encoding, conversation, tools ? &*tools : nullptr,
+                                           merged_kwargs(ctx, o));
+  if (!text.ok()) return bad_request("chat prompt: " + text.error().message, "messages");
+  return std::move(*text);
+}
+
 }  // namespace
 
 ParseResult<std::string> render_chat_prompt(const ServingContext& ctx, const ChatPromptOptions& o) {
+  if (ctx.deepseek_encoding) return render_deepseek(ctx, o);
   std::optional<chat::ChatTemplate> own;
   const chat::ChatTemplate* tmpl = nullptr;
   if (o.chat_template) {
@@ -42,11 +72,8 @@ ParseResult<std::string> render_chat_prompt(const ServingContext& ctx, const Cha
     context["eos_token"] =
         special_token(ctx.tokenizer, eos.empty() ? std::nullopt : std::optional(eos[0]));
   }
-  for (const auto& [k, v] : ctx.default_chat_template_kwargs.items())
-    context[k] = nlohmann::ordered_json(v);
-  if (o.chat_template_kwargs)
-    for (const auto& [k, v] : o.chat_template_kwargs->items())
-      context[k] = nlohmann::ordered_json(v);
+  const nlohmann::ordered_json kwargs = merged_kwargs(ctx, o);
+  for (const auto& [k, v] : kwargs.items()) context[k] = v;
 
   auto rendered = tmpl->render(context);
   if (!rendered.ok() && has_text_arguments(*o.messages)) {

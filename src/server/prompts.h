@@ -28,7 +28,9 @@ struct ChatPromptOptions {
 // Renders the chat template (the request's, else the model's) over the messages, as
 // transformers' apply_chat_template does: text parts of a message's content joined by newlines,
 // the tokenizer's special tokens (bos_token, eos_token) and the kwargs as template variables.
-// continue_final_message cuts the rendering right after the last message's content.
+// continue_final_message cuts the rendering right after the last message's content. Under
+// --tokenizer-mode deepseek_v32 or deepseek_v4 the model's native encoder renders the prompt
+// instead (chat/deepseek_encoding.h), ignoring any template, as vLLM does.
 ParseResult<std::string> render_chat_prompt(const ServingContext& ctx,
                                             const ChatPromptOptions& options);
 

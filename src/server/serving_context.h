@@ -15,6 +15,7 @@
 
 #include "base/task_pool.h"
 #include "chat/chat_template.h"
+#include "chat/deepseek_encoding.h"
 #include "engine/engine_client.h"
 #include "server/metrics.h"
 #include "server/protocol/sampling_fields.h"
@@ -29,6 +30,9 @@ struct ServingContext {
   const Tokenizer* tokenizer = nullptr;  // null: token-id prompts only, no text out
   std::optional<chat::ChatTemplate> chat_template;
   std::string chat_template_missing;  // why there is none, for the 400 of chat requests
+  // --tokenizer-mode deepseek_v32 / deepseek_v4: chat prompts come from the model's native
+  // encoder instead of any chat template (the request's too), as under vLLM.
+  std::optional<chat::DeepSeekEncoding> deepseek_encoding;
   nlohmann::json default_chat_template_kwargs = nlohmann::json::object();
   std::vector<std::string> served_model_names;  // the first is the default
   std::string model_root;                       // the --model path, /v1/models "root"

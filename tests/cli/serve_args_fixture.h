@@ -134,7 +134,7 @@ inline std::string hub(std::string_view id) {
          "checkpoint and pass its path)";
 }
 inline const std::string kTokenizerV41 =
-    "--tokenizer-mode deepseek_v41: not supported yet (auto, hf)";
+    "--tokenizer-mode deepseek_v41: not supported yet (auto, hf, deepseek_v32, deepseek_v4)";
 inline const std::string kToolV41 =
     "--tool-call-parser deepseek_v41: not supported (deepseek_v3, deepseek_v31, deepseek_v32, "
     "deepseek_v4, hermes, llama3_json, mistral, qwen3_coder)";

@@ -379,7 +379,11 @@ TEST_F(ServeArgsTest, PrecisionAndFormatValues) {
   // msModelSlim's: the loader reads the description file and refuses what it cannot run.
   EXPECT_EQ(accepted("@MODEL@ --quantization ascend").args->engine.quantization, "ascend");
   EXPECT_EQ(refusals(serve("@MODEL@ --tokenizer-mode mistral")),
-            Lines{"--tokenizer-mode mistral: not supported (auto, hf)"});
+            Lines{"--tokenizer-mode mistral: not supported (auto, hf, deepseek_v32, deepseek_v4)"});
+  // DeepSeek's native chat encoders.
+  for (const char* mode : {"deepseek_v32", "deepseek_v4"})
+    EXPECT_EQ(accepted(std::string("@MODEL@ --tokenizer-mode ") + mode).args->tokenizer_mode, mode);
+  EXPECT_EQ(refusals(serve("@MODEL@ --tokenizer-mode deepseek_v41")), Lines{kTokenizerV41});
   EXPECT_TRUE(has_note(*accepted("@MODEL@ --safetensors-load-strategy eager").args,
                        "--safetensors-load-strategy eager"));
   EXPECT_TRUE(accepted("@MODEL@ --safetensors-load-strategy lazy").args->notes.empty());

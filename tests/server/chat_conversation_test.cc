@@ -82,5 +82,19 @@ TEST(ChatConversation, OnlyTheKeysVllmPassesOnRemain) {
   EXPECT_EQ(out[2], (ojson{{"role", "assistant"}, {"content", "ok"}}));
 }
 
+TEST(ChatConversation, ContentAsPartsForRenderersThatJoinThem) {
+  const json messages = {
+      {{"role", "user"}, {"content", {"a", {{"type", "input_text"}, {"text", "b"}}}}},
+      {{"role", "system"}, {"content", "s"}},
+      {{"role", "assistant"}, {"content", nullptr}},
+      {{"role", "tool"}, {"content", {{{"type", "text"}, {"text", "x"}}, "y"}}}};
+  const ojson out = template_conversation(messages, ArgumentsForm::kObject, ContentForm::kParts);
+  const auto text = [](const char* t) { return ojson{{"type", "text"}, {"text", t}}; };
+  EXPECT_EQ(out[0]["content"], ojson::array({text("a"), text("b")}));
+  EXPECT_EQ(out[1]["content"], ojson::array({text("s")}));
+  EXPECT_EQ(out[2]["content"], ojson::array());
+  EXPECT_EQ(out[3]["content"], "x\ny");  // tool results stay one string, as in vLLM
+}
+
 }  // namespace
 }  // namespace kestrel::server
