@@ -5,12 +5,13 @@
 // Unlike V3.2 there is no tool role: tool results become <tool_result> blocks of a user turn,
 // and consecutive user and tool messages merge into one turn (blocks joined by blank lines,
 // results ordered by the calling assistant's call order). The prompt opens with BOS and, in
-// thinking mode, a reasoning-effort preamble. A turn that is followed by an assistant turn, or
-// ends the conversation, hands over with <｜Assistant｜> and <think> (thinking mode: every time
-// when reasoning is kept, otherwise from the last user turn on) or </think>. Assistant turns are
-// [REASONING</think>]CONTENT[CALLS]<EOS>. Reasoning of turns before the last user turn is
-// dropped in thinking mode unless some message carries tools. Only the keys vLLM's chat parser
-// passes on are read (not the reference's response_format, task, wo_eos and mask).
+// thinking mode, a reasoning-effort preamble. A user or developer turn (a system turn too) that
+// is followed by an assistant turn or ends the conversation hands over with <｜Assistant｜> and
+// <think> (thinking mode: every time when reasoning is kept, otherwise from the last user turn
+// on) or </think>. Assistant turns are [REASONING</think>]CONTENT[CALLS]<EOS>, the reasoning
+// part in thinking mode only. Reasoning of turns before the last user turn is dropped in
+// thinking mode unless some message carries tools. Only the keys vLLM's chat parser passes on
+// are read (not the reference's response_format, task, wo_eos and mask).
 #include <algorithm>
 #include <map>
 #include <string>
