@@ -15,6 +15,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -157,8 +159,11 @@ TEST(DpLockstep, ARankThatLeavesFailsTheOthersAtOnce) {
   std::vector<SharedFlag> aborts(2);
   auto members = connect_all((*server)->endpoint(), 2, aborts);
   ASSERT_TRUE(members[0] && members[1]);
-  std::atomic<bool> woken{false};
-  members[0]->set_wake([&] { woken = true; });
+  // The notice thread wakes the engine after it records the failure, so the wake may come just
+  // after agree() has returned it: waited for, not read at once.
+  std::promise<void> woken;
+  std::once_flag once;
+  members[0]->set_wake([&] { std::call_once(once, [&] { woken.set_value(); }); });
   // Rank 0 starts a wave and waits in the agreement for rank 1, which leaves instead.
   ASSERT_TRUE(members[0]->join(true));
   std::thread leaver([&] {
@@ -174,7 +179,7 @@ TEST(DpLockstep, ARankThatLeavesFailsTheOthersAtOnce) {
       << any.error().message;
   EXPECT_TRUE(members[0]->failure().has_value());
   EXPECT_TRUE(aborts[0].is_set());
-  EXPECT_TRUE(woken.load());
+  EXPECT_EQ(woken.get_future().wait_for(std::chrono::seconds(3)), std::future_status::ready);
 }
 
 // Two data-parallel ranks of a MoE fixture sharing their experts, each with its own model copy,
