@@ -19,11 +19,7 @@ class Qwen3MoeModel final : public PreNormDecoder {
     PreNormBlock b;
     KTRY(load_pre_norm_norms(lc, p, b));
     KASSIGN(b.attn, load_gqa_attention(lc, p + "self_attn."));
-    if (cfg_.moe.is_moe_layer(layer)) {
-      KASSIGN(b.ffn, load_moe(lc, p + "mlp."));
-    } else {
-      KASSIGN(b.ffn, load_dense_mlp(lc, p + "mlp.", cfg_.intermediate_size));
-    }
+    KASSIGN(b.ffn, load_layer_ffn(lc, p + "mlp.", layer));
     return b;
   }
 };

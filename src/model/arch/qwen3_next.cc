@@ -26,11 +26,7 @@ class Qwen3NextModel final : public PreNormDecoder {
     } else {
       KASSIGN(b.attn, load_gqa_attention(lc, p + "self_attn."));
     }
-    if (cfg_.moe.is_moe_layer(layer)) {
-      KASSIGN(b.ffn, load_moe(lc, p + "mlp."));
-    } else {
-      KASSIGN(b.ffn, load_dense_mlp(lc, p + "mlp.", cfg_.intermediate_size));
-    }
+    KASSIGN(b.ffn, load_layer_ffn(lc, p + "mlp.", layer));
     return b;
   }
 

@@ -355,6 +355,12 @@ Expected<std::unique_ptr<FfnLayer>> load_dense_mlp(const LoadContext& lc, const 
   return std::unique_ptr<FfnLayer>(std::move(m));
 }
 
+Expected<std::unique_ptr<FfnLayer>> load_layer_ffn(const LoadContext& lc, const std::string& prefix,
+                                                   int64_t layer) {
+  if (lc.cfg.moe.is_moe_layer(layer)) return load_moe(lc, prefix);
+  return load_dense_mlp(lc, prefix, lc.cfg.intermediate_size);
+}
+
 Expected<std::unique_ptr<FfnLayer>> load_moe(const LoadContext& lc, const std::string& prefix,
                                              bool hash_routed) {
   auto m = std::make_unique<MoeBlock>();
