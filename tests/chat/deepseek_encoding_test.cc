@@ -35,8 +35,8 @@ std::string first_difference(const std::string& want, const std::string& got) {
   size_t i = 0;
   while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
   const size_t from = i < 40 ? 0 : i - 40;
-  return "at byte " + std::to_string(i) + "\n  want: …" + want.substr(from, 120) +
-         "\n  got:  …" + got.substr(from, 120);
+  return "at byte " + std::to_string(i) + "\n  want: …" + want.substr(from, 120) + "\n  got:  …" +
+         got.substr(from, 120);
 }
 
 Expected<std::string> render(std::string_view mode, const ojson& conversation,
@@ -57,8 +57,8 @@ TEST(DeepSeekEncoding, MatchesTheReferenceEncoders) {
     const std::string mode = c.at("mode").get<std::string>();
     modes.insert(mode);
     const ojson& tools = c.at("tools");
-    auto got = render(mode, c.at("conversation"), tools.is_null() ? nullptr : &tools,
-                      c.at("kwargs"));
+    auto got =
+        render(mode, c.at("conversation"), tools.is_null() ? nullptr : &tools, c.at("kwargs"));
     if (c.contains("prompt")) {
       ++prompts;
       ASSERT_TRUE(got.ok()) << got.error().message;
@@ -123,9 +123,11 @@ TEST(DeepSeekEncoding, ToolParsersReadTheCallsTheEncodersWrite) {
       {"role", "assistant"},
       {"content", "Let me check."},
       {"tool_calls",
-       ojson::array({{{"id", "a"}, {"type", "function"},
+       ojson::array({{{"id", "a"},
+                      {"type", "function"},
                       {"function", {{"name", "get_weather"}, {"arguments", arguments}}}},
-                     {{"id", "b"}, {"type", "function"},
+                     {{"id", "b"},
+                      {"type", "function"},
                       {"function", {{"name", "get_time"}, {"arguments", ojson::object()}}}}})}};
   for (std::string_view mode : {"deepseek_v32", "deepseek_v4"}) {
     SCOPED_TRACE(mode);
