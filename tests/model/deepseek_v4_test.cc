@@ -5,26 +5,15 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
-#include <fstream>
-
-#include "base/mmap_file.h"
+#include "fixture_config.h"
 #include "model/config.h"
 #include "model/loader.h"
-#include "test_paths.h"
 
 namespace kestrel {
 namespace {
-namespace fs = std::filesystem;
-
-std::string fixture(const std::string& name) {
-  return test::fixtures_dir() + "/models/" + name;
-}
 
 nlohmann::json config_of(const std::string& name) {
-  auto text = read_text_file(fixture(name) + "/config.json");
-  EXPECT_TRUE(text.ok());
-  return nlohmann::json::parse(*text);
+  return test::fixture_config(name);
 }
 
 TEST(DeepseekV4Config, TransformersKeys) {
@@ -93,17 +82,10 @@ TEST(DeepseekV4Config, RefusesWhatItCannotServe) {
 
 // Compressed layers are refused at load, naming the layer.
 TEST(DeepseekV4Load, CompressedLayersAreRefusedByName) {
-  const fs::path dir = fs::temp_directory_path() / "kestrel_dsv4_csa";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  for (const auto& e : fs::directory_iterator(fixture("deepseek_v4_window_f32")))
-    if (e.path().filename() != "config.json")
-      fs::create_symlink(e.path(), dir / e.path().filename());
-  nlohmann::json j = config_of("deepseek_v4_window_f32");
-  j["layer_types"] = {"sliding_attention", "compressed_sparse_attention", "sliding_attention"};
-  std::ofstream(dir / "config.json") << j.dump();
   LoadOptions o;
-  o.model = dir.string();
+  o.model = test::edited_fixture(
+      "deepseek_v4_window_f32",
+      {{"layer_types", {"sliding_attention", "compressed_sparse_attention", "sliding_attention"}}});
   auto m = load_model(o);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.error().message.find("layer 1 is a compressed-attention layer"), std::string::npos)

@@ -15,6 +15,7 @@
 #include <regex>
 
 #include "base/mmap_file.h"
+#include "fixture_config.h"
 #include "formats/safetensors.h"
 #include "kv/kv_cache_spec.h"
 #include "logit_error.h"
@@ -27,13 +28,11 @@ namespace kestrel {
 namespace {
 
 std::string fixture(const std::string& name) {
-  return test::fixtures_dir() + "/models/" + name;
+  return test::model_fixture(name);
 }
 
 nlohmann::json config_of(const std::string& name) {
-  auto text = read_text_file(fixture(name) + "/config.json");
-  EXPECT_TRUE(text.ok());
-  return nlohmann::json::parse(*text);
+  return test::fixture_config(name);
 }
 
 Expected<ModelConfig> parse(const nlohmann::json& j) {

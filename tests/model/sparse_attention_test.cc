@@ -8,49 +8,28 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 
 #include "base/mmap_file.h"
+#include "fixture_config.h"
 #include "model/batch_builder.h"
 #include "model/config.h"
 #include "model/loader.h"
-#include "test_paths.h"
 
 namespace kestrel {
 namespace {
-namespace fs = std::filesystem;
 
 std::string fixture(const std::string& name) {
-  return test::fixtures_dir() + "/models/" + name;
+  return test::model_fixture(name);
 }
 
 nlohmann::json config_of(const std::string& name) {
-  auto text = read_text_file(fixture(name) + "/config.json");
-  EXPECT_TRUE(text.ok());
-  return nlohmann::json::parse(*text);
+  return test::fixture_config(name);
 }
 
 std::vector<int32_t> prompt_of(const std::string& name, size_t i) {
   auto text = read_text_file(fixture(name) + "/golden.json");
   EXPECT_TRUE(text.ok());
   return nlohmann::json::parse(*text).at("prompts").at(i).get<std::vector<int32_t>>();
-}
-
-// The fixture with config.json edited: a directory of links to its files.
-std::string edited_copy(const std::string& name, const nlohmann::json& changes) {
-  const fs::path dir =
-      fs::temp_directory_path() /
-      ("kestrel_dsa_" + name + "_" + std::to_string(std::hash<std::string>()(changes.dump())));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  for (const auto& e : fs::directory_iterator(fixture(name)))
-    if (e.path().filename() != "config.json")
-      fs::create_symlink(e.path(), dir / e.path().filename());
-  nlohmann::json j = config_of(name);
-  j.update(changes);
-  std::ofstream(dir / "config.json") << j.dump();
-  return dir.string();
 }
 
 std::unique_ptr<LoadedModel> load(const std::string& dir, const std::string& kv = "auto") {
@@ -133,7 +112,7 @@ TEST(DeepseekV32Cache, RowsHoldLatentRopeKeyAndIndexerKey) {
 TEST(DeepseekV32Forward, DenseWithinTopKSparseBeyond) {
   for (const char* name : {"deepseek_v32_f32", "deepseek_v32_bf16"}) {
     auto sparse = load(fixture(name));
-    auto dense = load(edited_copy(name, {{"index_topk", 4096}}));
+    auto dense = load(test::edited_fixture(name, {{"index_topk", 4096}}));
     ASSERT_TRUE(sparse && dense);
     const std::vector<int32_t> prompt = prompt_of(name, 2);
     const int64_t V = sparse->config.vocab_size, k = sparse->config.indexer.top_k;
