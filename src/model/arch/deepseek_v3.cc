@@ -58,9 +58,6 @@ constexpr const char* kArchitectures[] = {"DeepseekV3ForCausalLM", "DeepseekV32F
 
 const ArchitectureFamily kDeepseekV3Family{
     "deepseek_v3", kArchitectures, kFeatureMoe | kFeatureMla | kFeatureSparseIndexer | kFeatureMtp,
-    [](const ModelConfig& cfg, DType act, const KvCacheQuant& kv, Backend& be,
-       const TensorParallel& tp) -> std::unique_ptr<DecoderModel> {
-      return std::make_unique<DeepseekV3Model>(cfg, act, kv, be, tp);
-    }};
+    make_model<DeepseekV3Model>};
 
 }  // namespace kestrel

@@ -184,14 +184,10 @@ constexpr const char* kArchitectures[] = {"DeepseekV4ForCausalLM"};
 
 }  // namespace
 
-const ArchitectureFamily kDeepseekV4Family{
-    "deepseek_v4", kArchitectures,
-    kFeatureMoe | kFeatureHyperConnections | kFeatureSlidingWindow | kFeatureZeroCentredNorms |
-        kFeatureMtp,
-    [](const ModelConfig& cfg, DType act, const KvCacheQuant& kv, Backend& be,
-       const TensorParallel& tp) -> std::unique_ptr<DecoderModel> {
-      return std::make_unique<DeepseekV4Model>(cfg, act, kv, be, tp);
-    },
-    released_names};
+const ArchitectureFamily kDeepseekV4Family{"deepseek_v4", kArchitectures,
+                                           kFeatureMoe | kFeatureHyperConnections |
+                                               kFeatureSlidingWindow | kFeatureZeroCentredNorms |
+                                               kFeatureMtp,
+                                           make_model<DeepseekV4Model>, released_names};
 
 }  // namespace kestrel

@@ -39,6 +39,13 @@ using ModelFactory = std::unique_ptr<DecoderModel> (*)(const ModelConfig& cfg, D
                                                        const KvCacheQuant& kv, Backend& backend,
                                                        const TensorParallel& tp);
 
+// The ModelFactory of a family's model class.
+template <class Model>
+std::unique_ptr<DecoderModel> make_model(const ModelConfig& cfg, DType act, const KvCacheQuant& kv,
+                                         Backend& backend, const TensorParallel& tp) {
+  return std::make_unique<Model>(cfg, act, kv, backend, tp);
+}
+
 struct ArchitectureFamily {
   const char* name;  // the family's file: model/arch/<name>.cc
   std::span<const char* const> architectures;

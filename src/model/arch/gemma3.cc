@@ -98,13 +98,10 @@ constexpr const char* kArchitectures[] = {"Gemma3ForCausalLM"};
 
 }  // namespace
 
-const ArchitectureFamily kGemma3Family{
-    "gemma3", kArchitectures,
-    kFeatureSlidingWindow | kFeatureZeroCentredNorms | kFeatureSandwichNorms |
-        kFeatureScaledEmbeddings | kFeatureLogitSoftcap | kFeatureLocalRope,
-    [](const ModelConfig& cfg, DType act, const KvCacheQuant& kv, Backend& be,
-       const TensorParallel& tp) -> std::unique_ptr<DecoderModel> {
-      return std::make_unique<Gemma3Model>(cfg, act, kv, be, tp);
-    }};
+const ArchitectureFamily kGemma3Family{"gemma3", kArchitectures,
+                                       kFeatureSlidingWindow | kFeatureZeroCentredNorms |
+                                           kFeatureSandwichNorms | kFeatureScaledEmbeddings |
+                                           kFeatureLogitSoftcap | kFeatureLocalRope,
+                                       make_model<Gemma3Model>};
 
 }  // namespace kestrel

@@ -29,11 +29,7 @@ constexpr const char* kArchitectures[] = {"LlamaForCausalLM", "MistralForCausalL
 
 }  // namespace
 
-const ArchitectureFamily kLlamaFamily{
-    "llama", kArchitectures, kFeatureSlidingWindow,
-    [](const ModelConfig& cfg, DType act, const KvCacheQuant& kv, Backend& be,
-       const TensorParallel& tp) -> std::unique_ptr<DecoderModel> {
-      return std::make_unique<LlamaModel>(cfg, act, kv, be, tp);
-    }};
+const ArchitectureFamily kLlamaFamily{"llama", kArchitectures, kFeatureSlidingWindow,
+                                      make_model<LlamaModel>};
 
 }  // namespace kestrel

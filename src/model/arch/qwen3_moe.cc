@@ -29,10 +29,6 @@ constexpr const char* kArchitectures[] = {"Qwen3MoeForCausalLM"};
 }  // namespace
 
 const ArchitectureFamily kQwen3MoeFamily{
-    "qwen3_moe", kArchitectures, kFeatureMoe | kFeatureSlidingWindow,
-    [](const ModelConfig& cfg, DType act, const KvCacheQuant& kv, Backend& be,
-       const TensorParallel& tp) -> std::unique_ptr<DecoderModel> {
-      return std::make_unique<Qwen3MoeModel>(cfg, act, kv, be, tp);
-    }};
+    "qwen3_moe", kArchitectures, kFeatureMoe | kFeatureSlidingWindow, make_model<Qwen3MoeModel>};
 
 }  // namespace kestrel

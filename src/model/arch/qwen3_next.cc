@@ -55,13 +55,10 @@ constexpr const char* kArchitectures[] = {
 
 }  // namespace
 
-const ArchitectureFamily kQwen3NextFamily{
-    "qwen3_next", kArchitectures,
-    kFeatureMoe | kFeatureLinearAttention | kFeatureGatedAttention | kFeatureZeroCentredNorms |
-        kFeatureMtp,
-    [](const ModelConfig& cfg, DType act, const KvCacheQuant& kv, Backend& be,
-       const TensorParallel& tp) -> std::unique_ptr<DecoderModel> {
-      return std::make_unique<Qwen3NextModel>(cfg, act, kv, be, tp);
-    }};
+const ArchitectureFamily kQwen3NextFamily{"qwen3_next", kArchitectures,
+                                          kFeatureMoe | kFeatureLinearAttention |
+                                              kFeatureGatedAttention | kFeatureZeroCentredNorms |
+                                              kFeatureMtp,
+                                          make_model<Qwen3NextModel>};
 
 }  // namespace kestrel
